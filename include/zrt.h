@@ -1,0 +1,284 @@
+/*
+ * zrt.h — the one public header of zrt, a ZeRO-style mixed-precision and
+ * memory-optimization training runtime.
+ *
+ * A training program creates a config (defaults, then the file the launcher
+ * chose, then environment and program overrides), creates an engine from it,
+ * registers its parameters grouped in modules, builds the engine, and then
+ * for every micro-batch runs forward/backward module by module, calling
+ * fetch / release around each module's use and grads_ready after its
+ * backward, and zrt_engine_step after every micro-batch (the engine steps the
+ * optimizer only at the accumulation boundary).
+ *
+ * Conventions (shared/DESIGN.md rules 1, 4): every function returns a
+ * zrt_status; outputs go through pointer arguments; zrt_last_error() gives the
+ * human message of the last failure on the calling thread. Handles are opaque;
+ * _destroy functions accept NULL. The library never calls exit().
+ */
+#ifndef ZRT_H
+#define ZRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZRT_VERSION_MAJOR 0
+#define ZRT_VERSION_MINOR 1
+#define ZRT_VERSION_PATCH 0
+#define ZRT_VERSION_STRING "0.1.0"
+
+/* ---------------------------------------------------------------- status */
+
+typedef enum zrt_status {
+  ZRT_OK = 0,
+  ZRT_ERR_INVALID_ARG = 1, /* a caller passed something the API forbids */
+  ZRT_ERR_CONFIG = 2,      /* a config file, key or value is wrong */
+  ZRT_ERR_OOM = 3,         /* a pool (device or host) ran out of capacity */
+  ZRT_ERR_COMM = 4,        /* a collective failed or timed out */
+  ZRT_ERR_CUDA = 5,        /* a CUDA / cuBLAS call failed */
+  ZRT_ERR_IO = 6,          /* a file could not be read or written */
+  ZRT_ERR_INTERNAL = 7,    /* an invariant of zrt itself broke */
+  ZRT_ERR_OVERFLOW = 8,    /* gradients overflowed at the minimum loss scale */
+  ZRT_ERR_UNSUPPORTED = 9  /* valid request this build/backend cannot serve */
+} zrt_status;
+
+/* Static name of a status ("ZRT_ERR_OOM"). Never NULL. */
+const char *zrt_status_string(zrt_status st);
+/* Message of the last error set on this thread ("" when none). The string
+ * stays valid until the next failing zrt call on the same thread. */
+const char *zrt_last_error(void);
+
+/* ----------------------------------------------------------------- types */
+
+typedef enum zrt_dtype { ZRT_F32 = 0, ZRT_F16 = 1, ZRT_BF16 = 2 } zrt_dtype;
+
+/* Bytes per element of a dtype (4 or 2). */
+size_t zrt_dtype_size(zrt_dtype dt);
+/* "fp32", "fp16", "bf16". */
+const char *zrt_dtype_name(zrt_dtype dt);
+
+/* Memory categories every pool accounts separately (DESIGN.md rule 6). */
+typedef enum zrt_mem_category {
+  ZRT_MEM_PARAMS16 = 0, /* 16-bit (or working-precision) parameters */
+  ZRT_MEM_GRADS,        /* gradients: working-precision and fp32 accumulation */
+  ZRT_MEM_MASTER32,     /* fp32 master weights */
+  ZRT_MEM_OPTIM_STATE,  /* optimizer moments */
+  ZRT_MEM_ACTIVATIONS,  /* the program's activations and workspaces */
+  ZRT_MEM_COMM,         /* communication / staging buffers */
+  ZRT_MEM_OTHER,
+  ZRT_MEM_NCAT
+} zrt_mem_category;
+
+/* "params16", "grads", "master32", "optim_state", "activations", "comm",
+ * "other" — the names the metrics file uses. */
+const char *zrt_mem_category_name(zrt_mem_category c);
+
+typedef struct zrt_mem_stats {
+  size_t current[ZRT_MEM_NCAT];
+  size_t peak[ZRT_MEM_NCAT];
+  size_t current_total;
+  size_t peak_total;
+  size_t capacity; /* 0 = unlimited */
+} zrt_mem_stats;
+
+/* ---------------------------------------------------------------- config */
+
+/* A config: the schema's defaults overlaid by files, environment variables
+ * and explicit sets, each value remembering where it came from. */
+typedef struct zrt_config zrt_config;
+
+/* A config holding every schema default. */
+zrt_status zrt_config_create(zrt_config **out);
+void zrt_config_destroy(zrt_config *cfg);
+
+/* Overlays a file: DeepSpeed JSON, a zrt/DeepSpeed YAML, or a launch YAML
+ * (accelerate-style, with deepspeed_config: or deepspeed_config_file:). The
+ * format is detected from content. On error nothing in cfg changes and
+ * zrt_last_error() names file, line, column, key path and what was
+ * expected; every error found is reported, one per line. */
+zrt_status zrt_config_load_file(zrt_config *cfg, const char *path);
+
+/* Overlays ZRT_<KEY> environment variables (zrt section keys). */
+zrt_status zrt_config_load_env(zrt_config *cfg);
+
+/* What a rank calls: defaults, then the file named by $ZRT_CONFIG_FILE
+ * (written by `zrt launch`) when set, then the environment. */
+zrt_status zrt_config_from_env(zrt_config **out);
+
+/* Sets one value by dotted key path ("zero_optimization.stage") from its
+ * text form, as a command-line flag would (source "flag" / origin). */
+zrt_status zrt_config_set(zrt_config *cfg, const char *key_path, const char *value,
+                          const char *origin);
+
+/* Text form of a resolved value into buf. */
+zrt_status zrt_config_get(const zrt_config *cfg, const char *key_path, char *buf, size_t len);
+
+/* Resolves "auto" values and derived values (batch triple) for a world
+ * size and validates cross-key rules. Idempotent. */
+zrt_status zrt_config_resolve(zrt_config *cfg, int world_size);
+
+/* ---------------------------------------------------------------- engine */
+
+typedef struct zrt_engine zrt_engine;
+
+/* How a parameter's initial values are produced. Every element's value is a
+ * pure function of (seed, parameter name, element index), so any rank can
+ * initialise just its shard and the model is identical at every world size
+ * and stage. */
+typedef enum zrt_init_kind {
+  ZRT_INIT_ZEROS = 0,
+  ZRT_INIT_ONES,
+  ZRT_INIT_CONST,  /* value = a */
+  ZRT_INIT_NORMAL, /* mean 0, std a */
+  ZRT_INIT_UNIFORM /* uniform in [-a, a] */
+} zrt_init_kind;
+
+typedef struct zrt_init {
+  zrt_init_kind kind;
+  float a;
+} zrt_init;
+
+/* Flags of zrt_param_add. */
+#define ZRT_PARAM_NO_DECAY 1u /* exclude from weight decay (biases, norms) */
+
+typedef struct zrt_engine_info {
+  int rank, world_size, local_rank, local_world_size;
+  const char *backend; /* "cpu" or "cuda" */
+  const char *comm;    /* "self", "mpi" or "nccl" */
+  zrt_dtype dtype;     /* working precision of params and grads */
+  int zero_stage;
+  int64_t micro_batch; /* per rank */
+  int64_t grad_accum;
+  int64_t train_batch; /* micro * accum * world */
+  uint64_t seed;
+} zrt_engine_info;
+
+typedef struct zrt_step_info {
+  int64_t step;          /* optimizer steps taken so far, skipped included */
+  int boundary;          /* 1 when this call was an accumulation boundary */
+  int skipped;           /* 1 when the boundary step was skipped (overflow) */
+  float loss;            /* mean loss over the global batch of this step */
+  float lr;              /* learning rate the step used */
+  float loss_scale;      /* scale the backward of this step used */
+  float grad_norm;       /* global norm of the unscaled gradient (pre-clip) */
+  int64_t skipped_total; /* skipped steps so far */
+} zrt_step_info;
+
+/* Creates an engine from a resolved-or-not config (it is copied and resolved
+ * against the world size). Picks the backend (CUDA when built and a GPU is
+ * present, else CPU) and the comm (NCCL on GPU, MPI on CPU, self when the
+ * world size is 1) and logs the choice once. Initialises MPI when needed.
+ * The program may set "train_micro_batch_size_per_gpu" etc. on cfg first
+ * so that "auto" values resolve from it. */
+zrt_status zrt_engine_create(const zrt_config *cfg, zrt_engine **out);
+/* Frees everything, finalises the comm. Accepts NULL. */
+void zrt_engine_destroy(zrt_engine *eng);
+zrt_status zrt_engine_get_info(const zrt_engine *eng, zrt_engine_info *out);
+
+/* Registers a module (the unit of stage-3 gather/release) before build. */
+zrt_status zrt_module_add(zrt_engine *eng, const char *name, int *module_id);
+/* Registers a parameter of module_id before build. Names must be unique. */
+zrt_status zrt_param_add(zrt_engine *eng, int module_id, const char *name, int ndim,
+                         const int64_t *shape, zrt_init init, unsigned flags, int *param_id);
+/* Lays out, partitions, allocates and initialises (each rank only its
+ * shard). Fails with ZRT_ERR_OOM and a hint when model states do not fit. */
+zrt_status zrt_engine_build(zrt_engine *eng);
+/* Overwrites initial weights from a safetensors file (after build): tensor
+ * names are the parameter names; each rank reads only its shard. */
+zrt_status zrt_engine_load_safetensors(zrt_engine *eng, const char *path);
+
+/* Makes a module's working weights available (stage 3: all-gather, and
+ * prefetch of the modules that follow in the recorded order). Blocking for
+ * this module. */
+zrt_status zrt_module_fetch(zrt_engine *eng, int module_id);
+/* Ends the use of a module's weights (stage 3: frees the gathered copy
+ * unless persistent). */
+zrt_status zrt_module_release(zrt_engine *eng, int module_id);
+/* Declares the module's gradients complete for this micro-batch (the
+ * program has accumulated into zrt_param_grad). Stage 2/3 may start the
+ * bucket's reduce-scatter asynchronously. */
+zrt_status zrt_module_grads_ready(zrt_engine *eng, int module_id);
+
+/* Working weights (dtype of engine info) of a fetched module's parameter,
+ * in backend memory. */
+zrt_status zrt_param_data(zrt_engine *eng, int param_id, void **ptr);
+/* Gradient buffer of a parameter (working dtype, backend memory) that the
+ * program's backward ADDS into. Zero at the start of each micro-batch. */
+zrt_status zrt_param_grad(zrt_engine *eng, int param_id, void **ptr);
+/* Element count of a parameter. */
+zrt_status zrt_param_numel(const zrt_engine *eng, int param_id, int64_t *numel);
+
+/* Current loss scale the program multiplies its loss gradient by. */
+zrt_status zrt_engine_loss_scale(const zrt_engine *eng, float *scale);
+
+/* Ends a micro-batch. `loss` is this rank's mean micro-batch loss. At the
+ * accumulation boundary: reduces, checks overflow, clips, steps the
+ * optimizer and scheduler, writes metrics; info->boundary says which. */
+zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info);
+
+/* Memory accounting. where: 0 = device pool, 1 = pinned host pool. Local
+ * rank only. */
+zrt_status zrt_engine_memory(const zrt_engine *eng, int where, zrt_mem_stats *out);
+
+/* Backend memory for the program (activations, workspaces), accounted in
+ * the device pool under `cat`. */
+zrt_status zrt_engine_alloc(zrt_engine *eng, size_t bytes, zrt_mem_category cat, void **ptr);
+void zrt_engine_free(zrt_engine *eng, void *ptr);
+
+/* Backend compute helpers for programs written only against this header. */
+typedef enum zrt_copy_kind {
+  ZRT_COPY_H2D = 0,
+  ZRT_COPY_D2H,
+  ZRT_COPY_D2D,
+  ZRT_COPY_H2H
+} zrt_copy_kind;
+zrt_status zrt_engine_memcpy(zrt_engine *eng, void *dst, const void *src, size_t bytes,
+                             zrt_copy_kind kind);
+/* C = alpha * op(A) op(B) + beta * C, row-major, fp32 accumulation; A, B in
+ * dtype ab, C in dtype c. op = transpose when trans_* is nonzero. */
+zrt_status zrt_engine_gemm(zrt_engine *eng, int trans_a, int trans_b, int64_t m, int64_t n,
+                           int64_t k, float alpha, const void *a, int64_t lda, const void *b,
+                           int64_t ldb, zrt_dtype ab, float beta, void *c, int64_t ldc,
+                           zrt_dtype c_dtype);
+/* Blocks until the backend has finished all work issued so far. */
+zrt_status zrt_engine_synchronize(zrt_engine *eng);
+
+/* Collectives over the engine's comm for program data (e.g. losses). */
+zrt_status zrt_engine_all_reduce_sum(zrt_engine *eng, float *host_vals, size_t n);
+zrt_status zrt_engine_barrier(zrt_engine *eng);
+
+/* ---------------------------------------------------------- checkpoints */
+
+/* Writes a checkpoint under dir/step_<N>/: every rank its shards, rank 0 the
+ * metadata (including user_json, an optional JSON object string owned by
+ * the caller, e.g. data position) and then dir/latest. Atomic: temporary
+ * files, fsync, rename, pointer last. Collective. */
+zrt_status zrt_engine_save(zrt_engine *eng, const char *dir, const char *user_json);
+/* Loads dir/latest (or dir itself when it is a step directory) into a built
+ * engine, resharding when the world size or stage differ. On any error the
+ * engine is unchanged. *user_json (may be NULL) receives a malloc'd copy of
+ * the saved user JSON. Collective. */
+zrt_status zrt_engine_load(zrt_engine *eng, const char *dir, char **user_json);
+
+/* -------------------------------------------------------------- logging */
+
+typedef enum zrt_log_level {
+  ZRT_LOG_ERROR = 0,
+  ZRT_LOG_WARN,
+  ZRT_LOG_INFO,
+  ZRT_LOG_DEBUG
+} zrt_log_level;
+/* Log to stderr prefixed with "[zrt rank R]". Level from ZRT_LOG_LEVEL. */
+void zrt_log(zrt_log_level level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZRT_H */

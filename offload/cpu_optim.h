@@ -1,0 +1,47 @@
+/*
+ * cpu_optim.h — the fused CPU optimizer step and gradient-check pass over
+ * fp32 master shards in host memory (offload, and the CPU backend's
+ * optim_step / scale_check slots).
+ *
+ * One pass per element: g = grad * grad_mul (unscale * clip coefficient),
+ * the optimizer update of master and states, and the cast of the new master
+ * value into the 16-bit parameter copy (param16 may be NULL). The only other
+ * pass over the gradients is zrt_cpu_sumsq_check.
+ *
+ * Paths: scalar (the reference), AVX2+F16C, AVX-512 (+BF16 conversion
+ * instructions when present), chosen at run time (zrt_cpu_isa_best, or
+ * $ZRT_CPU_ISA=scalar|avx2|avx512 to force one); OpenMP threads over tiles.
+ */
+#ifndef ZRT_CPU_OPTIM_H
+#define ZRT_CPU_OPTIM_H
+
+#include "runtime/backend.h"
+#include "runtime/internal.h"
+
+typedef enum zrt_isa { ZRT_ISA_SCALAR = 0, ZRT_ISA_AVX2, ZRT_ISA_AVX512 } zrt_isa;
+
+zrt_isa zrt_cpu_isa_best(void);
+const char *zrt_isa_name(zrt_isa isa);
+/* 1 when this CPU can run isa. */
+int zrt_cpu_isa_supported(zrt_isa isa);
+
+/* Fused step with the best (or forced) ISA. s2 is NULL for SGD and Lion. */
+zrt_status zrt_cpu_optim_step(const zrt_optim_hparams *hp, float *master, float *s1, float *s2,
+                              const void *grad, zrt_dtype gdt, void *param16, zrt_dtype pdt,
+                              size_t n);
+zrt_status zrt_cpu_optim_step_isa(zrt_isa isa, const zrt_optim_hparams *hp, float *master,
+                                  float *s1, float *s2, const void *grad, zrt_dtype gdt,
+                                  void *param16, zrt_dtype pdt, size_t n);
+
+/* *sumsq += sum((g*scale)^2) (double accumulation), *nonfinite |= any
+ * non-finite g. */
+void zrt_cpu_sumsq_check(const void *grad, zrt_dtype gdt, size_t n, float scale, double *sumsq,
+                         int *nonfinite);
+
+/* Scalar reference of one element range (no threads); every ISA path is
+ * tested against it. */
+void zrt_cpu_optim_step_scalar(const zrt_optim_hparams *hp, float *master, float *s1, float *s2,
+                               const void *grad, zrt_dtype gdt, void *param16, zrt_dtype pdt,
+                               size_t n);
+
+#endif

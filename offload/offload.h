@@ -1,0 +1,45 @@
+/*
+ * offload.h — the offloaded optimizer step (ZeRO-Offload / ZeRO-Infinity).
+ *
+ * A pipe moves one rank's gradient shard from backend memory to host
+ * staging in tiles (double-buffered pinned staging; async copies on their own
+ * streams on CUDA, the same pipeline on the CPU backend), runs the fused CPU
+ * optimizer on the fp32 master / state tiles (host pool, or swapped in from
+ * NVMe files under nvme_path with liburing + O_DIRECT, buffer_count buffers
+ * in flight) and sends the new 16-bit parameter tiles back, so copies overlap
+ * the update.
+ */
+#ifndef ZRT_OFFLOAD_H
+#define ZRT_OFFLOAD_H
+
+#include "offload/cpu_optim.h"
+#include "offload/hostpool.h"
+
+typedef struct zrt_offload_pipe zrt_offload_pipe;
+
+typedef struct zrt_offload_opts {
+  size_t tile_elems; /* elements per tile (0 = default) */
+  int nvme;          /* 1 = master/state live in files under nvme_path */
+  const char *nvme_path;
+  int buffer_count; /* NVMe buffers in flight */
+} zrt_offload_opts;
+
+zrt_status zrt_offload_pipe_create(zrt_backend *be, zrt_hostpool *hp, const zrt_offload_opts *opts,
+                                   zrt_offload_pipe **out);
+void zrt_offload_pipe_destroy(zrt_offload_pipe *p);
+
+/* One optimizer step over a shard of n elements. master/s1/s2 are host
+ * (host pool) pointers, or NULL with opts.nvme where the pipe owns the
+ * files (registered with zrt_offload_pipe_nvme_register). grad_dev and
+ * param16_dev are backend pointers. Blocking. */
+zrt_status zrt_offload_pipe_step(zrt_offload_pipe *p, const zrt_optim_hparams *hp, float *master,
+                                 float *s1, float *s2, const void *grad_dev, zrt_dtype gdt,
+                                 void *param16_dev, zrt_dtype pdt, size_t n);
+
+/* Time of the last step: total, and how much of the copies hid behind the update. */
+typedef struct zrt_offload_timing {
+  double total_s, copy_s, update_s, hidden_fraction;
+} zrt_offload_timing;
+void zrt_offload_pipe_timing(const zrt_offload_pipe *p, zrt_offload_timing *out);
+
+#endif

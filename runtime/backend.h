@@ -1,0 +1,151 @@
+/*
+ * backend.h — the compute backend vtable (ggml-backend style, DESIGN.md
+ * rule 3): { iface, ctx }, designated initialisers, optional slots NULL with
+ * a generic fallback in backend.c.
+ *
+ * Backends: "cpu" (always built; enforces device_memory_limit as a device
+ * capacity through its pool) and "cuda" (built when nvcc is found, chosen
+ * when a GPU is present). Every op is tested against the CPU backend.
+ *
+ * Memory: every allocation goes through b->pool (zrt_backend_alloc), so the
+ * device pool accounts all device bytes by category.
+ *
+ * Streams: ops take a zrt_stream (NULL = the backend's default stream). On
+ * the CPU backend ops complete before they return and streams/events are
+ * no-ops. On CUDA ops are asynchronous w.r.t. the host unless stated.
+ */
+#ifndef ZRT_BACKEND_H
+#define ZRT_BACKEND_H
+
+#include "pool.h"
+
+typedef void *zrt_stream;
+typedef void *zrt_event;
+
+/* Optimizer kinds and hyper-parameters shared by device and CPU optimizers. */
+typedef enum zrt_optim_type {
+  ZRT_OPTIM_ADAM = 0,
+  ZRT_OPTIM_ADAMW,
+  ZRT_OPTIM_SGD,
+  ZRT_OPTIM_LION
+} zrt_optim_type;
+
+typedef struct zrt_optim_hparams {
+  zrt_optim_type type;
+  float lr;
+  float beta1, beta2; /* Adam/AdamW/Lion betas */
+  float eps;
+  float weight_decay;  /* Adam: L2 added to grad; AdamW/Lion: decoupled */
+  float momentum;      /* SGD */
+  int bias_correction; /* Adam/AdamW (DeepSpeed default 1) */
+  int64_t step;        /* 1-based optimizer step count (bias correction) */
+  float grad_mul;      /* multiply raw grads by this first: unscale * clip coefficient */
+} zrt_optim_hparams;
+
+typedef struct zrt_backend_iface {
+  const char *name; /* "cpu", "cuda" */
+
+  /* raw device memory (wrapped by the pool) */
+  zrt_status (*alloc)(void *ctx, size_t bytes, void **out);
+  void (*free)(void *ctx, void *ptr, size_t bytes);
+
+  zrt_status (*memcpy)(void *ctx, void *dst, const void *src, size_t bytes, zrt_copy_kind kind,
+                       zrt_stream s);
+  zrt_status (*memset)(void *ctx, void *dst, int value, size_t bytes, zrt_stream s);
+
+  /* dst[i] = (dst_dt) src[i]; round-to-nearest-even, NaN/Inf preserved. */
+  zrt_status (*convert)(void *ctx, void *dst, zrt_dtype dst_dt, const void *src, zrt_dtype src_dt,
+                        size_t n, zrt_stream s);
+  /* dst[i] += (float)src[i] * alpha (fp32 dst, any src dtype). Optional. */
+  zrt_status (*accumulate)(void *ctx, float *dst, const void *src, zrt_dtype src_dt, float alpha,
+                           size_t n, zrt_stream s);
+  /* One pass: *sumsq += sum((x*scale)^2) in double, *nonfinite |= any
+   * non-finite x. Results are host values, complete on return (syncs). */
+  zrt_status (*scale_check)(void *ctx, const void *x, zrt_dtype dt, size_t n, float scale,
+                            double *sumsq, int *nonfinite, zrt_stream s);
+  /* Row-major GEMM with fp32 accumulation, C = alpha op(A) op(B) + beta C. */
+  zrt_status (*gemm)(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                     float alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                     zrt_dtype ab_dt, float beta, void *c, int64_t ldc, zrt_dtype c_dt,
+                     zrt_stream s);
+  /* Fused optimizer step over n elements of an fp32 master shard with
+   * state s1 (m / momentum), s2 (v; NULL for SGD/Lion): g = grad*grad_mul,
+   * update master, write param16 (dtype pdt; NULL = skip). */
+  zrt_status (*optim_step)(void *ctx, const zrt_optim_hparams *hp, float *master, float *s1,
+                           float *s2, const void *grad, zrt_dtype gdt, void *param16, zrt_dtype pdt,
+                           size_t n, zrt_stream s);
+
+  zrt_status (*stream_create)(void *ctx, zrt_stream *out);               /* optional */
+  void (*stream_destroy)(void *ctx, zrt_stream s);                       /* optional */
+  zrt_status (*event_create)(void *ctx, zrt_event *out);                 /* optional */
+  void (*event_destroy)(void *ctx, zrt_event e);                         /* optional */
+  zrt_status (*event_record)(void *ctx, zrt_event e, zrt_stream s);      /* optional */
+  zrt_status (*stream_wait_event)(void *ctx, zrt_stream s, zrt_event e); /* optional */
+  zrt_status (*synchronize)(void *ctx, zrt_stream s);                    /* s NULL = whole device */
+
+  /* Registers host memory as pinned for fast async copies (CUDA:
+   * cudaHostRegister). Optional; CPU backend: NULL (mlock is the host
+   * pool's job). */
+  zrt_status (*host_register)(void *ctx, void *ptr, size_t bytes);
+  void (*host_unregister)(void *ctx, void *ptr);
+
+  void (*destroy)(void *ctx);
+} zrt_backend_iface;
+
+typedef struct zrt_backend {
+  const zrt_backend_iface *iface;
+  void *ctx;
+  zrt_pool *pool;        /* device pool: accounting + capacity */
+  int device_id;         /* CUDA device ordinal; -1 on CPU */
+  int numa_node;         /* NUMA node of the device (GPU from sysfs); -1 unknown */
+  char description[256]; /* e.g. "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)" */
+} zrt_backend;
+
+/* want: "auto" | "cpu" | "cuda". auto = cuda when built and a device is
+ * present, else cpu. device_memory_limit 0 = the device's real capacity
+ * (unlimited on CPU). local_rank picks the GPU (local_rank % count). */
+zrt_status zrt_backend_create(const char *want, size_t device_memory_limit, int local_rank,
+                              zrt_backend **out);
+void zrt_backend_destroy(zrt_backend *b);
+
+/* 1 when the CUDA backend is compiled in; number of usable GPUs (0 when
+ * none or not built). */
+int zrt_backend_cuda_built(void);
+int zrt_backend_cuda_device_count(void);
+
+/* Accounted allocation in the device pool. */
+zrt_status zrt_backend_alloc(zrt_backend *b, size_t bytes, zrt_mem_category cat, void **out);
+void zrt_backend_free(zrt_backend *b, void *ptr);
+
+/* Dispatch helpers (fall back to generic code where a slot is NULL). */
+zrt_status zrt_backend_memcpy(zrt_backend *b, void *dst, const void *src, size_t bytes,
+                              zrt_copy_kind kind, zrt_stream s);
+zrt_status zrt_backend_memset(zrt_backend *b, void *dst, int value, size_t bytes, zrt_stream s);
+zrt_status zrt_backend_convert(zrt_backend *b, void *dst, zrt_dtype dst_dt, const void *src,
+                               zrt_dtype src_dt, size_t n, zrt_stream s);
+zrt_status zrt_backend_accumulate(zrt_backend *b, float *dst, const void *src, zrt_dtype src_dt,
+                                  float alpha, size_t n, zrt_stream s);
+zrt_status zrt_backend_scale_check(zrt_backend *b, const void *x, zrt_dtype dt, size_t n,
+                                   float scale, double *sumsq, int *nonfinite, zrt_stream s);
+zrt_status zrt_backend_gemm(zrt_backend *b, int trans_a, int trans_b, int64_t m, int64_t n,
+                            int64_t k, float alpha, const void *a, int64_t lda, const void *bm,
+                            int64_t ldb, zrt_dtype ab_dt, float beta, void *c, int64_t ldc,
+                            zrt_dtype c_dt, zrt_stream s);
+zrt_status zrt_backend_optim_step(zrt_backend *b, const zrt_optim_hparams *hp, float *master,
+                                  float *s1, float *s2, const void *grad, zrt_dtype gdt,
+                                  void *param16, zrt_dtype pdt, size_t n, zrt_stream s);
+zrt_status zrt_backend_synchronize(zrt_backend *b, zrt_stream s);
+zrt_status zrt_backend_stream_create(zrt_backend *b, zrt_stream *out);
+void zrt_backend_stream_destroy(zrt_backend *b, zrt_stream s);
+zrt_status zrt_backend_event_create(zrt_backend *b, zrt_event *out);
+void zrt_backend_event_destroy(zrt_backend *b, zrt_event e);
+zrt_status zrt_backend_event_record(zrt_backend *b, zrt_event e, zrt_stream s);
+zrt_status zrt_backend_stream_wait_event(zrt_backend *b, zrt_stream s, zrt_event e);
+
+/* Backend constructors (registry in backend.c). */
+zrt_status zrt_backend_cpu_init(zrt_backend *b);
+#ifdef ZRT_HAVE_CUDA
+zrt_status zrt_backend_cuda_init(zrt_backend *b, int device);
+#endif
+
+#endif

@@ -1,0 +1,154 @@
+/*
+ * config.h — the resolved, typed config and the schema table behind it
+ * (DESIGN.md rule 7).
+ *
+ * One table (config_schema.c) lists every key: dotted path, type, default,
+ * range or enum values, the field of zrt_cfg it fills, the environment
+ * variable (zrt section) and the doc line. The YAML loader (libyaml), the
+ * DeepSpeed JSON loader (cJSON), the launch-YAML loader, env overrides, CLI
+ * overrides, validation, `zrt config` questions, `zrt config explain` and
+ * docs/config-reference.md are all driven from it.
+ *
+ * Every value remembers its source (default, FILE:line, environment, flag,
+ * program, derived).
+ */
+#ifndef ZRT_CONFIG_H
+#define ZRT_CONFIG_H
+
+#include <stdio.h>
+
+#include "backend.h"
+
+#define ZRT_CFG_STR 512
+
+typedef enum zrt_offload_device {
+  ZRT_OFFLOAD_NONE = 0,
+  ZRT_OFFLOAD_CPU,
+  ZRT_OFFLOAD_NVME
+} zrt_offload_device;
+
+typedef enum zrt_sched_type {
+  ZRT_SCHED_NONE = 0,
+  ZRT_SCHED_WARMUP_LR,
+  ZRT_SCHED_WARMUP_DECAY_LR,
+  ZRT_SCHED_WARMUP_COSINE_LR
+} zrt_sched_type;
+
+typedef struct zrt_offload_cfg {
+  zrt_offload_device device;
+  char nvme_path[ZRT_CFG_STR];
+  int pin_memory;
+  int64_t buffer_count;
+  int64_t buffer_size; /* offload_param only */
+  int64_t max_in_cpu;  /* offload_param only */
+} zrt_offload_cfg;
+
+/* The resolved config. Sizes in bytes or elements as DeepSpeed defines
+ * them. Values "auto" resolve in zrt_config_resolve; until then integer
+ * fields hold -1 for auto / unset. */
+typedef struct zrt_cfg {
+  /* batch triple: train = micro * accum * world */
+  int64_t train_batch_size;
+  int64_t train_micro_batch_size_per_gpu;
+  int64_t gradient_accumulation_steps;
+  double gradient_clipping; /* 0 = off */
+  int64_t steps_per_print;
+  int wall_clock_breakdown;
+  int communication_data_type; /* -1 = working dtype, else zrt_dtype */
+
+  /* fp16 */
+  int fp16_enabled;
+  double fp16_loss_scale; /* 0 = dynamic */
+  int64_t fp16_initial_scale_power;
+  int64_t fp16_loss_scale_window;
+  int64_t fp16_hysteresis;
+  int fp16_consecutive_hysteresis;
+  double fp16_min_loss_scale;
+
+  /* bf16 */
+  int bf16_enabled;
+  int bf16_check_grad_overflow;
+
+  /* zero_optimization */
+  int zero_stage; /* 0..3; -1 = auto */
+  int contiguous_gradients;
+  int overlap_comm;
+  int reduce_scatter;
+  int64_t reduce_bucket_size;    /* elements */
+  int64_t allgather_bucket_size; /* elements */
+  int64_t stage3_prefetch_bucket_size;
+  int64_t stage3_param_persistence_threshold;
+  int64_t stage3_max_live_parameters;
+  int64_t stage3_max_reuse_distance;
+  int64_t sub_group_size;
+  zrt_offload_cfg offload_optimizer;
+  zrt_offload_cfg offload_param;
+
+  /* optimizer */
+  zrt_optim_type optimizer_type;
+  double lr, beta1, beta2, eps, weight_decay, momentum;
+  int bias_correction;
+
+  /* scheduler */
+  zrt_sched_type scheduler_type;
+  double warmup_min_lr, warmup_max_lr;
+  int64_t warmup_num_steps;
+  int warmup_type_log; /* 1 = "log" (DeepSpeed default), 0 = "linear" */
+  int64_t total_num_steps;
+  double cos_min_ratio, warmup_min_ratio;
+
+  /* zrt section (each also ZRT_<KEY> in the environment) */
+  uint64_t device_memory_limit; /* 0 = device's own */
+  uint64_t seed;
+  char metrics_path[ZRT_CFG_STR];
+  double comm_timeout_s;
+  char backend[32]; /* auto|cpu|cuda */
+  char comm[32];    /* auto|self|mpi|nccl */
+  int numa_node;    /* -1 = auto */
+  int bind_cores_to_rank;
+  int pin_memory_fallback; /* allow unpinned host memory when pinning fails (logged) */
+
+  /* launch (launch YAML / zrt launch flags) */
+  int64_t num_processes;
+  int64_t num_machines;
+  int64_t machine_rank;
+  char main_process_ip[256];
+  int64_t main_process_port;
+  char hostfile[ZRT_CFG_STR];
+  char mixed_precision[16]; /* no|fp16|bf16 */
+  int use_cpu;
+} zrt_cfg;
+
+/* Where a value came from. */
+typedef enum zrt_cfg_source_kind {
+  ZRT_SRC_DEFAULT = 0,
+  ZRT_SRC_FILE,
+  ZRT_SRC_ENV,
+  ZRT_SRC_FLAG,
+  ZRT_SRC_PROGRAM,
+  ZRT_SRC_DERIVED
+} zrt_cfg_source_kind;
+
+typedef struct zrt_cfg_source {
+  zrt_cfg_source_kind kind;
+  char where[ZRT_CFG_STR]; /* "cfg.yaml:12", "ZRT_SEED", "--zero_stage", "" */
+} zrt_cfg_source;
+
+/* Typed view of a config handle (valid until the config changes). */
+const zrt_cfg *zrt_config_values(const zrt_config *cfg);
+/* Working dtype implied by fp16/bf16 enabled flags. */
+zrt_dtype zrt_config_dtype(const zrt_config *cfg);
+
+/* Schema iteration, for explain / docs / questionnaire / launcher export. */
+size_t zrt_config_schema_count(void);
+/* Key path of schema entry i, its current text value and source. */
+zrt_status zrt_config_entry(const zrt_config *cfg, size_t i, const char **key_path, char *value,
+                            size_t value_len, zrt_cfg_source *src);
+/* Writes the resolved config as DeepSpeed-style JSON (nested objects) that
+ * zrt_config_load_file reads back to the same values. Sources are kept in a
+ * "_zrt_sources" object so ranks can still explain where values came from. */
+zrt_status zrt_config_write_json(const zrt_config *cfg, const char *path);
+/* Markdown reference of every key (docs/config-reference.md). */
+zrt_status zrt_config_write_reference(FILE *out);
+
+#endif
