@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# run-tests.sh — the README's second quick-start command and what CI runs
+# (.ci/run): set-up (missing Debian packages, build), then the whole test
+# suite: ctest (labels unit, mpi, cli, fuzz; gpu tests skip with 77 when
+# there is no GPU), the .clang-format check, an ASan+UBSan build of the suite,
+# and a short libFuzzer pass over the config loaders.
+# Environment: ZRT_FUZZ_SECONDS (default 20 per target), ZRT_SKIP_ASAN=1,
+# ZRT_SKIP_FUZZ=1 to shorten a local run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+jobs=$(nproc)
+
+echo "== format check"
+./scripts/check-format.sh
+
+echo "== ctest (build/)"
+(cd build && ctest --output-on-failure -j"$jobs" --timeout 900)
+
+if [ "${ZRT_SKIP_ASAN:-0}" != 1 ]; then
+  echo "== ASan+UBSan build and suite (build-asan/, CPU only)"
+  if [ ! -f build-asan/CMakeCache.txt ]; then
+    cmake -S . -B build-asan -DZRT_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
+      -DZRT_SANITIZE=address,undefined >/dev/null
+  fi
+  cmake --build build-asan -j"$jobs"
+  # Open MPI's own allocations are reported as leaks by LSan: leak checking is
+  # left to valgrind-free unit runs; ASan still catches every invalid access.
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --output-on-failure -j"$jobs" -L 'unit|mpi|fuzz' --timeout 900)
+fi
+
+if [ "${ZRT_SKIP_FUZZ:-0}" != 1 ] && [ -x scripts/fuzz.sh ]; then
+  echo "== fuzz (libFuzzer, ${ZRT_FUZZ_SECONDS:-20}s per target)"
+  ZRT_FUZZ_SECONDS=${ZRT_FUZZ_SECONDS:-20} ./scripts/fuzz.sh
+fi
+echo "== all tests passed"
