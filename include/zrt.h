@@ -206,7 +206,10 @@ zrt_status zrt_module_grads_ready(zrt_engine *eng, int module_id);
  * in backend memory. */
 zrt_status zrt_param_data(zrt_engine *eng, int param_id, void **ptr);
 /* Gradient buffer of a parameter (working dtype, backend memory) that the
- * program's backward ADDS into. Zero at the start of each micro-batch. */
+ * program's backward ADDS into. Stage 2/3: zero at the start of each
+ * micro-batch (allocated on first use, freed by grads_ready). Stage 0/1:
+ * zero at the start of each accumulation window — the program's adds of
+ * successive micro-batches accumulate in it, as in DeepSpeed. */
 zrt_status zrt_param_grad(zrt_engine *eng, int param_id, void **ptr);
 /* Element count of a parameter. */
 zrt_status zrt_param_numel(const zrt_engine *eng, int param_id, int64_t *numel);
@@ -218,6 +221,10 @@ zrt_status zrt_engine_loss_scale(const zrt_engine *eng, float *scale);
  * accumulation boundary: reduces, checks overflow, clips, steps the
  * optimizer and scheduler, writes metrics; info->boundary says which. */
 zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info);
+
+/* Tokens (or samples) one rank processes per micro-batch, for the metrics'
+ * tokens_per_s (= tokens * grad_accum * world / step time). 0 = unknown. */
+zrt_status zrt_engine_set_tokens_per_micro(zrt_engine *eng, int64_t tokens);
 
 /* Memory accounting. where: 0 = device pool, 1 = pinned host pool. Local
  * rank only. */

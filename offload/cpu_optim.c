@@ -2,17 +2,25 @@
  * cpu_optim.c — run-time ISA dispatch and OpenMP tiling of the fused CPU
  * optimizer step and of the sum-of-squares / non-finite check.
  *
- * This file currently holds the scalar path threaded over tiles; the
- * AVX2 / AVX-512 paths plug in through zrt_cpu_optim_step_isa.
+ * The ISA is chosen by cpuid (__builtin_cpu_supports) once per process and
+ * cached (a cached env/cpu parameter, DESIGN.md rule 5); $ZRT_CPU_ISA =
+ * scalar|avx2|avx512 forces a path (a request this CPU cannot run is logged
+ * and the best path is used instead). Work is split into fixed tiles of
+ * ZRT_OPTIM_TILE elements handed to OpenMP threads statically, so which
+ * thread updates which element never changes the result: every path is
+ * elementwise and the result is independent of the thread count.
  */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "amp/dtype.h"
-#include "offload/cpu_optim.h"
+#include "offload/cpu_optim_internal.h"
 
+/* 64 KiB of fp32 master per tile: big enough to amortise the OpenMP hand-out,
+ * small enough to balance 2..64 threads on shards of a few M elements. */
 #define ZRT_OPTIM_TILE 16384
 
 const char *zrt_isa_name(zrt_isa isa) {
@@ -23,9 +31,101 @@ const char *zrt_isa_name(zrt_isa isa) {
   }
 }
 
-int zrt_cpu_isa_supported(zrt_isa isa) { return isa == ZRT_ISA_SCALAR; }
+int zrt_cpu_has_avx512bf16(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16");
+}
 
-zrt_isa zrt_cpu_isa_best(void) { return ZRT_ISA_SCALAR; }
+int zrt_cpu_isa_supported(zrt_isa isa) {
+  __builtin_cpu_init();
+  switch (isa) {
+  case ZRT_ISA_SCALAR: return 1;
+  case ZRT_ISA_AVX2:
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+  case ZRT_ISA_AVX512:
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("f16c");
+  }
+  return 0;
+}
+
+static int zrt_isa_cached = -1;
+
+zrt_isa zrt_cpu_isa_best(void) {
+  if (zrt_isa_cached >= 0) return (zrt_isa)zrt_isa_cached;
+  zrt_isa best = zrt_cpu_isa_supported(ZRT_ISA_AVX512) ? ZRT_ISA_AVX512
+                 : zrt_cpu_isa_supported(ZRT_ISA_AVX2) ? ZRT_ISA_AVX2
+                                                       : ZRT_ISA_SCALAR;
+  const char *env = getenv("ZRT_CPU_ISA");
+  if (env && *env) {
+    int want = !strcasecmp(env, "scalar")   ? ZRT_ISA_SCALAR
+               : !strcasecmp(env, "avx2")   ? ZRT_ISA_AVX2
+               : !strcasecmp(env, "avx512") ? ZRT_ISA_AVX512
+                                            : -1;
+    if (want < 0)
+      zrt_log(ZRT_LOG_WARN,
+              "ZRT_CPU_ISA=%s is not one of scalar|avx2|avx512; using %s (the best this CPU has)",
+              env, zrt_isa_name(best));
+    else if (!zrt_cpu_isa_supported((zrt_isa)want))
+      zrt_log(ZRT_LOG_WARN, "ZRT_CPU_ISA=%s: this CPU cannot run it; using %s", env,
+              zrt_isa_name(best));
+    else
+      best = (zrt_isa)want;
+  }
+  zrt_log_once("cpu_optim_isa", ZRT_LOG_DEBUG, "cpu optimizer: %s path%s", zrt_isa_name(best),
+               best == ZRT_ISA_AVX512 && zrt_cpu_has_avx512bf16() ? " with AVX512_BF16" : "");
+  zrt_isa_cached = (int)best;
+  return best;
+}
+
+/* The same expressions, in the same types, as zrt_cpu_optim_step_scalar's
+ * prologue; this file is compiled without FMA so nothing is fused. */
+void zrt_optim_consts_init(const zrt_optim_hparams *hp, zrt_optim_consts *c) {
+  c->type = hp->type;
+  c->lr = hp->lr;
+  c->b1 = hp->beta1;
+  c->b2 = hp->beta2;
+  c->omb1 = 1.0f - hp->beta1;
+  c->omb2 = 1.0f - hp->beta2;
+  c->eps = hp->eps;
+  c->wd = hp->weight_decay;
+  c->mul = hp->grad_mul;
+  c->momentum = hp->momentum;
+  c->decay = 1.0f - hp->lr * hp->weight_decay;
+  float bc1 = 1.0f, bc2 = 1.0f;
+  if (hp->bias_correction && (hp->type == ZRT_OPTIM_ADAM || hp->type == ZRT_OPTIM_ADAMW)) {
+    bc1 = 1.0f - powf(hp->beta1, (float)hp->step);
+    bc2 = 1.0f - powf(hp->beta2, (float)hp->step);
+  }
+  c->step_size = hp->lr / bc1;
+  c->inv_sqrt_bc2 = 1.0f / sqrtf(bc2);
+}
+
+static zrt_status zrt_optim_check_args(const zrt_optim_hparams *hp, float *master, float *s1,
+                                       float *s2, const void *grad, zrt_dtype gdt, zrt_dtype pdt,
+                                       size_t n) {
+  if (!hp) return zrt_error(ZRT_ERR_INVALID_ARG, "cpu optimizer: hyper-parameters are NULL");
+  if ((int)hp->type < ZRT_OPTIM_ADAM || hp->type > ZRT_OPTIM_LION)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "cpu optimizer: unknown optimizer type %d",
+                     (int)hp->type);
+  if ((int)gdt < ZRT_F32 || gdt > ZRT_BF16 || (int)pdt < ZRT_F32 || pdt > ZRT_BF16)
+    return zrt_error(ZRT_ERR_INVALID_ARG,
+                     "cpu optimizer: grad dtype %d / param dtype %d is not fp32|fp16|bf16",
+                     (int)gdt, (int)pdt);
+  if (n == 0) return ZRT_OK;
+  if (!master || !grad)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "cpu optimizer: master or grad pointer is NULL (n=%zu)",
+                     n);
+  int needs_s1 = hp->type != ZRT_OPTIM_SGD || hp->momentum != 0.0f;
+  int needs_s2 = hp->type == ZRT_OPTIM_ADAM || hp->type == ZRT_OPTIM_ADAMW;
+  if ((needs_s1 && !s1) || (needs_s2 && !s2))
+    return zrt_error(ZRT_ERR_INVALID_ARG,
+                     "cpu optimizer: optimizer state %s is NULL but optimizer type %d needs it",
+                     needs_s1 && !s1 ? "s1 (m / momentum)" : "s2 (v)", (int)hp->type);
+  return ZRT_OK;
+}
 
 zrt_status zrt_cpu_optim_step_isa(zrt_isa isa, const zrt_optim_hparams *hp, float *master,
                                   float *s1, float *s2, const void *grad, zrt_dtype gdt,
@@ -33,15 +133,27 @@ zrt_status zrt_cpu_optim_step_isa(zrt_isa isa, const zrt_optim_hparams *hp, floa
   if (!zrt_cpu_isa_supported(isa))
     return zrt_error(ZRT_ERR_UNSUPPORTED, "cpu optimizer: ISA %s is not available on this CPU",
                      zrt_isa_name(isa));
+  ZRT_CHECK(zrt_optim_check_args(hp, master, s1, s2, grad, gdt, pdt, n));
+  if (n == 0) return ZRT_OK;
+  zrt_optim_consts c;
+  zrt_optim_consts_init(hp, &c);
+  const int bf16_insn = isa == ZRT_ISA_AVX512 && zrt_cpu_has_avx512bf16();
   size_t gsz = zrt_dtype_size(gdt), psz = zrt_dtype_size(pdt);
   long tiles = (long)ZRT_DIV_UP(n, (size_t)ZRT_OPTIM_TILE);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (tiles > 1)
   for (long t = 0; t < tiles; t++) {
     size_t off = (size_t)t * ZRT_OPTIM_TILE;
     size_t len = ZRT_MIN((size_t)ZRT_OPTIM_TILE, n - off);
-    zrt_cpu_optim_step_scalar(hp, master + off, s1 ? s1 + off : NULL, s2 ? s2 + off : NULL,
-                              (const char *)grad + off * gsz, gdt,
-                              param16 ? (char *)param16 + off * psz : NULL, pdt, len);
+    float *ms = master + off, *a = s1 ? s1 + off : NULL, *b = s2 ? s2 + off : NULL;
+    const void *g = (const char *)grad + off * gsz;
+    void *p16 = param16 ? (char *)param16 + off * psz : NULL;
+    switch (isa) {
+    case ZRT_ISA_AVX512:
+      zrt_cpu_optim_range_avx512(&c, ms, a, b, g, gdt, p16, pdt, len, bf16_insn);
+      break;
+    case ZRT_ISA_AVX2: zrt_cpu_optim_range_avx2(&c, ms, a, b, g, gdt, p16, pdt, len); break;
+    default: zrt_cpu_optim_step_scalar(hp, ms, a, b, g, gdt, p16, pdt, len); break;
+    }
   }
   return ZRT_OK;
 }
@@ -54,14 +166,32 @@ zrt_status zrt_cpu_optim_step(const zrt_optim_hparams *hp, float *master, float 
 
 void zrt_cpu_sumsq_check(const void *grad, zrt_dtype gdt, size_t n, float scale, double *sumsq,
                          int *nonfinite) {
+  zrt_isa isa = zrt_cpu_isa_best();
+  size_t gsz = zrt_dtype_size(gdt);
+  long tiles = (long)ZRT_DIV_UP(n, (size_t)ZRT_OPTIM_TILE);
   double acc = 0.0;
   int bad = 0;
-#pragma omp parallel for reduction(+ : acc) reduction(| : bad) schedule(static)
-  for (long i = 0; i < (long)n; i++) {
-    float g = zrt_load_f(grad, gdt, (size_t)i);
-    if (!isfinite(g)) bad = 1;
-    double x = (double)g * scale;
-    acc += x * x;
+#pragma omp parallel for reduction(+ : acc) reduction(| : bad) schedule(static) if (tiles > 1)
+  for (long t = 0; t < tiles; t++) {
+    size_t off = (size_t)t * ZRT_OPTIM_TILE;
+    size_t len = ZRT_MIN((size_t)ZRT_OPTIM_TILE, n - off);
+    const void *g = (const char *)grad + off * gsz;
+    double s = 0.0;
+    int nf = 0;
+    if (isa == ZRT_ISA_AVX512) {
+      zrt_cpu_sumsq_range_avx512(g, gdt, len, scale, &s, &nf);
+    } else if (isa == ZRT_ISA_AVX2) {
+      zrt_cpu_sumsq_range_avx2(g, gdt, len, scale, &s, &nf);
+    } else {
+      for (size_t i = 0; i < len; i++) {
+        float x = zrt_load_f(g, gdt, i);
+        if (!isfinite(x)) nf = 1;
+        double d = (double)x * scale;
+        s += d * d;
+      }
+    }
+    acc += s;
+    bad |= nf;
   }
   *sumsq += acc;
   *nonfinite |= bad;

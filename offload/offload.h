@@ -36,6 +36,17 @@ zrt_status zrt_offload_pipe_step(zrt_offload_pipe *p, const zrt_optim_hparams *h
                                  float *s1, float *s2, const void *grad_dev, zrt_dtype gdt,
                                  void *param16_dev, zrt_dtype pdt, size_t n);
 
+/* NVMe mode (opts.nvme): creates the swap files for a shard of n elements
+ * with nstates optimizer states (2 for Adam/AdamW, 1 for SGD with momentum
+ * and Lion, 0 for plain SGD) and writes the initial master / states into
+ * them (s1/s2 NULL = zeros). After this, zrt_offload_pipe_step takes
+ * master = s1 = s2 = NULL. Blocking. */
+zrt_status zrt_offload_pipe_nvme_register(zrt_offload_pipe *p, size_t n, int nstates,
+                                          const float *master, const float *s1, const float *s2);
+/* Reads the current (last committed) master or state back from the files
+ * (which: 0 master, 1 s1, 2 s2) into dst[n] — for checkpoints and tests. */
+zrt_status zrt_offload_pipe_nvme_read(zrt_offload_pipe *p, int which, float *dst);
+
 /* Time of the last step: total, and how much of the copies hid behind the update. */
 typedef struct zrt_offload_timing {
   double total_s, copy_s, update_s, hidden_fraction;

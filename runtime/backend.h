@@ -95,10 +95,13 @@ typedef struct zrt_backend_iface {
 typedef struct zrt_backend {
   const zrt_backend_iface *iface;
   void *ctx;
-  zrt_pool *pool;        /* device pool: accounting + capacity */
-  int device_id;         /* CUDA device ordinal; -1 on CPU */
-  int numa_node;         /* NUMA node of the device (GPU from sysfs); -1 unknown */
-  char description[256]; /* e.g. "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)" */
+  zrt_pool *pool;         /* device pool: accounting + capacity */
+  int device_id;          /* CUDA device ordinal; -1 on CPU */
+  int numa_node;          /* NUMA node of the device (GPU from sysfs); -1 unknown */
+  char description[256];  /* e.g. "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)" */
+  size_t device_capacity; /* the device's own memory in bytes as its init found it (0 =
+                             unbounded: CPU); the pool's capacity is device_memory_limit when
+                             set, else this */
 } zrt_backend;
 
 /* want: "auto" | "cpu" | "cuda". auto = cuda when built and a device is
@@ -141,8 +144,15 @@ zrt_status zrt_backend_event_create(zrt_backend *b, zrt_event *out);
 void zrt_backend_event_destroy(zrt_backend *b, zrt_event e);
 zrt_status zrt_backend_event_record(zrt_backend *b, zrt_event e, zrt_stream s);
 zrt_status zrt_backend_stream_wait_event(zrt_backend *b, zrt_stream s, zrt_event e);
+/* Pins host memory for async copies where the backend can (CUDA); a no-op
+ * on backends without the slot. unregister accepts memory never registered
+ * only on backends without the slot. */
+zrt_status zrt_backend_host_register(zrt_backend *b, void *ptr, size_t bytes);
+void zrt_backend_host_unregister(zrt_backend *b, void *ptr);
 
-/* Backend constructors (registry in backend.c). */
+/* Backend constructors (registry in backend.c). They fill iface, ctx,
+ * device_id, numa_node, description and device_capacity of a zeroed b; the
+ * registry then creates b->pool over iface->alloc/free. */
 zrt_status zrt_backend_cpu_init(zrt_backend *b);
 #ifdef ZRT_HAVE_CUDA
 zrt_status zrt_backend_cuda_init(zrt_backend *b, int device);

@@ -13,6 +13,27 @@
  * last completed collective to $ZRT_RUN_DIR/rank<R>.status (when the
  * launcher set ZRT_RUN_DIR) so `zrt launch` can say which rank is behind.
  *
+ * Watchdog message (zrt_last_error() after the failing wait):
+ *   collective #<seq> <op> (<bytes> bytes) did not complete within <T>s;
+ *   last completed: #<n> <op> (<bytes> bytes)      [or "last completed: none"]
+ * <op> is one of all_reduce, reduce_scatter, all_gather, broadcast, barrier.
+ * Sequence numbers start at 1 (seq 0 = nothing yet).
+ *
+ * Status file (the format tools/cmd_launch.c parses): when ZRT_RUN_DIR is
+ * set, the path is $ZRT_RUN_DIR/rank<R>.status (R = world rank, decimal, no
+ * padding), written atomically (write rank<R>.status.tmp, then rename) and
+ * holding exactly one line of JSON followed by '\n':
+ *   {"rank":R,"last_completed_seq":n,"last_op":"<op>","last_bytes":B,
+ *    "waiting_seq":s,"waiting_op":"<op>"}
+ * (one line in the file; wrapped here). n = 0 and last_op "" when nothing
+ * completed yet; last_bytes is that collective's payload on this rank. It
+ * is written every time a wait times out (waiting_* = the timed-out
+ * collective). A rank whose last_completed_seq is smallest is the one behind;
+ * a rank that wrote no file never timed out in a wait, so it did not reach
+ * the collective the others wait in (stuck in compute, or dead) — it is the
+ * one behind. Blocking collectives (req == NULL) run through the same
+ * watchdog wait, so they time out too.
+ *
  * Buffers: "send" and "recv" may alias only where stated (all_reduce in
  * place: send == recv).
  */
@@ -59,11 +80,18 @@ typedef struct zrt_comm {
   uint64_t completed; /* collectives completed */
   char last_op[64];   /* last completed collective, for the watchdog */
   size_t last_bytes;
-  uint64_t bytes_moved; /* bytes this rank sent, by the algorithm's formula */
+  /* Bytes this rank sends by the ring formulas, in the caller's dtype
+   * (whatever the implementation stages): all_reduce 2(N-1)/N·bytes,
+   * reduce_scatter and all_gather (N-1)/N·total bytes, broadcast
+   * (N-1)/N·bytes, barrier 0; 0 at world size 1. Counted at issue. */
+  uint64_t bytes_moved;
 } zrt_comm;
 
 /* want: "auto" | "self" | "mpi" | "nccl". auto = self when WORLD_SIZE is
- * unset or 1 and not under mpiexec; nccl when backend is cuda; else mpi. */
+ * unset or 1 and not under mpiexec (OMPI_COMM_WORLD_SIZE unset or 1); nccl
+ * when backend is cuda, NCCL is built and every local rank has its own GPU
+ * (NCCL refuses two ranks on one GPU: then mpi with host staging); else
+ * mpi. The choice is logged once. timeout_s becomes c->timeout_s. */
 zrt_status zrt_comm_create(const char *want, zrt_backend *backend, double timeout_s,
                            zrt_comm **out);
 void zrt_comm_destroy(zrt_comm *c);
@@ -78,11 +106,18 @@ zrt_status zrt_comm_all_gather(zrt_comm *c, const void *send, void *recv, const 
 zrt_status zrt_comm_broadcast(zrt_comm *c, void *buf, size_t count, zrt_dtype dt, int root,
                               zrt_comm_req **req);
 zrt_status zrt_comm_barrier(zrt_comm *c);
-zrt_status zrt_comm_wait(zrt_comm *c, zrt_comm_req *req); /* NULL req ok */
+/* Completes req (NULL ok) within c->timeout_s. On the watchdog timeout it
+ * returns ZRT_ERR_COMM and req STAYS VALID (the collective is still in
+ * flight and its buffers in use: MPI/NCCL cannot cancel it) — wait on it
+ * again, or give up on the comm. Any other return frees req. */
+zrt_status zrt_comm_wait(zrt_comm *c, zrt_comm_req *req);
 zrt_status zrt_comm_test(zrt_comm *c, zrt_comm_req *req, int *done);
 
 /* Constructors (registry in comm.c). */
-zrt_status zrt_comm_self_init(zrt_comm *c);
+/* Constructors fill c->iface, ctx, rank/world/local_*. backend: where the
+ * buffers live (self: NULL = host memory). Comms come only from
+ * zrt_comm_create (it allocates private watchdog state behind zrt_comm). */
+zrt_status zrt_comm_self_init(zrt_comm *c, zrt_backend *backend);
 zrt_status zrt_comm_mpi_init(zrt_comm *c, zrt_backend *backend);
 #ifdef ZRT_HAVE_NCCL
 zrt_status zrt_comm_nccl_init(zrt_comm *c, zrt_backend *backend);

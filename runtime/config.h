@@ -88,6 +88,7 @@ typedef struct zrt_cfg {
   zrt_optim_type optimizer_type;
   double lr, beta1, beta2, eps, weight_decay, momentum;
   int bias_correction;
+  int adam_w_mode; /* DeepSpeed's Adam flag; set true explicitly -> AdamW */
 
   /* scheduler */
   zrt_sched_type scheduler_type;
@@ -117,6 +118,8 @@ typedef struct zrt_cfg {
   char hostfile[ZRT_CFG_STR];
   char mixed_precision[16]; /* no|fp16|bf16 */
   int use_cpu;
+  char compute_environment[32]; /* LOCAL_MACHINE (accelerate) */
+  char distributed_type[32];    /* DEEPSPEED|MULTI_GPU|MULTI_CPU|NO */
 } zrt_cfg;
 
 /* Where a value came from. */
@@ -150,5 +153,95 @@ zrt_status zrt_config_entry(const zrt_config *cfg, size_t i, const char **key_pa
 zrt_status zrt_config_write_json(const zrt_config *cfg, const char *path);
 /* Markdown reference of every key (docs/config-reference.md). */
 zrt_status zrt_config_write_reference(FILE *out);
+
+/* ------------------------------------------------------------------
+ * Additions (config engineer): schema description, handle utilities,
+ * warnings, writers. Stable for tools/cmd_config.c and tools/cmd_launch.c.
+ * ------------------------------------------------------------------ */
+
+/* Precedence (docs/config.md): each value carries the priority of its
+ * source and a later write only replaces it at equal or higher priority:
+ *   default < deepspeed_config_file beneath a launch YAML < file
+ *           < program < environment (ZRT_*) < flag
+ * zrt_config_set's origin picks the source: "--name" -> flag (where =
+ * origin), "ZRT_*" -> env, "program" / NULL / anything else -> program
+ * (where = origin). "derived" values (zrt_config_resolve) never block a
+ * later write. */
+
+/* Type of a schema key's value. */
+typedef enum zrt_cfg_type {
+  ZRT_CFGT_BOOL = 0, /* true|false */
+  ZRT_CFGT_INT,      /* integer; "5e8" accepted when integral */
+  ZRT_CFGT_FLOAT,    /* real number */
+  ZRT_CFGT_SIZE,     /* bytes: 4096, 24MiB, 1.5GB (zrt_parse_size) */
+  ZRT_CFGT_STRING,   /* free text (paths, addresses) */
+  ZRT_CFGT_ENUM,     /* one of `choices` ("a|b|c") */
+  ZRT_CFGT_PAIR      /* two reals [a, b] (optimizer betas) */
+} zrt_cfg_type;
+
+/* Flags of a schema key. */
+#define ZRT_CFGK_AUTO 1u   /* accepts "auto" (resolved in zrt_config_resolve) */
+#define ZRT_CFGK_LAUNCH 2u /* a launch-YAML key (zrt launch reads it) */
+#define ZRT_CFGK_ZRT 4u    /* zrt section key; settable by env var `env` */
+#define ZRT_CFGK_NOCASE 8u /* enum matched case-insensitively */
+
+/* One row of the schema table (static storage, never freed). */
+typedef struct zrt_cfg_key {
+  const char *path; /* dotted key path, "zero_optimization.offload_param.device" */
+  zrt_cfg_type type;
+  unsigned flags;      /* ZRT_CFGK_* */
+  const char *def;     /* default as text ("auto" for auto, "" for empty) */
+  const char *choices; /* ENUM: "fp32|fp16|bf16|null"; else NULL */
+  double min, max;     /* INT/FLOAT/SIZE range, inclusive (min > max: none) */
+  const char *env;     /* "ZRT_SEED" for zrt keys, else NULL */
+  const char *doc;     /* one line for docs / explain / questionnaire */
+} zrt_cfg_key;
+
+/* Schema row i (< zrt_config_schema_count()), NULL when out of range. */
+const zrt_cfg_key *zrt_config_schema_key(size_t i);
+/* Index of a key path in the schema, or -1. Accepts the full path only
+ * ("bfloat16.enabled" is normalised to "bf16.enabled"). */
+long zrt_config_schema_find(const char *key_path);
+
+/* Deep copy of a config (values, sources, warnings). */
+zrt_status zrt_config_copy(const zrt_config *cfg, zrt_config **out);
+
+/* Source of one key (NULL-safe: ZRT_ERR_CONFIG with a did-you-mean when the
+ * key is unknown). */
+zrt_status zrt_config_source(const zrt_config *cfg, const char *key_path, zrt_cfg_source *src);
+/* Short word of a source kind: "default", "file", "env", "flag", "program",
+ * "derived". */
+const char *zrt_config_source_kind_name(zrt_cfg_source_kind k);
+/* Whether a key currently holds an unresolved "auto". */
+int zrt_config_is_auto(const zrt_config *cfg, const char *key_path);
+
+/* Warnings collected while loading (keys accepted but not acted on, e.g.
+ * "ds.json:5:3: activation_checkpointing: accepted but not used by zrt").
+ * Each load also logs one WARN line naming them all. */
+size_t zrt_config_warning_count(const zrt_config *cfg);
+const char *zrt_config_warning(const zrt_config *cfg, size_t i);
+
+/* Writes the keys whose source is not "default" (or every key when `all`)
+ * as nested YAML that zrt_config_load_file reads back (questionnaire
+ * output). Launch keys stay at top level, DeepSpeed keys nest by section,
+ * zrt keys under `zrt:`. */
+zrt_status zrt_config_write_yaml(const zrt_config *cfg, const char *path, int all);
+
+/* Key-path aliases zrt_config_set also accepts, for command-line flags:
+ * accelerate's deepspeed_config short names ("zero_stage",
+ * "offload_optimizer_device", ... also as "deepspeed_config.zero_stage"),
+ * "bfloat16.*" for "bf16.*", and zrt keys without the "zrt." prefix
+ * ("seed", "device_memory_limit"). Returns the full path or NULL. */
+const char *zrt_config_canonical_key(const char *key_path);
+
+/* zrt_config_load_file on text in memory (stdin, fuzzing): `name` is used
+ * in messages, `dir` resolves a relative deepspeed_config_file (NULL: the
+ * current directory). Same all-or-nothing and error rules. */
+zrt_status zrt_config_load_buffer(zrt_config *cfg, const char *text, size_t len, const char *name,
+                                  const char *dir);
+
+/* Edit-distance suggestion among known keys for an unknown path, "" when
+ * none is close; the text is "did you mean 'x'?" ready to print. */
+const char *zrt_config_suggest(const char *key_path, char *buf, size_t len);
 
 #endif

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 PKGS=(build-essential cmake pkg-config git
       openmpi-bin libopenmpi-dev libopenblas-dev libjemalloc-dev libnuma-dev numactl
       libyaml-dev libcjson-dev liburing-dev gnuplot-nox clang libclang-rt-14-dev
-      clang-format python3)
+      clang-format python3 fortunes)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

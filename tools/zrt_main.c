@@ -14,7 +14,6 @@ typedef int (*zrt_cmd_fn)(int, char **);
 #pragma weak zrt_cmd_launch
 #pragma weak zrt_cmd_config
 #pragma weak zrt_cmd_env
-#pragma weak zrt_cmd_estimate_memory
 #pragma weak zrt_cmd_consolidate
 
 static const struct {

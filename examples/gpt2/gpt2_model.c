@@ -1,0 +1,268 @@
+/*
+ * gpt2_model.c — GPT-2 shape presets, the parameter table (Hugging Face
+ * names and Conv1D shapes, GPT-2 initialisation), the activation layout, the
+ * working-dtype conversions, and the float / double instantiations of the
+ * CPU kernels and module passes (gpt2_ops_impl.h).
+ *
+ * Invariant: the parameter table is the single source of the model's names,
+ * shapes, init and weight-decay flags; the trainer registers exactly it and
+ * the torch reference (scripts/gpt2_torch_ref.py) mirrors it.
+ */
+#include "gpt2_model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define GPT2_REAL float
+#define GPT2_SFX(n) n##_f32
+#define GPT2_IS_FLOAT 1
+#include "gpt2_ops_impl.h"
+#undef GPT2_REAL
+#undef GPT2_SFX
+#undef GPT2_IS_FLOAT
+#define GPT2_REAL double
+#define GPT2_SFX(n) n##_f64
+#define GPT2_IS_FLOAT 0
+#include "gpt2_ops_impl.h"
+#undef GPT2_REAL
+#undef GPT2_SFX
+#undef GPT2_IS_FLOAT
+
+int gpt2_config_preset(const char *name, gpt2_config *cfg) {
+  static const struct {
+    const char *name;
+    int l, h, c, ctx, seq;
+  } presets[] = {
+      {"tiny", 2, 2, 64, 64, 64},
+      {"gpt2", 12, 12, 768, 1024, 1024},
+      {"gpt2-medium", 24, 16, 1024, 1024, 1024},
+      {"gpt2-large", 36, 20, 1280, 1024, 1024},
+      {"gpt2-xl", 48, 25, 1600, 1024, 1024},
+  };
+  for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+    if (strcmp(presets[i].name, name) == 0) {
+      cfg->n_layer = presets[i].l;
+      cfg->n_head = presets[i].h;
+      cfg->n_embd = presets[i].c;
+      cfg->n_ctx = presets[i].ctx;
+      cfg->seq_len = presets[i].seq;
+      cfg->vocab = GPT2_VOCAB;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+int gpt2_config_validate(const gpt2_config *cfg, char *msg, size_t len) {
+  if (cfg->n_layer < 1 || cfg->n_head < 1 || cfg->n_embd < 1 || cfg->seq_len < 1) {
+    snprintf(msg, len,
+             "--n_layer, --n_head, --n_embd and --seq_len must be >= 1 (got %d, %d, %d, %d)",
+             cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->seq_len);
+    return -1;
+  }
+  if (cfg->n_embd % cfg->n_head != 0) {
+    snprintf(msg, len,
+             "--n_embd %d is not divisible by --n_head %d: pick a head count that divides it",
+             cfg->n_embd, cfg->n_head);
+    return -1;
+  }
+  if (cfg->seq_len > cfg->n_ctx) {
+    snprintf(msg, len, "--seq_len %d exceeds the model context %d", cfg->seq_len, cfg->n_ctx);
+    return -1;
+  }
+  return 0;
+}
+
+static void spec(gpt2_param_spec *p, const char *name, int ndim, int64_t d0, int64_t d1,
+                 zrt_init_kind kind, float a, unsigned flags) {
+  snprintf(p->name, sizeof p->name, "%s", name);
+  p->ndim = ndim;
+  p->shape[0] = d0;
+  p->shape[1] = d1;
+  p->init.kind = kind;
+  p->init.a = a;
+  p->flags = flags;
+}
+
+int gpt2_module_params(const gpt2_config *cfg, int which, gpt2_param_spec *out) {
+  int64_t C = cfg->n_embd;
+  const unsigned nd = ZRT_PARAM_NO_DECAY;
+  if (which < 0) {
+    spec(&out[GPT2_WTE], "wte.weight", 2, cfg->vocab, C, ZRT_INIT_NORMAL, 0.02f, 0);
+    spec(&out[GPT2_WPE], "wpe.weight", 2, cfg->n_ctx, C, ZRT_INIT_NORMAL, 0.02f, 0);
+    return 2;
+  }
+  if (which >= cfg->n_layer) {
+    spec(&out[GPT2_LNF_W], "ln_f.weight", 1, C, 0, ZRT_INIT_ONES, 0, nd);
+    spec(&out[GPT2_LNF_B], "ln_f.bias", 1, C, 0, ZRT_INIT_ZEROS, 0, nd);
+    return 2;
+  }
+  /* GPT-2 scales the init of the projections that write into the residual
+   * stream by 1/sqrt(2 * n_layer) (two per block). */
+  float resid = 0.02f / sqrtf(2.0f * (float)cfg->n_layer);
+  char n[64];
+#define P(idx, suffix, ndim, d0, d1, kind, a, fl)                                                  \
+  do {                                                                                             \
+    snprintf(n, sizeof n, "h.%d.%s", which, suffix);                                               \
+    spec(&out[idx], n, ndim, d0, d1, kind, a, fl);                                                 \
+  } while (0)
+  P(GPT2_LN1_W, "ln_1.weight", 1, C, 0, ZRT_INIT_ONES, 0, nd);
+  P(GPT2_LN1_B, "ln_1.bias", 1, C, 0, ZRT_INIT_ZEROS, 0, nd);
+  P(GPT2_ATTN_W, "attn.c_attn.weight", 2, C, 3 * C, ZRT_INIT_NORMAL, 0.02f, 0);
+  P(GPT2_ATTN_B, "attn.c_attn.bias", 1, 3 * C, 0, ZRT_INIT_ZEROS, 0, nd);
+  P(GPT2_ATTNPROJ_W, "attn.c_proj.weight", 2, C, C, ZRT_INIT_NORMAL, resid, 0);
+  P(GPT2_ATTNPROJ_B, "attn.c_proj.bias", 1, C, 0, ZRT_INIT_ZEROS, 0, nd);
+  P(GPT2_LN2_W, "ln_2.weight", 1, C, 0, ZRT_INIT_ONES, 0, nd);
+  P(GPT2_LN2_B, "ln_2.bias", 1, C, 0, ZRT_INIT_ZEROS, 0, nd);
+  P(GPT2_FC_W, "mlp.c_fc.weight", 2, C, 4 * C, ZRT_INIT_NORMAL, 0.02f, 0);
+  P(GPT2_FC_B, "mlp.c_fc.bias", 1, 4 * C, 0, ZRT_INIT_ZEROS, 0, nd);
+  P(GPT2_FCPROJ_W, "mlp.c_proj.weight", 2, 4 * C, C, ZRT_INIT_NORMAL, resid, 0);
+  P(GPT2_FCPROJ_B, "mlp.c_proj.bias", 1, C, 0, ZRT_INIT_ZEROS, 0, nd);
+#undef P
+  return GPT2_BLOCK_NPARAMS;
+}
+
+int64_t gpt2_param_numel(const gpt2_param_spec *p) {
+  return p->ndim == 1 ? p->shape[0] : p->shape[0] * p->shape[1];
+}
+
+int64_t gpt2_num_params(const gpt2_config *cfg) {
+  gpt2_param_spec ps[GPT2_BLOCK_NPARAMS];
+  int64_t total = 0;
+  for (int m = -1; m <= cfg->n_layer; m++) {
+    int np = gpt2_module_params(cfg, m, ps);
+    for (int i = 0; i < np; i++) total += gpt2_param_numel(&ps[i]);
+  }
+  return total;
+}
+
+void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B) {
+  size_t T = (size_t)cfg->seq_len, C = (size_t)cfg->n_embd, NH = (size_t)cfg->n_head;
+  size_t N = (size_t)B * T, off = 0;
+  memset(L, 0, sizeof *L);
+#define TAKE(field, n)                                                                             \
+  do {                                                                                             \
+    L->field = off;                                                                                \
+    off += (n);                                                                                    \
+  } while (0)
+  TAKE(encoded, N * C);
+  size_t layer0 = off;
+  off = 0; /* per-layer offsets are relative to the layer base */
+  TAKE(ln1, N * C);
+  TAKE(ln1_mean, N);
+  TAKE(ln1_rstd, N);
+  TAKE(qkv, 3 * N * C);
+  TAKE(att, (size_t)B * NH * T * T);
+  TAKE(atty, N * C);
+  TAKE(res2, N * C);
+  TAKE(ln2, N * C);
+  TAKE(ln2_mean, N);
+  TAKE(ln2_rstd, N);
+  TAKE(fch, 4 * N * C);
+  TAKE(fch_gelu, 4 * N * C);
+  TAKE(res3, N * C);
+  L->layer_stride = off;
+  /* Shift the per-layer offsets so that acts + stride * l + field works. */
+  L->ln1 += layer0, L->ln1_mean += layer0, L->ln1_rstd += layer0, L->qkv += layer0;
+  L->att += layer0, L->atty += layer0, L->res2 += layer0, L->ln2 += layer0;
+  L->ln2_mean += layer0, L->ln2_rstd += layer0, L->fch += layer0, L->fch_gelu += layer0;
+  L->res3 += layer0;
+  off = layer0 + L->layer_stride * (size_t)cfg->n_layer;
+  TAKE(lnf, N * C);
+  TAKE(lnf_mean, N);
+  TAKE(lnf_rstd, N);
+  TAKE(logits, N * (size_t)cfg->vocab);
+  TAKE(losses, N);
+  TAKE(dres, N * C);
+  TAKE(dC, N * C);
+  TAKE(d4C, 4 * N * C);
+#undef TAKE
+  L->total = off;
+}
+
+/* ------------------------------------------------------- dtype staging */
+
+float gpt2_half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else { /* subnormal: renormalise */
+      int e = -1;
+      do {
+        e++;
+        man <<= 1;
+      } while (!(man & 0x400));
+      bits = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | man << 13;
+  } else {
+    bits = sign | (exp + 112) << 23 | man << 13;
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t gpt2_float_to_half(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0);
+  if (ax >= 0x477ff000u) return sign | 0x7c00; /* rounds past 65504 */
+  if (ax < 0x38800000u) {                      /* fp16 subnormal or zero */
+    float a;
+    memcpy(&a, &ax, 4);
+    /* a * 2^24 rounded to nearest even is the subnormal mantissa. */
+    return sign | (uint16_t)nearbyintf(a * 16777216.0f);
+  }
+  uint32_t r = ax + 0xfffu + ((ax >> 13) & 1u); /* round to nearest even */
+  return sign | (uint16_t)((r - 0x38000000u) >> 13);
+}
+
+float gpt2_bf16_to_float(uint16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t gpt2_float_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return (uint16_t)(x >> 16);
+}
+
+void gpt2_to_f32(float *dst, const void *src, zrt_dtype dt, int64_t n) {
+  const uint16_t *s = src;
+  if (dt == ZRT_F32) {
+    memcpy(dst, src, (size_t)n * 4);
+  } else if (dt == ZRT_BF16) {
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; i++) dst[i] = gpt2_bf16_to_float(s[i]);
+  } else {
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; i++) dst[i] = gpt2_half_to_float(s[i]);
+  }
+}
+
+void gpt2_add_from_f32(void *dst, const float *src, zrt_dtype dt, int64_t n) {
+  if (dt == ZRT_F32) {
+    float *d = dst;
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; i++) d[i] += src[i];
+  } else if (dt == ZRT_BF16) {
+    uint16_t *d = dst;
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; i++) d[i] = gpt2_float_to_bf16(gpt2_bf16_to_float(d[i]) + src[i]);
+  } else {
+    uint16_t *d = dst;
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; i++) d[i] = gpt2_float_to_half(gpt2_half_to_float(d[i]) + src[i]);
+  }
+}

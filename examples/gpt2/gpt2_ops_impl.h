@@ -1,0 +1,427 @@
+/*
+ * gpt2_ops_impl.h — the CPU kernels (OpenMP) and the per-module
+ * forward/backward passes of GPT-2, written once and instantiated by
+ * gpt2_model.c for float (training) and double (the float64 gradient check
+ * runs exactly this code). No include guard: included once per type with
+ * GPT2_REAL / GPT2_SFX defined.
+ *
+ * The passes only touch memory through the ops table, so they run on the
+ * CUDA kernels as well. Kernel parallelisation never lets two threads add
+ * into the same element: reductions over rows (weight / bias gradients,
+ * embedding gradients) are split over column blocks instead.
+ */
+
+#define R GPT2_REAL
+#define S GPT2_SFX
+#define R_EXP(x) _Generic((x), float : expf, default : exp)(x)
+#define R_LOG(x) _Generic((x), float : logf, default : log)(x)
+#define R_TANH(x) _Generic((x), float : tanhf, default : tanh)(x)
+#define R_SQRT(x) _Generic((x), float : sqrtf, default : sqrt)(x)
+#define COLBLK 64
+
+static void S(cpu_zero)(R *p, size_t n) { memset(p, 0, n * sizeof(R)); }
+
+static zrt_status S(cpu_gemm_naive)(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
+                                    const R *a, int64_t lda, const R *b, int64_t ldb, float beta,
+                                    R *c, int64_t ldc) {
+#pragma omp parallel for
+  for (int64_t i = 0; i < m; i++) {
+    for (int64_t j = 0; j < n; j++) {
+      double acc = 0;
+      for (int64_t p = 0; p < k; p++) {
+        double av = ta ? a[p * lda + i] : a[i * lda + p];
+        double bv = tb ? b[j * ldb + p] : b[p * ldb + j];
+        acc += av * bv;
+      }
+      R *cij = &c[i * ldc + j];
+      *cij = (R)(alpha * acc + (beta == 0.0f ? 0.0 : beta * (double)*cij));
+    }
+  }
+  return ZRT_OK;
+}
+
+static void S(cpu_encoder_forward)(R *out, const int *tok, const R *wte, const R *wpe, int B, int T,
+                                   int C) {
+#pragma omp parallel for
+  for (int bt = 0; bt < B * T; bt++) {
+    const R *e = wte + (size_t)tok[bt] * C, *p = wpe + (size_t)(bt % T) * C;
+    R *o = out + (size_t)bt * C;
+    for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+  }
+}
+
+static void S(cpu_encoder_backward)(R *dwte, R *dwpe, const R *dout, const int *tok, int B, int T,
+                                    int C) {
+  /* Tokens repeat, so wte rows are owned by column block, not by position. */
+#pragma omp parallel for
+  for (int c0 = 0; c0 < C; c0 += COLBLK) {
+    int c1 = c0 + COLBLK < C ? c0 + COLBLK : C;
+    for (int bt = 0; bt < B * T; bt++) {
+      const R *d = dout + (size_t)bt * C;
+      R *w = dwte + (size_t)tok[bt] * C;
+      for (int c = c0; c < c1; c++) w[c] += d[c];
+    }
+  }
+#pragma omp parallel for
+  for (int t = 0; t < T; t++) {
+    R *w = dwpe + (size_t)t * C;
+    for (int b = 0; b < B; b++) {
+      const R *d = dout + ((size_t)b * T + t) * C;
+      for (int c = 0; c < C; c++) w[c] += d[c];
+    }
+  }
+}
+
+static void S(cpu_layernorm_forward)(R *out, R *mean, R *rstd, const R *inp, const R *w, const R *b,
+                                     int N, int C) {
+#pragma omp parallel for
+  for (int i = 0; i < N; i++) {
+    const R *x = inp + (size_t)i * C;
+    R m = 0, v = 0;
+    for (int c = 0; c < C; c++) m += x[c];
+    m /= C;
+    for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+    v /= C;
+    R s = (R)1 / R_SQRT(v + (R)1e-5);
+    R *o = out + (size_t)i * C;
+    for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
+    mean[i] = m;
+    rstd[i] = s;
+  }
+}
+
+static void S(cpu_layernorm_backward)(R *dinp, R *dw, R *db, const R *dout, const R *inp,
+                                      const R *w, const R *mean, const R *rstd, int N, int C) {
+#pragma omp parallel for
+  for (int i = 0; i < N; i++) {
+    const R *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
+    R m = mean[i], s = rstd[i], dn_mean = 0, dn_norm_mean = 0;
+    for (int c = 0; c < C; c++) {
+      R dn = w[c] * d[c];
+      dn_mean += dn;
+      dn_norm_mean += dn * (x[c] - m) * s;
+    }
+    dn_mean /= C;
+    dn_norm_mean /= C;
+    R *di = dinp + (size_t)i * C;
+    for (int c = 0; c < C; c++) {
+      R norm = (x[c] - m) * s;
+      di[c] += (w[c] * d[c] - dn_mean - norm * dn_norm_mean) * s;
+    }
+  }
+#pragma omp parallel for
+  for (int c0 = 0; c0 < C; c0 += COLBLK) {
+    int c1 = c0 + COLBLK < C ? c0 + COLBLK : C;
+    R aw[COLBLK] = {0}, ab[COLBLK] = {0};
+    for (int i = 0; i < N; i++) {
+      const R *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
+      for (int c = c0; c < c1; c++) {
+        aw[c - c0] += (x[c] - mean[i]) * rstd[i] * d[c];
+        ab[c - c0] += d[c];
+      }
+    }
+    for (int c = c0; c < c1; c++) {
+      dw[c] += aw[c - c0];
+      db[c] += ab[c - c0];
+    }
+  }
+}
+
+static void S(cpu_bias_add)(R *out, const R *bias, int N, int OC) {
+#pragma omp parallel for
+  for (int i = 0; i < N; i++) {
+    R *o = out + (size_t)i * OC;
+    for (int c = 0; c < OC; c++) o[c] += bias[c];
+  }
+}
+
+static void S(cpu_bias_backward)(R *db, const R *dout, int N, int OC) {
+#pragma omp parallel for
+  for (int c0 = 0; c0 < OC; c0 += COLBLK) {
+    int c1 = c0 + COLBLK < OC ? c0 + COLBLK : OC;
+    R acc[COLBLK] = {0};
+    for (int i = 0; i < N; i++) {
+      const R *d = dout + (size_t)i * OC;
+      for (int c = c0; c < c1; c++) acc[c - c0] += d[c];
+    }
+    for (int c = c0; c < c1; c++) db[c] += acc[c - c0];
+  }
+}
+
+/* Causal softmax attention; one (b, h) pair per iteration so each thread
+ * owns its head's columns of out / dqkv. */
+static void S(cpu_attention_forward)(R *out, R *att, const R *qkv, int B, int T, int C, int NH) {
+  int hs = C / NH;
+  R scale = (R)1 / R_SQRT((R)hs);
+#pragma omp parallel for
+  for (int bh = 0; bh < B * NH; bh++) {
+    int b = bh / NH, h = bh % NH;
+    for (int t = 0; t < T; t++) {
+      const R *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+      R *a = att + ((size_t)bh * T + t) * T;
+      R mx = -INFINITY;
+      for (int t2 = 0; t2 <= t; t2++) {
+        const R *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+        R dot = 0;
+        for (int i = 0; i < hs; i++) dot += q[i] * k[i];
+        a[t2] = dot * scale;
+        if (a[t2] > mx) mx = a[t2];
+      }
+      R sum = 0;
+      for (int t2 = 0; t2 <= t; t2++) {
+        a[t2] = R_EXP(a[t2] - mx);
+        sum += a[t2];
+      }
+      for (int t2 = 0; t2 <= t; t2++) a[t2] /= sum;
+      for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0;
+      R *o = out + ((size_t)b * T + t) * C + h * hs;
+      for (int i = 0; i < hs; i++) o[i] = 0;
+      for (int t2 = 0; t2 <= t; t2++) {
+        const R *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+        for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
+      }
+    }
+  }
+}
+
+static void S(cpu_attention_backward)(R *dqkv, const R *dout, const R *qkv, const R *att, int B,
+                                      int T, int C, int NH) {
+  int hs = C / NH;
+  R scale = (R)1 / R_SQRT((R)hs);
+#pragma omp parallel for
+  for (int bh = 0; bh < B * NH; bh++) {
+    int b = bh / NH, h = bh % NH;
+    for (int t = 0; t < T; t++) {
+      const R *a = att + ((size_t)bh * T + t) * T;
+      const R *dy = dout + ((size_t)b * T + t) * C + h * hs;
+      const R *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+      R *dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
+      /* d(att[t2]) = dy . v[t2]; softmax backward needs sum_j att_j datt_j
+       * first, so datt is computed twice rather than stored. */
+      R sum = 0;
+      for (int t2 = 0; t2 <= t; t2++) {
+        const R *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+        R da = 0;
+        for (int i = 0; i < hs; i++) da += dy[i] * v[i];
+        sum += a[t2] * da;
+      }
+      for (int t2 = 0; t2 <= t; t2++) {
+        size_t row2 = ((size_t)b * T + t2) * 3 * C;
+        const R *k = qkv + row2 + C + h * hs, *v = qkv + row2 + 2 * C + h * hs;
+        R *dk = dqkv + row2 + C + h * hs, *dv = dqkv + row2 + 2 * C + h * hs;
+        R da = 0;
+        for (int i = 0; i < hs; i++) {
+          da += dy[i] * v[i];
+          dv[i] += a[t2] * dy[i];
+        }
+        R dpre = a[t2] * (da - sum) * scale;
+        for (int i = 0; i < hs; i++) {
+          dq[i] += dpre * k[i];
+          dk[i] += dpre * q[i];
+        }
+      }
+    }
+  }
+}
+
+#define GELU_S 0.7978845608028654 /* sqrt(2/pi) */
+static void S(cpu_gelu_forward)(R *out, const R *inp, size_t n) {
+#pragma omp parallel for
+  for (size_t i = 0; i < n; i++) {
+    R x = inp[i];
+    out[i] = (R)0.5 * x * ((R)1 + R_TANH((R)GELU_S * (x + (R)0.044715 * x * x * x)));
+  }
+}
+
+static void S(cpu_gelu_backward)(R *dinp, const R *inp, const R *dout, size_t n) {
+#pragma omp parallel for
+  for (size_t i = 0; i < n; i++) {
+    R x = inp[i];
+    R th = R_TANH((R)GELU_S * (x + (R)0.044715 * x * x * x));
+    R sech2 = (R)1 - th * th;
+    R g =
+        (R)0.5 * ((R)1 + th) + (R)0.5 * x * sech2 * (R)GELU_S * ((R)1 + (R)3 * (R)0.044715 * x * x);
+    dinp[i] = g * dout[i];
+  }
+}
+
+static void S(cpu_residual_forward)(R *out, const R *a, const R *b, size_t n) {
+#pragma omp parallel for
+  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+static void S(cpu_crossentropy)(R *losses, R *logits, const int *targets, int N, int V, R dloss) {
+#pragma omp parallel for
+  for (int i = 0; i < N; i++) {
+    R *l = logits + (size_t)i * V;
+    R mx = l[0], sum = 0;
+    for (int v = 1; v < V; v++)
+      if (l[v] > mx) mx = l[v];
+    for (int v = 0; v < V; v++) sum += R_EXP(l[v] - mx);
+    losses[i] = R_LOG(sum) + mx - l[targets[i]];
+    if (dloss != 0) {
+      for (int v = 0; v < V; v++) l[v] = R_EXP(l[v] - mx) / sum * dloss;
+      l[targets[i]] -= dloss;
+    }
+  }
+}
+
+/* ------------------------------------------------------------ passes */
+
+#define GPT2_PASS_CHECK(call)                                                                      \
+  do {                                                                                             \
+    zrt_status s_ = (call);                                                                        \
+    if (s_ != ZRT_OK) return s_;                                                                   \
+  } while (0)
+
+static R *S(res_in)(const gpt2_acts_layout *L, R *acts, int layer) {
+  return layer == 0 ? acts + L->encoded : acts + L->layer_stride * (layer - 1) + L->res3;
+}
+
+zrt_status S(gpt2_embed_forward)(const S(gpt2_ops) * ops, const gpt2_config *cfg,
+                                 const gpt2_acts_layout *L, R *acts, const int *tokens, int B,
+                                 R *const *w) {
+  ops->encoder_forward(acts + L->encoded, tokens, w[GPT2_WTE], w[GPT2_WPE], B, cfg->seq_len,
+                       cfg->n_embd);
+  return ops->check ? ops->check() : ZRT_OK;
+}
+
+zrt_status S(gpt2_block_forward)(const S(gpt2_ops) * ops, const gpt2_config *cfg,
+                                 const gpt2_acts_layout *L, R *acts, int B, int layer,
+                                 R *const *w) {
+  int T = cfg->seq_len, C = cfg->n_embd, NH = cfg->n_head, N = B * T;
+  size_t NC = (size_t)N * C;
+  R *base = acts + L->layer_stride * layer, *res = S(res_in)(L, acts, layer);
+  R *ln1 = base + L->ln1, *qkv = base + L->qkv, *atty = base + L->atty, *res2 = base + L->res2;
+  R *ln2 = base + L->ln2, *fch = base + L->fch, *fchg = base + L->fch_gelu, *res3 = base + L->res3;
+  R *tmp = acts + L->dC;
+  void *x = ops->ctx;
+
+  ops->layernorm_forward(ln1, base + L->ln1_mean, base + L->ln1_rstd, res, w[GPT2_LN1_W],
+                         w[GPT2_LN1_B], N, C);
+  GPT2_PASS_CHECK(ops->gemm(x, 0, 0, N, 3 * C, C, 1, ln1, C, w[GPT2_ATTN_W], 3 * C, 0, qkv, 3 * C));
+  ops->bias_add(qkv, w[GPT2_ATTN_B], N, 3 * C);
+  ops->attention_forward(atty, base + L->att, qkv, B, T, C, NH);
+  GPT2_PASS_CHECK(ops->gemm(x, 0, 0, N, C, C, 1, atty, C, w[GPT2_ATTNPROJ_W], C, 0, tmp, C));
+  ops->bias_add(tmp, w[GPT2_ATTNPROJ_B], N, C);
+  ops->residual_forward(res2, res, tmp, NC);
+  ops->layernorm_forward(ln2, base + L->ln2_mean, base + L->ln2_rstd, res2, w[GPT2_LN2_W],
+                         w[GPT2_LN2_B], N, C);
+  GPT2_PASS_CHECK(ops->gemm(x, 0, 0, N, 4 * C, C, 1, ln2, C, w[GPT2_FC_W], 4 * C, 0, fch, 4 * C));
+  ops->bias_add(fch, w[GPT2_FC_B], N, 4 * C);
+  ops->gelu_forward(fchg, fch, 4 * NC);
+  GPT2_PASS_CHECK(ops->gemm(x, 0, 0, N, C, 4 * C, 1, fchg, 4 * C, w[GPT2_FCPROJ_W], C, 0, tmp, C));
+  ops->bias_add(tmp, w[GPT2_FCPROJ_B], N, C);
+  ops->residual_forward(res3, res2, tmp, NC);
+  return ops->check ? ops->check() : ZRT_OK;
+}
+
+zrt_status S(gpt2_head)(const S(gpt2_ops) * ops, const gpt2_config *cfg, const gpt2_acts_layout *L,
+                        R *acts, int B, const int *targets, R *const *w, const R *wte, R dloss,
+                        R *const *g, R *dwte) {
+  int T = cfg->seq_len, C = cfg->n_embd, V = cfg->vocab, N = B * T;
+  R *res = S(res_in)(L, acts, cfg->n_layer), *lnf = acts + L->lnf, *logits = acts + L->logits;
+  R *mean = acts + L->lnf_mean, *rstd = acts + L->lnf_rstd;
+  void *x = ops->ctx;
+
+  ops->layernorm_forward(lnf, mean, rstd, res, w[GPT2_LNF_W], w[GPT2_LNF_B], N, C);
+  GPT2_PASS_CHECK(ops->gemm(x, 0, 1, N, V, C, 1, lnf, C, wte, C, 0, logits, V));
+  ops->crossentropy(acts + L->losses, logits, targets, N, V, g ? dloss : 0);
+  if (g) {
+    /* logits now hold dlogits. */
+    R *dlnf = acts + L->dC, *dres = acts + L->dres;
+    GPT2_PASS_CHECK(ops->gemm(x, 0, 0, N, C, V, 1, logits, V, wte, C, 0, dlnf, C));
+    GPT2_PASS_CHECK(ops->gemm(x, 1, 0, V, C, N, 1, logits, V, lnf, C, 1, dwte, C));
+    ops->zero(dres, (size_t)N * C);
+    ops->layernorm_backward(dres, g[GPT2_LNF_W], g[GPT2_LNF_B], dlnf, res, w[GPT2_LNF_W], mean,
+                            rstd, N, C);
+  }
+  return ops->check ? ops->check() : ZRT_OK;
+}
+
+zrt_status S(gpt2_block_backward)(const S(gpt2_ops) * ops, const gpt2_config *cfg,
+                                  const gpt2_acts_layout *L, R *acts, int B, int layer, R *const *w,
+                                  R *const *g) {
+  int T = cfg->seq_len, C = cfg->n_embd, NH = cfg->n_head, N = B * T;
+  R *base = acts + L->layer_stride * layer, *res = S(res_in)(L, acts, layer);
+  R *ln1 = base + L->ln1, *qkv = base + L->qkv, *atty = base + L->atty, *res2 = base + L->res2;
+  R *ln2 = base + L->ln2, *fch = base + L->fch, *fchg = base + L->fch_gelu;
+  R *dres = acts + L->dres, *dC = acts + L->dC, *d4C = acts + L->d4C;
+  void *x = ops->ctx;
+
+  /* dres holds d(res3); the residual adds make it d(res2) and then d(res). */
+  GPT2_PASS_CHECK(ops->gemm(x, 0, 1, N, 4 * C, C, 1, dres, C, w[GPT2_FCPROJ_W], C, 0, d4C, 4 * C));
+  GPT2_PASS_CHECK(ops->gemm(x, 1, 0, 4 * C, C, N, 1, fchg, 4 * C, dres, C, 1, g[GPT2_FCPROJ_W], C));
+  ops->bias_backward(g[GPT2_FCPROJ_B], dres, N, C);
+  ops->gelu_backward(d4C, fch, d4C, (size_t)N * 4 * C);
+  GPT2_PASS_CHECK(ops->gemm(x, 0, 1, N, C, 4 * C, 1, d4C, 4 * C, w[GPT2_FC_W], 4 * C, 0, dC, C));
+  GPT2_PASS_CHECK(ops->gemm(x, 1, 0, C, 4 * C, N, 1, ln2, C, d4C, 4 * C, 1, g[GPT2_FC_W], 4 * C));
+  ops->bias_backward(g[GPT2_FC_B], d4C, N, 4 * C);
+  ops->layernorm_backward(dres, g[GPT2_LN2_W], g[GPT2_LN2_B], dC, res2, w[GPT2_LN2_W],
+                          base + L->ln2_mean, base + L->ln2_rstd, N, C);
+
+  GPT2_PASS_CHECK(ops->gemm(x, 0, 1, N, C, C, 1, dres, C, w[GPT2_ATTNPROJ_W], C, 0, dC, C));
+  GPT2_PASS_CHECK(ops->gemm(x, 1, 0, C, C, N, 1, atty, C, dres, C, 1, g[GPT2_ATTNPROJ_W], C));
+  ops->bias_backward(g[GPT2_ATTNPROJ_B], dres, N, C);
+  ops->zero(d4C, (size_t)N * 3 * C);
+  ops->attention_backward(d4C, dC, qkv, base + L->att, B, T, C, NH);
+  GPT2_PASS_CHECK(ops->gemm(x, 0, 1, N, C, 3 * C, 1, d4C, 3 * C, w[GPT2_ATTN_W], 3 * C, 0, dC, C));
+  GPT2_PASS_CHECK(ops->gemm(x, 1, 0, C, 3 * C, N, 1, ln1, C, d4C, 3 * C, 1, g[GPT2_ATTN_W], 3 * C));
+  ops->bias_backward(g[GPT2_ATTN_B], d4C, N, 3 * C);
+  ops->layernorm_backward(dres, g[GPT2_LN1_W], g[GPT2_LN1_B], dC, res, w[GPT2_LN1_W],
+                          base + L->ln1_mean, base + L->ln1_rstd, N, C);
+  return ops->check ? ops->check() : ZRT_OK;
+}
+
+zrt_status S(gpt2_embed_backward)(const S(gpt2_ops) * ops, const gpt2_config *cfg,
+                                  const gpt2_acts_layout *L, R *acts, const int *tokens, int B,
+                                  R *const *g) {
+  ops->encoder_backward(g[GPT2_WTE], g[GPT2_WPE], acts + L->dres, tokens, B, cfg->seq_len,
+                        cfg->n_embd);
+  return ops->check ? ops->check() : ZRT_OK;
+}
+
+/* GEMM: through the engine (OpenBLAS, fp32 accumulation) when the table
+ * carries one, else the plain loops (accumulating in double) that the
+ * gradient check and engine-less tests use. */
+static zrt_status S(cpu_gemm)(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                              float alpha, const R *a, int64_t lda, const R *b, int64_t ldb,
+                              float beta, R *c, int64_t ldc) {
+#if GPT2_IS_FLOAT
+  if (ctx)
+    return zrt_engine_gemm((zrt_engine *)ctx, ta, tb, m, n, k, alpha, a, lda, b, ldb, ZRT_F32, beta,
+                           c, ldc, ZRT_F32);
+#else
+  (void)ctx;
+#endif
+  return S(cpu_gemm_naive)(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+const S(gpt2_ops) S(gpt2_cpu_ops) = {
+    .ctx = NULL,
+    .gemm = S(cpu_gemm),
+    .zero = S(cpu_zero),
+    .encoder_forward = S(cpu_encoder_forward),
+    .encoder_backward = S(cpu_encoder_backward),
+    .layernorm_forward = S(cpu_layernorm_forward),
+    .layernorm_backward = S(cpu_layernorm_backward),
+    .bias_add = S(cpu_bias_add),
+    .bias_backward = S(cpu_bias_backward),
+    .attention_forward = S(cpu_attention_forward),
+    .attention_backward = S(cpu_attention_backward),
+    .gelu_forward = S(cpu_gelu_forward),
+    .gelu_backward = S(cpu_gelu_backward),
+    .residual_forward = S(cpu_residual_forward),
+    .crossentropy = S(cpu_crossentropy),
+    .check = NULL,
+};
+
+#undef R
+#undef S
+#undef R_EXP
+#undef R_LOG
+#undef R_TANH
+#undef R_SQRT
+#undef COLBLK
+#undef GELU_S
+#undef GPT2_PASS_CHECK

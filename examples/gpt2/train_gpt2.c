@@ -1,0 +1,759 @@
+/*
+ * train_gpt2.c — trains (or evaluates) GPT-2 on byte-level text with zrt,
+ * written only against include/zrt.h. One process is one rank: `zrt launch`
+ * (or mpiexec) starts several, the config comes from zrt_config_from_env
+ * and the flags below override it.
+ *
+ * Per micro-batch: every module in order is fetched, run forward and
+ * released; then backward in reverse, each module fetched again, its
+ * gradients ADDED into the engine's buffers (loss gradient multiplied by the
+ * loss scale), grads_ready, released; then zrt_engine_step. Weights and
+ * grads of the working dtype are staged through fp32 buffers when the
+ * working dtype is 16-bit; the kernels compute in fp32.
+ *
+ * Invariants: the data a rank reads is a pure function of (optimizer step,
+ * accumulation index, rank), so a resumed run sees the same batches as an
+ * uninterrupted one; every rank runs every forward (stage 3 fetches are
+ * collective), including evaluation and sampling; all activations and
+ * workspaces come from zrt_engine_alloc (accounted, capacity-checked).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpt2_model.h"
+#include "zrt.h"
+#ifdef GPT2_HAVE_CUDA
+#include "gpt2_cuda.h"
+#endif
+
+#ifndef GPT2_DEFAULT_DATA
+#define GPT2_DEFAULT_DATA "build/data/corpus.txt"
+#endif
+
+#define CHECK(call)                                                                                \
+  do {                                                                                             \
+    zrt_status s_ = (call);                                                                        \
+    if (s_ != ZRT_OK) {                                                                            \
+      fprintf(stderr, "train_gpt2: %s failed: %s: %s\n", #call, zrt_status_string(s_),             \
+              zrt_last_error());                                                                   \
+      goto fail;                                                                                   \
+    }                                                                                              \
+  } while (0)
+
+typedef struct args {
+  const char *model, *data, *metrics, *init, *save, *resume, *config;
+  int n_layer, n_head, n_embd, seq_len, batch_size;
+  int64_t steps;
+  int val_every, val_batches, sample, eval_only, eval_batches, save_interval;
+  double lr, temperature;
+  uint64_t seed;
+  const char *sets[32];
+  int nsets;
+} args;
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: train_gpt2 [flags]\n"
+          "  --model tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl   shape preset (default tiny)\n"
+          "  --n_layer N --n_head N --n_embd N --seq_len T        override the preset\n"
+          "  --batch_size B        micro-batch per rank (default 4)\n"
+          "  --data FILE           any text file, read as bytes (default %s)\n"
+          "  --steps N             total optimizer steps of the run (default 20)\n"
+          "  --lr X                optimizer.params.lr\n"
+          "  --config FILE         config file overlaid after $ZRT_CONFIG_FILE\n"
+          "  --set KEY=VALUE       any config key (repeatable)\n"
+          "  --metrics PATH        zrt.metrics_path (JSON lines)\n"
+          "  --val_every N         validation loss every N steps (0 = off)\n"
+          "  --val_batches N       batches of the validation split (default 4)\n"
+          "  --sample N            print N sampled bytes at the end\n"
+          "  --temperature X       sampling temperature, 0 = greedy (default 0.8)\n"
+          "  --seed S              sampling RNG seed (default 1337)\n"
+          "  --init FILE.safetensors   initial weights (HF GPT-2 names)\n"
+          "  --save DIR --save_interval K   checkpoint every K steps and at the end\n"
+          "  --resume DIR          continue from DIR/latest up to --steps\n"
+          "  --eval_only           with --resume or --init: print {\"eval_loss\": x}\n"
+          "  --eval_batches N      batches for --eval_only (default 8)\n",
+          GPT2_DEFAULT_DATA);
+}
+
+static int parse_int(const char *flag, const char *v, int64_t lo, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (errno || *end || end == v || x < lo) {
+    fprintf(stderr, "train_gpt2: %s expects an integer >= %lld, got \"%s\"\n", flag, (long long)lo,
+            v);
+    return -1;
+  }
+  *out = x;
+  return 0;
+}
+
+static int parse_args(int argc, char **argv, args *a) {
+  memset(a, 0, sizeof *a);
+  a->model = "tiny";
+  a->data = GPT2_DEFAULT_DATA;
+  a->batch_size = 4;
+  a->steps = 20;
+  a->val_batches = 4;
+  a->eval_batches = 8;
+  a->temperature = 0.8;
+  a->seed = 1337;
+  a->lr = -1;
+  for (int i = 1; i < argc; i++) {
+    const char *f = argv[i];
+    if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+      usage(stdout);
+      exit(0);
+    }
+    if (!strcmp(f, "--eval_only")) {
+      a->eval_only = 1;
+      continue;
+    }
+    if (i + 1 >= argc || strncmp(f, "--", 2) != 0) {
+      fprintf(stderr, "train_gpt2: %s: unknown flag or missing value (see --help)\n", f);
+      return -1;
+    }
+    const char *v = argv[++i];
+    int64_t x = 0;
+#define INTF(name, field, lo)                                                                      \
+  if (!strcmp(f, name)) {                                                                          \
+    if (parse_int(name, v, lo, &x)) return -1;                                                     \
+    a->field = x;                                                                                  \
+    continue;                                                                                      \
+  }
+    INTF("--n_layer", n_layer, 1)
+    INTF("--n_head", n_head, 1)
+    INTF("--n_embd", n_embd, 1)
+    INTF("--seq_len", seq_len, 1)
+    INTF("--batch_size", batch_size, 1)
+    INTF("--steps", steps, 0)
+    INTF("--val_every", val_every, 0)
+    INTF("--val_batches", val_batches, 1)
+    INTF("--sample", sample, 0)
+    INTF("--eval_batches", eval_batches, 1)
+    INTF("--save_interval", save_interval, 0)
+    INTF("--seed", seed, 0)
+#undef INTF
+    if (!strcmp(f, "--model"))
+      a->model = v;
+    else if (!strcmp(f, "--data"))
+      a->data = v;
+    else if (!strcmp(f, "--metrics"))
+      a->metrics = v;
+    else if (!strcmp(f, "--init"))
+      a->init = v;
+    else if (!strcmp(f, "--save"))
+      a->save = v;
+    else if (!strcmp(f, "--resume"))
+      a->resume = v;
+    else if (!strcmp(f, "--config"))
+      a->config = v;
+    else if (!strcmp(f, "--lr") || !strcmp(f, "--temperature")) {
+      char *end;
+      double d = strtod(v, &end);
+      if (*end || end == v || d < 0) {
+        fprintf(stderr, "train_gpt2: %s expects a number >= 0, got \"%s\"\n", f, v);
+        return -1;
+      }
+      if (f[2] == 'l')
+        a->lr = d;
+      else
+        a->temperature = d;
+    } else if (!strcmp(f, "--set")) {
+      if (!strchr(v, '=') || a->nsets == 32) {
+        fprintf(stderr, "train_gpt2: --set expects KEY=VALUE (at most 32), got \"%s\"\n", v);
+        return -1;
+      }
+      a->sets[a->nsets++] = v;
+    } else {
+      fprintf(stderr, "train_gpt2: unknown flag %s (see --help)\n", f);
+      return -1;
+    }
+  }
+  if (a->eval_only && !a->resume && !a->init) {
+    fprintf(stderr, "train_gpt2: --eval_only needs weights: pass --resume DIR or --init "
+                    "FILE.safetensors\n");
+    return -1;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------ data */
+
+typedef struct corpus {
+  unsigned char *bytes;
+  int64_t n, n_train; /* [0, n_train) train, [n_train, n) validation */
+} corpus;
+
+static int corpus_load(const char *path, int T, corpus *c) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr,
+            "train_gpt2: cannot open --data %s: %s\n  (the default corpus is built by "
+            "examples/gpt2/make_corpus.sh, run by the build; or pass --data FILE)\n",
+            path, strerror(errno));
+    return -1;
+  }
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  c->bytes = malloc(n > 0 ? (size_t)n : 1);
+  if (!c->bytes || fread(c->bytes, 1, (size_t)n, f) != (size_t)n) {
+    fprintf(stderr, "train_gpt2: reading %s failed\n", path);
+    fclose(f);
+    return -1;
+  }
+  fclose(f);
+  c->n = n;
+  c->n_train = n - n / 10;
+  if (n - c->n_train < T + 1 || c->n_train < T + 1) {
+    fprintf(stderr,
+            "train_gpt2: --data %s has %ld bytes; with --seq_len %d both the train split (90%%) "
+            "and the validation split (last 10%%) need at least %d bytes\n",
+            path, n, T, T + 1);
+    return -1;
+  }
+  return 0;
+}
+
+static int64_t gcd64(int64_t a, int64_t b) {
+  while (b) {
+    int64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+/* Row `row` of a stream of windows of `stride` bytes over [lo, hi): inputs
+ * the first T bytes, targets shifted by one. Wraps around. With shuffle the
+ * windows are visited in a fixed pseudo-random order (row * P mod nwin with
+ * P coprime to nwin, a permutation), so consecutive steps do not walk
+ * through one document; the order depends only on the file and T. */
+static void fill_row(const corpus *c, int64_t lo, int64_t hi, int64_t row, int stride, int T,
+                     int shuffle, int *tok, int *tgt) {
+  int64_t nwin = (hi - lo - 1) / stride;
+  if (nwin < 1) nwin = 1;
+  int64_t w = row % nwin;
+  if (shuffle) {
+    int64_t p = (int64_t)(2654435761u % (uint64_t)nwin);
+    while (p == 0 || gcd64(p, nwin) != 1) p = (p + 1) % nwin;
+    w = (int64_t)(((unsigned __int128)w * (uint64_t)p) % (uint64_t)nwin);
+  }
+  int64_t start = lo + w * stride;
+  if (start + T + 1 > hi) start = hi - T - 1;
+  for (int t = 0; t < T; t++) {
+    tok[t] = c->bytes[start + t];
+    tgt[t] = c->bytes[start + t + 1];
+  }
+}
+
+/* ---------------------------------------------------------------- trainer */
+
+typedef struct trainer {
+  zrt_engine *eng;
+  zrt_engine_info info;
+  gpt2_config cfg;
+  gpt2_acts_layout L;
+  int B, nmod; /* modules: 0 embed, 1..n_layer blocks, n_layer+1 ln_f */
+  int *mod_id; /* engine module ids */
+  int (*pid)[GPT2_BLOCK_NPARAMS];
+  int64_t (*numel)[GPT2_BLOCK_NPARAMS];
+  int mod_np[2]; /* param counts of embed / final modules */
+  gpt2_ops_f32 ops;
+  void (*to_f32)(float *dst, const void *src, zrt_dtype dt, int64_t n);
+  void (*add_from_f32)(void *dst, const float *src, zrt_dtype dt, int64_t n);
+  float *acts, *wstage, *gstage, *wte_stage, *dwte;
+  int *d_tok, *d_tgt;
+  int *h_tok, *h_tgt;
+  float *h_losses, *h_logits;
+  float *w[GPT2_BLOCK_NPARAMS], *g[GPT2_BLOCK_NPARAMS];
+  void *graw[GPT2_BLOCK_NPARAMS];
+} trainer;
+
+static int nparams_of(const trainer *tr, int m) {
+  return m == 0 ? tr->mod_np[0] : m == tr->nmod - 1 ? tr->mod_np[1] : GPT2_BLOCK_NPARAMS;
+}
+
+/* Points tr->w at module m's weights as fp32 (converted when 16-bit). */
+static zrt_status stage_weights(trainer *tr, int m) {
+  int64_t off = 0;
+  for (int p = 0; p < nparams_of(tr, m); p++) {
+    void *ptr;
+    zrt_status st = zrt_param_data(tr->eng, tr->pid[m][p], &ptr);
+    if (st != ZRT_OK) return st;
+    if (tr->info.dtype == ZRT_F32) {
+      tr->w[p] = ptr;
+    } else {
+      tr->w[p] = tr->wstage + off;
+      tr->to_f32(tr->w[p], ptr, tr->info.dtype, tr->numel[m][p]);
+    }
+    off += tr->numel[m][p];
+  }
+  return ZRT_OK;
+}
+
+/* Points tr->g at fp32 gradient buffers of module m: the engine's own when
+ * fp32, else zeroed staging that flush_grads adds into the engine's. */
+static zrt_status stage_grads(trainer *tr, int m) {
+  int64_t off = 0;
+  for (int p = 0; p < nparams_of(tr, m); p++) {
+    zrt_status st = zrt_param_grad(tr->eng, tr->pid[m][p], &tr->graw[p]);
+    if (st != ZRT_OK) return st;
+    if (tr->info.dtype == ZRT_F32) {
+      tr->g[p] = tr->graw[p];
+    } else {
+      tr->g[p] = tr->gstage + off;
+      tr->ops.zero(tr->g[p], (size_t)tr->numel[m][p]);
+    }
+    off += tr->numel[m][p];
+  }
+  return ZRT_OK;
+}
+
+static void flush_grads(trainer *tr, int m) {
+  if (tr->info.dtype == ZRT_F32) return;
+  for (int p = 0; p < nparams_of(tr, m); p++)
+    tr->add_from_f32(tr->graw[p], tr->g[p], tr->info.dtype, tr->numel[m][p]);
+}
+
+static zrt_status upload_batch(trainer *tr) {
+  size_t bytes = (size_t)tr->B * tr->cfg.seq_len * sizeof(int);
+  zrt_status st = zrt_engine_memcpy(tr->eng, tr->d_tok, tr->h_tok, bytes, ZRT_COPY_H2D);
+  if (st != ZRT_OK) return st;
+  return zrt_engine_memcpy(tr->eng, tr->d_tgt, tr->h_tgt, bytes, ZRT_COPY_H2D);
+}
+
+/* Forward of the whole model over the uploaded batch; with train, also the
+ * backward (grads into the engine). *loss: mean over the B*T positions. */
+static zrt_status run_micro(trainer *tr, int train, float *loss) {
+  zrt_engine *e = tr->eng;
+  const gpt2_ops_f32 *ops = &tr->ops;
+  int B = tr->B, nl = tr->cfg.n_layer, last = tr->nmod - 1, N = B * tr->cfg.seq_len;
+  zrt_status st;
+#define TRY(call)                                                                                  \
+  do {                                                                                             \
+    st = (call);                                                                                   \
+    if (st != ZRT_OK) return st;                                                                   \
+  } while (0)
+  TRY(zrt_module_fetch(e, tr->mod_id[0]));
+  TRY(stage_weights(tr, 0));
+  TRY(gpt2_embed_forward_f32(ops, &tr->cfg, &tr->L, tr->acts, tr->d_tok, B, tr->w));
+  TRY(zrt_module_release(e, tr->mod_id[0]));
+  for (int l = 0; l < nl; l++) {
+    TRY(zrt_module_fetch(e, tr->mod_id[1 + l]));
+    TRY(stage_weights(tr, 1 + l));
+    TRY(gpt2_block_forward_f32(ops, &tr->cfg, &tr->L, tr->acts, B, l, tr->w));
+    TRY(zrt_module_release(e, tr->mod_id[1 + l]));
+  }
+
+  /* Head: ln_f plus the tied wte of the embedding module. Forward and
+   * backward run back to back, so the modules stay fetched in between. */
+  float scale = 1.0f;
+  TRY(zrt_engine_loss_scale(e, &scale));
+  TRY(zrt_module_fetch(e, tr->mod_id[last]));
+  TRY(zrt_module_fetch(e, tr->mod_id[0]));
+  void *wte_raw;
+  TRY(zrt_param_data(e, tr->pid[0][GPT2_WTE], &wte_raw));
+  const float *wte = wte_raw;
+  if (tr->info.dtype != ZRT_F32) {
+    tr->to_f32(tr->wte_stage, wte_raw, tr->info.dtype, tr->numel[0][GPT2_WTE]);
+    wte = tr->wte_stage;
+  }
+  TRY(stage_weights(tr, last));
+  if (train) {
+    TRY(stage_grads(tr, last));
+    ops->zero(tr->dwte, (size_t)tr->numel[0][GPT2_WTE]);
+  }
+  TRY(gpt2_head_f32(ops, &tr->cfg, &tr->L, tr->acts, B, tr->d_tgt, tr->w, wte, scale / N,
+                    train ? tr->g : NULL, tr->dwte));
+  if (train) {
+    flush_grads(tr, last);
+    TRY(zrt_module_grads_ready(e, tr->mod_id[last]));
+  }
+  TRY(zrt_module_release(e, tr->mod_id[0]));
+  TRY(zrt_module_release(e, tr->mod_id[last]));
+
+  if (train) {
+    for (int l = nl - 1; l >= 0; l--) {
+      TRY(zrt_module_fetch(e, tr->mod_id[1 + l]));
+      TRY(stage_weights(tr, 1 + l));
+      TRY(stage_grads(tr, 1 + l));
+      TRY(gpt2_block_backward_f32(ops, &tr->cfg, &tr->L, tr->acts, B, l, tr->w, tr->g));
+      flush_grads(tr, 1 + l);
+      TRY(zrt_module_grads_ready(e, tr->mod_id[1 + l]));
+      TRY(zrt_module_release(e, tr->mod_id[1 + l]));
+    }
+    TRY(zrt_module_fetch(e, tr->mod_id[0]));
+    TRY(stage_grads(tr, 0));
+    /* The LM head's share of the tied wte gradient joins the embedding's. */
+    ops->residual_forward(tr->g[GPT2_WTE], tr->g[GPT2_WTE], tr->dwte,
+                          (size_t)tr->numel[0][GPT2_WTE]);
+    TRY(gpt2_embed_backward_f32(ops, &tr->cfg, &tr->L, tr->acts, tr->d_tok, B, tr->g));
+    flush_grads(tr, 0);
+    TRY(zrt_module_grads_ready(e, tr->mod_id[0]));
+    TRY(zrt_module_release(e, tr->mod_id[0]));
+  }
+  TRY(zrt_engine_synchronize(e));
+  TRY(zrt_engine_memcpy(e, tr->h_losses, tr->acts + tr->L.losses, (size_t)N * sizeof(float),
+                        ZRT_COPY_D2H));
+#undef TRY
+  double sum = 0;
+  for (int i = 0; i < N; i++) sum += tr->h_losses[i];
+  *loss = (float)(sum / N);
+  return ZRT_OK;
+}
+
+/* Mean loss over `nbatches` global batches of windows [lo, hi) with the
+ * given stride, all ranks together. */
+static zrt_status evaluate(trainer *tr, const corpus *c, int64_t lo, int64_t hi, int stride,
+                           int nbatches, double *mean) {
+  int T = tr->cfg.seq_len, B = tr->B;
+  float tot[2] = {0, 0};
+  for (int i = 0; i < nbatches; i++) {
+    for (int b = 0; b < B; b++) {
+      int64_t row = ((int64_t)i * tr->info.world_size + tr->info.rank) * B + b;
+      fill_row(c, lo, hi, row, stride, T, 0, tr->h_tok + b * T, tr->h_tgt + b * T);
+    }
+    float loss;
+    zrt_status st = upload_batch(tr);
+    if (st == ZRT_OK) st = run_micro(tr, 0, &loss);
+    if (st != ZRT_OK) return st;
+    tot[0] += loss;
+    tot[1] += 1;
+  }
+  zrt_status st = zrt_engine_all_reduce_sum(tr->eng, tot, 2);
+  if (st != ZRT_OK) return st;
+  *mean = tot[0] / tot[1];
+  return ZRT_OK;
+}
+
+static uint64_t xorshift(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+/* Every rank generates (the forwards are collective) with the same RNG, so
+ * the samples agree; rank 0 prints. */
+static zrt_status sample_text(trainer *tr, const corpus *c, int n, double temp, uint64_t *rng) {
+  int T = tr->cfg.seq_len, V = tr->cfg.vocab;
+  int plen = T / 2 < 32 ? T / 2 : 32;
+  if (plen < 1) plen = 1;
+  int *ctx = malloc(sizeof(int) * (size_t)(plen + n));
+  if (!ctx) return ZRT_ERR_OOM;
+  for (int i = 0; i < plen; i++) ctx[i] = c->bytes[c->n_train + i];
+  int len = plen;
+  zrt_status st = ZRT_OK;
+  for (int k = 0; k < n; k++) {
+    int from = len > T ? len - T : 0, m = len - from;
+    for (int b = 0; b < tr->B; b++)
+      for (int t = 0; t < T; t++) {
+        tr->h_tok[b * T + t] = t < m ? ctx[from + t] : 0;
+        tr->h_tgt[b * T + t] = 0;
+      }
+    float loss;
+    st = upload_batch(tr);
+    if (st == ZRT_OK) st = run_micro(tr, 0, &loss);
+    if (st == ZRT_OK)
+      st = zrt_engine_memcpy(tr->eng, tr->h_logits, tr->acts + tr->L.logits + (size_t)(m - 1) * V,
+                             (size_t)V * sizeof(float), ZRT_COPY_D2H);
+    if (st != ZRT_OK) break;
+    const float *lg = tr->h_logits;
+    int next = 0;
+    for (int v = 1; v < V; v++)
+      if (lg[v] > lg[next]) next = v;
+    if (temp > 0) {
+      double sum = 0, r = (double)(xorshift(rng) >> 11) / (double)(1ull << 53);
+      for (int v = 0; v < V; v++) sum += exp((lg[v] - lg[next]) / temp);
+      double acc = 0;
+      for (int v = 0; v < V; v++) {
+        acc += exp((lg[v] - lg[next]) / temp) / sum;
+        if (r < acc) {
+          next = v;
+          break;
+        }
+      }
+    }
+    ctx[len++] = next;
+  }
+  if (st == ZRT_OK && tr->info.rank == 0) {
+    printf("---- sample (prompt %d bytes from the validation split, temperature %g) ----\n", plen,
+           temp);
+    for (int i = 0; i < len; i++) {
+      int ch = ctx[i];
+      putchar(ch == '\n' || ch == '\t' || (ch >= 32 && ch < 127) ? ch : '?');
+    }
+    printf("\n---- end of sample ----\n");
+    fflush(stdout);
+  }
+  free(ctx);
+  return st;
+}
+
+static const char *fmt_bytes(size_t b, char *buf, size_t len) {
+  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double x = (double)b;
+  int i = 0;
+  while (x >= 1024 && i < 4) x /= 1024, i++;
+  snprintf(buf, len, "%.1f %s", x, u[i]);
+  return buf;
+}
+
+/* Reads "key": <number> out of the user JSON we wrote ourselves. */
+static int json_u64(const char *json, const char *key, uint64_t *out) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *p = json ? strstr(json, pat) : NULL;
+  if (!p) return -1;
+  *out = strtoull(p + strlen(pat), NULL, 10);
+  return 0;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+  args a;
+  trainer tr;
+  corpus data = {0};
+  zrt_config *zc = NULL;
+  char *user_json = NULL;
+  int rc = 1;
+  memset(&tr, 0, sizeof tr);
+  if (parse_args(argc, argv, &a)) return 2;
+
+  if (gpt2_config_preset(a.model, &tr.cfg)) {
+    fprintf(stderr,
+            "train_gpt2: unknown --model \"%s\" (expected tiny, gpt2, gpt2-medium, gpt2-large "
+            "or gpt2-xl)\n",
+            a.model);
+    return 2;
+  }
+  if (a.n_layer) tr.cfg.n_layer = a.n_layer;
+  if (a.n_head) tr.cfg.n_head = a.n_head;
+  if (a.n_embd) tr.cfg.n_embd = a.n_embd;
+  if (a.seq_len) tr.cfg.seq_len = a.seq_len;
+  /* A longer sequence than the preset's context grows wpe with it. */
+  if (tr.cfg.seq_len > tr.cfg.n_ctx) tr.cfg.n_ctx = tr.cfg.seq_len;
+  char msg[256];
+  if (gpt2_config_validate(&tr.cfg, msg, sizeof msg)) {
+    fprintf(stderr, "train_gpt2: %s\n", msg);
+    return 2;
+  }
+  tr.B = a.batch_size;
+  int T = tr.cfg.seq_len;
+  if (corpus_load(a.data, T, &data)) return 2;
+
+  CHECK(zrt_config_from_env(&zc));
+  if (a.config) CHECK(zrt_config_load_file(zc, a.config));
+  snprintf(msg, sizeof msg, "%d", tr.B);
+  CHECK(zrt_config_set(zc, "train_micro_batch_size_per_gpu", msg, "program"));
+  if (a.metrics) CHECK(zrt_config_set(zc, "zrt.metrics_path", a.metrics, "program"));
+  if (a.lr >= 0) {
+    snprintf(msg, sizeof msg, "%.9g", a.lr);
+    CHECK(zrt_config_set(zc, "optimizer.params.lr", msg, "program"));
+  }
+  for (int i = 0; i < a.nsets; i++) {
+    char key[200];
+    const char *eq = strchr(a.sets[i], '=');
+    snprintf(key, sizeof key, "%.*s", (int)(eq - a.sets[i]), a.sets[i]);
+    CHECK(zrt_config_set(zc, key, eq + 1, "program"));
+  }
+  CHECK(zrt_engine_create(zc, &tr.eng));
+  CHECK(zrt_engine_get_info(tr.eng, &tr.info));
+  /* Lets the engine's metrics report tokens/s. */
+  CHECK(zrt_engine_set_tokens_per_micro(tr.eng, (int64_t)tr.B * T));
+  int rank0 = tr.info.rank == 0;
+
+  /* Kernels of the backend the engine picked. */
+  tr.ops = gpt2_cpu_ops_f32;
+  tr.to_f32 = gpt2_to_f32;
+  tr.add_from_f32 = gpt2_add_from_f32;
+  if (!strcmp(tr.info.backend, "cuda")) {
+#ifdef GPT2_HAVE_CUDA
+    tr.ops = gpt2_cuda_ops_f32;
+    tr.to_f32 = gpt2_cuda_to_f32;
+    tr.add_from_f32 = gpt2_cuda_add_from_f32;
+#else
+    fprintf(stderr, "train_gpt2: the engine runs on CUDA but this build has no CUDA kernels; "
+                    "rebuild with -DZRT_CUDA=ON or set zrt.backend=cpu\n");
+    goto fail;
+#endif
+  }
+  tr.ops.ctx = tr.eng;
+
+  /* Modules and parameters, in the order the passes use them. */
+  tr.nmod = tr.cfg.n_layer + 2;
+  tr.mod_id = calloc((size_t)tr.nmod, sizeof(int));
+  tr.pid = calloc((size_t)tr.nmod, sizeof *tr.pid);
+  tr.numel = calloc((size_t)tr.nmod, sizeof *tr.numel);
+  if (!tr.mod_id || !tr.pid || !tr.numel) goto fail;
+  int64_t max_mod = 0;
+  for (int m = 0; m < tr.nmod; m++) {
+    gpt2_param_spec ps[GPT2_BLOCK_NPARAMS];
+    int np = gpt2_module_params(&tr.cfg, m - 1, ps);
+    if (m == 0) tr.mod_np[0] = np;
+    if (m == tr.nmod - 1) tr.mod_np[1] = np;
+    char mname[32];
+    if (m == 0)
+      snprintf(mname, sizeof mname, "embed");
+    else if (m == tr.nmod - 1)
+      snprintf(mname, sizeof mname, "ln_f");
+    else
+      snprintf(mname, sizeof mname, "h.%d", m - 1);
+    CHECK(zrt_module_add(tr.eng, mname, &tr.mod_id[m]));
+    int64_t tot = 0;
+    for (int p = 0; p < np; p++) {
+      CHECK(zrt_param_add(tr.eng, tr.mod_id[m], ps[p].name, ps[p].ndim, ps[p].shape, ps[p].init,
+                          ps[p].flags, &tr.pid[m][p]));
+      tr.numel[m][p] = gpt2_param_numel(&ps[p]);
+      tot += tr.numel[m][p];
+    }
+    if (tot > max_mod) max_mod = tot;
+  }
+  CHECK(zrt_engine_build(tr.eng));
+  if (a.init) CHECK(zrt_engine_load_safetensors(tr.eng, a.init));
+
+  /* Activations and workspaces: one accounted allocation each, up front. */
+  gpt2_acts_layout_init(&tr.L, &tr.cfg, tr.B);
+  size_t N = (size_t)tr.B * T, wte_n = (size_t)tr.numel[0][GPT2_WTE];
+  CHECK(
+      zrt_engine_alloc(tr.eng, tr.L.total * sizeof(float), ZRT_MEM_ACTIVATIONS, (void **)&tr.acts));
+  CHECK(zrt_engine_alloc(tr.eng, wte_n * sizeof(float), ZRT_MEM_ACTIVATIONS, (void **)&tr.dwte));
+  CHECK(zrt_engine_alloc(tr.eng, 2 * N * sizeof(int), ZRT_MEM_ACTIVATIONS, (void **)&tr.d_tok));
+  tr.d_tgt = tr.d_tok + N;
+  if (tr.info.dtype != ZRT_F32) {
+    CHECK(zrt_engine_alloc(tr.eng, (size_t)max_mod * sizeof(float), ZRT_MEM_ACTIVATIONS,
+                           (void **)&tr.wstage));
+    CHECK(zrt_engine_alloc(tr.eng, (size_t)max_mod * sizeof(float), ZRT_MEM_ACTIVATIONS,
+                           (void **)&tr.gstage));
+    CHECK(zrt_engine_alloc(tr.eng, wte_n * sizeof(float), ZRT_MEM_ACTIVATIONS,
+                           (void **)&tr.wte_stage));
+  }
+  tr.h_tok = malloc(2 * N * sizeof(int));
+  tr.h_losses = malloc(N * sizeof(float));
+  tr.h_logits = malloc((size_t)tr.cfg.vocab * sizeof(float));
+  if (!tr.h_tok || !tr.h_losses || !tr.h_logits) goto fail;
+  tr.h_tgt = tr.h_tok + N;
+
+  uint64_t rng = a.seed ? a.seed : 1;
+  int64_t start_step = 0;
+  if (a.resume) {
+    CHECK(zrt_engine_load(tr.eng, a.resume, &user_json));
+    uint64_t v;
+    if (json_u64(user_json, "step", &v) == 0) start_step = (int64_t)v;
+    if (json_u64(user_json, "rng", &v) == 0) rng = v;
+    if (rank0) printf("resumed from %s at step %lld\n", a.resume, (long long)start_step);
+  }
+  if (rank0) {
+    printf("train_gpt2: model %s (%d layers, %d heads, %d embd, seq %d, vocab %d bytes): %.2fM "
+           "params; backend %s, comm %s, dtype %s, ZeRO stage %d, %d rank(s), micro-batch %lld, "
+           "accum %lld, global batch %lld; data %s (%lld bytes)\n",
+           a.model, tr.cfg.n_layer, tr.cfg.n_head, tr.cfg.n_embd, T, tr.cfg.vocab,
+           (double)gpt2_num_params(&tr.cfg) / 1e6, tr.info.backend, tr.info.comm,
+           zrt_dtype_name(tr.info.dtype), tr.info.zero_stage, tr.info.world_size,
+           (long long)tr.info.micro_batch, (long long)tr.info.grad_accum,
+           (long long)tr.info.train_batch, a.data, (long long)data.n);
+    fflush(stdout);
+  }
+
+  if (a.eval_only) {
+    double mean;
+    CHECK(evaluate(&tr, &data, 0, data.n, T + 1, a.eval_batches, &mean));
+    if (rank0) {
+      printf("{\"eval_loss\": %.6f, \"batches\": %d, \"tokens\": %lld}\n", mean, a.eval_batches,
+             (long long)a.eval_batches * tr.info.world_size * tr.B * T);
+      fflush(stdout);
+    }
+    rc = 0;
+    goto done;
+  }
+
+  int tty = isatty(2) && rank0;
+  int64_t accum = tr.info.grad_accum > 0 ? tr.info.grad_accum : 1;
+  int64_t step = start_step;
+  double t_last = now_s();
+  for (; step < a.steps; step++) {
+    zrt_step_info si = {0};
+    for (int64_t ai = 0; ai < accum; ai++) {
+      for (int b = 0; b < tr.B; b++) {
+        int64_t row = ((step * accum + ai) * tr.info.world_size + tr.info.rank) * tr.B + b;
+        fill_row(&data, 0, data.n_train, row, T, T, 1, tr.h_tok + b * T, tr.h_tgt + b * T);
+      }
+      float loss;
+      CHECK(upload_batch(&tr));
+      CHECK(run_micro(&tr, 1, &loss));
+      CHECK(zrt_engine_step(tr.eng, loss, &si));
+    }
+    double t = now_s(), tok_s = (double)tr.info.train_batch * T / (t - t_last);
+    t_last = t;
+    if (rank0) {
+      zrt_mem_stats ms;
+      char mb[32] = "?";
+      if (zrt_engine_memory(tr.eng, 0, &ms) == ZRT_OK) fmt_bytes(ms.current_total, mb, sizeof mb);
+      fprintf(tty ? stderr : stdout,
+              "%sstep %lld/%lld loss %.4f lr %.3g norm %.3f scale %g%s tok/s %.0f mem %s%s",
+              tty ? "\r" : "", (long long)(step + 1), (long long)a.steps, si.loss, si.lr,
+              si.grad_norm, si.loss_scale, si.skipped ? " (skipped)" : "", tok_s, mb,
+              tty ? "   " : "\n");
+      fflush(tty ? stderr : stdout);
+    }
+    int last = step + 1 == a.steps;
+    if (a.val_every && ((step + 1) % a.val_every == 0 || last)) {
+      double vl;
+      CHECK(evaluate(&tr, &data, data.n_train, data.n, T, a.val_batches, &vl));
+      if (rank0) {
+        printf("%sstep %lld val loss %.4f\n", tty ? "\n" : "", (long long)(step + 1), vl);
+        fflush(stdout);
+      }
+    }
+    if (a.save && ((a.save_interval && (step + 1) % a.save_interval == 0) || last)) {
+      char uj[256];
+      snprintf(uj, sizeof uj,
+               "{\"step\": %lld, \"rng\": %llu, \"seq_len\": %d, \"batch_size\": %d, "
+               "\"model\": \"%s\"}",
+               (long long)(step + 1), (unsigned long long)rng, T, tr.B, a.model);
+      CHECK(zrt_engine_save(tr.eng, a.save, uj));
+      if (rank0) {
+        printf("%ssaved checkpoint step %lld to %s\n", tty ? "\n" : "", (long long)(step + 1),
+               a.save);
+        fflush(stdout);
+      }
+    }
+  }
+  if (tty) fprintf(stderr, "\n");
+  if (a.sample > 0) CHECK(sample_text(&tr, &data, a.sample, a.temperature, &rng));
+  rc = 0;
+  goto done;
+
+fail:
+  rc = 1;
+done:
+  if (tr.eng) {
+    void *bufs[] = {tr.acts, tr.dwte, tr.d_tok, tr.wstage, tr.gstage, tr.wte_stage};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+      if (bufs[i]) zrt_engine_free(tr.eng, bufs[i]);
+  }
+  zrt_engine_destroy(tr.eng);
+  zrt_config_destroy(zc);
+  free(user_json);
+  free(tr.mod_id);
+  free(tr.pid);
+  free(tr.numel);
+  free(tr.h_tok);
+  free(tr.h_losses);
+  free(tr.h_logits);
+  free(data.bytes);
+  return rc;
+}

@@ -1,0 +1,197 @@
+/*
+ * cpu_optim_avx2.c — the AVX2 + F16C path of the fused optimizer step and of
+ * the sum-of-squares check (built with -mavx2 -mf16c -mfma; only called after
+ * cpuid says avx2, f16c and fma are present).
+ *
+ * 8 lanes per iteration; the tail (< 8 elements) runs the scalar reference
+ * itself, so tails are exact by construction. bf16 stores use the
+ * shift-based round-to-nearest-even of amp/dtype.h in vector form.
+ *
+ * Invariant: per element the same IEEE operations in the same order as the
+ * scalar reference; FMA contraction is off for this file.
+ */
+#pragma GCC optimize("fp-contract=off")
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "amp/dtype.h"
+#include "offload/cpu_optim_internal.h"
+
+#define ZRT_P_NONE (-1)
+
+static inline __attribute__((always_inline)) __m256 zrt_ld_grad8(const void *g, int gdt, size_t i) {
+  if (gdt == ZRT_F32) return _mm256_loadu_ps((const float *)g + i);
+  __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)g + i));
+  if (gdt == ZRT_F16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static inline __attribute__((always_inline)) __m128i zrt_bf16_shift8(__m256 x) {
+  __m256i u = _mm256_castps_si256(x);
+  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
+  __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+  /* a > 0x7f800000 as signed is fine: a is non-negative */
+  __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000));
+  __m256i q = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+  r = _mm256_blendv_epi8(r, q, nan);
+  r = _mm256_srli_epi32(r, 16);
+  __m256i packed = _mm256_packus_epi32(r, r); /* per 128-bit lane */
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
+}
+
+static inline __attribute__((always_inline)) void
+zrt_kernel8(const zrt_optim_consts *c, float *master, float *s1, float *s2, const void *grad,
+            void *param16, size_t n, const int type, const int gdt, const int pdt) {
+  const __m256 mul = _mm256_set1_ps(c->mul), b1 = _mm256_set1_ps(c->b1), b2 = _mm256_set1_ps(c->b2),
+               omb1 = _mm256_set1_ps(c->omb1), omb2 = _mm256_set1_ps(c->omb2),
+               eps = _mm256_set1_ps(c->eps), wd = _mm256_set1_ps(c->wd), lr = _mm256_set1_ps(c->lr),
+               step = _mm256_set1_ps(c->step_size), ibc2 = _mm256_set1_ps(c->inv_sqrt_bc2),
+               decay = _mm256_set1_ps(c->decay), mom = _mm256_set1_ps(c->momentum),
+               one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+  size_t n8 = n & ~(size_t)7;
+  for (size_t i = 0; i < n8; i += 8) {
+    __m256 g = _mm256_mul_ps(zrt_ld_grad8(grad, gdt, i), mul);
+    __m256 p = _mm256_loadu_ps(master + i);
+    if (type == ZRT_OPTIM_ADAM || type == ZRT_OPTIM_ADAMW) {
+      if (type == ZRT_OPTIM_ADAM)
+        g = _mm256_add_ps(g, _mm256_mul_ps(wd, p));
+      else
+        p = _mm256_mul_ps(p, decay);
+      __m256 m = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(s1 + i)), _mm256_mul_ps(omb1, g));
+      __m256 v = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(s2 + i)),
+                               _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
+      _mm256_storeu_ps(s1 + i, m);
+      _mm256_storeu_ps(s2 + i, v);
+      __m256 den = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(v), ibc2), eps);
+      p = _mm256_sub_ps(p, _mm256_div_ps(_mm256_mul_ps(step, m), den));
+    } else if (type == ZRT_OPTIM_SGD) {
+      g = _mm256_add_ps(g, _mm256_mul_ps(wd, p));
+      if (c->momentum != 0.0f) {
+        g = _mm256_add_ps(_mm256_mul_ps(mom, _mm256_loadu_ps(s1 + i)), g);
+        _mm256_storeu_ps(s1 + i, g);
+      }
+      p = _mm256_sub_ps(p, _mm256_mul_ps(lr, g));
+    } else { /* Lion */
+      __m256 m0 = _mm256_loadu_ps(s1 + i);
+      __m256 cc = _mm256_add_ps(_mm256_mul_ps(b1, m0), _mm256_mul_ps(omb1, g));
+      p = _mm256_mul_ps(p, decay);
+      __m256 pos = _mm256_and_ps(_mm256_cmp_ps(cc, zero, _CMP_GT_OQ), one);
+      __m256 neg = _mm256_and_ps(_mm256_cmp_ps(cc, zero, _CMP_LT_OQ), one);
+      p = _mm256_sub_ps(p, _mm256_mul_ps(lr, _mm256_sub_ps(pos, neg)));
+      _mm256_storeu_ps(s1 + i, _mm256_add_ps(_mm256_mul_ps(b2, m0), _mm256_mul_ps(omb2, g)));
+    }
+    _mm256_storeu_ps(master + i, p);
+    if (pdt == ZRT_F32)
+      _mm256_storeu_ps((float *)param16 + i, p);
+    else if (pdt == ZRT_F16)
+      _mm_storeu_si128((__m128i *)((uint16_t *)param16 + i),
+                       _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    else if (pdt == ZRT_BF16)
+      _mm_storeu_si128((__m128i *)((uint16_t *)param16 + i), zrt_bf16_shift8(p));
+  }
+}
+
+#define ZRT_K(T, G, P) zrt_kernel8(c, master, s1, s2, grad, param16, n, T, G, P)
+#define ZRT_KP(T, G)                                                                               \
+  switch (p) {                                                                                     \
+  case ZRT_P_NONE: ZRT_K(T, G, ZRT_P_NONE); break;                                                 \
+  case ZRT_F32: ZRT_K(T, G, ZRT_F32); break;                                                       \
+  case ZRT_F16: ZRT_K(T, G, ZRT_F16); break;                                                       \
+  default: ZRT_K(T, G, ZRT_BF16); break;                                                           \
+  }
+#define ZRT_KG(T)                                                                                  \
+  switch (gdt) {                                                                                   \
+  case ZRT_F32: ZRT_KP(T, ZRT_F32); break;                                                         \
+  case ZRT_F16: ZRT_KP(T, ZRT_F16); break;                                                         \
+  default: ZRT_KP(T, ZRT_BF16); break;                                                             \
+  }
+
+/* The tail (< 8 elements), element by element, in the reference's order. */
+static void zrt_tail_scalar(const zrt_optim_consts *c, float *master, float *s1, float *s2,
+                            const void *grad, zrt_dtype gdt, void *param16, zrt_dtype pdt,
+                            size_t from, size_t n) {
+  for (size_t i = from; i < n; i++) {
+    float g = zrt_load_f(grad, gdt, i) * c->mul;
+    float p = master[i];
+    switch (c->type) {
+    case ZRT_OPTIM_ADAM:
+    case ZRT_OPTIM_ADAMW: {
+      if (c->type == ZRT_OPTIM_ADAM)
+        g += c->wd * p;
+      else
+        p *= c->decay;
+      float m = c->b1 * s1[i] + c->omb1 * g;
+      float v = c->b2 * s2[i] + c->omb2 * g * g;
+      s1[i] = m;
+      s2[i] = v;
+      p -= c->step_size * m / (sqrtf(v) * c->inv_sqrt_bc2 + c->eps);
+      break;
+    }
+    case ZRT_OPTIM_SGD:
+      g += c->wd * p;
+      if (c->momentum != 0.0f) {
+        float buf = c->momentum * s1[i] + g;
+        s1[i] = buf;
+        g = buf;
+      }
+      p -= c->lr * g;
+      break;
+    case ZRT_OPTIM_LION: {
+      float cc = c->b1 * s1[i] + c->omb1 * g;
+      p *= c->decay;
+      p -= c->lr * (float)((cc > 0.0f) - (cc < 0.0f));
+      s1[i] = c->b2 * s1[i] + c->omb2 * g;
+      break;
+    }
+    }
+    master[i] = p;
+    if (param16) zrt_store_f(param16, pdt, i, p);
+  }
+}
+
+void zrt_cpu_optim_range_avx2(const zrt_optim_consts *c, float *master, float *s1, float *s2,
+                              const void *grad, zrt_dtype gdt, void *param16, zrt_dtype pdt,
+                              size_t n) {
+  int p = param16 ? (int)pdt : ZRT_P_NONE;
+  switch (c->type) {
+  case ZRT_OPTIM_ADAM: ZRT_KG(ZRT_OPTIM_ADAM); break;
+  case ZRT_OPTIM_ADAMW: ZRT_KG(ZRT_OPTIM_ADAMW); break;
+  case ZRT_OPTIM_SGD: ZRT_KG(ZRT_OPTIM_SGD); break;
+  default: ZRT_KG(ZRT_OPTIM_LION); break;
+  }
+  size_t n8 = n & ~(size_t)7;
+  if (n8 < n) zrt_tail_scalar(c, master, s1, s2, grad, gdt, param16, pdt, n8, n);
+}
+
+void zrt_cpu_sumsq_range_avx2(const void *grad, zrt_dtype gdt, size_t n, float scale, double *sumsq,
+                              int *nonfinite) {
+  __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+  const __m256d sc = _mm256_set1_pd((double)scale);
+  const __m256i expm = _mm256_set1_epi32(0x7f800000);
+  __m256i bad = _mm256_setzero_si256();
+  size_t n8 = n & ~(size_t)7;
+  for (size_t i = 0; i < n8; i += 8) {
+    __m256 g = zrt_ld_grad8(grad, gdt, i);
+    __m256i e = _mm256_and_si256(_mm256_castps_si256(g), expm);
+    bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(e, expm));
+    __m256d lo = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(g)), sc);
+    __m256d hi = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(g, 1)), sc);
+    acc0 = _mm256_add_pd(acc0, _mm256_mul_pd(lo, lo));
+    acc1 = _mm256_add_pd(acc1, _mm256_mul_pd(hi, hi));
+  }
+  double lanes[4];
+  _mm256_storeu_pd(lanes, _mm256_add_pd(acc0, acc1));
+  double acc = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  int nf = !_mm256_testz_si256(bad, bad);
+  for (size_t i = n8; i < n; i++) {
+    float g = zrt_load_f(grad, gdt, i);
+    uint32_t u = zrt_f32_to_bits(g);
+    if ((u & 0x7f800000u) == 0x7f800000u) nf = 1;
+    double x = (double)g * scale;
+    acc += x * x;
+  }
+  *sumsq += acc;
+  if (nf) *nonfinite = 1;
+}

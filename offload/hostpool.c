@@ -1,0 +1,387 @@
+/*
+ * hostpool.c — the NUMA-pinned host pool (see hostpool.h).
+ *
+ * A private jemalloc arena (mallctl "arenas.create" with our extent hooks)
+ * serves every allocation with mallocx(MALLOCX_ARENA | MALLOCX_TCACHE_NONE |
+ * MALLOCX_ALIGN(64)); an accounted zrt_pool sits in front of it so bytes show
+ * up per category. The extent alloc hook is where pages get their
+ * properties: mmap, mbind(MPOL_BIND) to the chosen node before first touch,
+ * then pin (the backend's host_register — cudaHostRegister — when it has
+ * one, else mlock, which also faults the pages in on that node). The
+ * dalloc/destroy hooks undo both.
+ *
+ * Invariants: with host_register pinning every extent jemalloc holds is
+ * exactly one mmap (split/merge refused, so unregister sees the registered
+ * base); with mlock, extents may be split/merged since munlock/munmap take
+ * any page range. Every extent is pinned and bound unless the pool has fallen back (hp->pinned /
+ * hp->node say so, and the fallback was logged). Hooks cannot return a message, so a failing hook
+ * records it in hp->hook_err and the raw allocator turns it into the zrt error. The arena lives as
+ * long as the pool; destroy frees all live allocations (zrt_pool_destroy) and then destroys the
+ * arena, which unpins and unmaps the retained extents.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <jemalloc/jemalloc.h>
+#include <numa.h>
+#include <numaif.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "offload/hostpool.h"
+
+struct zrt_hostpool {
+  extent_hooks_t hooks; /* first: jemalloc hands this pointer back to the hooks */
+  unsigned arena;
+  int arena_ok;
+  int node;   /* bound node, -1 = unbound */
+  int pin;    /* pinning requested and still in force */
+  int pinned; /* 1 = pages are pinned */
+  int allow_fallback;
+  zrt_backend *be;
+  zrt_pool *pool;
+  pthread_mutex_t mu;
+  char hook_err[512];
+  zrt_status hook_st;
+};
+
+static zrt_hostpool *zrt_hp_of(extent_hooks_t *h) { return (zrt_hostpool *)(void *)h; }
+
+static const char *zrt_hp_fallback_hint =
+    "set zrt.pin_memory_fallback: true to continue with unpinned / unbound memory "
+    "(slower host<->device copies)";
+
+/* Text for a failed mlock: the limit, what is locked already, what to do. */
+static void zrt_hp_mlock_msg(char *buf, size_t len, size_t bytes, int err) {
+  struct rlimit rl;
+  char want[32], lim[32];
+  getrlimit(RLIMIT_MEMLOCK, &rl);
+  zrt_format_size(bytes, want, sizeof want);
+  if (rl.rlim_cur == RLIM_INFINITY)
+    snprintf(lim, sizeof lim, "unlimited");
+  else
+    zrt_format_size((uint64_t)rl.rlim_cur, lim, sizeof lim);
+  snprintf(buf, len,
+           "host pool: cannot pin %s with mlock (%s): RLIMIT_MEMLOCK is %s — raise it "
+           "(ulimit -l unlimited, or memlock in /etc/security/limits.conf, LimitMEMLOCK= for "
+           "systemd, --ulimit memlock=-1 for docker) or %s",
+           want, strerror(err), lim, zrt_hp_fallback_hint);
+}
+
+/* Binds and pins one fresh mapping. Returns 0, or -1 with hp->hook_err set
+ * (the mapping is then left unpinned/unbound for the caller to unmap). */
+static int zrt_hp_prepare(zrt_hostpool *hp, void *addr, size_t size) {
+  if (hp->node >= 0) {
+    unsigned long mask[16] = {0};
+    mask[hp->node / (8 * sizeof(unsigned long))] |= 1ul << (hp->node % (8 * sizeof(unsigned long)));
+    if (mbind(addr, size, MPOL_BIND, mask, sizeof mask * 8, MPOL_MF_STRICT) != 0) {
+      int err = errno;
+      pthread_mutex_lock(&hp->mu);
+      if (hp->allow_fallback) {
+        zrt_log_once("hostpool_bind_fallback", ZRT_LOG_WARN,
+                     "host pool: mbind to NUMA node %d failed (%s); zrt.pin_memory_fallback is "
+                     "set, continuing with unbound pages",
+                     hp->node, strerror(err));
+        hp->node = -1;
+      } else {
+        snprintf(hp->hook_err, sizeof hp->hook_err,
+                 "host pool: cannot bind pages to NUMA node %d (mbind: %s) — pick an existing "
+                 "node with numa_node (see numactl -H) or -1 for auto, or %s",
+                 hp->node, strerror(err), zrt_hp_fallback_hint);
+        hp->hook_st = ZRT_ERR_CONFIG;
+        pthread_mutex_unlock(&hp->mu);
+        return -1;
+      }
+      pthread_mutex_unlock(&hp->mu);
+    }
+  }
+  if (!hp->pin) return 0;
+  if (hp->be && hp->be->iface->host_register) {
+    zrt_status st = hp->be->iface->host_register(hp->be->ctx, addr, size);
+    if (st == ZRT_OK) return 0;
+    pthread_mutex_lock(&hp->mu);
+    if (hp->allow_fallback) {
+      zrt_log_once("hostpool_pin_fallback", ZRT_LOG_WARN,
+                   "host pool: %s host_register of %zu bytes failed (%s); "
+                   "zrt.pin_memory_fallback is set, continuing with pageable memory",
+                   hp->be->iface->name, size, zrt_last_error());
+      hp->pin = 0;
+      hp->pinned = 0;
+      pthread_mutex_unlock(&hp->mu);
+      return 0;
+    }
+    snprintf(hp->hook_err, sizeof hp->hook_err, "host pool: %s host_register of %zu bytes: %s — %s",
+             hp->be->iface->name, size, zrt_last_error(), zrt_hp_fallback_hint);
+    hp->hook_st = st;
+    pthread_mutex_unlock(&hp->mu);
+    return -1;
+  }
+  if (mlock(addr, size) == 0) return 0;
+  int err = errno;
+  pthread_mutex_lock(&hp->mu);
+  if (hp->allow_fallback) {
+    char msg[512];
+    zrt_hp_mlock_msg(msg, sizeof msg, size, err);
+    zrt_log_once("hostpool_pin_fallback", ZRT_LOG_WARN,
+                 "%s; zrt.pin_memory_fallback is set: continuing with pageable (unpinned) "
+                 "memory from now on",
+                 msg);
+    hp->pin = 0;
+    hp->pinned = 0;
+    pthread_mutex_unlock(&hp->mu);
+    return 0;
+  }
+  zrt_hp_mlock_msg(hp->hook_err, sizeof hp->hook_err, size, err);
+  /* CONFIG, not OOM: the fix is a limit or a config key, and the pool keeps
+   * a non-OOM message as is */
+  hp->hook_st = ZRT_ERR_CONFIG;
+  pthread_mutex_unlock(&hp->mu);
+  return -1;
+}
+
+/* Undo pinning of one extent. Pages pinned before a fallback are still
+ * locked, so munlock is always attempted (harmless on unlocked pages). */
+static void zrt_hp_release(zrt_hostpool *hp, void *addr, size_t size) {
+  if (hp->be && hp->be->iface->host_register && hp->be->iface->host_unregister) {
+    if (hp->pin) hp->be->iface->host_unregister(hp->be->ctx, addr);
+  } else {
+    munlock(addr, size);
+  }
+  munmap(addr, size);
+}
+
+static void *zrt_hp_extent_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t alignment,
+                                 bool *zero, bool *commit, unsigned arena_ind) {
+  (void)arena_ind;
+  zrt_hostpool *hp = zrt_hp_of(h);
+  if (new_addr) return NULL; /* we never extend in place */
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  if (alignment < page) alignment = page;
+  size_t span = size + alignment - page;
+  char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) {
+    pthread_mutex_lock(&hp->mu);
+    snprintf(hp->hook_err, sizeof hp->hook_err, "host pool: mmap of %zu bytes failed: %s", span,
+             strerror(errno));
+    hp->hook_st = ZRT_ERR_OOM;
+    pthread_mutex_unlock(&hp->mu);
+    return NULL;
+  }
+  char *addr = (char *)ZRT_ALIGN_UP((uintptr_t)raw, alignment);
+  if (addr > raw) munmap(raw, (size_t)(addr - raw));
+  if (raw + span > addr + size) munmap(addr + size, (size_t)(raw + span - (addr + size)));
+  if (zrt_hp_prepare(hp, addr, size) != 0) {
+    munmap(addr, size);
+    return NULL;
+  }
+  *zero = true; /* fresh anonymous pages */
+  *commit = true;
+  return addr;
+}
+
+static bool zrt_hp_extent_dalloc(extent_hooks_t *h, void *addr, size_t size, bool committed,
+                                 unsigned arena_ind) {
+  (void)committed, (void)arena_ind;
+  zrt_hp_release(zrt_hp_of(h), addr, size);
+  return false; /* success: jemalloc forgets the extent */
+}
+
+static void zrt_hp_extent_destroy(extent_hooks_t *h, void *addr, size_t size, bool committed,
+                                  unsigned arena_ind) {
+  (void)committed, (void)arena_ind;
+  zrt_hp_release(zrt_hp_of(h), addr, size);
+}
+
+/* mlock/munlock and munmap work on any page range, so with mlock pinning
+ * jemalloc may split and merge extents freely (no-ops here, returning
+ * false = done). A registered range (cudaHostRegister) must be unregistered
+ * by its base pointer, so then we refuse (true) and extents stay whole. */
+static bool zrt_hp_extent_split(extent_hooks_t *h, void *addr, size_t size, size_t size_a,
+                                size_t size_b, bool committed, unsigned arena_ind) {
+  (void)addr, (void)size, (void)size_a, (void)size_b, (void)committed, (void)arena_ind;
+  zrt_hostpool *hp = zrt_hp_of(h);
+  return hp->be && hp->be->iface->host_register;
+}
+
+static bool zrt_hp_extent_merge(extent_hooks_t *h, void *addr_a, size_t size_a, void *addr_b,
+                                size_t size_b, bool committed, unsigned arena_ind) {
+  (void)addr_a, (void)size_a, (void)addr_b, (void)size_b, (void)committed, (void)arena_ind;
+  zrt_hostpool *hp = zrt_hp_of(h);
+  return hp->be && hp->be->iface->host_register;
+}
+
+static zrt_status zrt_hp_raw_alloc(void *ctx, size_t bytes, void **out) {
+  zrt_hostpool *hp = ctx;
+  pthread_mutex_lock(&hp->mu);
+  hp->hook_err[0] = 0;
+  hp->hook_st = ZRT_OK;
+  pthread_mutex_unlock(&hp->mu);
+  void *p = mallocx(bytes ? bytes : 1,
+                    MALLOCX_ARENA(hp->arena) | MALLOCX_TCACHE_NONE | MALLOCX_ALIGN(64));
+  if (p) {
+    *out = p;
+    return ZRT_OK;
+  }
+  pthread_mutex_lock(&hp->mu);
+  zrt_status st = hp->hook_st != ZRT_OK ? hp->hook_st : ZRT_ERR_OOM;
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", hp->hook_err);
+  pthread_mutex_unlock(&hp->mu);
+  if (msg[0]) return zrt_error(st, "%s", msg);
+  return zrt_error(ZRT_ERR_OOM, "host pool: out of host memory allocating %zu bytes", bytes);
+}
+
+static void zrt_hp_raw_free(void *ctx, void *ptr, size_t bytes) {
+  (void)ctx, (void)bytes;
+  dallocx(ptr, MALLOCX_TCACHE_NONE);
+}
+
+/* The node of the rank's bound cores when they all sit on one node. */
+static int zrt_hp_affinity_node(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
+  int node = -1;
+  for (int c = 0; c < CPU_SETSIZE; c++) {
+    if (!CPU_ISSET(c, &set)) continue;
+    int n = numa_node_of_cpu(c);
+    if (n < 0) continue;
+    if (node < 0)
+      node = n;
+    else if (n != node)
+      return -1;
+  }
+  return node;
+}
+
+static zrt_status zrt_hp_choose_node(const zrt_hostpool_opts *o, zrt_backend *be, int *node) {
+  *node = -1;
+  if (numa_available() < 0) {
+    if (o->numa_node >= 0 && !o->allow_fallback)
+      return zrt_error(ZRT_ERR_CONFIG,
+                       "host pool: numa_node %d requested but this kernel/machine has no NUMA "
+                       "support — set numa_node: -1 or %s",
+                       o->numa_node, zrt_hp_fallback_hint);
+    zrt_log_once("hostpool_nonuma", ZRT_LOG_INFO, "host pool: no NUMA support; pages are unbound");
+    return ZRT_OK;
+  }
+  int maxn = numa_max_node();
+  if (o->numa_node >= 0) {
+    struct bitmask *mems = numa_get_mems_allowed();
+    int ok = o->numa_node <= maxn && mems && numa_bitmask_isbitset(mems, (unsigned)o->numa_node);
+    if (mems) numa_bitmask_free(mems);
+    if (!ok) {
+      if (!o->allow_fallback)
+        return zrt_error(ZRT_ERR_CONFIG,
+                         "host pool: NUMA node %d does not exist or has no memory this process "
+                         "may use (nodes 0-%d; see numactl -H) — set numa_node to one of them, "
+                         "-1 for auto, or %s",
+                         o->numa_node, maxn, zrt_hp_fallback_hint);
+      zrt_log_once("hostpool_node_fallback", ZRT_LOG_WARN,
+                   "host pool: NUMA node %d does not exist (nodes 0-%d); "
+                   "zrt.pin_memory_fallback is set, continuing with unbound pages",
+                   o->numa_node, maxn);
+      return ZRT_OK;
+    }
+    *node = o->numa_node;
+  } else if (be && be->numa_node >= 0 && be->numa_node <= maxn) {
+    *node = be->numa_node;
+  } else {
+    int n = zrt_hp_affinity_node();
+    *node = n >= 0 ? n : 0;
+  }
+  return ZRT_OK;
+}
+
+zrt_status zrt_hostpool_create(const zrt_hostpool_opts *opts, zrt_backend *backend,
+                               zrt_hostpool **out) {
+  zrt_status st = ZRT_OK;
+  if (!opts || !out) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_hostpool_create: NULL argument");
+  *out = NULL;
+  zrt_hostpool *hp = calloc(1, sizeof *hp);
+  if (!hp) return zrt_error(ZRT_ERR_OOM, "zrt_hostpool_create: out of host memory");
+  pthread_mutex_init(&hp->mu, NULL);
+  hp->hooks.alloc = zrt_hp_extent_alloc;
+  hp->hooks.dalloc = zrt_hp_extent_dalloc;
+  hp->hooks.destroy = zrt_hp_extent_destroy;
+  hp->hooks.split = zrt_hp_extent_split;
+  hp->hooks.merge = zrt_hp_extent_merge;
+  /* commit/decommit/purge absent: pages stay committed (and pinned) while
+   * jemalloc holds them; they go back at dalloc/destroy */
+  hp->be = backend;
+  hp->pin = opts->pin;
+  hp->pinned = opts->pin;
+  hp->allow_fallback = opts->allow_fallback;
+  ZRT_CHECK_GOTO(zrt_hp_choose_node(opts, backend, &hp->node), st, fail);
+
+  /* Probe one page now so a node or pin problem shows at creation, not at
+   * the first optimizer step. */
+  {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    void *probe = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (probe == MAP_FAILED) {
+      st = zrt_error(ZRT_ERR_OOM, "host pool: mmap of one page failed: %s", strerror(errno));
+      goto fail;
+    }
+    int rc = zrt_hp_prepare(hp, probe, page);
+    if (rc == 0)
+      zrt_hp_release(hp, probe, page);
+    else
+      munmap(probe, page);
+    if (rc != 0) {
+      st = zrt_error(hp->hook_st, "%s", hp->hook_err);
+      goto fail;
+    }
+  }
+
+  extent_hooks_t *hooks = &hp->hooks;
+  size_t sz = sizeof hp->arena;
+  int rc = mallctl("arenas.create", &hp->arena, &sz, &hooks, sizeof hooks);
+  if (rc != 0) {
+    /* the arena's own metadata comes through our hooks too, so a pin
+     * failure can surface here */
+    if (hp->hook_err[0])
+      st = zrt_error(hp->hook_st, "%s", hp->hook_err);
+    else
+      st =
+          zrt_error(ZRT_ERR_INTERNAL, "host pool: jemalloc arenas.create failed: %s", strerror(rc));
+    goto fail;
+  }
+  hp->arena_ok = 1;
+  ZRT_CHECK_GOTO(zrt_pool_create(hp->pinned ? "host pinned" : "host", opts->capacity,
+                                 zrt_hp_raw_alloc, zrt_hp_raw_free, hp, &hp->pool),
+                 st, fail);
+  zrt_pool_set_hint(hp->pool, "raise the host memory limit, or offload less (offload_optimizer "
+                              "device: nvme keeps master/state on disk)");
+  zrt_log(ZRT_LOG_DEBUG, "host pool: jemalloc arena %u, NUMA node %d, %s", hp->arena, hp->node,
+          hp->pinned ? (backend && backend->iface->host_register ? "host_register" : "mlock")
+                     : "unpinned");
+  *out = hp;
+  return ZRT_OK;
+fail:
+  zrt_hostpool_destroy(hp);
+  return st;
+}
+
+void zrt_hostpool_destroy(zrt_hostpool *hp) {
+  if (!hp) return;
+  zrt_pool_destroy(hp->pool);
+  if (hp->arena_ok) {
+    char name[64];
+    snprintf(name, sizeof name, "arena.%u.destroy", hp->arena);
+    int rc = mallctl(name, NULL, NULL, NULL, 0);
+    if (rc != 0)
+      zrt_log(ZRT_LOG_WARN, "host pool: jemalloc %s failed (%s); its pages stay mapped", name,
+              strerror(rc));
+  }
+  pthread_mutex_destroy(&hp->mu);
+  free(hp);
+}
+
+zrt_pool *zrt_hostpool_pool(zrt_hostpool *hp) { return hp ? hp->pool : NULL; }
+int zrt_hostpool_node(const zrt_hostpool *hp) { return hp ? hp->node : -1; }
+int zrt_hostpool_pinned(const zrt_hostpool *hp) { return hp ? hp->pinned : 0; }

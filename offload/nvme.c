@@ -1,0 +1,218 @@
+/*
+ * nvme.c — NVMe swap files for offloaded master / optimizer state (see
+ * nvme.h): two generations per file, liburing + O_DIRECT tile I/O split
+ * into queue_depth requests in flight, fsync + generation flip on commit.
+ *
+ * Invariants: all offsets, lengths and buffers of direct I/O are multiples
+ * of ZRT_NVME_ALIGN; region g of every file holds generation g; nv->cur is
+ * the generation of the last committed step and is never written by a
+ * step. A failed step leaves nv->cur untouched, so the state on disk is the
+ * last completed step's (the next step simply rewrites the other region).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "offload/nvme.h"
+
+struct zrt_nvme {
+  int narrays, qd, cur, direct;
+  int fd[ZRT_NVME_MAX_ARRAYS];
+  char path[ZRT_NVME_MAX_ARRAYS][1024];
+  size_t n, region; /* elements; bytes per generation (aligned) */
+  struct io_uring ring;
+  int ring_ok;
+};
+
+static const char *zrt_nvme_names[ZRT_NVME_MAX_ARRAYS] = {"master", "state1", "state2"};
+
+void zrt_nvme_destroy(zrt_nvme *nv) {
+  if (!nv) return;
+  if (nv->ring_ok) io_uring_queue_exit(&nv->ring);
+  for (int a = 0; a < nv->narrays; a++) {
+    if (nv->fd[a] >= 0) close(nv->fd[a]);
+    if (nv->path[a][0]) unlink(nv->path[a]);
+  }
+  free(nv);
+}
+
+zrt_status zrt_nvme_create(const char *dir, size_t n, int narrays, int queue_depth,
+                           zrt_nvme **out) {
+  zrt_status st = ZRT_OK;
+  static int counter; /* distinct file names within one process */
+  if (!dir || !out || narrays < 1 || narrays > ZRT_NVME_MAX_ARRAYS)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_nvme_create: bad arguments");
+  *out = NULL;
+  struct stat sb;
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return zrt_error(
+        ZRT_ERR_CONFIG,
+        "nvme_path '%s' %s — create the directory on the NVMe drive or point "
+        "zero_optimization.offload_optimizer.nvme_path at an existing one",
+        dir, errno == ENOENT || stat(dir, &sb) != 0 ? "does not exist" : "is not a directory");
+  zrt_nvme *nv = calloc(1, sizeof *nv);
+  if (!nv) return zrt_error(ZRT_ERR_OOM, "nvme swap: out of host memory");
+  nv->narrays = narrays;
+  nv->qd = queue_depth > 0 ? queue_depth : 1;
+  nv->n = n;
+  nv->region = ZRT_ALIGN_UP(n * 4, (size_t)ZRT_NVME_ALIGN);
+  nv->direct = 1;
+  for (int a = 0; a < ZRT_NVME_MAX_ARRAYS; a++) nv->fd[a] = -1;
+  int id = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
+  for (int a = 0; a < narrays; a++) {
+    snprintf(nv->path[a], sizeof nv->path[a], "%s/zrt_swap_%d_%d_%s.bin", dir, (int)getpid(), id,
+             zrt_nvme_names[a]);
+    int flags = O_RDWR | O_CREAT | O_TRUNC;
+    int fd = nv->direct ? open(nv->path[a], flags | O_DIRECT, 0600) : -1;
+    if (fd < 0 && nv->direct && errno == EINVAL) {
+      zrt_log_once("nvme_direct_fallback", ZRT_LOG_WARN,
+                   "nvme swap: the filesystem of %s does not support O_DIRECT (tmpfs?); "
+                   "falling back to buffered I/O (page cache, slower and uses host memory)",
+                   dir);
+      nv->direct = 0;
+    }
+    if (fd < 0) fd = open(nv->path[a], flags, 0600);
+    if (fd < 0) {
+      st = zrt_error(ZRT_ERR_IO, "nvme swap: cannot create %s: %s — check nvme_path permissions",
+                     nv->path[a], strerror(errno));
+      nv->path[a][0] = 0;
+      goto fail;
+    }
+    nv->fd[a] = fd;
+  }
+  int rc = io_uring_queue_init((unsigned)ZRT_MIN(4096, 2 * nv->qd * narrays), &nv->ring, 0);
+  if (rc < 0) {
+    st = zrt_error(ZRT_ERR_IO, "nvme swap: io_uring_queue_init failed: %s", strerror(-rc));
+    goto fail;
+  }
+  nv->ring_ok = 1;
+  *out = nv;
+  return ZRT_OK;
+fail:
+  zrt_nvme_destroy(nv);
+  return st;
+}
+
+int zrt_nvme_direct(const zrt_nvme *nv) { return nv ? nv->direct : 0; }
+
+static zrt_status zrt_nvme_io_error(const zrt_nvme *nv, int a, int write, off_t off, long res,
+                                    size_t want) {
+  if (res < 0)
+    return zrt_error(ZRT_ERR_IO, "nvme swap: %s of %zu bytes at offset %lld of %s failed: %s%s",
+                     write ? "write" : "read", want, (long long)off, nv->path[a],
+                     strerror((int)-res),
+                     write ? " — free space on nvme_path (or lower the shard size); the last "
+                             "completed step is kept intact in the other generation"
+                           : "");
+  return zrt_error(ZRT_ERR_IO, "nvme swap: short %s at offset %lld of %s: %ld of %zu bytes%s",
+                   write ? "write" : "read", (long long)off, nv->path[a], res, want,
+                   write ? " (disk full?) — free space on nvme_path; the last completed step is "
+                           "kept intact in the other generation"
+                         : " (file truncated or removed behind zrt's back?)");
+}
+
+zrt_status zrt_nvme_tile_io(zrt_nvme *nv, int write, size_t off, size_t len, float *const *bufs) {
+  if (!nv || !bufs || off % 1024)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_nvme_tile_io: bad arguments (offset %zu)", off);
+  if (len == 0) return ZRT_OK;
+  int gen = write ? nv->cur ^ 1 : nv->cur;
+  size_t bytes = ZRT_ALIGN_UP(len * 4, (size_t)ZRT_NVME_ALIGN);
+  size_t chunk = ZRT_ALIGN_UP(ZRT_DIV_UP(bytes, (size_t)nv->qd), (size_t)ZRT_NVME_ALIGN);
+  int inflight = 0;
+  for (int a = 0; a < nv->narrays; a++) {
+    off_t base = (off_t)(gen * nv->region + off * 4);
+    for (size_t c = 0; c < bytes; c += chunk) {
+      size_t sz = ZRT_MIN(chunk, bytes - c);
+      struct io_uring_sqe *sqe = io_uring_get_sqe(&nv->ring);
+      if (!sqe) {
+        io_uring_submit(&nv->ring);
+        sqe = io_uring_get_sqe(&nv->ring);
+      }
+      if (!sqe) return zrt_error(ZRT_ERR_INTERNAL, "nvme swap: io_uring queue full");
+      char *buf = (char *)bufs[a] + c;
+      if (write)
+        io_uring_prep_write(sqe, nv->fd[a], buf, (unsigned)sz, base + (off_t)c);
+      else
+        io_uring_prep_read(sqe, nv->fd[a], buf, (unsigned)sz, base + (off_t)c);
+      /* user_data: array and file offset, so a failure names both */
+      io_uring_sqe_set_data64(sqe, ((uint64_t)a << 56) | (uint64_t)(base + (off_t)c));
+      inflight++;
+    }
+  }
+  int rc = io_uring_submit(&nv->ring);
+  zrt_status st = ZRT_OK;
+  if (rc < 0) return zrt_error(ZRT_ERR_IO, "nvme swap: io_uring_submit: %s", strerror(-rc));
+  for (int i = 0; i < inflight; i++) {
+    struct io_uring_cqe *cqe;
+    rc = io_uring_wait_cqe(&nv->ring, &cqe);
+    if (rc < 0) return zrt_error(ZRT_ERR_IO, "nvme swap: io_uring_wait_cqe: %s", strerror(-rc));
+    long res = cqe->res;
+    uint64_t ud = cqe->user_data;
+    io_uring_cqe_seen(&nv->ring, cqe);
+    int a = (int)(ud >> 56);
+    off_t o = (off_t)(ud & ((1ull << 56) - 1));
+    size_t want = ZRT_MIN(chunk, bytes - (size_t)(o - (off_t)(gen * nv->region + off * 4)));
+    if (st == ZRT_OK && (res < 0 || (size_t)res != want))
+      st = zrt_nvme_io_error(nv, a, write, o, res, want);
+  }
+  return st;
+}
+
+zrt_status zrt_nvme_commit(zrt_nvme *nv) {
+  for (int a = 0; a < nv->narrays; a++)
+    if (fsync(nv->fd[a]) != 0)
+      return zrt_error(ZRT_ERR_IO, "nvme swap: fsync of %s failed: %s", nv->path[a],
+                       strerror(errno));
+  nv->cur ^= 1;
+  return ZRT_OK;
+}
+
+/* Whole-array transfer of the current generation through an aligned bounce
+ * buffer (plain pread/pwrite: used once at registration and by tests). */
+static zrt_status zrt_nvme_whole(zrt_nvme *nv, int a, float *dst, const float *src) {
+  if (!nv || a < 0 || a >= nv->narrays)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "nvme swap: array %d out of range", a);
+  size_t step = 4u << 20;
+  void *bounce = NULL;
+  if (posix_memalign(&bounce, ZRT_NVME_ALIGN, step) != 0)
+    return zrt_error(ZRT_ERR_OOM, "nvme swap: out of host memory");
+  zrt_status st = ZRT_OK;
+  for (size_t o = 0; o < nv->region; o += step) {
+    size_t sz = ZRT_MIN(step, nv->region - o);
+    size_t valid = o < nv->n * 4 ? ZRT_MIN(sz, nv->n * 4 - o) : 0;
+    off_t fo = (off_t)(nv->cur * nv->region + o);
+    if (src) {
+      memset(bounce, 0, sz);
+      memcpy(bounce, (const char *)src + o, valid);
+      ssize_t r = pwrite(nv->fd[a], bounce, sz, fo);
+      if (r != (ssize_t)sz) {
+        st = zrt_nvme_io_error(nv, a, 1, fo, r < 0 ? -errno : r, sz);
+        break;
+      }
+    } else {
+      ssize_t r = pread(nv->fd[a], bounce, sz, fo);
+      if (r != (ssize_t)sz) {
+        st = zrt_nvme_io_error(nv, a, 0, fo, r < 0 ? -errno : r, sz);
+        break;
+      }
+      memcpy((char *)dst + o, bounce, valid);
+    }
+  }
+  free(bounce);
+  if (st == ZRT_OK && src && fsync(nv->fd[a]) != 0)
+    st = zrt_error(ZRT_ERR_IO, "nvme swap: fsync of %s failed: %s", nv->path[a], strerror(errno));
+  return st;
+}
+
+zrt_status zrt_nvme_store(zrt_nvme *nv, int array, const float *src) {
+  return zrt_nvme_whole(nv, array, NULL, src);
+}
+zrt_status zrt_nvme_load(zrt_nvme *nv, int array, float *dst) {
+  return zrt_nvme_whole(nv, array, dst, NULL);
+}

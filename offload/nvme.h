@@ -1,0 +1,42 @@
+/*
+ * nvme.h — NVMe swap files for offloaded fp32 master / optimizer state
+ * (ZeRO-Infinity), used by the offload pipe (opts.nvme).
+ *
+ * One file per array (master, s1, s2) under a directory, each holding two
+ * regions (generations) of the full shard. A step reads tiles from the
+ * current generation and writes the updated tiles into the other one; only
+ * after every tile is written and fsync'ed does zrt_nvme_commit flip the
+ * current generation. A step that fails half-way (disk full, I/O error)
+ * therefore leaves the current generation — the last completed step —
+ * intact. I/O goes through liburing with O_DIRECT (4096-aligned offsets,
+ * sizes and buffers); where the filesystem refuses O_DIRECT (tmpfs) the
+ * files are reopened buffered and that is logged once.
+ */
+#ifndef ZRT_NVME_H
+#define ZRT_NVME_H
+
+#include "runtime/internal.h"
+
+#define ZRT_NVME_ALIGN 4096
+#define ZRT_NVME_MAX_ARRAYS 3
+
+typedef struct zrt_nvme zrt_nvme;
+
+/* Files for narrays arrays of n fp32 elements under dir (must exist).
+ * queue_depth: requests in flight per tile I/O (buffer_count; >= 1). */
+zrt_status zrt_nvme_create(const char *dir, size_t n, int narrays, int queue_depth, zrt_nvme **out);
+void zrt_nvme_destroy(zrt_nvme *nv); /* removes the files; NULL ok */
+
+/* Reads elements [off, off+len) of every array from the current generation
+ * into bufs[a] (write = 0), or writes them into the next generation (write
+ * = 1). off must be a multiple of 1024 elements; bufs 4096-aligned with room
+ * for len rounded up to 1024. Blocking. */
+zrt_status zrt_nvme_tile_io(zrt_nvme *nv, int write, size_t off, size_t len, float *const *bufs);
+/* fsync every file and make the next generation current. */
+zrt_status zrt_nvme_commit(zrt_nvme *nv);
+/* Whole-array access to the current generation (initial values, checks). */
+zrt_status zrt_nvme_store(zrt_nvme *nv, int array, const float *src);
+zrt_status zrt_nvme_load(zrt_nvme *nv, int array, float *dst);
+int zrt_nvme_direct(const zrt_nvme *nv); /* 1 when O_DIRECT is in use */
+
+#endif

@@ -1,0 +1,350 @@
+/*
+ * offload_pipe.c — the offloaded optimizer step (see offload.h).
+ *
+ * The shard is cut into tiles of tile_elems. While the CPU optimizer
+ * (OpenMP threads) updates tile k, one copy thread moves the grads of tile
+ * k+1 device->host into the other half of a double-buffered pinned staging
+ * area, sends the new 16-bit params of tile k-1 host->device, and in NVMe
+ * mode reads master/state tile k+1 from and writes tile k-1 to the swap
+ * files. Main and copy thread meet once per tile, so every buffer has one
+ * owner at a time:
+ *   grad staging  [k%2]  written by the copy thread at k-1, read by the update at k
+ *   param staging [k%2]  written by the update at k, read by the copy thread at k+1
+ *   state staging [k%2]  (NVMe) filled at k-1, updated at k, written back at k+1
+ * On CUDA the copy thread issues each copy on its own stream and
+ * synchronizes that stream, so a copy is complete when its job is; on the
+ * CPU backend copies are plain memcpys of accounted host memory. The update
+ * is zrt_cpu_optim_step on the same bytes, so the pipe's results are bitwise
+ * those of one zrt_cpu_optim_step over the whole shard.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amp/dtype.h"
+#include "offload/nvme.h"
+#include "offload/offload.h"
+
+#define ZRT_PIPE_DEFAULT_TILE (1u << 20)
+
+typedef struct zrt_pipe_job {
+  int k; /* tile being updated by the main thread; -1 = prologue */
+  const zrt_optim_hparams *hp;
+  const void *grad_dev;
+  zrt_dtype gdt;
+  void *param16_dev;
+  zrt_dtype pdt;
+  size_t n;
+} zrt_pipe_job;
+
+struct zrt_offload_pipe {
+  zrt_backend *be;
+  zrt_hostpool *hpool;
+  size_t tile;
+  int buffer_count;
+  void *gstage[2], *pstage[2]; /* pinned staging, 4 bytes/elem each */
+  void *sraw[2][3];            /* NVMe state staging (raw pool pointers) */
+  float *sbuf[2][3];           /* ... aligned to ZRT_NVME_ALIGN */
+  zrt_stream s_d2h, s_h2d;
+  zrt_nvme *nv;
+  size_t nv_n;
+  int nv_states;
+  zrt_offload_timing timing;
+
+  pthread_t thr;
+  int thr_ok;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int posted, done, quit;
+  zrt_pipe_job job;
+  zrt_status job_st;
+  double job_copy_s;
+  char errbuf[1024];
+  int nvme;
+  char nvme_path[512];
+};
+
+static size_t zrt_pipe_tiles(const zrt_offload_pipe *p, size_t n) { return ZRT_DIV_UP(n, p->tile); }
+
+/* The copy thread's share of iteration k: grads of k+1 in, params of k-1 out,
+ * NVMe state of k+1 in and of k-1 out. */
+static zrt_status zrt_pipe_copy_work(zrt_offload_pipe *p, const zrt_pipe_job *j) {
+  size_t tiles = zrt_pipe_tiles(p, j->n);
+  size_t gsz = zrt_dtype_size(j->gdt), psz = zrt_dtype_size(j->pdt);
+  long in = j->k + 1, out = j->k - 1;
+  if (out >= 0 && j->param16_dev) {
+    size_t off = (size_t)out * p->tile, len = ZRT_MIN(p->tile, j->n - off);
+    ZRT_CHECK(zrt_backend_memcpy(p->be, (char *)j->param16_dev + off * psz, p->pstage[out % 2],
+                                 len * psz, ZRT_COPY_H2D, p->s_h2d));
+  }
+  if (out >= 0 && p->nv) {
+    size_t off = (size_t)out * p->tile, len = ZRT_MIN(p->tile, j->n - off);
+    ZRT_CHECK(zrt_nvme_tile_io(p->nv, 1, off, len, p->sbuf[out % 2]));
+  }
+  if (in < (long)tiles) {
+    size_t off = (size_t)in * p->tile, len = ZRT_MIN(p->tile, j->n - off);
+    ZRT_CHECK(zrt_backend_memcpy(p->be, p->gstage[in % 2], (const char *)j->grad_dev + off * gsz,
+                                 len * gsz, ZRT_COPY_D2H, p->s_d2h));
+    if (p->nv) ZRT_CHECK(zrt_nvme_tile_io(p->nv, 0, off, len, p->sbuf[in % 2]));
+  }
+  ZRT_CHECK(zrt_backend_synchronize(p->be, p->s_d2h));
+  ZRT_CHECK(zrt_backend_synchronize(p->be, p->s_h2d));
+  return ZRT_OK;
+}
+
+static void *zrt_pipe_thread(void *arg) {
+  zrt_offload_pipe *p = arg;
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    while (!p->posted && !p->quit) pthread_cond_wait(&p->cv, &p->mu);
+    if (p->quit) break;
+    zrt_pipe_job j = p->job;
+    p->posted = 0;
+    pthread_mutex_unlock(&p->mu);
+    double t0 = zrt_now_s();
+    zrt_status st = zrt_pipe_copy_work(p, &j);
+    double dt = zrt_now_s() - t0;
+    pthread_mutex_lock(&p->mu);
+    p->job_st = st;
+    p->job_copy_s = dt;
+    /* the message is in this thread's last-error slot; hand it over */
+    snprintf(p->errbuf, sizeof p->errbuf, "%s", st != ZRT_OK ? zrt_last_error() : "");
+    p->done = 1;
+    pthread_cond_broadcast(&p->cv);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+static void zrt_pipe_post(zrt_offload_pipe *p, const zrt_pipe_job *j) {
+  pthread_mutex_lock(&p->mu);
+  p->job = *j;
+  p->posted = 1;
+  p->done = 0;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+}
+
+static zrt_status zrt_pipe_wait(zrt_offload_pipe *p, double *copy_s) {
+  pthread_mutex_lock(&p->mu);
+  while (!p->done) pthread_cond_wait(&p->cv, &p->mu);
+  zrt_status st = p->job_st;
+  *copy_s += p->job_copy_s;
+  pthread_mutex_unlock(&p->mu);
+  if (st != ZRT_OK) return zrt_error(st, "%s", p->errbuf);
+  return ZRT_OK;
+}
+
+static void zrt_pipe_free_buffers(zrt_offload_pipe *p) {
+  zrt_pool *pool = zrt_hostpool_pool(p->hpool);
+  for (int b = 0; b < 2; b++) {
+    zrt_pool_free(pool, p->gstage[b]);
+    zrt_pool_free(pool, p->pstage[b]);
+    p->gstage[b] = p->pstage[b] = NULL;
+    for (int a = 0; a < 3; a++) {
+      zrt_pool_free(pool, p->sraw[b][a]);
+      p->sraw[b][a] = NULL;
+      p->sbuf[b][a] = NULL;
+    }
+  }
+}
+
+zrt_status zrt_offload_pipe_create(zrt_backend *be, zrt_hostpool *hp, const zrt_offload_opts *opts,
+                                   zrt_offload_pipe **out) {
+  zrt_status st = ZRT_OK;
+  if (!be || !hp || !opts || !out)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_offload_pipe_create: NULL argument");
+  *out = NULL;
+  if (opts->nvme && (!opts->nvme_path || !*opts->nvme_path))
+    return zrt_error(
+        ZRT_ERR_CONFIG,
+        "offload pipe: offload device nvme needs nvme_path (a directory on the "
+        "NVMe drive, e.g. zero_optimization.offload_optimizer.nvme_path: /local_nvme)");
+  zrt_offload_pipe *p = calloc(1, sizeof *p);
+  if (!p) return zrt_error(ZRT_ERR_OOM, "offload pipe: out of host memory");
+  p->be = be;
+  p->hpool = hp;
+  p->tile = opts->tile_elems ? opts->tile_elems : ZRT_PIPE_DEFAULT_TILE;
+  /* NVMe tiles must start on O_DIRECT boundaries: 1024 fp32 = 4096 bytes */
+  p->tile = ZRT_ALIGN_UP(p->tile, (size_t)1024);
+  p->buffer_count = opts->buffer_count > 0 ? opts->buffer_count : 4;
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->cv, NULL);
+  if (opts->nvme) {
+    snprintf(p->nvme_path, sizeof p->nvme_path, "%s", opts->nvme_path);
+    p->nvme = 1;
+  }
+  zrt_pool *pool = zrt_hostpool_pool(hp);
+  for (int b = 0; b < 2; b++) {
+    ZRT_CHECK_GOTO(zrt_pool_alloc(pool, p->tile * 4, ZRT_MEM_COMM, &p->gstage[b]), st, fail);
+    ZRT_CHECK_GOTO(zrt_pool_alloc(pool, p->tile * 4, ZRT_MEM_COMM, &p->pstage[b]), st, fail);
+  }
+  ZRT_CHECK_GOTO(zrt_backend_stream_create(be, &p->s_d2h), st, fail);
+  ZRT_CHECK_GOTO(zrt_backend_stream_create(be, &p->s_h2d), st, fail);
+  if (pthread_create(&p->thr, NULL, zrt_pipe_thread, p) != 0) {
+    st = zrt_error(ZRT_ERR_INTERNAL, "offload pipe: cannot start the copy thread");
+    goto fail;
+  }
+  p->thr_ok = 1;
+  *out = p;
+  return ZRT_OK;
+fail:
+  zrt_offload_pipe_destroy(p);
+  return st;
+}
+
+void zrt_offload_pipe_destroy(zrt_offload_pipe *p) {
+  if (!p) return;
+  if (p->thr_ok) {
+    pthread_mutex_lock(&p->mu);
+    p->quit = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->thr, NULL);
+  }
+  if (p->s_d2h) zrt_backend_stream_destroy(p->be, p->s_d2h);
+  if (p->s_h2d) zrt_backend_stream_destroy(p->be, p->s_h2d);
+  zrt_nvme_destroy(p->nv);
+  zrt_pipe_free_buffers(p);
+  pthread_cond_destroy(&p->cv);
+  pthread_mutex_destroy(&p->mu);
+  free(p);
+}
+
+zrt_status zrt_offload_pipe_nvme_register(zrt_offload_pipe *p, size_t n, int nstates,
+                                          const float *master, const float *s1, const float *s2) {
+  zrt_status st = ZRT_OK;
+  if (!p || !master || nstates < 0 || nstates > 2)
+    return zrt_error(ZRT_ERR_INVALID_ARG,
+                     "zrt_offload_pipe_nvme_register: need a pipe, the initial master and "
+                     "nstates 0..2 (got %d)",
+                     nstates);
+  if (!p->nvme)
+    return zrt_error(ZRT_ERR_INVALID_ARG,
+                     "zrt_offload_pipe_nvme_register: this pipe was created without opts.nvme");
+  zrt_nvme_destroy(p->nv);
+  p->nv = NULL;
+  ZRT_CHECK(zrt_nvme_create(p->nvme_path, n, 1 + nstates, p->buffer_count, &p->nv));
+  p->nv_n = n;
+  p->nv_states = nstates;
+  zrt_pool *pool = zrt_hostpool_pool(p->hpool);
+  size_t bytes = p->tile * 4 + ZRT_NVME_ALIGN;
+  for (int b = 0; b < 2; b++)
+    for (int a = 0; a < 1 + nstates; a++) {
+      if (!p->sraw[b][a])
+        ZRT_CHECK(zrt_pool_alloc(pool, bytes, a ? ZRT_MEM_OPTIM_STATE : ZRT_MEM_MASTER32,
+                                 &p->sraw[b][a]));
+      p->sbuf[b][a] = (float *)ZRT_ALIGN_UP((uintptr_t)p->sraw[b][a], (uintptr_t)ZRT_NVME_ALIGN);
+    }
+  float *zeros = NULL;
+  ZRT_CHECK_GOTO(zrt_nvme_store(p->nv, 0, master), st, done);
+  for (int a = 1; a <= nstates; a++) {
+    const float *src = a == 1 ? s1 : s2;
+    if (!src) {
+      if (!zeros) zeros = calloc(n ? n : 1, 4);
+      if (!zeros) {
+        st = zrt_error(ZRT_ERR_OOM, "offload pipe: out of host memory");
+        goto done;
+      }
+      src = zeros;
+    }
+    ZRT_CHECK_GOTO(zrt_nvme_store(p->nv, a, src), st, done);
+  }
+done:
+  free(zeros);
+  return st;
+}
+
+zrt_status zrt_offload_pipe_nvme_read(zrt_offload_pipe *p, int which, float *dst) {
+  if (!p || !p->nv || which < 0 || which > p->nv_states || !dst)
+    return zrt_error(ZRT_ERR_INVALID_ARG,
+                     "zrt_offload_pipe_nvme_read: no registered NVMe shard or array %d "
+                     "out of range",
+                     which);
+  return zrt_nvme_load(p->nv, which, dst);
+}
+
+zrt_status zrt_offload_pipe_step(zrt_offload_pipe *p, const zrt_optim_hparams *hp, float *master,
+                                 float *s1, float *s2, const void *grad_dev, zrt_dtype gdt,
+                                 void *param16_dev, zrt_dtype pdt, size_t n) {
+  if (!p || !hp || (n && !grad_dev))
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_offload_pipe_step: NULL argument");
+  if (p->nvme) {
+    if (!p->nv)
+      return zrt_error(ZRT_ERR_INVALID_ARG,
+                       "offload pipe: NVMe mode but no shard registered — call "
+                       "zrt_offload_pipe_nvme_register first");
+    if (n != p->nv_n)
+      return zrt_error(ZRT_ERR_INVALID_ARG,
+                       "offload pipe: step over %zu elements but the NVMe shard has %zu", n,
+                       p->nv_n);
+    int need = (hp->type == ZRT_OPTIM_ADAM || hp->type == ZRT_OPTIM_ADAMW) ? 2
+               : (hp->type == ZRT_OPTIM_SGD && hp->momentum == 0.0f)       ? 0
+                                                                           : 1;
+    if (need != p->nv_states)
+      return zrt_error(ZRT_ERR_INVALID_ARG,
+                       "offload pipe: optimizer needs %d state array(s) but the NVMe shard "
+                       "was registered with %d",
+                       need, p->nv_states);
+  } else if (n && !master) {
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_offload_pipe_step: master is NULL");
+  }
+  memset(&p->timing, 0, sizeof p->timing);
+  if (n == 0) return ZRT_OK;
+  double t0 = zrt_now_s(), copy_s = 0, upd_s = 0;
+  size_t tiles = zrt_pipe_tiles(p, n);
+  size_t gsz = zrt_dtype_size(gdt), psz = zrt_dtype_size(pdt);
+  zrt_pipe_job j = {.k = -1,
+                    .hp = hp,
+                    .grad_dev = grad_dev,
+                    .gdt = gdt,
+                    .param16_dev = param16_dev,
+                    .pdt = pdt,
+                    .n = n};
+  zrt_status st = ZRT_OK;
+  zrt_pipe_post(p, &j); /* prologue: tile 0 in */
+  ZRT_CHECK(zrt_pipe_wait(p, &copy_s));
+  for (size_t k = 0; k < tiles; k++) {
+    j.k = (int)k;
+    zrt_pipe_post(p, &j);
+    size_t off = k * p->tile, len = ZRT_MIN(p->tile, n - off);
+    double u0 = zrt_now_s();
+    zrt_status ust;
+    if (p->nv) {
+      float **sb = p->sbuf[k % 2];
+      ust = zrt_cpu_optim_step(hp, sb[0], p->nv_states >= 1 ? sb[1] : NULL,
+                               p->nv_states >= 2 ? sb[2] : NULL, p->gstage[k % 2], gdt,
+                               param16_dev ? p->pstage[k % 2] : NULL, pdt, len);
+    } else {
+      ust = zrt_cpu_optim_step(hp, master + off, s1 ? s1 + off : NULL, s2 ? s2 + off : NULL,
+                               p->gstage[k % 2], gdt, param16_dev ? p->pstage[k % 2] : NULL, pdt,
+                               len);
+    }
+    upd_s += zrt_now_s() - u0;
+    /* always meet the copy thread before returning, even on error */
+    st = zrt_pipe_wait(p, &copy_s);
+    if (ust != ZRT_OK) return ust;
+    if (st != ZRT_OK) return st;
+  }
+  j.k = (int)tiles; /* epilogue: last tile out */
+  zrt_pipe_post(p, &j);
+  ZRT_CHECK(zrt_pipe_wait(p, &copy_s));
+  if (p->nv) ZRT_CHECK(zrt_nvme_commit(p->nv));
+  (void)gsz, (void)psz;
+  p->timing.total_s = zrt_now_s() - t0;
+  p->timing.copy_s = copy_s;
+  p->timing.update_s = upd_s;
+  double hidden = copy_s + upd_s - p->timing.total_s;
+  p->timing.hidden_fraction = copy_s > 0 ? ZRT_MAX(0.0, ZRT_MIN(1.0, hidden / copy_s)) : 1.0;
+  return ZRT_OK;
+}
+
+void zrt_offload_pipe_timing(const zrt_offload_pipe *p, zrt_offload_timing *out) {
+  if (!out) return;
+  if (!p) {
+    memset(out, 0, sizeof *out);
+    return;
+  }
+  *out = p->timing;
+}

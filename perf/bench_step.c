@@ -1,0 +1,156 @@
+/*
+ * bench_step.c — `zrt-perf step`: one training step of train_gpt2 broken
+ * down as far as the engine's metrics allow, at 1 rank (stage 0, the
+ * scaling baseline of this run) and at N ranks (--stage, default 2), plus a
+ * PyTorch CPU training step of the same model and global batch
+ * (scripts/perf_torch_gpt2.py) when torch imports.
+ *
+ * What exists: the wall step time (train_gpt2's per-step tok/s line) and
+ * the engine's step_time_s, which the engine times from the window's first
+ * zrt_engine_step call to the end of the boundary — with one micro-batch per
+ * step that is the boundary work alone (drain reductions, norm, optimizer,
+ * gather), so wall - step_time_s is forward + backward + data. The finer
+ * fields (fetch, forward, backward, reduce, optimizer, gather, overlap) are
+ * looked for in the metrics record and listed as present or missing; none
+ * is computed here. No torch: the result says "torch not installed".
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_train_util.h"
+
+static const char *zrt_step_fields[] = {"fetch_s",          "forward_s",   "backward_s",
+                                        "reduce_s",         "optimizer_s", "gather_s",
+                                        "overlap_fraction", "comm_wait_s"};
+
+/* Runs the PyTorch reference; fills out (tokens/s) or a reason. */
+static void zrt_step_torch(const zrt_pt_model *m, int global_batch, int threads, double *tps,
+                           char *why, size_t wlen) {
+  *tps = 0;
+  if (system("python3 -c 'import torch' > /dev/null 2>&1") != 0) {
+    snprintf(why, wlen, "torch not installed");
+    return;
+  }
+  char script[1024];
+  snprintf(script, sizeof script, "%s", __FILE__);
+  char *slash = strrchr(script, '/');
+  if (slash) *slash = 0; /* perf/ */
+  slash = strrchr(script, '/');
+  if (slash)
+    *slash = 0; /* repository root */
+  else
+    snprintf(script, sizeof script, ".");
+  size_t used = strlen(script);
+  snprintf(script + used, sizeof script - used, "/scripts/perf_torch_gpt2.py");
+  if (access(script, R_OK) != 0) {
+    snprintf(why, wlen, "%s not found", script);
+    return;
+  }
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd,
+           "python3 %s --model %s --n_layer %d --n_head %d --n_embd %d --seq_len %d --batch_size "
+           "%d --steps %d --threads %d 2>&1",
+           script, m->model, m->n_layer, m->n_head, m->n_embd, m->seq_len, global_batch,
+           m->steps + 1, threads);
+  zrt_perf_note("  torch: %s", cmd);
+  FILE *p = popen(cmd, "r");
+  char line[1024], last[1024] = "";
+  while (p && fgets(line, sizeof line, p)) {
+    snprintf(last, sizeof last, "%s", line);
+    const char *k = strstr(line, "\"tokens_per_s\":");
+    if (k) *tps = atof(k + 15);
+  }
+  int rc = p ? pclose(p) : -1;
+  if (rc != 0 || *tps <= 0) snprintf(why, wlen, "torch run failed (%d): %s", rc, last);
+}
+
+static int zrt_bench_step(const zrt_perf_args *a, cJSON *r) {
+  zrt_pt_model m;
+  zrt_pt_opts o, one;
+  zrt_pt_model_from_args(a, &m);
+  zrt_pt_opts_default(a, &o);
+  const char *st = zrt_perf_opt(a, "stage");
+  o.stage = st ? atoi(st) : 2;
+  one = o;
+  one.ranks = 1;
+  one.stage = 0;
+  one.threads = o.threads * o.ranks;
+  zrt_pt_model_json(&m, r);
+  zrt_perf_note("step: 1 rank baseline, then %d ranks stage %d", o.ranks, o.stage);
+  const zrt_pt_run *b = zrt_pt_train(&m, &one), *run = zrt_pt_train(&m, &o);
+  cJSON_AddItemToObject(r, "baseline_1rank", zrt_pt_run_json(b));
+  cJSON_AddItemToObject(r, "run", zrt_pt_run_json(run));
+  char md[4096];
+  size_t n = 0;
+  if (run->ok) {
+    cJSON *bd = cJSON_AddObjectToObject(r, "breakdown");
+    double fb = run->wall_step_s - run->engine_step_s;
+    cJSON_AddNumberToObject(bd, "wall_step_s", run->wall_step_s);
+    cJSON_AddNumberToObject(bd, "engine_boundary_s", run->engine_step_s);
+    cJSON_AddNumberToObject(bd, "forward_backward_data_s", fb);
+    cJSON_AddNumberToObject(bd, "boundary_fraction",
+                            run->wall_step_s > 0 ? run->engine_step_s / run->wall_step_s : 0);
+    cJSON *present = cJSON_AddArrayToObject(bd, "fields_present");
+    cJSON *missing = cJSON_AddArrayToObject(bd, "fields_missing");
+    for (size_t i = 0; i < sizeof zrt_step_fields / sizeof zrt_step_fields[0]; i++) {
+      int has = run->last && cJSON_GetObjectItem(run->last, zrt_step_fields[i]);
+      cJSON_AddItemToArray(has ? present : missing, cJSON_CreateString(zrt_step_fields[i]));
+      if (has)
+        cJSON_AddNumberToObject(
+            bd, zrt_step_fields[i],
+            cJSON_GetNumberValue(cJSON_GetObjectItem(run->last, zrt_step_fields[i])));
+    }
+    cJSON *all = cJSON_AddArrayToObject(bd, "metrics_fields");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, run->last) cJSON_AddItemToArray(all, cJSON_CreateString(it->string));
+    n += (size_t)snprintf(md + n, sizeof md - n,
+                          "%d ranks, stage %d, model %s, %s: wall %.4f s/step, %.0f tokens/s; "
+                          "engine boundary (drain + norm + optimizer + gather) %.4f s (%.0f%%), "
+                          "forward+backward+data %.4f s. comm %.0f B/step (rank 0). Device peak "
+                          "%.2f MiB.\n\n",
+                          o.ranks, o.stage, m.model, m.dtype, run->wall_step_s, run->wall_tok_s,
+                          run->engine_step_s,
+                          run->wall_step_s > 0 ? 100 * run->engine_step_s / run->wall_step_s : 0,
+                          fb, run->comm_bytes, zrt_pt_metric(run, "device_peak_bytes") / 1048576.0);
+  }
+  if (run->ok && b->ok && b->wall_tok_s > 0) {
+    double sc = run->wall_tok_s / b->wall_tok_s;
+    cJSON_AddNumberToObject(r, "tokens_per_s_vs_1rank", sc);
+    n += (size_t)snprintf(md + n, sizeof md - n,
+                          "Baseline 1 rank stage 0 (%d OpenMP threads): %.0f tokens/s; %d ranks / "
+                          "1 rank = %.2f.\n\n",
+                          one.threads, b->wall_tok_s, o.ranks, sc);
+  }
+  double tps;
+  char why[1200] = "";
+  zrt_step_torch(&m, m.batch * o.ranks, o.threads * o.ranks, &tps, why, sizeof why);
+  cJSON *tj = cJSON_AddObjectToObject(r, "torch");
+  if (tps > 0) {
+    cJSON_AddNumberToObject(tj, "tokens_per_s", tps);
+    cJSON_AddNumberToObject(tj, "global_batch", m.batch * o.ranks);
+    if (run->ok) {
+      cJSON_AddNumberToObject(r, "zrt_over_torch_tokens_per_s", run->wall_tok_s / tps);
+      n += (size_t)snprintf(md + n, sizeof md - n,
+                            "PyTorch CPU, same model and global batch: %.0f tokens/s; zrt / "
+                            "torch = %.2f.\n",
+                            tps, run->wall_tok_s / tps);
+    }
+  } else {
+    cJSON_AddStringToObject(tj, "status", why);
+    n += (size_t)snprintf(md + n, sizeof md - n, "PyTorch baseline: %s.\n", why);
+  }
+  if (run->ok) {
+    double x[2] = {1, (double)o.ranks}, y[2] = {b->ok ? b->wall_tok_s : 0, run->wall_tok_s};
+    cJSON *p = zrt_perf_plot(r, "step_tokens_per_s", "GPT training tokens/s by ranks", "ranks",
+                             "tokens/s (wall)", 0);
+    zrt_perf_series(p, "zrt", x, y, 2);
+  }
+  if (!n) snprintf(md, sizeof md, "training run failed: %s\n", run->error);
+  cJSON_AddStringToObject(r, "summary", md);
+  return 0;
+}
+
+ZRT_PERF_BENCH(step, "GPT training step breakdown at N ranks vs 1 rank and PyTorch CPU",
+               zrt_bench_step)

@@ -1,0 +1,680 @@
+/*
+ * checkpoint.c — zrt_engine_save / zrt_engine_load (include/zrt.h), on the
+ * format of checkpoint_format.h.
+ *
+ * Save protocol (crash-safe at every instant):
+ *   1. rank 0 creates DIR/step_<N>/ and picks the file generation: 0
+ *      ("rank<R>.bin") unless `latest` already names this step, in which
+ *      case the files of the live checkpoint must not be touched and the
+ *      new ones get the next generation ("rank<R>.g<G>.bin"). An unreferenced
+ *      meta.json left by a killed save is removed first.
+ *   2. every rank writes its shards to a temporary file, fsyncs, renames,
+ *      fsyncs the directory;
+ *   3. all ranks agree that every file is durable (a collective that also
+ *      carries failures);
+ *   4. rank 0 checks each rank file's header, writes meta.json atomically,
+ *      then `latest` atomically, then removes files no metadata references;
+ *   5. a last agreement, so that every rank returns the same status.
+ * Until step 4 renames meta.json (or `latest`, for a new step) the previous
+ * checkpoint is what `latest` names, unchanged.
+ *
+ * Load protocol: every rank parses and validates the metadata, compares the
+ * model, reads the element ranges its new shards need from whichever old
+ * rank files hold them (resharding across world sizes and stages), into
+ * staging buffers from an accounted pool, verifying every chunk CRC. Only
+ * when every rank has succeeded (agreement collective) are the staged
+ * states copied into the engine. Loading never writes to disk.
+ *
+ * Collectives go through zrt_engine_all_reduce_sum on host floats: failure
+ * flags, and the first failing rank's message (bytes summed as floats, exact)
+ * so every rank returns the same text.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint_format.h"
+#include "engine_internal.h"
+
+#define ZRT_CKPT_MSG 1024
+
+/* ---------------------------------------------------------- agreement */
+
+/* Every rank passes its local status; returns OK only when all succeeded,
+ * else the first failing rank's status with its message (prefixed "rank q:"
+ * on the other ranks). extra[0..nextra) are summed across ranks. */
+static zrt_status zrt_ckpt_agree(zrt_engine *eng, zrt_status st, float *extra, int nextra) {
+  int w = eng->world;
+  float *buf = calloc((size_t)(w + nextra + ZRT_CKPT_MSG), sizeof(float));
+  if (!buf) return zrt_error(ZRT_ERR_OOM, "checkpoint: out of host memory for an agreement");
+  buf[eng->rank] = (float)st;
+  for (int i = 0; i < nextra; i++) buf[w + i] = extra[i];
+  zrt_status cs = zrt_engine_all_reduce_sum(eng, buf, (size_t)(w + nextra));
+  if (cs != ZRT_OK) {
+    free(buf);
+    return zrt_error_context(cs, "checkpoint: agreement collective failed: ");
+  }
+  for (int i = 0; i < nextra; i++) extra[i] = buf[w + i];
+  int q = -1;
+  for (int r = 0; r < w && q < 0; r++)
+    if (buf[r] != 0) q = r;
+  if (q < 0) {
+    free(buf);
+    return ZRT_OK;
+  }
+  zrt_status qst = (zrt_status)(int)buf[q];
+  float *msg = buf + w + nextra;
+  if (eng->rank == q) {
+    const char *e = zrt_last_error();
+    for (size_t i = 0; i < ZRT_CKPT_MSG - 1 && e[i]; i++) msg[i] = (float)(unsigned char)e[i];
+  }
+  cs = zrt_engine_all_reduce_sum(eng, msg, ZRT_CKPT_MSG);
+  if (eng->rank != q) {
+    char text[ZRT_CKPT_MSG];
+    for (size_t i = 0; i < ZRT_CKPT_MSG; i++) text[i] = (char)(int)msg[i];
+    text[ZRT_CKPT_MSG - 1] = '\0';
+    if (cs != ZRT_OK) snprintf(text, sizeof text, "(message lost: the collective failed)");
+    zrt_error(qst, "rank %d: %s", q, text);
+  }
+  free(buf);
+  return qst;
+}
+
+/* ------------------------------------------------------ staging memory */
+
+static zrt_status zrt_ckpt_raw_alloc(void *ctx, size_t bytes, void **out) {
+  (void)ctx;
+  *out = aligned_alloc(64, ZRT_ALIGN_UP(bytes ? bytes : 1, 64));
+  return *out ? ZRT_OK : zrt_error(ZRT_ERR_OOM, "checkpoint staging: out of host memory");
+}
+static void zrt_ckpt_raw_free(void *ctx, void *ptr, size_t bytes) {
+  (void)ctx;
+  (void)bytes;
+  free(ptr);
+}
+
+static zrt_status zrt_ckpt_staging_pool(zrt_pool **out) {
+  ZRT_CHECK(
+      zrt_pool_create("checkpoint staging", 0, zrt_ckpt_raw_alloc, zrt_ckpt_raw_free, NULL, out));
+  zrt_pool_set_hint(*out, "checkpoints stage one module's shard at a time (save) or the whole "
+                          "rank's states (load) in host memory");
+  return ZRT_OK;
+}
+
+/* Copies a module's buffer of `kind` (its full master extent, or part for
+ * param16) into host memory dst. */
+static zrt_status zrt_ckpt_fetch_state(zrt_engine *eng, int module, int kind, void *dst,
+                                       int64_t len) {
+  zrt_module_entry *me = &eng->modules[module];
+  if (kind == ZRT_CKPT_MASTER) return zrt_engine_get_master(eng, module, dst);
+  if (kind == ZRT_CKPT_PARAM16)
+    return zrt_backend_memcpy(eng->backend, dst, me->shard16,
+                              (size_t)me->part * zrt_dtype_size(eng->dtype),
+                              me->shard16_host ? ZRT_COPY_H2H : ZRT_COPY_D2H, NULL);
+  const float *src = kind == ZRT_CKPT_EXP_AVG ? me->s1 : me->s2;
+  return zrt_backend_memcpy(eng->backend, dst, src, (size_t)len * 4,
+                            me->optim_host ? ZRT_COPY_H2H : ZRT_COPY_D2H, NULL);
+}
+
+static int zrt_ckpt_engine_has(const zrt_engine *eng, int kind) {
+  const zrt_module_entry *me = &eng->modules[0];
+  switch (kind) {
+  case ZRT_CKPT_MASTER: return 1;
+  case ZRT_CKPT_EXP_AVG: return me->s1 != NULL;
+  case ZRT_CKPT_EXP_AVG_SQ: return me->s2 != NULL;
+  default: return eng->stage == 3 && me->shard16 != NULL;
+  }
+}
+
+/* ------------------------------------------------------------- save */
+
+static const char *zrt_ckpt_optim_name(zrt_optim_type t) {
+  switch (t) {
+  case ZRT_OPTIM_ADAM: return "adam";
+  case ZRT_OPTIM_ADAMW: return "adamw";
+  case ZRT_OPTIM_SGD: return "sgd";
+  case ZRT_OPTIM_LION: return "lion";
+  }
+  return "?";
+}
+
+static zrt_status zrt_ckpt_write_rank(zrt_engine *eng, const char *path, int64_t step) {
+  zrt_status st = ZRT_OK;
+  zrt_pool *pool = NULL;
+  void *stage = NULL;
+  zrt_ckpt_section *sec = NULL;
+  zrt_ckpt_writer w = {.fd = -1};
+  uint32_t *crcs = NULL;
+  unsigned char *table = NULL;
+  int nk = 0, kinds[ZRT_CKPT_NKINDS];
+  for (int k = 0; k < ZRT_CKPT_NKINDS; k++)
+    if (zrt_ckpt_engine_has(eng, k)) kinds[nk++] = k;
+  int nsec = eng->nmodules * nk;
+  uint64_t cb = ZRT_CKPT_CHUNK_BYTES, nchunks = 0;
+  int64_t maxlen = 0;
+  sec = calloc((size_t)nsec, sizeof *sec);
+  if (!sec) return zrt_error(ZRT_ERR_OOM, "checkpoint: out of host memory");
+  uint64_t off = 0;
+  for (int m = 0; m < eng->nmodules; m++) {
+    int64_t foff, len;
+    zrt_engine_master_extent(eng, m, &foff, &len);
+    maxlen = ZRT_MAX(maxlen, len);
+    for (int i = 0; i < nk; i++) {
+      zrt_ckpt_section *s = &sec[m * nk + i];
+      zrt_dtype dt = kinds[i] == ZRT_CKPT_PARAM16 ? eng->dtype : ZRT_F32;
+      snprintf(s->name, sizeof s->name, "%s.%d", zrt_ckpt_kind_name(kinds[i]), m);
+      s->module = (uint32_t)m;
+      s->kind = (uint32_t)kinds[i];
+      s->dtype = (uint32_t)dt;
+      s->flat_off = (uint64_t)((int64_t)eng->rank * eng->modules[m].part);
+      s->count = (uint64_t)eng->modules[m].part;
+      s->bytes = s->count * zrt_dtype_size(dt);
+      s->nchunks = (uint32_t)((s->bytes + cb - 1) / cb);
+      s->crc_index = nchunks;
+      s->file_off = off; /* relative until the table size is known */
+      nchunks += s->nchunks;
+      off += s->bytes;
+    }
+  }
+  uint64_t table_bytes = (uint64_t)nsec * ZRT_CKPT_SECTION_BYTES + nchunks * 4;
+  uint64_t data_offset = ZRT_CKPT_HEADER_BYTES + table_bytes;
+  crcs = calloc(nchunks ? nchunks : 1, 4);
+  table = calloc(data_offset, 1);
+  if (!crcs || !table) {
+    st = zrt_error(ZRT_ERR_OOM, "checkpoint: out of host memory for the section table");
+    goto done;
+  }
+  ZRT_CHECK_GOTO(zrt_ckpt_staging_pool(&pool), st, done);
+  ZRT_CHECK_GOTO(zrt_pool_alloc(pool, (size_t)maxlen * 4, ZRT_MEM_OTHER, &stage), st, done);
+  ZRT_CHECK_GOTO(zrt_ckpt_writer_open(&w, path), st, done);
+  ZRT_CHECK_GOTO(zrt_ckpt_writer_write(&w, table, data_offset), st, done); /* placeholder */
+  for (int m = 0; m < eng->nmodules; m++) {
+    int64_t foff, len;
+    zrt_engine_master_extent(eng, m, &foff, &len);
+    for (int i = 0; i < nk; i++) {
+      zrt_ckpt_section *s = &sec[m * nk + i];
+      s->file_off += data_offset;
+      ZRT_CHECK_GOTO(zrt_ckpt_fetch_state(eng, m, (int)s->kind, stage, len), st, done);
+      ZRT_CHECK_GOTO(zrt_backend_synchronize(eng->backend, NULL), st, done);
+      /* param16 is exactly the rank's part; the fp32 kinds start at foff */
+      size_t esz = zrt_dtype_size((zrt_dtype)s->dtype);
+      const unsigned char *src = (const unsigned char *)stage;
+      if (s->kind != ZRT_CKPT_PARAM16) src += ((int64_t)s->flat_off - foff) * (int64_t)esz;
+      for (uint32_t c = 0; c < s->nchunks; c++) {
+        uint64_t c0 = c * cb, c1 = ZRT_MIN(c0 + cb, s->bytes);
+        crcs[s->crc_index + c] = zrt_crc32c(0, src + c0, c1 - c0);
+        ZRT_CHECK_GOTO(zrt_ckpt_writer_write(&w, src + c0, c1 - c0), st, done);
+      }
+    }
+  }
+  for (int i = 0; i < nsec; i++)
+    zrt_ckpt_section_pack(&sec[i],
+                          table + ZRT_CKPT_HEADER_BYTES + (size_t)i * ZRT_CKPT_SECTION_BYTES);
+  memcpy(table + ZRT_CKPT_HEADER_BYTES + (size_t)nsec * ZRT_CKPT_SECTION_BYTES, crcs, nchunks * 4);
+  zrt_ckpt_header h = {.version = ZRT_CKPT_VERSION,
+                       .rank = (uint32_t)eng->rank,
+                       .world = (uint32_t)eng->world,
+                       .nsections = (uint32_t)nsec,
+                       .chunk_bytes = cb,
+                       .table_bytes = table_bytes,
+                       .data_offset = data_offset,
+                       .step = (uint64_t)step};
+  h.table_crc = zrt_crc32c(0, table + ZRT_CKPT_HEADER_BYTES, table_bytes);
+  zrt_ckpt_header_pack(&h, table);
+  ZRT_CHECK_GOTO(zrt_ckpt_writer_pwrite(&w, table, data_offset, 0), st, done);
+  ZRT_CHECK_GOTO(zrt_ckpt_writer_commit(&w), st, done);
+done:
+  zrt_ckpt_writer_abort(&w);
+  if (pool) zrt_pool_free(pool, stage);
+  zrt_pool_destroy(pool);
+  free(sec);
+  free(crcs);
+  free(table);
+  return st;
+}
+
+static void zrt_ckpt_rank_file_name(char *buf, size_t len, int rank, int gen) {
+  if (gen == 0)
+    snprintf(buf, len, "rank%d.bin", rank);
+  else
+    snprintf(buf, len, "rank%d.g%d.bin", rank, gen);
+}
+
+/* Rank 0, before any rank writes: creates the step directory and picks the
+ * generation (see the protocol at the top). */
+static zrt_status zrt_ckpt_prepare(const char *dir, const char *step_name, const char *step_dir,
+                                   int *gen) {
+  char path[4600];
+  *gen = 0;
+  ZRT_CHECK(zrt_ckpt_mkdirs(step_dir));
+  snprintf(path, sizeof path, "%s/meta.json", step_dir);
+  if (!zrt_ckpt_exists(path)) return ZRT_OK;
+  char latest[4600], *txt = NULL;
+  snprintf(latest, sizeof latest, "%s/latest", dir);
+  int live = 0;
+  if (zrt_ckpt_exists(latest) && zrt_ckpt_read_file(latest, &txt, NULL) == ZRT_OK) {
+    size_t n = strlen(txt);
+    while (n && (txt[n - 1] == '\n' || txt[n - 1] == ' ')) txt[--n] = '\0';
+    live = !strcmp(txt, step_name);
+  }
+  free(txt);
+  if (!live) {
+    /* A killed save's metadata that nothing references: drop it before the
+     * rank files it describes are overwritten. */
+    if (unlink(path) != 0)
+      return zrt_error(ZRT_ERR_IO, "cannot remove stale '%s' before saving", path);
+    return zrt_ckpt_fsync_dir(step_dir);
+  }
+  char *meta = NULL;
+  ZRT_CHECK(zrt_ckpt_read_file(path, &meta, NULL));
+  cJSON *root = cJSON_Parse(meta);
+  free(meta);
+  const cJSON *g = cJSON_GetObjectItemCaseSensitive(root, "generation");
+  *gen = (cJSON_IsNumber(g) ? (int)g->valuedouble : 0) + 1;
+  cJSON_Delete(root);
+  return ZRT_OK;
+}
+
+static cJSON *zrt_ckpt_config_json(zrt_engine *eng, const char *step_dir) {
+  char path[4600];
+  snprintf(path, sizeof path, "%s/config.json.tmp.%ld", step_dir, (long)getpid());
+  if (zrt_config_write_json(eng->config, path) != ZRT_OK) return NULL;
+  char *txt = NULL;
+  cJSON *j = NULL;
+  if (zrt_ckpt_read_file(path, &txt, NULL) == ZRT_OK) j = cJSON_Parse(txt);
+  free(txt);
+  unlink(path);
+  return j;
+}
+
+static zrt_status zrt_ckpt_write_meta(zrt_engine *eng, const char *dir, const char *step_dir,
+                                      const char *step_name, int gen, cJSON *user) {
+  zrt_status st = ZRT_OK;
+  char path[4600];
+  char *text = NULL;
+  cJSON *root = cJSON_CreateObject();
+  cJSON_AddStringToObject(root, "format", "zrt-checkpoint");
+  cJSON_AddNumberToObject(root, "version", ZRT_CKPT_VERSION);
+  cJSON_AddStringToObject(root, "zrt_version", ZRT_VERSION_STRING);
+  cJSON_AddNumberToObject(root, "step", (double)eng->global_step);
+  cJSON_AddNumberToObject(root, "generation", gen);
+  cJSON_AddNumberToObject(root, "world_size", eng->world);
+  cJSON_AddNumberToObject(root, "zero_stage", eng->stage);
+  cJSON_AddStringToObject(root, "dtype", zrt_dtype_name(eng->dtype));
+  cJSON_AddStringToObject(root, "optimizer", zrt_ckpt_optim_name(eng->cfg->optimizer_type));
+  cJSON *states = cJSON_AddArrayToObject(root, "states");
+  for (int k = 0; k < ZRT_CKPT_NKINDS; k++)
+    if (zrt_ckpt_engine_has(eng, k))
+      cJSON_AddItemToArray(states, cJSON_CreateString(zrt_ckpt_kind_name(k)));
+  cJSON_AddNumberToObject(root, "chunk_bytes", ZRT_CKPT_CHUNK_BYTES);
+
+  cJSON *ctr = cJSON_AddObjectToObject(root, "counters");
+  cJSON_AddNumberToObject(ctr, "global_step", (double)eng->global_step);
+  cJSON_AddNumberToObject(ctr, "micro_step", (double)eng->micro_step);
+  cJSON_AddNumberToObject(ctr, "applied_steps", (double)eng->applied_steps);
+  cJSON_AddNumberToObject(ctr, "skipped_total", (double)eng->skipped_total);
+  cJSON_AddNumberToObject(ctr, "last_grad_norm", (double)eng->last_grad_norm);
+
+  const zrt_scaler *sc = &eng->scaler;
+  cJSON *js = cJSON_AddObjectToObject(root, "loss_scaler");
+  cJSON_AddNumberToObject(js, "dynamic", sc->dynamic);
+  cJSON_AddNumberToObject(js, "cur_scale", sc->cur_scale);
+  cJSON_AddNumberToObject(js, "min_scale", sc->min_scale);
+  cJSON_AddNumberToObject(js, "factor", sc->factor);
+  cJSON_AddNumberToObject(js, "window", (double)sc->window);
+  cJSON_AddNumberToObject(js, "delayed_shift", (double)sc->delayed_shift);
+  cJSON_AddNumberToObject(js, "cur_hysteresis", (double)sc->cur_hysteresis);
+  cJSON_AddNumberToObject(js, "consecutive_hysteresis", sc->consecutive_hysteresis);
+  cJSON_AddNumberToObject(js, "cur_iter", (double)sc->cur_iter);
+  cJSON_AddNumberToObject(js, "last_overflow_iter", (double)sc->last_overflow_iter);
+
+  cJSON *jsch = cJSON_AddObjectToObject(root, "scheduler");
+  cJSON_AddNumberToObject(jsch, "type", eng->sched.type);
+  cJSON_AddNumberToObject(jsch, "last_batch_iteration", (double)eng->sched.last_batch_iteration);
+  cJSON_AddNumberToObject(jsch, "cur_lr", eng->sched.cur_lr);
+
+  cJSON *mods = cJSON_AddArrayToObject(root, "modules");
+  for (int m = 0; m < eng->nmodules; m++) {
+    const zrt_module_entry *me = &eng->modules[m];
+    cJSON *jm = cJSON_CreateObject();
+    cJSON_AddStringToObject(jm, "name", me->name);
+    cJSON_AddNumberToObject(jm, "numel", (double)me->numel);
+    cJSON_AddNumberToObject(jm, "padded", (double)me->padded);
+    cJSON_AddNumberToObject(jm, "part", (double)me->part);
+    cJSON *ps = cJSON_AddArrayToObject(jm, "params");
+    for (int i = 0; i < me->nparams; i++) {
+      const zrt_param_entry *p = &eng->params[me->params[i]];
+      cJSON *jp = cJSON_CreateObject();
+      cJSON_AddStringToObject(jp, "name", p->name);
+      cJSON *sh = cJSON_AddArrayToObject(jp, "shape");
+      for (int d = 0; d < p->ndim; d++)
+        cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)p->shape[d]));
+      cJSON_AddNumberToObject(jp, "offset", (double)p->offset);
+      cJSON_AddItemToArray(ps, jp);
+    }
+    cJSON_AddItemToArray(mods, jm);
+  }
+
+  /* every rank file: its size and table CRC, checked here once more */
+  cJSON *ranks = cJSON_AddArrayToObject(root, "ranks");
+  for (int r = 0; r < eng->world; r++) {
+    char name[64];
+    zrt_ckpt_rank_file_name(name, sizeof name, r, gen);
+    snprintf(path, sizeof path, "%s/%s", step_dir, name);
+    char *raw = NULL;
+    size_t len = 0;
+    ZRT_CHECK_GOTO(zrt_ckpt_read_file(path, &raw, &len), st, done);
+    int ok = len >= ZRT_CKPT_HEADER_BYTES && !memcmp(raw, ZRT_CKPT_MAGIC, 8);
+    uint32_t hcrc = 0, tcrc = 0;
+    if (ok) {
+      memcpy(&tcrc, raw + 56, 4);
+      memcpy(&hcrc, raw + 60, 4);
+      ok = hcrc == zrt_crc32c(0, raw, 60);
+    }
+    free(raw);
+    if (!ok) {
+      st = zrt_error(ZRT_ERR_IO, "rank %d's checkpoint file '%s' has a bad header after writing", r,
+                     path);
+      goto done;
+    }
+    cJSON *jr = cJSON_CreateObject();
+    cJSON_AddStringToObject(jr, "file", name);
+    cJSON_AddNumberToObject(jr, "bytes", (double)len);
+    cJSON_AddNumberToObject(jr, "table_crc32c", (double)tcrc);
+    cJSON_AddItemToArray(ranks, jr);
+  }
+
+  cJSON *cfg = zrt_ckpt_config_json(eng, step_dir);
+  if (!cfg) {
+    st = zrt_error_context(ZRT_ERR_IO, "checkpoint: cannot serialise the resolved config: ");
+    goto done;
+  }
+  cJSON_AddItemToObject(root, "config", cfg);
+  cJSON_AddItemToObject(root, "user", user ? cJSON_Duplicate(user, 1) : cJSON_CreateObject());
+
+  text = cJSON_Print(root);
+  if (!text) {
+    st = zrt_error(ZRT_ERR_OOM, "checkpoint: out of host memory printing meta.json");
+    goto done;
+  }
+  snprintf(path, sizeof path, "%s/meta.json", step_dir);
+  ZRT_CHECK_GOTO(zrt_ckpt_write_file_atomic(path, text, strlen(text)), st, done);
+  char latest_txt[300];
+  snprintf(latest_txt, sizeof latest_txt, "%s\n", step_name);
+  snprintf(path, sizeof path, "%s/latest", dir);
+  ZRT_CHECK_GOTO(zrt_ckpt_write_file_atomic(path, latest_txt, strlen(latest_txt)), st, done);
+
+  /* Files no metadata references any more: other generations, temporaries
+   * of killed saves, rank files of a larger world. Failure to remove them
+   * costs disk space only. */
+  DIR *d = opendir(step_dir);
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d))) {
+      int ours = !strncmp(e->d_name, "rank", 4) || strstr(e->d_name, ".tmp.");
+      if (!ours || !strcmp(e->d_name, "meta.json")) continue;
+      int keep = 0;
+      for (int r = 0; r < eng->world && !keep; r++) {
+        char name[64];
+        zrt_ckpt_rank_file_name(name, sizeof name, r, gen);
+        keep = !strcmp(name, e->d_name);
+      }
+      if (!keep) {
+        char p2[4600];
+        snprintf(p2, sizeof p2, "%s/%s", step_dir, e->d_name);
+        unlink(p2);
+      }
+    }
+    closedir(d);
+  }
+done:
+  if (text) cJSON_free(text);
+  cJSON_Delete(root);
+  return st;
+}
+
+zrt_status zrt_engine_save(zrt_engine *eng, const char *dir, const char *user_json) {
+  if (!eng || !dir || !dir[0])
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_save: NULL engine or empty directory");
+  if (!eng->built)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_save('%s'): call zrt_engine_build first",
+                     dir);
+  zrt_status st = ZRT_OK;
+  cJSON *user = NULL;
+  char step_name[64], step_dir[4400];
+  snprintf(step_name, sizeof step_name, "step_%lld", (long long)eng->global_step);
+  snprintf(step_dir, sizeof step_dir, "%s/%s", dir, step_name);
+  int64_t accum = eng->cfg->gradient_accumulation_steps;
+  if (user_json) {
+    user = cJSON_Parse(user_json);
+    if (!user || !cJSON_IsObject(user))
+      st = zrt_error(ZRT_ERR_INVALID_ARG,
+                     "zrt_engine_save('%s'): user_json must be a JSON object, got '%.80s'", dir,
+                     user_json);
+  }
+  if (st == ZRT_OK && accum > 0 && eng->micro_step % accum != 0)
+    st = zrt_error(ZRT_ERR_INVALID_ARG,
+                   "zrt_engine_save('%s'): called in the middle of gradient accumulation "
+                   "(micro-step %lld of %lld); save after the step that completes it",
+                   dir, (long long)(eng->micro_step % accum), (long long)accum);
+  int gen = 0;
+  if (st == ZRT_OK && eng->rank == 0) st = zrt_ckpt_prepare(dir, step_name, step_dir, &gen);
+  float g = (float)gen;
+  ZRT_CHECK_GOTO(zrt_ckpt_agree(eng, st, &g, 1), st, done);
+  gen = (int)g;
+
+  char name[64], path[4600];
+  zrt_ckpt_rank_file_name(name, sizeof name, eng->rank, gen);
+  snprintf(path, sizeof path, "%s/%s", step_dir, name);
+  st = zrt_ckpt_write_rank(eng, path, eng->global_step);
+  if (st != ZRT_OK) zrt_error_context(st, "rank %d saving '%s': ", eng->rank, step_dir);
+  /* every rank file is durable once this returns OK */
+  ZRT_CHECK_GOTO(zrt_ckpt_agree(eng, st, NULL, 0), st, done);
+
+  if (eng->rank == 0) st = zrt_ckpt_write_meta(eng, dir, step_dir, step_name, gen, user);
+  ZRT_CHECK_GOTO(zrt_ckpt_agree(eng, st, NULL, 0), st, done);
+  zrt_log(ZRT_LOG_INFO, "checkpoint saved: %s", step_dir);
+done:
+  cJSON_Delete(user);
+  return st;
+}
+
+/* ------------------------------------------------------------- load */
+
+static void zrt_ckpt_shape_text(char *buf, size_t len, int ndim, const int64_t *shape) {
+  size_t at = 0;
+  at += (size_t)snprintf(buf, len, "[");
+  for (int d = 0; d < ndim && at < len; d++)
+    at += (size_t)snprintf(buf + at, len - at, "%s%lld", d ? ", " : "", (long long)shape[d]);
+  if (at < len) snprintf(buf + at, len - at, "]");
+}
+
+/* The engine's model must be the checkpoint's: same parameters in the same
+ * modules and order with the same shapes. Names the first difference. */
+static zrt_status zrt_ckpt_check_model(const zrt_engine *eng, const zrt_ckpt_meta *m) {
+  int i = 0; /* running param index in module order */
+  char a[160], b[160];
+  for (int k = 0; k < eng->nmodules || k < m->nmodules; k++) {
+    int ne = k < eng->nmodules ? eng->modules[k].nparams : 0;
+    int nc = k < m->nmodules ? m->modules[k].nparams : 0;
+    for (int j = 0; j < ne || j < nc; j++, i++) {
+      const zrt_param_entry *pe = j < ne ? &eng->params[eng->modules[k].params[j]] : NULL;
+      const zrt_ckpt_param_meta *pc = j < nc ? &m->params[m->modules[k].first_param + j] : NULL;
+      if (!pe || !pc)
+        return zrt_error(ZRT_ERR_INVALID_ARG,
+                         "checkpoint '%s' does not match this model: parameter #%d of module %d "
+                         "is '%s' in the %s but missing in the %s",
+                         m->step_dir, i, k, pe ? pe->name : pc->name, pe ? "engine" : "checkpoint",
+                         pe ? "checkpoint" : "engine");
+      if (strcmp(pe->name, pc->name))
+        return zrt_error(ZRT_ERR_INVALID_ARG,
+                         "checkpoint '%s' does not match this model: parameter #%d is '%s' in the "
+                         "checkpoint but '%s' in the engine",
+                         m->step_dir, i, pc->name, pe->name);
+      int same = pe->ndim == pc->ndim;
+      for (int d = 0; same && d < pe->ndim; d++) same = pe->shape[d] == pc->shape[d];
+      if (!same) {
+        zrt_ckpt_shape_text(a, sizeof a, pc->ndim, pc->shape);
+        zrt_ckpt_shape_text(b, sizeof b, pe->ndim, pe->shape);
+        return zrt_error(ZRT_ERR_INVALID_ARG,
+                         "checkpoint '%s' does not match this model: parameter '%s' has shape %s "
+                         "in the checkpoint but %s in the engine",
+                         m->step_dir, pe->name, a, b);
+      }
+    }
+  }
+  return ZRT_OK;
+}
+
+typedef struct zrt_ckpt_staged {
+  float *buf[3]; /* master, exp_avg, exp_avg_sq per module (NULL when absent) */
+} zrt_ckpt_staged;
+
+static double zrt_json_num(const cJSON *o, const char *k, double dflt) {
+  const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
+  return cJSON_IsNumber(j) ? j->valuedouble : dflt;
+}
+
+zrt_status zrt_engine_load(zrt_engine *eng, const char *dir, char **user_json) {
+  if (user_json) *user_json = NULL;
+  if (!eng || !dir || !dir[0])
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_load: NULL engine or empty directory");
+  if (!eng->built)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_load('%s'): call zrt_engine_build first",
+                     dir);
+  zrt_status st = ZRT_OK;
+  zrt_ckpt_meta meta;
+  zrt_ckpt_reader rd;
+  zrt_pool *pool = NULL;
+  zrt_ckpt_staged *stg = NULL;
+  char *user = NULL;
+  int have_meta = 0, have_reader = 0;
+  memset(&rd, 0, sizeof rd);
+
+  /* 1. metadata and model (every rank reads the same files) */
+  st = zrt_ckpt_meta_load(dir, &meta);
+  have_meta = st == ZRT_OK;
+  if (st == ZRT_OK) st = zrt_ckpt_check_model(eng, &meta);
+  for (int k = ZRT_CKPT_EXP_AVG; st == ZRT_OK && k <= ZRT_CKPT_EXP_AVG_SQ; k++) {
+    if (zrt_ckpt_engine_has(eng, k) && !meta.has_kind[k]) {
+      const cJSON *o = cJSON_GetObjectItemCaseSensitive(meta.root, "optimizer");
+      st = zrt_error(ZRT_ERR_INVALID_ARG,
+                     "checkpoint '%s' has no %s state (saved with optimizer '%s'); this engine's "
+                     "optimizer '%s' needs it",
+                     meta.step_dir, zrt_ckpt_kind_name(k), cJSON_IsString(o) ? o->valuestring : "?",
+                     zrt_ckpt_optim_name(eng->cfg->optimizer_type));
+    }
+  }
+  ZRT_CHECK_GOTO(zrt_ckpt_agree(eng, st, NULL, 0), st, done);
+
+  /* 2. stage this rank's new shards from the old rank files */
+  ZRT_CHECK_GOTO(zrt_ckpt_reader_init(&rd, &meta), st, agree2);
+  have_reader = 1;
+  ZRT_CHECK_GOTO(zrt_ckpt_staging_pool(&pool), st, agree2);
+  stg = calloc((size_t)eng->nmodules, sizeof *stg);
+  if (!stg) {
+    st = zrt_error(ZRT_ERR_OOM, "checkpoint load: out of host memory");
+    goto agree2;
+  }
+  for (int m = 0; m < eng->nmodules; m++) {
+    int64_t foff, len;
+    zrt_engine_master_extent(eng, m, &foff, &len);
+    for (int k = 0; k < 3; k++) {
+      if (!zrt_ckpt_engine_has(eng, k)) continue;
+      ZRT_CHECK_GOTO(zrt_pool_alloc(pool, (size_t)len * 4,
+                                    k == 0 ? ZRT_MEM_MASTER32 : ZRT_MEM_OPTIM_STATE,
+                                    (void **)&stg[m].buf[k]),
+                     st, agree2);
+      ZRT_CHECK_GOTO(zrt_ckpt_read_range(&rd, m, k, foff, len, stg[m].buf[k]), st, agree2);
+    }
+  }
+  if (user_json) {
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(meta.root, "user");
+    user = cJSON_PrintUnformatted(u ? u : cJSON_GetObjectItemCaseSensitive(meta.root, "format"));
+    if (!user) st = zrt_error(ZRT_ERR_OOM, "checkpoint load: out of host memory for user JSON");
+  }
+agree2:
+  if (st != ZRT_OK) zrt_error_context(st, "loading checkpoint '%s': ", dir);
+  ZRT_CHECK_GOTO(zrt_ckpt_agree(eng, st, NULL, 0), st, done);
+
+  /* 3. commit: everything validated on every rank */
+  for (int m = 0; m < eng->nmodules; m++) {
+    zrt_module_entry *me = &eng->modules[m];
+    int64_t foff, len;
+    zrt_engine_master_extent(eng, m, &foff, &len);
+    ZRT_CHECK_GOTO(zrt_engine_set_master(eng, m, stg[m].buf[0]), st, commit_failed);
+    float *dst[3] = {NULL, me->s1, me->s2};
+    for (int k = 1; k < 3; k++)
+      if (stg[m].buf[k])
+        ZRT_CHECK_GOTO(zrt_backend_memcpy(eng->backend, dst[k], stg[m].buf[k], (size_t)len * 4,
+                                          me->optim_host ? ZRT_COPY_H2H : ZRT_COPY_H2D, NULL),
+                       st, commit_failed);
+  }
+  ZRT_CHECK_GOTO(zrt_backend_synchronize(eng->backend, NULL), st, commit_failed);
+  {
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(meta.root, "counters");
+    eng->global_step = meta.step;
+    eng->micro_step = (int64_t)zrt_json_num(c, "micro_step", (double)eng->micro_step);
+    eng->applied_steps = (int64_t)zrt_json_num(c, "applied_steps", (double)eng->applied_steps);
+    eng->skipped_total = (int64_t)zrt_json_num(c, "skipped_total", (double)eng->skipped_total);
+    eng->last_grad_norm = (float)zrt_json_num(c, "last_grad_norm", 0);
+    /* The scaler only carries over between runs of the same precision: a
+     * fp16 run's scale means nothing to a bf16 run. */
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(meta.root, "loss_scaler");
+    if (meta.dtype == eng->dtype && s) {
+      zrt_scaler *sc = &eng->scaler;
+      sc->dynamic = (int)zrt_json_num(s, "dynamic", sc->dynamic);
+      sc->cur_scale = zrt_json_num(s, "cur_scale", sc->cur_scale);
+      sc->min_scale = zrt_json_num(s, "min_scale", sc->min_scale);
+      sc->factor = zrt_json_num(s, "factor", sc->factor);
+      sc->window = (int64_t)zrt_json_num(s, "window", (double)sc->window);
+      sc->delayed_shift = (int64_t)zrt_json_num(s, "delayed_shift", (double)sc->delayed_shift);
+      sc->cur_hysteresis = (int64_t)zrt_json_num(s, "cur_hysteresis", (double)sc->cur_hysteresis);
+      sc->consecutive_hysteresis =
+          (int)zrt_json_num(s, "consecutive_hysteresis", sc->consecutive_hysteresis);
+      sc->cur_iter = (int64_t)zrt_json_num(s, "cur_iter", (double)sc->cur_iter);
+      sc->last_overflow_iter =
+          (int64_t)zrt_json_num(s, "last_overflow_iter", (double)sc->last_overflow_iter);
+    } else if (meta.dtype != eng->dtype) {
+      zrt_log(ZRT_LOG_WARN,
+              "checkpoint %s was saved in %s, this run uses %s: loss-scaler state "
+              "not restored",
+              meta.step_dir, zrt_dtype_name(meta.dtype), zrt_dtype_name(eng->dtype));
+    }
+    const cJSON *sj = cJSON_GetObjectItemCaseSensitive(meta.root, "scheduler");
+    if (sj) {
+      zrt_sched_set_iteration(&eng->sched, (int64_t)zrt_json_num(sj, "last_batch_iteration", -1));
+      if ((int)zrt_json_num(sj, "type", -1) == (int)eng->sched.type)
+        eng->sched.cur_lr = zrt_json_num(sj, "cur_lr", eng->sched.cur_lr);
+    }
+  }
+  /* 16-bit working weights are re-derived from the restored masters, the
+   * same conversion the optimizer step applies: bitwise what an
+   * uninterrupted run holds. Collective. */
+  ZRT_CHECK_GOTO(zrt_engine_refresh_params(eng), st, commit_failed);
+  if (user_json) {
+    *user_json = user;
+    user = NULL;
+  }
+  if (meta.world != eng->world || meta.stage != eng->stage)
+    zrt_log(ZRT_LOG_INFO, "checkpoint %s resharded: world %d stage %d -> world %d stage %d",
+            meta.step_dir, meta.world, meta.stage, eng->world, eng->stage);
+  goto done;
+commit_failed:
+  zrt_error_context(st,
+                    "loading checkpoint '%s' failed while installing the validated states "
+                    "(the engine is now inconsistent; recreate it): ",
+                    dir);
+done:
+  if (stg && pool)
+    for (int m = 0; m < eng->nmodules; m++)
+      for (int k = 0; k < 3; k++) zrt_pool_free(pool, stg[m].buf[k]);
+  free(stg);
+  zrt_pool_destroy(pool);
+  if (have_reader) zrt_ckpt_reader_free(&rd);
+  if (have_meta) zrt_ckpt_meta_free(&meta);
+  if (user) cJSON_free(user);
+  return st;
+}

@@ -1,0 +1,411 @@
+/*
+ * comm.c — the comm registry and the dispatch wrappers every caller uses
+ * (zrt_comm_*): argument checks, sequence numbers, bytes-moved accounting and
+ * the hang watchdog (runtime/comm.h describes the message and the status
+ * file format that `zrt launch` parses).
+ *
+ * Invariants: comms are allocated only here (struct comm_full puts the
+ * watchdog's private state behind the public zrt_comm). Every collective,
+ * blocking or not, is issued asynchronously to the implementation and
+ * completed through zrt_comm_wait / zrt_comm_test, so the watchdog covers
+ * blocking calls too. c->seq counts issued collectives (the first is #1);
+ * "last completed" is the completed collective with the highest sequence
+ * number (asynchronous ones may complete out of order). A comm is used from
+ * one thread at a time, as MPI and NCCL communicators are.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm_impl.h"
+
+typedef struct comm_full {
+  zrt_comm pub;      /* first: zrt_comm * and comm_full * convert */
+  uint64_t last_seq; /* sequence number of last_op (0 = none yet) */
+  size_t stuck;      /* blocking collectives abandoned after a timeout */
+} comm_full;
+
+static comm_full *full_of(zrt_comm *c) { return (comm_full *)c; }
+
+/* ------------------------------------------------------------- polling */
+
+int zrt_comm_poll(zrt_status (*done)(void *arg, int *flag), void *arg, double timeout_s,
+                  zrt_status *st) {
+  double t0 = zrt_now_s();
+  /* Spin briefly first: most collectives in a training step finish within
+   * microseconds of the first test, and a sleep would add its latency to
+   * every one. Then back off to at most 1 ms so a long wait costs no CPU. */
+  long sleep_ns = 20000;
+  for (unsigned it = 0;; it++) {
+    int flag = 0;
+    zrt_status s = done(arg, &flag);
+    if (s != ZRT_OK) {
+      *st = s;
+      return -1;
+    }
+    if (flag) return 1;
+    if (timeout_s > 0 && zrt_now_s() - t0 >= timeout_s) return 0;
+    if (it >= 2000) {
+      struct timespec ts = {0, sleep_ns};
+      nanosleep(&ts, NULL);
+      if (sleep_ns < 1000000) sleep_ns *= 2;
+    }
+  }
+}
+
+/* ------------------------------------------------------------ registry */
+
+static int env_int(const char *name, int dflt) {
+  const char *s = getenv(name);
+  if (!s || !*s) return dflt;
+  char *end;
+  long v = strtol(s, &end, 10);
+  return (*end || v < 0 || v > 1 << 24) ? dflt : (int)v;
+}
+
+/* World size the environment announces before MPI is up: Open MPI's
+ * mpiexec sets OMPI_COMM_WORLD_SIZE, torchrun-style launchers WORLD_SIZE. */
+static int env_world_size(void) {
+  int w = env_int("OMPI_COMM_WORLD_SIZE", 1);
+  int w2 = env_int("WORLD_SIZE", 1);
+  return w > w2 ? w : w2;
+}
+
+zrt_status zrt_comm_create(const char *want, zrt_backend *backend, double timeout_s,
+                           zrt_comm **out) {
+  zrt_status st = ZRT_OK;
+  if (!out) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_comm_create: out is NULL");
+  *out = NULL;
+  if (!want || !*want) want = "auto";
+  const char *pick = want;
+  char why[160] = "";
+  int env_world = env_world_size();
+
+  if (!strcmp(want, "auto")) {
+    int dev = backend && backend->device_id >= 0;
+#ifdef ZRT_HAVE_NCCL
+    int local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+    int ngpu = zrt_backend_cuda_device_count();
+#endif
+    if (env_world <= 1) {
+      pick = "self";
+      snprintf(why, sizeof why, "world size 1");
+    } else if (dev) {
+#ifdef ZRT_HAVE_NCCL
+      /* NCCL refuses two ranks on one GPU; such runs (tests, small boxes)
+       * go through MPI with host staging instead. */
+      if (ngpu > 0 && local > ngpu) {
+        pick = "mpi";
+        snprintf(why, sizeof why, "%d local ranks share %d GPU(s), NCCL needs one GPU per rank",
+                 local, ngpu);
+      } else {
+        pick = "nccl";
+        snprintf(why, sizeof why, "CUDA backend");
+      }
+#else
+      pick = "mpi";
+      snprintf(why, sizeof why, "CUDA backend but NCCL not built: device buffers staged via host");
+#endif
+    } else {
+      pick = "mpi";
+      snprintf(why, sizeof why, "CPU backend, world size %d", env_world);
+    }
+  } else if (strcmp(want, "self") && strcmp(want, "mpi") && strcmp(want, "nccl")) {
+    return zrt_error(ZRT_ERR_CONFIG,
+                     "comm \"%s\" is unknown; expected one of auto, self, mpi, nccl", want);
+  }
+
+  if (!strcmp(pick, "self") && env_world > 1)
+    return zrt_error(ZRT_ERR_CONFIG,
+                     "comm \"self\" requested but the launcher started %d ranks; use comm "
+                     "\"auto\" or \"mpi\" (or run a single process)",
+                     env_world);
+  if (!strcmp(pick, "nccl")) {
+#ifndef ZRT_HAVE_NCCL
+    return zrt_error(ZRT_ERR_UNSUPPORTED,
+                     "comm \"nccl\" requested but this build has no NCCL (configure with "
+                     "-DZRT_CUDA=ON and NCCL installed), or use comm \"mpi\"");
+#else
+    if (!backend || backend->device_id < 0)
+      return zrt_error(ZRT_ERR_CONFIG,
+                       "comm \"nccl\" needs the cuda backend (buffers on a GPU); the backend "
+                       "is %s — use comm \"mpi\" or \"auto\"",
+                       backend ? backend->iface->name : "none");
+#endif
+  }
+
+  comm_full *f = calloc(1, sizeof *f);
+  if (!f) return zrt_error(ZRT_ERR_OOM, "zrt_comm_create: out of host memory");
+  zrt_comm *c = &f->pub;
+  c->timeout_s = timeout_s;
+  if (!strcmp(pick, "self")) {
+    ZRT_CHECK_GOTO(zrt_comm_self_init(c, backend), st, fail);
+  } else if (!strcmp(pick, "mpi")) {
+    ZRT_CHECK_GOTO(zrt_comm_mpi_init(c, backend), st, fail);
+  } else {
+#ifdef ZRT_HAVE_NCCL
+    ZRT_CHECK_GOTO(zrt_comm_nccl_init(c, backend), st, fail);
+#endif
+  }
+  if (zrt_log_get_rank() < 0 && c->world > 1) zrt_log_set_rank(c->rank);
+  if (!strcmp(want, "auto"))
+    zrt_log_once("comm", ZRT_LOG_INFO, "comm: %s (%s); rank %d of %d, local %d of %d", pick, why,
+                 c->rank, c->world, c->local_rank, c->local_world);
+  else
+    zrt_log_once("comm", ZRT_LOG_INFO, "comm: %s (requested); rank %d of %d, local %d of %d", pick,
+                 c->rank, c->world, c->local_rank, c->local_world);
+  *out = c;
+  return ZRT_OK;
+fail:
+  free(f);
+  return zrt_error_context(st, "creating comm \"%s\"", pick);
+}
+
+void zrt_comm_destroy(zrt_comm *c) {
+  if (!c) return;
+  if (full_of(c)->stuck)
+    zrt_log(ZRT_LOG_WARN, "comm destroyed with %zu timed-out collective(s) still in flight",
+            full_of(c)->stuck);
+  if (c->iface && c->iface->destroy) c->iface->destroy(c->ctx);
+  free(full_of(c));
+}
+
+/* ------------------------------------------------------------ watchdog */
+
+static void mark_completed(zrt_comm *c, uint64_t seq, const char *op, size_t bytes) {
+  comm_full *f = full_of(c);
+  c->completed++;
+  if (seq > f->last_seq) {
+    f->last_seq = seq;
+    snprintf(c->last_op, sizeof c->last_op, "%s", op);
+    c->last_bytes = bytes;
+  }
+}
+
+/* One line of JSON, written to a temporary and renamed so the launcher
+ * never reads a half-written file. Failure to write is logged, not
+ * returned: the timeout is the error the caller must see. */
+static void write_status(zrt_comm *c, uint64_t wait_seq, const char *wait_op) {
+  const char *dir = getenv("ZRT_RUN_DIR");
+  if (!dir || !*dir) return;
+  char path[4096], tmp[4200];
+  snprintf(path, sizeof path, "%s/rank%d.status", dir, c->rank);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *fp = fopen(tmp, "w");
+  if (!fp) {
+    zrt_log(ZRT_LOG_WARN, "watchdog: cannot write %s: %s", tmp, strerror(errno));
+    return;
+  }
+  fprintf(fp,
+          "{\"rank\":%d,\"last_completed_seq\":%llu,\"last_op\":\"%s\",\"last_bytes\":%zu,"
+          "\"waiting_seq\":%llu,\"waiting_op\":\"%s\"}\n",
+          c->rank, (unsigned long long)full_of(c)->last_seq, c->last_op, c->last_bytes,
+          (unsigned long long)wait_seq, wait_op);
+  int bad = ferror(fp);
+  if (fclose(fp) != 0 || bad || rename(tmp, path) != 0) {
+    zrt_log(ZRT_LOG_WARN, "watchdog: cannot write %s: %s", path, strerror(errno));
+    remove(tmp);
+  }
+}
+
+/* The timeout report: status file first (the launcher may already be
+ * looking), then the message the caller propagates. */
+static zrt_status watchdog_fail(zrt_comm *c, uint64_t seq, const char *op, size_t bytes) {
+  write_status(c, seq, op);
+  char last[128];
+  if (full_of(c)->last_seq)
+    snprintf(last, sizeof last, "#%llu %s (%zu bytes)", (unsigned long long)full_of(c)->last_seq,
+             c->last_op, c->last_bytes);
+  else
+    snprintf(last, sizeof last, "none");
+  return zrt_error(ZRT_ERR_COMM,
+                   "collective #%llu %s (%zu bytes) did not complete within %gs; last completed: "
+                   "%s. Rank %d of %d waited; another rank is behind or dead (see "
+                   "$ZRT_RUN_DIR/rank*.status), or raise comm_timeout_s if a step is "
+                   "legitimately that slow",
+                   (unsigned long long)seq, op, bytes, c->timeout_s, last, c->rank, c->world);
+}
+
+static zrt_status wait_req(zrt_comm *c, zrt_comm_req *req, int blocking) {
+  uint64_t seq = req->seq;
+  const char *op = req->op;
+  size_t bytes = req->bytes;
+  req->timed_out = 0;
+  zrt_status st = c->iface->wait(c->ctx, req, c->timeout_s);
+  if (st == ZRT_OK) {
+    mark_completed(c, seq, op, bytes);
+    return ZRT_OK;
+  }
+  if (!req->timed_out) return st; /* the implementation freed req and set the message */
+  if (blocking) full_of(c)->stuck++;
+  return watchdog_fail(c, seq, op, bytes);
+}
+
+/* -------------------------------------------------------- dispatch */
+
+static zrt_status check_comm(zrt_comm *c, const char *fn) {
+  if (!c || !c->iface) return zrt_error(ZRT_ERR_INVALID_ARG, "%s: comm is NULL", fn);
+  return ZRT_OK;
+}
+
+static zrt_status check_dt(zrt_dtype dt, const char *fn) {
+  if (dt != ZRT_F32 && dt != ZRT_F16 && dt != ZRT_BF16)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "%s: dtype %d is not fp32, fp16 or bf16", fn, (int)dt);
+  return ZRT_OK;
+}
+
+static zrt_status check_op(zrt_redop op, const char *fn) {
+  if (op != ZRT_RED_SUM && op != ZRT_RED_MAX && op != ZRT_RED_MIN)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "%s: reduction op %d is not SUM, MAX or MIN", fn,
+                     (int)op);
+  return ZRT_OK;
+}
+
+/* Tags the request the implementation issued, then completes it now when
+ * the caller asked for a blocking call. */
+static zrt_status finish_issue(zrt_comm *c, zrt_comm_req *r, const char *op, size_t bytes,
+                               uint64_t moved, zrt_comm_req **req) {
+  r->seq = ++c->seq;
+  r->op = op;
+  r->bytes = bytes;
+  r->timed_out = 0;
+  c->bytes_moved += moved;
+  if (req) {
+    *req = r;
+    return ZRT_OK;
+  }
+  return wait_req(c, r, 1);
+}
+
+/* Ring algorithm volumes (what nccl-tests calls bus bytes), in the caller's
+ * dtype: what this rank sends, independent of how the implementation stages. */
+static uint64_t ring_share(uint64_t bytes, int world, int factor) {
+  if (world <= 1) return 0;
+  return (uint64_t)factor * bytes * (uint64_t)(world - 1) / (uint64_t)world;
+}
+
+zrt_status zrt_comm_all_reduce(zrt_comm *c, const void *send, void *recv, size_t count,
+                               zrt_dtype dt, zrt_redop op, zrt_comm_req **req) {
+  static const char *fn = "zrt_comm_all_reduce";
+  if (req) *req = NULL;
+  ZRT_CHECK(check_comm(c, fn));
+  ZRT_CHECK(check_dt(dt, fn));
+  ZRT_CHECK(check_op(op, fn));
+  if (count && (!send || !recv))
+    return zrt_error(ZRT_ERR_INVALID_ARG, "%s: NULL %s buffer for %zu elements", fn,
+                     send ? "recv" : "send", count);
+  zrt_comm_req *r = NULL;
+  ZRT_CHECK(c->iface->all_reduce(c->ctx, send, recv, count, dt, op, &r));
+  size_t bytes = count * zrt_dtype_size(dt);
+  return finish_issue(c, r, "all_reduce", bytes, ring_share(bytes, c->world, 2), req);
+}
+
+static zrt_status check_counts(zrt_comm *c, const size_t *counts, const char *fn, size_t *total) {
+  if (!counts)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "%s: counts is NULL (need world=%d entries)", fn,
+                     c->world);
+  size_t t = 0;
+  for (int i = 0; i < c->world; i++) {
+    if (counts[i] > SIZE_MAX / 4 - t)
+      return zrt_error(ZRT_ERR_INVALID_ARG, "%s: counts[%d]=%zu overflows the total", fn, i,
+                       counts[i]);
+    t += counts[i];
+  }
+  *total = t;
+  return ZRT_OK;
+}
+
+zrt_status zrt_comm_reduce_scatter(zrt_comm *c, const void *send, void *recv, const size_t *counts,
+                                   zrt_dtype dt, zrt_redop op, zrt_comm_req **req) {
+  static const char *fn = "zrt_comm_reduce_scatter";
+  if (req) *req = NULL;
+  ZRT_CHECK(check_comm(c, fn));
+  ZRT_CHECK(check_dt(dt, fn));
+  ZRT_CHECK(check_op(op, fn));
+  size_t total;
+  ZRT_CHECK(check_counts(c, counts, fn, &total));
+  if ((total && !send) || (counts[c->rank] && !recv))
+    return zrt_error(ZRT_ERR_INVALID_ARG, "%s: NULL %s buffer (total %zu, this rank's %zu)", fn,
+                     send || !total ? "recv" : "send", total, counts[c->rank]);
+  zrt_comm_req *r = NULL;
+  ZRT_CHECK(c->iface->reduce_scatter(c->ctx, send, recv, counts, dt, op, &r));
+  size_t bytes = total * zrt_dtype_size(dt);
+  return finish_issue(c, r, "reduce_scatter", bytes, ring_share(bytes, c->world, 1), req);
+}
+
+zrt_status zrt_comm_all_gather(zrt_comm *c, const void *send, void *recv, const size_t *counts,
+                               zrt_dtype dt, zrt_comm_req **req) {
+  static const char *fn = "zrt_comm_all_gather";
+  if (req) *req = NULL;
+  ZRT_CHECK(check_comm(c, fn));
+  ZRT_CHECK(check_dt(dt, fn));
+  size_t total;
+  ZRT_CHECK(check_counts(c, counts, fn, &total));
+  if ((counts[c->rank] && !send) || (total && !recv))
+    return zrt_error(ZRT_ERR_INVALID_ARG, "%s: NULL %s buffer (total %zu, this rank's %zu)", fn,
+                     !recv && total ? "recv" : "send", total, counts[c->rank]);
+  zrt_comm_req *r = NULL;
+  ZRT_CHECK(c->iface->all_gather(c->ctx, send, recv, counts, dt, &r));
+  size_t bytes = total * zrt_dtype_size(dt);
+  return finish_issue(c, r, "all_gather", bytes, ring_share(bytes, c->world, 1), req);
+}
+
+zrt_status zrt_comm_broadcast(zrt_comm *c, void *buf, size_t count, zrt_dtype dt, int root,
+                              zrt_comm_req **req) {
+  static const char *fn = "zrt_comm_broadcast";
+  if (req) *req = NULL;
+  ZRT_CHECK(check_comm(c, fn));
+  ZRT_CHECK(check_dt(dt, fn));
+  if (root < 0 || root >= c->world)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "%s: root %d is not a rank (world size %d)", fn, root,
+                     c->world);
+  if (count && !buf)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "%s: NULL buffer for %zu elements", fn, count);
+  zrt_comm_req *r = NULL;
+  ZRT_CHECK(c->iface->broadcast(c->ctx, buf, count, dt, root, &r));
+  size_t bytes = count * zrt_dtype_size(dt);
+  /* Pipelined ring broadcast: every rank but the last forwards the whole
+   * buffer once; counted per rank as bytes (N-1)/N on average. */
+  return finish_issue(c, r, "broadcast", bytes, ring_share(bytes, c->world, 1), req);
+}
+
+zrt_status zrt_comm_barrier(zrt_comm *c) {
+  ZRT_CHECK(check_comm(c, "zrt_comm_barrier"));
+  /* The iface's barrier is blocking and bounded by c->timeout_s itself
+   * (implementations read it through the comm they were initialised on);
+   * a COMM failure that took the whole timeout is the watchdog's case. */
+  uint64_t seq = ++c->seq;
+  double t0 = zrt_now_s();
+  zrt_status st = c->iface->barrier(c->ctx);
+  if (st == ZRT_OK) {
+    mark_completed(c, seq, "barrier", 0);
+    return ZRT_OK;
+  }
+  if (st == ZRT_ERR_COMM && c->timeout_s > 0 && zrt_now_s() - t0 >= c->timeout_s)
+    return watchdog_fail(c, seq, "barrier", 0);
+  return st;
+}
+
+zrt_status zrt_comm_wait(zrt_comm *c, zrt_comm_req *req) {
+  if (!req) return ZRT_OK;
+  ZRT_CHECK(check_comm(c, "zrt_comm_wait"));
+  return wait_req(c, req, 0);
+}
+
+zrt_status zrt_comm_test(zrt_comm *c, zrt_comm_req *req, int *done) {
+  ZRT_CHECK(check_comm(c, "zrt_comm_test"));
+  if (!done) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_comm_test: done is NULL");
+  *done = 0;
+  if (!req) {
+    *done = 1;
+    return ZRT_OK;
+  }
+  uint64_t seq = req->seq;
+  const char *op = req->op;
+  size_t bytes = req->bytes;
+  ZRT_CHECK(c->iface->test(c->ctx, req, done));
+  if (*done) mark_completed(c, seq, op, bytes);
+  return ZRT_OK;
+}

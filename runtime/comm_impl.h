@@ -1,0 +1,37 @@
+/*
+ * comm_impl.h — what comm.c (the dispatch wrappers and the watchdog) shares
+ * with the comm implementations (comm_self.c, comm_mpi.c, comm_nccl.c).
+ * Private to the comm module; not a contract for other modules.
+ *
+ * Every implementation's request struct starts with a zrt_comm_req, so the
+ * wrappers can tag it with the sequence number, op name and payload bytes
+ * the watchdog reports. Invariant: an implementation's wait() that runs out
+ * of time sets req->timed_out, returns ZRT_ERR_COMM and leaves the request
+ * valid (the collective is still in flight, its buffers still in use), so
+ * the caller may wait on it again; every other return frees the request.
+ */
+#ifndef ZRT_COMM_IMPL_H
+#define ZRT_COMM_IMPL_H
+
+#include "comm.h"
+
+struct zrt_comm_req {
+  uint64_t seq;   /* set by the wrapper after issue */
+  const char *op; /* static op name */
+  size_t bytes;   /* this rank's payload in the caller's dtype */
+  int timed_out;  /* set by wait() when it gave up: request still valid */
+};
+
+/* Polls done(arg) with short sleeps until it reports completion or
+ * timeout_s passes (<= 0: forever). Returns 1 when done, 0 on timeout and
+ * -1 when done() failed (its status is in *st). Shared by the MPI and NCCL
+ * waits so their timeout behaviour is the same. */
+int zrt_comm_poll(zrt_status (*done)(void *arg, int *flag), void *arg, double timeout_s,
+                  zrt_status *st);
+
+/* The NCCL comm bootstraps its unique id over an MPI comm it owns:
+ * MPI_Bcast of bytes from root on that comm's duplicate of MPI_COMM_WORLD.
+ * ctx is an MPI comm's ctx (zrt_comm.ctx after zrt_comm_mpi_init). */
+zrt_status zrt_comm_mpi_bcast_bytes(void *ctx, void *buf, size_t bytes, int root);
+
+#endif

@@ -1,0 +1,495 @@
+/*
+ * comm_mpi.c — the Open MPI comm: every collective is a non-blocking MPI_I*
+ * collective on a duplicate of MPI_COMM_WORLD, completed by polling MPI_Test
+ * (so waits can time out for the watchdog).
+ *
+ * Invariants:
+ *  - Reductions always run on fp32 (MPI_FLOAT): fp16/bf16 inputs are
+ *    converted into an fp32 staging buffer, reduced, and converted back when
+ *    the request completes ("half types reduced with fp32 accumulation").
+ *    All-gather and broadcast move 16-bit values as raw MPI_UINT16_T; no
+ *    arithmetic, so no conversion.
+ *  - When the backend keeps buffers on a device (device_id >= 0), MPI never
+ *    sees a device pointer: data is copied through host staging with
+ *    zrt_backend_memcpy (no reliance on CUDA-aware MPI). Staging memory is
+ *    accounted: the backend's pool (ZRT_MEM_COMM) when buffers are host
+ *    memory (CPU backend), this comm's own "comm host staging" pool otherwise.
+ *  - Staging buffers, and the count/displacement arrays MPI reads during a
+ *    non-blocking collective, live in the request until it completes.
+ *  - MPI is initialised here when nobody did before (MPI_Init_thread) and
+ *    then finalised when the last live MPI comm of the process is destroyed
+ *    (an NCCL comm's bootstrap comm counts); MPI can be initialised only
+ *    once per process, which is the one piece of process-global state
+ *    (mpi_live, mpi_we_init) this file keeps. A program that initialised
+ *    MPI itself also finalises it.
+ *  - A request that timed out stays in flight (MPI forbids freeing an
+ *    active collective request); destroy then skips MPI_Comm_free and
+ *    MPI_Finalize rather than hang in them.
+ */
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amp/dtype.h"
+#include "comm_impl.h"
+
+static int mpi_live;    /* live MPI comms in this process */
+static int mpi_we_init; /* a zrt comm called MPI_Init_thread */
+
+typedef struct mpi_ctx {
+  zrt_comm *c; /* the comm this ctx backs: timeout_s for barrier */
+  MPI_Comm world, local;
+  int rank, nranks;
+  int counted; /* included in mpi_live */
+  zrt_backend *backend;
+  int on_device;        /* buffers are device pointers: stage via host */
+  zrt_pool *host_stage; /* accounted host staging for device buffers */
+  int inflight;         /* issued requests not yet freed */
+} mpi_ctx;
+
+typedef struct mpi_req {
+  zrt_comm_req base; /* first: zrt_comm_req * and mpi_req * convert */
+  mpi_ctx *m;
+  MPI_Request mr;
+  void *stage[2]; /* staging buffers, freed on completion */
+  int *ints;      /* counts/displacements MPI reads until completion */
+  /* On completion: copy fin_n elements of fin_src (host, fin_src_dt) into
+   * the caller's fin_dst (dtype fin_dst_dt, host or device). */
+  void *fin_src, *fin_dst;
+  size_t fin_n;
+  zrt_dtype fin_src_dt, fin_dst_dt;
+} mpi_req;
+
+static zrt_status mpi_fail(int rc, const char *what) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "code %d", rc);
+  return zrt_error(ZRT_ERR_COMM, "MPI comm: %s failed: %s", what, msg);
+}
+
+#define MPI_TRY(call, what)                                                                        \
+  do {                                                                                             \
+    int mpi_rc_ = (call);                                                                          \
+    if (mpi_rc_ != MPI_SUCCESS) return mpi_fail(mpi_rc_, what);                                    \
+  } while (0)
+
+#define MPI_TRY_GOTO(call, what, st, label)                                                        \
+  do {                                                                                             \
+    int mpi_rc_ = (call);                                                                          \
+    if (mpi_rc_ != MPI_SUCCESS) {                                                                  \
+      (st) = mpi_fail(mpi_rc_, what);                                                              \
+      goto label;                                                                                  \
+    }                                                                                              \
+  } while (0)
+
+/* ------------------------------------------------------------ staging */
+
+static zrt_status host_raw_alloc(void *ctx, size_t bytes, void **out) {
+  (void)ctx;
+  if (posix_memalign(out, 64, bytes ? bytes : 64) != 0)
+    return zrt_error(ZRT_ERR_OOM, "MPI comm: out of host memory for %zu staging bytes", bytes);
+  return ZRT_OK;
+}
+
+static void host_raw_free(void *ctx, void *ptr, size_t bytes) {
+  (void)ctx, (void)bytes;
+  free(ptr);
+}
+
+static zrt_status stage_alloc(mpi_ctx *m, size_t bytes, void **out) {
+  *out = NULL;
+  if (!bytes) return ZRT_OK;
+  if (!m->on_device && m->backend) return zrt_backend_alloc(m->backend, bytes, ZRT_MEM_COMM, out);
+  return zrt_pool_alloc(m->host_stage, bytes, ZRT_MEM_COMM, out);
+}
+
+static void stage_free(mpi_ctx *m, void *p) {
+  if (!p) return;
+  if (!m->on_device && m->backend)
+    zrt_backend_free(m->backend, p);
+  else
+    zrt_pool_free(m->host_stage, p);
+}
+
+/* Host conversions run in place in an fp32 staging buffer: widening goes
+ * back to front and narrowing front to back, so no element is overwritten
+ * before it is read. */
+static void widen_in_place(void *buf, zrt_dtype dt, size_t n) {
+  float *f = buf;
+  for (size_t i = n; i-- > 0;) f[i] = zrt_load_f(buf, dt, i);
+}
+
+static void narrow_in_place(void *buf, zrt_dtype dt, size_t n) {
+  const float *f = buf;
+  for (size_t i = 0; i < n; i++) zrt_store_f(buf, dt, i, f[i]);
+}
+
+/* stage (host, fp32, room for n floats) <- caller's src (dtype dt). */
+static zrt_status load_f32(mpi_ctx *m, float *stage, const void *src, zrt_dtype dt, size_t n) {
+  if (!n) return ZRT_OK;
+  if (m->on_device) {
+    ZRT_CHECK(
+        zrt_backend_memcpy(m->backend, stage, src, n * zrt_dtype_size(dt), ZRT_COPY_D2H, NULL));
+    ZRT_CHECK(zrt_backend_synchronize(m->backend, NULL));
+    if (dt != ZRT_F32) widen_in_place(stage, dt, n);
+  } else if (dt == ZRT_F32) {
+    memcpy(stage, src, n * sizeof(float));
+  } else {
+    for (size_t i = 0; i < n; i++) stage[i] = zrt_load_f(src, dt, i);
+  }
+  return ZRT_OK;
+}
+
+/* Completion: caller's dst <- the request's host result. */
+static zrt_status finish_copy(mpi_req *r) {
+  mpi_ctx *m = r->m;
+  size_t n = r->fin_n;
+  if (!n || !r->fin_dst) return ZRT_OK;
+  if (r->fin_src_dt != r->fin_dst_dt) narrow_in_place(r->fin_src, r->fin_dst_dt, n);
+  size_t bytes = n * zrt_dtype_size(r->fin_dst_dt);
+  if (m->on_device) {
+    ZRT_CHECK(zrt_backend_memcpy(m->backend, r->fin_dst, r->fin_src, bytes, ZRT_COPY_H2D, NULL));
+    return zrt_backend_synchronize(m->backend, NULL);
+  }
+  if (r->fin_dst != r->fin_src) memcpy(r->fin_dst, r->fin_src, bytes);
+  return ZRT_OK;
+}
+
+/* ------------------------------------------------------------ requests */
+
+static zrt_status req_new(mpi_ctx *m, mpi_req **out) {
+  mpi_req *r = calloc(1, sizeof *r);
+  if (!r) return zrt_error(ZRT_ERR_OOM, "MPI comm: out of host memory for a request");
+  r->m = m;
+  r->mr = MPI_REQUEST_NULL;
+  m->inflight++;
+  *out = r;
+  return ZRT_OK;
+}
+
+static void req_free(mpi_req *r) {
+  if (!r) return;
+  stage_free(r->m, r->stage[0]);
+  stage_free(r->m, r->stage[1]);
+  free(r->ints);
+  r->m->inflight--;
+  free(r);
+}
+
+static zrt_status mpi_req_test(void *arg, int *flag) {
+  mpi_req *r = arg;
+  MPI_TRY(MPI_Test(&r->mr, flag, MPI_STATUS_IGNORE), "MPI_Test");
+  return ZRT_OK;
+}
+
+static zrt_status mpi_wait(void *ctx, zrt_comm_req *req, double timeout_s) {
+  (void)ctx;
+  mpi_req *r = (mpi_req *)req;
+  zrt_status st = ZRT_OK;
+  int got = zrt_comm_poll(mpi_req_test, r, timeout_s, &st);
+  if (got == 0) {
+    req->timed_out = 1;
+    return zrt_error(ZRT_ERR_COMM, "MPI comm: request did not complete within %gs", timeout_s);
+  }
+  if (got > 0) st = finish_copy(r);
+  req_free(r);
+  return st;
+}
+
+static zrt_status mpi_test(void *ctx, zrt_comm_req *req, int *done) {
+  (void)ctx;
+  mpi_req *r = (mpi_req *)req;
+  *done = 0;
+  zrt_status st = mpi_req_test(r, done);
+  if (st == ZRT_OK && !*done) return ZRT_OK;
+  if (st == ZRT_OK) st = finish_copy(r);
+  *done = 1;
+  req_free(r);
+  return st;
+}
+
+/* Hands the issued request out, or completes it when the caller of the
+ * iface slot asked for a blocking call (req == NULL). */
+static zrt_status issued(mpi_ctx *m, mpi_req *r, zrt_comm_req **req) {
+  if (req) {
+    *req = &r->base;
+    return ZRT_OK;
+  }
+  return mpi_wait(m, &r->base, m->c ? m->c->timeout_s : 0);
+}
+
+static zrt_status check_int(size_t n, const char *what) {
+  if (n > INT_MAX)
+    return zrt_error(ZRT_ERR_UNSUPPORTED,
+                     "MPI comm: %s of %zu elements exceeds MPI's int count limit (%d); split the "
+                     "collective into smaller buckets",
+                     what, n, INT_MAX);
+  return ZRT_OK;
+}
+
+static MPI_Op mpi_op(zrt_redop op) {
+  return op == ZRT_RED_MAX ? MPI_MAX : op == ZRT_RED_MIN ? MPI_MIN : MPI_SUM;
+}
+
+/* Element type for data movement without arithmetic. */
+static MPI_Datatype raw_type(zrt_dtype dt) { return dt == ZRT_F32 ? MPI_FLOAT : MPI_UINT16_T; }
+
+/* ---------------------------------------------------------- collectives */
+
+static zrt_status mpi_all_reduce(void *ctx, const void *send, void *recv, size_t count,
+                                 zrt_dtype dt, zrt_redop op, zrt_comm_req **req) {
+  mpi_ctx *m = ctx;
+  zrt_status st = ZRT_OK;
+  mpi_req *r = NULL;
+  ZRT_CHECK(check_int(count, "all_reduce"));
+  ZRT_CHECK(req_new(m, &r));
+  if (!m->on_device && dt == ZRT_F32) {
+    const void *sb = send == recv ? MPI_IN_PLACE : send;
+    MPI_TRY_GOTO(MPI_Iallreduce(sb, recv, (int)count, MPI_FLOAT, mpi_op(op), m->world, &r->mr),
+                 "MPI_Iallreduce", st, fail);
+  } else {
+    ZRT_CHECK_GOTO(stage_alloc(m, count * sizeof(float), &r->stage[0]), st, fail);
+    ZRT_CHECK_GOTO(load_f32(m, r->stage[0], send, dt, count), st, fail);
+    MPI_TRY_GOTO(MPI_Iallreduce(MPI_IN_PLACE, r->stage[0], (int)count, MPI_FLOAT, mpi_op(op),
+                                m->world, &r->mr),
+                 "MPI_Iallreduce", st, fail);
+    r->fin_src = r->stage[0];
+    r->fin_dst = recv;
+    r->fin_n = count;
+    r->fin_src_dt = ZRT_F32;
+    r->fin_dst_dt = dt;
+  }
+  return issued(m, r, req);
+fail:
+  req_free(r);
+  return st;
+}
+
+static zrt_status counts_displs(mpi_ctx *m, const size_t *counts, mpi_req *r, size_t *total) {
+  size_t t = 0;
+  for (int i = 0; i < m->nranks; i++) t += counts[i];
+  ZRT_CHECK(check_int(t, "total"));
+  r->ints = malloc(2 * (size_t)m->nranks * sizeof(int));
+  if (!r->ints) return zrt_error(ZRT_ERR_OOM, "MPI comm: out of host memory for counts");
+  int off = 0;
+  for (int i = 0; i < m->nranks; i++) {
+    r->ints[i] = (int)counts[i];
+    r->ints[m->nranks + i] = off;
+    off += (int)counts[i];
+  }
+  *total = t;
+  return ZRT_OK;
+}
+
+static zrt_status mpi_reduce_scatter(void *ctx, const void *send, void *recv, const size_t *counts,
+                                     zrt_dtype dt, zrt_redop op, zrt_comm_req **req) {
+  mpi_ctx *m = ctx;
+  zrt_status st = ZRT_OK;
+  mpi_req *r = NULL;
+  size_t total = 0, mine = counts[m->rank];
+  ZRT_CHECK(req_new(m, &r));
+  ZRT_CHECK_GOTO(counts_displs(m, counts, r, &total), st, fail);
+  if (!m->on_device && dt == ZRT_F32) {
+    MPI_TRY_GOTO(MPI_Ireduce_scatter(send, recv, r->ints, MPI_FLOAT, mpi_op(op), m->world, &r->mr),
+                 "MPI_Ireduce_scatter", st, fail);
+  } else {
+    ZRT_CHECK_GOTO(stage_alloc(m, total * sizeof(float), &r->stage[0]), st, fail);
+    ZRT_CHECK_GOTO(stage_alloc(m, mine * sizeof(float), &r->stage[1]), st, fail);
+    ZRT_CHECK_GOTO(load_f32(m, r->stage[0], send, dt, total), st, fail);
+    MPI_TRY_GOTO(MPI_Ireduce_scatter(r->stage[0], r->stage[1], r->ints, MPI_FLOAT, mpi_op(op),
+                                     m->world, &r->mr),
+                 "MPI_Ireduce_scatter", st, fail);
+    r->fin_src = r->stage[1];
+    r->fin_dst = recv;
+    r->fin_n = mine;
+    r->fin_src_dt = ZRT_F32;
+    r->fin_dst_dt = dt;
+  }
+  return issued(m, r, req);
+fail:
+  req_free(r);
+  return st;
+}
+
+static zrt_status mpi_all_gather(void *ctx, const void *send, void *recv, const size_t *counts,
+                                 zrt_dtype dt, zrt_comm_req **req) {
+  mpi_ctx *m = ctx;
+  zrt_status st = ZRT_OK;
+  mpi_req *r = NULL;
+  size_t total = 0, es = zrt_dtype_size(dt), mine = counts[m->rank];
+  MPI_Datatype T = raw_type(dt);
+  ZRT_CHECK(req_new(m, &r));
+  ZRT_CHECK_GOTO(counts_displs(m, counts, r, &total), st, fail);
+  size_t my_off = (size_t)r->ints[m->nranks + m->rank] * es;
+  if (!m->on_device) {
+    /* In place when the caller's send already sits at this rank's offset. */
+    const void *sb = send == (const char *)recv + my_off ? MPI_IN_PLACE : send;
+    MPI_TRY_GOTO(
+        MPI_Iallgatherv(sb, (int)mine, T, recv, r->ints, r->ints + m->nranks, T, m->world, &r->mr),
+        "MPI_Iallgatherv", st, fail);
+  } else {
+    ZRT_CHECK_GOTO(stage_alloc(m, total * es, &r->stage[0]), st, fail);
+    if (mine) {
+      ZRT_CHECK_GOTO(zrt_backend_memcpy(m->backend, (char *)r->stage[0] + my_off, send, mine * es,
+                                        ZRT_COPY_D2H, NULL),
+                     st, fail);
+      ZRT_CHECK_GOTO(zrt_backend_synchronize(m->backend, NULL), st, fail);
+    }
+    MPI_TRY_GOTO(MPI_Iallgatherv(MPI_IN_PLACE, 0, T, r->stage[0], r->ints, r->ints + m->nranks, T,
+                                 m->world, &r->mr),
+                 "MPI_Iallgatherv", st, fail);
+    r->fin_src = r->stage[0];
+    r->fin_dst = recv;
+    r->fin_n = total;
+    r->fin_src_dt = r->fin_dst_dt = dt;
+  }
+  return issued(m, r, req);
+fail:
+  req_free(r);
+  return st;
+}
+
+static zrt_status mpi_broadcast(void *ctx, void *buf, size_t count, zrt_dtype dt, int root,
+                                zrt_comm_req **req) {
+  mpi_ctx *m = ctx;
+  zrt_status st = ZRT_OK;
+  mpi_req *r = NULL;
+  size_t es = zrt_dtype_size(dt);
+  MPI_Datatype T = raw_type(dt);
+  ZRT_CHECK(check_int(count, "broadcast"));
+  ZRT_CHECK(req_new(m, &r));
+  if (!m->on_device) {
+    MPI_TRY_GOTO(MPI_Ibcast(buf, (int)count, T, root, m->world, &r->mr), "MPI_Ibcast", st, fail);
+  } else {
+    ZRT_CHECK_GOTO(stage_alloc(m, count * es, &r->stage[0]), st, fail);
+    if (m->rank == root && count) {
+      ZRT_CHECK_GOTO(
+          zrt_backend_memcpy(m->backend, r->stage[0], buf, count * es, ZRT_COPY_D2H, NULL), st,
+          fail);
+      ZRT_CHECK_GOTO(zrt_backend_synchronize(m->backend, NULL), st, fail);
+    }
+    MPI_TRY_GOTO(MPI_Ibcast(r->stage[0], (int)count, T, root, m->world, &r->mr), "MPI_Ibcast", st,
+                 fail);
+    if (m->rank != root) {
+      r->fin_src = r->stage[0];
+      r->fin_dst = buf;
+      r->fin_n = count;
+      r->fin_src_dt = r->fin_dst_dt = dt;
+    }
+  }
+  return issued(m, r, req);
+fail:
+  req_free(r);
+  return st;
+}
+
+static zrt_status mpi_barrier(void *ctx) {
+  mpi_ctx *m = ctx;
+  mpi_req *r = NULL;
+  zrt_status st = ZRT_OK;
+  ZRT_CHECK(req_new(m, &r));
+  MPI_TRY_GOTO(MPI_Ibarrier(m->world, &r->mr), "MPI_Ibarrier", st, fail);
+  /* On timeout the request stays in flight (counted in m->inflight). */
+  return mpi_wait(m, &r->base, m->c ? m->c->timeout_s : 0);
+fail:
+  req_free(r);
+  return st;
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+static void mpi_destroy(void *ctx) {
+  mpi_ctx *m = ctx;
+  if (!m) return;
+  if (m->inflight > 0) {
+    /* Freeing the communicators or finalising with collectives in flight
+     * can block forever; the process is going down after a comm failure. */
+    zrt_log(ZRT_LOG_WARN,
+            "MPI comm: %d collective(s) still in flight at destroy; not finalising MPI",
+            m->inflight);
+    return;
+  }
+  if (m->local != MPI_COMM_NULL) MPI_Comm_free(&m->local);
+  if (m->world != MPI_COMM_NULL) MPI_Comm_free(&m->world);
+  zrt_pool_destroy(m->host_stage);
+  if (m->counted && --mpi_live == 0 && mpi_we_init) {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Finalize();
+  }
+  free(m);
+}
+
+static const zrt_comm_iface mpi_iface = {
+    .name = "mpi",
+    .all_reduce = mpi_all_reduce,
+    .reduce_scatter = mpi_reduce_scatter,
+    .all_gather = mpi_all_gather,
+    .broadcast = mpi_broadcast,
+    .barrier = mpi_barrier,
+    .wait = mpi_wait,
+    .test = mpi_test,
+    .destroy = mpi_destroy,
+};
+
+zrt_status zrt_comm_mpi_init(zrt_comm *c, zrt_backend *backend) {
+  zrt_status st = ZRT_OK;
+  int inited = 0, fin = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&fin);
+  if (fin)
+    return zrt_error(ZRT_ERR_COMM,
+                     "MPI comm: MPI was already finalised in this process (an earlier comm was "
+                     "destroyed); MPI can start only once — keep one comm for the process");
+  mpi_ctx *m = calloc(1, sizeof *m);
+  if (!m) return zrt_error(ZRT_ERR_OOM, "MPI comm: out of host memory");
+  m->c = c;
+  m->world = m->local = MPI_COMM_NULL;
+  m->backend = backend;
+  m->on_device = backend && backend->device_id >= 0;
+  if (!inited) {
+    int provided = 0;
+    /* Serialized: the engine may issue collectives from a helper thread,
+     * never from two threads at once. */
+    MPI_TRY_GOTO(MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread",
+                 st, fail);
+    mpi_we_init = 1;
+    if (provided < MPI_THREAD_SERIALIZED)
+      zrt_log(ZRT_LOG_DEBUG, "MPI comm: MPI provides thread level %d < SERIALIZED", provided);
+  }
+  m->counted = 1;
+  mpi_live++;
+  MPI_TRY_GOTO(MPI_Comm_dup(MPI_COMM_WORLD, &m->world), "MPI_Comm_dup", st, fail);
+  /* Errors come back as codes so they become zrt statuses with MPI's text,
+   * instead of MPI aborting the job. */
+  MPI_Comm_set_errhandler(m->world, MPI_ERRORS_RETURN);
+  MPI_TRY_GOTO(MPI_Comm_rank(m->world, &m->rank), "MPI_Comm_rank", st, fail);
+  MPI_TRY_GOTO(MPI_Comm_size(m->world, &m->nranks), "MPI_Comm_size", st, fail);
+  MPI_TRY_GOTO(
+      MPI_Comm_split_type(m->world, MPI_COMM_TYPE_SHARED, m->rank, MPI_INFO_NULL, &m->local),
+      "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)", st, fail);
+  MPI_Comm_set_errhandler(m->local, MPI_ERRORS_RETURN);
+  MPI_TRY_GOTO(MPI_Comm_rank(m->local, &c->local_rank), "MPI_Comm_rank(local)", st, fail);
+  MPI_TRY_GOTO(MPI_Comm_size(m->local, &c->local_world), "MPI_Comm_size(local)", st, fail);
+  ZRT_CHECK_GOTO(
+      zrt_pool_create("comm host staging", 0, host_raw_alloc, host_raw_free, NULL, &m->host_stage),
+      st, fail);
+  c->iface = &mpi_iface;
+  c->ctx = m;
+  c->rank = m->rank;
+  c->world = m->nranks;
+  return ZRT_OK;
+fail:
+  mpi_destroy(m);
+  return st;
+}
+
+/* Bootstrap helper for the NCCL comm (comm_impl.h). */
+zrt_status zrt_comm_mpi_bcast_bytes(void *ctx, void *buf, size_t bytes, int root) {
+  mpi_ctx *m = ctx;
+  ZRT_CHECK(check_int(bytes, "bootstrap broadcast"));
+  MPI_TRY(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, m->world), "MPI_Bcast");
+  return ZRT_OK;
+}

@@ -1,0 +1,109 @@
+/*
+ * config_impl.h — private to runtime/config*.c: the schema rows with the
+ * zrt_cfg field each one fills, the handle layout, the parsed-document tree
+ * both loaders (libyaml, cJSON) produce, and the error collector.
+ *
+ * Invariants: the handle is flat (no pointers except the warning list), so a
+ * struct copy plus a warning-list copy is a deep copy — that is how a load
+ * works on a tentative copy and commits only when no error was found.
+ * val[i] / src[i] / prio[i] / isauto[i] are indexed by schema row.
+ */
+#ifndef ZRT_CONFIG_IMPL_H
+#define ZRT_CONFIG_IMPL_H
+
+#include <stddef.h>
+
+#include "config.h"
+#include "internal.h"
+
+typedef struct zrt_cfg_row {
+  zrt_cfg_key k;
+  size_t off;       /* offset of the field in zrt_cfg */
+  size_t size;      /* size of the field (int / int64 / char[N] ...) */
+  size_t off2;      /* PAIR: offset of the second double */
+  const int *evals; /* ENUM on an int field: value of each choice */
+} zrt_cfg_row;
+
+extern const zrt_cfg_row zrt_cfg_rows[];
+extern const size_t zrt_cfg_nrows;
+
+/* Priorities of sources (see config.h). */
+enum {
+  ZRT_PRIO_DEFAULT = 0,
+  ZRT_PRIO_BENEATH = 1,
+  ZRT_PRIO_FILE = 2,
+  ZRT_PRIO_PROGRAM = 3,
+  ZRT_PRIO_ENV = 4,
+  ZRT_PRIO_FLAG = 5
+};
+
+#define ZRT_CFG_MAXKEYS 160
+
+struct zrt_config {
+  zrt_cfg v;
+  zrt_cfg_source src[ZRT_CFG_MAXKEYS];
+  unsigned char prio[ZRT_CFG_MAXKEYS];
+  unsigned char isauto[ZRT_CFG_MAXKEYS];
+  char **warn;
+  size_t nwarn;
+};
+
+/* ---- parsed document tree (format independent) */
+typedef enum { ZRT_DN_SCALAR = 0, ZRT_DN_MAP, ZRT_DN_SEQ } zrt_dn_kind;
+
+typedef struct zrt_dnode {
+  zrt_dn_kind kind;
+  char *key; /* map member key (NULL otherwise) */
+  int kline, kcol;
+  int line, col; /* of the value, 1-based */
+  char *text;    /* scalar text */
+  int quoted;    /* scalar was a quoted string */
+  int is_null;   /* JSON null / YAML null, ~ */
+  struct zrt_dnode **kids;
+  size_t nkids;
+} zrt_dnode;
+
+void zrt_dnode_free(zrt_dnode *n);
+zrt_dnode *zrt_dnode_new(zrt_dn_kind kind);
+int zrt_dnode_add(zrt_dnode *parent, zrt_dnode *kid);
+
+/* Error collector: every error of a load, one line each. */
+typedef struct zrt_cfg_errs {
+  char *buf;
+  size_t len, cap;
+  int n;
+} zrt_cfg_errs;
+void zrt_cfg_errs_add(zrt_cfg_errs *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void zrt_cfg_errs_free(zrt_cfg_errs *e);
+
+/* Parsers: text (NUL-terminated, len bytes) -> tree, or errors added with
+ * "file:line:col: " prefixes. Return NULL on a syntax error. */
+zrt_dnode *zrt_config_parse_yaml(const char *text, size_t len, const char *file,
+                                 zrt_cfg_errs *errs);
+zrt_dnode *zrt_config_parse_json(const char *text, size_t len, const char *file,
+                                 zrt_cfg_errs *errs);
+
+/* Sets row i from text at priority prio with source src; returns 0 or adds
+ * an error (prefixed by `where`, naming the key) and returns -1. A write at
+ * lower priority than the current one is a no-op returning 0. */
+int zrt_config_set_row(zrt_config *cfg, size_t i, const char *text, int quoted, int is_null,
+                       int prio, const zrt_cfg_source *src, const char *where, zrt_cfg_errs *errs);
+/* Text form of row i into buf. */
+void zrt_config_row_text(const zrt_config *cfg, size_t i, char *buf, size_t len);
+/* Cross-key checks; adds errors naming each key's source. */
+void zrt_config_validate(const zrt_config *cfg, zrt_cfg_errs *errs);
+int zrt_config_add_warning(zrt_config *cfg, const char *msg);
+int zrt_config_prio_of(zrt_cfg_source_kind k);
+/* Levenshtein distance, capped. */
+int zrt_config_edit_distance(const char *a, const char *b);
+
+/* accelerate deepspeed_config short name -> DeepSpeed path, or NULL. */
+const char *zrt_config_short_name(const char *name);
+void zrt_config_apply_mixed_precision(zrt_config *cfg, int prio, const zrt_cfg_source *src,
+                                      int force_no, zrt_cfg_errs *errs);
+
+/* Ignored keys (accepted, warned): returns 1 when `path` (dotted) is one. */
+int zrt_config_is_ignored(const char *path);
+extern const char *const zrt_cfg_ignored[];
+
+#endif

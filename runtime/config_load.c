@@ -1,0 +1,475 @@
+/*
+ * config_load.c — zrt_config_load_file: reads a file, detects JSON or YAML
+ * from its content, parses it into the document tree, and applies the tree
+ * to the schema: DeepSpeed sections, the `zrt:` section, accelerate-style
+ * launch keys, `deepspeed_config:` short names, `deepspeed_config_file:`
+ * (loaded beneath the launch YAML), "_zrt_sources" (written by
+ * zrt_config_write_json), and the keys zrt accepts but ignores.
+ *
+ * Invariants: the whole load works on a copy of the config and commits only
+ * when no error was found, so a failed load changes nothing; every error is
+ * collected (not just the first) and reported one per line as
+ * "FILE:LINE:COL: KEY.PATH: what was expected".
+ */
+#include <errno.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "config_impl.h"
+
+#define ZRT_CFG_MAX_FILE (16u << 20)
+
+typedef struct lctx {
+  zrt_config *cfg;
+  const char *file; /* as shown in messages */
+  char dir[4096];   /* directory of the file, for deepspeed_config_file */
+  int prio;
+  int nested; /* 1 while loading a deepspeed_config_file beneath */
+  zrt_cfg_errs *errs;
+  char warned[2048];        /* ignored keys seen, for the one warning line */
+  const zrt_dnode *ds_file; /* deepspeed_config_file value node */
+  const zrt_dnode *sources; /* _zrt_sources */
+  int set_mp;               /* mixed_precision set by this file */
+} lctx;
+
+static zrt_status load_text(zrt_config *cfg, const char *text, size_t len, const char *file,
+                            const char *dir, int prio, int nested, zrt_cfg_errs *errs,
+                            zrt_config *commit_warnings_to);
+
+static const char *kind_word(const zrt_dnode *n) {
+  return n->kind == ZRT_DN_MAP ? "a mapping" : n->kind == ZRT_DN_SEQ ? "a list" : "a scalar";
+}
+
+static int is_section(const char *path) {
+  size_t n = strlen(path);
+  for (size_t i = 0; i < zrt_cfg_nrows; i++)
+    if (!strncmp(zrt_cfg_rows[i].k.path, path, n) && zrt_cfg_rows[i].k.path[n] == '.') return 1;
+  return 0;
+}
+
+static void note_ignored(lctx *c, const char *path, const zrt_dnode *n) {
+  char w[1024];
+  snprintf(w, sizeof w, "%s:%d:%d: %s: accepted but not used by zrt; ignored", c->file, n->kline,
+           n->kcol, path);
+  zrt_config_add_warning(c->cfg, w);
+  size_t l = strlen(c->warned);
+  if (l + strlen(path) + 3 < sizeof c->warned)
+    snprintf(c->warned + l, sizeof c->warned - l, "%s%s", l ? ", " : "", path);
+}
+
+static void set_leaf(lctx *c, size_t row, const char *path, const zrt_dnode *n) {
+  char where[600], srcw[ZRT_CFG_STR];
+  snprintf(where, sizeof where, "%s:%d:%d", c->file, n->kline, n->kcol);
+  snprintf(srcw, sizeof srcw, "%s:%d:%d", c->file, n->kline, n->kcol);
+  zrt_cfg_source src = {.kind = ZRT_SRC_FILE};
+  snprintf(src.where, sizeof src.where, "%s", srcw);
+  const zrt_cfg_key *k = &zrt_cfg_rows[row].k;
+  if (k->type == ZRT_CFGT_PAIR && n->kind == ZRT_DN_SEQ) {
+    if (n->nkids != 2 || n->kids[0]->kind != ZRT_DN_SCALAR || n->kids[1]->kind != ZRT_DN_SCALAR) {
+      zrt_cfg_errs_add(c->errs,
+                       "%s: %s: expected a list of two numbers [beta1, beta2], got %zu items",
+                       where, path, n->nkids);
+      return;
+    }
+    char t[256];
+    snprintf(t, sizeof t, "%.100s,%.100s", n->kids[0]->text, n->kids[1]->text);
+    zrt_config_set_row(c->cfg, row, t, 0, 0, c->prio, &src, where, c->errs);
+    return;
+  }
+  if (n->kind != ZRT_DN_SCALAR) {
+    zrt_cfg_errs_add(c->errs, "%s: %s: expected a %s value, got %s", where, path,
+                     k->type == ZRT_CFGT_PAIR    ? "[number, number]"
+                     : k->type == ZRT_CFGT_BOOL  ? "true/false"
+                     : k->type == ZRT_CFGT_INT   ? "integer"
+                     : k->type == ZRT_CFGT_FLOAT ? "number"
+                                                 : "single",
+                     kind_word(n));
+    return;
+  }
+  if (k->type == ZRT_CFGT_PAIR && !n->quoted && strcmp(n->text, "auto")) {
+    zrt_cfg_errs_add(c->errs,
+                     "%s: %s: expected a list of two numbers [beta1, beta2], got \"%.60s\"", where,
+                     path, n->text);
+    return;
+  }
+  /* a quoted "true" or "5" in JSON is still a string: DeepSpeed (pydantic)
+   * coerces those, so zrt does too; an explicit null is only for keys that
+   * may be unset */
+  zrt_config_set_row(c->cfg, row, n->text, n->quoted, n->is_null, c->prio, &src, where, c->errs);
+  if (!strcmp(path, "mixed_precision")) c->set_mp = 1;
+}
+
+static void apply_map(lctx *c, const zrt_dnode *map, const char *prefix);
+
+static int check_dups(lctx *c, const zrt_dnode *map, size_t i, const char *prefix) {
+  const zrt_dnode *n = map->kids[i];
+  for (size_t j = 0; j < i; j++) {
+    const char *a = map->kids[j]->key, *b = n->key;
+    int same = !strcmp(a, b);
+    /* bf16 and bfloat16 are the same section */
+    if (!*prefix && ((!strcmp(a, "bf16") && !strcmp(b, "bfloat16")) ||
+                     (!strcmp(a, "bfloat16") && !strcmp(b, "bf16"))))
+      same = 1;
+    if (same) {
+      zrt_cfg_errs_add(
+          c->errs, "%s:%d:%d: %s%s%s: duplicate key (first given at line %d); keep one", c->file,
+          n->kline, n->kcol, prefix, *prefix ? "." : "", b, map->kids[j]->kline);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static void apply_accelerate_ds(lctx *c, const zrt_dnode *map) {
+  for (size_t i = 0; i < map->nkids; i++) {
+    const zrt_dnode *n = map->kids[i];
+    if (check_dups(c, map, i, "deepspeed_config")) continue;
+    char path[512];
+    snprintf(path, sizeof path, "deepspeed_config.%s", n->key);
+    if (!strcmp(n->key, "deepspeed_config_file")) {
+      c->ds_file = n;
+      continue;
+    }
+    if (zrt_config_is_ignored(path)) {
+      note_ignored(c, path, n);
+      continue;
+    }
+    const char *to = zrt_config_short_name(n->key);
+    if (!to) {
+      char sug[300];
+      zrt_config_suggest(path, sug, sizeof sug);
+      zrt_cfg_errs_add(c->errs,
+                       "%s:%d:%d: unknown key '%s' (accelerate's deepspeed_config short "
+                       "names: zero_stage, offload_optimizer_device, offload_param_device, "
+                       "offload_optimizer_nvme_path, offload_param_nvme_path, "
+                       "gradient_accumulation_steps, gradient_clipping, deepspeed_config_file, "
+                       "zero3_init_flag, ...)%s%s",
+                       c->file, n->kline, n->kcol, path, *sug ? "; " : "", sug);
+      continue;
+    }
+    set_leaf(c, (size_t)zrt_config_schema_find(to), to, n);
+  }
+}
+
+static void apply_map(lctx *c, const zrt_dnode *map, const char *prefix) {
+  for (size_t i = 0; i < map->nkids; i++) {
+    const zrt_dnode *n = map->kids[i];
+    if (check_dups(c, map, i, prefix)) continue;
+    char path[512];
+    const char *key = n->key;
+    if (!*prefix && !strcmp(key, "bfloat16")) key = "bf16";
+    if (*prefix)
+      snprintf(path, sizeof path, "%s.%s", prefix, key);
+    else
+      snprintf(path, sizeof path, "%s", key);
+    if (!*prefix && !strcmp(key, "_zrt_sources")) {
+      c->sources = n;
+      continue;
+    }
+    if (!*prefix && !strcmp(key, "deepspeed_config_file")) {
+      c->ds_file = n;
+      continue;
+    }
+    if (!*prefix && !strcmp(key, "deepspeed_config")) {
+      if (n->kind == ZRT_DN_MAP)
+        apply_accelerate_ds(c, n);
+      else if (!n->is_null)
+        zrt_cfg_errs_add(c->errs,
+                         "%s:%d:%d: deepspeed_config: expected a mapping of accelerate's "
+                         "DeepSpeed keys, got %s",
+                         c->file, n->kline, n->kcol, kind_word(n));
+      continue;
+    }
+    if (zrt_config_is_ignored(path)) {
+      note_ignored(c, path, n);
+      continue;
+    }
+    long row = zrt_config_schema_find(path);
+    if (row >= 0) {
+      set_leaf(c, (size_t)row, path, n);
+      continue;
+    }
+    if (is_section(path)) {
+      if (n->kind == ZRT_DN_MAP)
+        apply_map(c, n, path);
+      else if (!n->is_null) /* "offload_param": null is DeepSpeed for "none" */
+        zrt_cfg_errs_add(c->errs, "%s:%d:%d: %s: expected a mapping (section), got %s", c->file,
+                         n->kline, n->kcol, path, kind_word(n));
+      continue;
+    }
+    char sug[300];
+    zrt_config_suggest(path, sug, sizeof sug);
+    zrt_cfg_errs_add(c->errs, "%s:%d:%d: unknown key '%s'%s%s (see docs/config-reference.md)",
+                     c->file, n->kline, n->kcol, path, *sug ? "; " : "", sug);
+  }
+}
+
+static int set_by_this(const lctx *c, size_t row) {
+  const zrt_cfg_source *s = &c->cfg->src[row];
+  size_t n = strlen(c->file);
+  return s->kind == ZRT_SRC_FILE && c->cfg->prio[row] == c->prio &&
+         !strncmp(s->where, c->file, n) && s->where[n] == ':';
+}
+
+/* Restores sources recorded by zrt_config_write_json: rows it lists get
+ * their original kind/where (and that kind's priority), rows it omits were
+ * defaults when written. */
+static void apply_sources(lctx *c, const zrt_dnode *s) {
+  if (s->kind != ZRT_DN_MAP) {
+    zrt_cfg_errs_add(c->errs, "%s:%d:%d: _zrt_sources: expected a mapping, got %s", c->file,
+                     s->kline, s->kcol, kind_word(s));
+    return;
+  }
+  unsigned char listed[ZRT_CFG_MAXKEYS] = {0};
+  for (size_t i = 0; i < s->nkids; i++) {
+    const zrt_dnode *n = s->kids[i];
+    long row = zrt_config_schema_find(n->key);
+    if (row < 0 || n->kind != ZRT_DN_SCALAR) {
+      zrt_cfg_errs_add(c->errs, "%s:%d:%d: _zrt_sources.%s: unknown key or not a text value",
+                       c->file, n->kline, n->kcol, n->key);
+      continue;
+    }
+    const char *sp = strchr(n->text, ' ');
+    size_t kl = sp ? (size_t)(sp - n->text) : strlen(n->text);
+    zrt_cfg_source_kind kinds[] = {ZRT_SRC_DEFAULT, ZRT_SRC_FILE,    ZRT_SRC_ENV,
+                                   ZRT_SRC_FLAG,    ZRT_SRC_PROGRAM, ZRT_SRC_DERIVED};
+    int found = -1;
+    for (int k = 0; k < 6; k++) {
+      const char *w = zrt_config_source_kind_name(kinds[k]);
+      if (strlen(w) == kl && !strncmp(w, n->text, kl)) found = k;
+    }
+    if (found < 0) {
+      zrt_cfg_errs_add(c->errs,
+                       "%s:%d:%d: _zrt_sources.%s: expected \"KIND WHERE\" with KIND one of "
+                       "default|file|env|flag|program|derived",
+                       c->file, n->line, n->col, n->key);
+      continue;
+    }
+    /* only rows this file actually set carry over its recorded source */
+    if (!set_by_this(c, (size_t)row)) continue;
+    listed[row] = 1;
+    c->cfg->src[row].kind = kinds[found];
+    snprintf(c->cfg->src[row].where, sizeof c->cfg->src[row].where, "%s", sp ? sp + 1 : "");
+    int p = zrt_config_prio_of(kinds[found]);
+    /* a file's own values never rise above what loading it may set */
+    c->cfg->prio[row] = (unsigned char)(p > c->prio && kinds[found] == ZRT_SRC_FILE ? c->prio : p);
+  }
+  for (size_t i = 0; i < zrt_cfg_nrows; i++) {
+    if (listed[i] || !set_by_this(c, i)) continue;
+    memset(&c->cfg->src[i], 0, sizeof c->cfg->src[i]);
+    c->cfg->prio[i] = ZRT_PRIO_DEFAULT;
+  }
+}
+
+static int looks_binary(const char *t, size_t len, size_t *at) {
+  for (size_t i = 0; i < len; i++)
+    if (t[i] == 0) {
+      *at = i;
+      return 1;
+    }
+  return 0;
+}
+
+static zrt_status read_file(const char *path, char **text, size_t *len, zrt_cfg_errs *errs,
+                            const char *referer) {
+  struct stat st;
+  *text = NULL;
+  char ref[700] = "";
+  if (referer) snprintf(ref, sizeof ref, "%s: ", referer);
+  if (stat(path, &st) != 0) {
+    zrt_cfg_errs_add(errs, "%scannot open config file %s: %s", ref, path, strerror(errno));
+    return errno == ENOENT ? ZRT_ERR_IO : ZRT_ERR_IO;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    zrt_cfg_errs_add(errs, "%s%s is a directory, not a config file; give the .yaml or .json path",
+                     ref, path);
+    return ZRT_ERR_IO;
+  }
+  if (st.st_size > (off_t)ZRT_CFG_MAX_FILE) {
+    zrt_cfg_errs_add(errs, "%s%s is %lld bytes; a config file is at most %u", ref, path,
+                     (long long)st.st_size, ZRT_CFG_MAX_FILE);
+    return ZRT_ERR_CONFIG;
+  }
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    zrt_cfg_errs_add(errs, "%scannot open config file %s: %s", ref, path, strerror(errno));
+    return ZRT_ERR_IO;
+  }
+  char *buf = malloc(ZRT_CFG_MAX_FILE + 1);
+  if (!buf) {
+    fclose(f);
+    zrt_cfg_errs_add(errs, "%sout of host memory reading %s", ref, path);
+    return ZRT_ERR_OOM;
+  }
+  size_t n = fread(buf, 1, ZRT_CFG_MAX_FILE, f);
+  int bad = ferror(f);
+  fclose(f);
+  if (bad) {
+    free(buf);
+    zrt_cfg_errs_add(errs, "%scannot read config file %s", ref, path);
+    return ZRT_ERR_IO;
+  }
+  buf[n] = 0;
+  *text = buf;
+  *len = n;
+  return ZRT_OK;
+}
+
+static void load_beneath(lctx *c) {
+  const zrt_dnode *n = c->ds_file;
+  if (n->kind != ZRT_DN_SCALAR || n->is_null || !*n->text) {
+    zrt_cfg_errs_add(c->errs,
+                     "%s:%d:%d: deepspeed_config_file: expected the path of a DeepSpeed "
+                     "JSON file, got %s",
+                     c->file, n->kline, n->kcol,
+                     n->kind == ZRT_DN_SCALAR ? "nothing" : kind_word(n));
+    return;
+  }
+  if (c->nested) {
+    zrt_cfg_errs_add(c->errs,
+                     "%s:%d:%d: deepspeed_config_file inside a file that is itself a "
+                     "deepspeed_config_file; only the launch YAML may name one",
+                     c->file, n->kline, n->kcol);
+    return;
+  }
+  char path[8192];
+  if (n->text[0] == '/' || !c->dir[0])
+    snprintf(path, sizeof path, "%s", n->text);
+  else
+    snprintf(path, sizeof path, "%s/%s", c->dir, n->text);
+  char referer[700];
+  snprintf(referer, sizeof referer, "%s:%d:%d: deepspeed_config_file", c->file, n->kline, n->kcol);
+  char *text;
+  size_t len;
+  if (read_file(path, &text, &len, c->errs, referer) != ZRT_OK) return;
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  load_text(c->cfg, text, len, path, dirname(dir), ZRT_PRIO_BENEATH, 1, c->errs, NULL);
+  free(text);
+}
+
+/* Applies one text to cfg (already a tentative copy). Errors go to errs. */
+static zrt_status load_text(zrt_config *cfg, const char *text, size_t len, const char *file,
+                            const char *dir, int prio, int nested, zrt_cfg_errs *errs,
+                            zrt_config *unused) {
+  (void)unused;
+  size_t at = 0;
+  if (looks_binary(text, len, &at)) {
+    zrt_cfg_errs_add(errs,
+                     "%s: looks like a binary file (NUL byte at offset %zu); expected "
+                     "YAML or DeepSpeed JSON text",
+                     file, at);
+    return ZRT_ERR_CONFIG;
+  }
+  size_t i = 0;
+  if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) i = 3;
+  while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n')) i++;
+  if (i == len) {
+    zrt_cfg_errs_add(errs, "%s: the file is empty; expected DeepSpeed JSON or YAML config keys",
+                     file);
+    return ZRT_ERR_CONFIG;
+  }
+  zrt_dnode *tree = text[i] == '{' ? zrt_config_parse_json(text, len, file, errs)
+                                   : zrt_config_parse_yaml(text, len, file, errs);
+  if (!tree) return ZRT_ERR_CONFIG;
+  if (tree->kind != ZRT_DN_MAP) {
+    zrt_cfg_errs_add(errs, "%s: expected a mapping of config keys at the top level", file);
+    zrt_dnode_free(tree);
+    return ZRT_ERR_CONFIG;
+  }
+  lctx c = {.cfg = cfg, .file = file, .prio = prio, .nested = nested, .errs = errs};
+  snprintf(c.dir, sizeof c.dir, "%s", dir ? dir : "");
+  apply_map(&c, tree, "");
+  if (c.set_mp) {
+    /* mixed_precision sets fp16/bf16.enabled unless this same file names
+     * them itself; "no" defers to a deepspeed_config_file beneath */
+    const char *mp = cfg->v.mixed_precision;
+    long mrow = zrt_config_schema_find("mixed_precision");
+    int fp16 = !strcmp(mp, "fp16"), bf16 = !strcmp(mp, "bf16");
+    if (fp16 || bf16 || !c.ds_file) {
+      const char *keys[2] = {"fp16.enabled", "bf16.enabled"};
+      int on[2] = {fp16, bf16};
+      for (int k = 0; k < 2; k++) {
+        long r = zrt_config_schema_find(keys[k]);
+        if (cfg->src[r].kind == ZRT_SRC_FILE && cfg->prio[r] == prio &&
+            !strncmp(cfg->src[r].where, file, strlen(file)) &&
+            cfg->src[r].where[strlen(file)] == ':')
+          continue;
+        zrt_config_set_row(cfg, (size_t)r, on[k] ? "true" : "false", 0, 0, prio, &cfg->src[mrow],
+                           NULL, errs);
+      }
+    }
+  }
+  if (c.sources) apply_sources(&c, c.sources);
+  if (c.ds_file) load_beneath(&c);
+  if (c.warned[0])
+    zrt_log(ZRT_LOG_WARN, "%s: keys accepted but not used by zrt: %s", file, c.warned);
+  zrt_dnode_free(tree);
+  return errs->n ? ZRT_ERR_CONFIG : ZRT_OK;
+}
+
+static zrt_status finish(zrt_config *cfg, zrt_config *tmp, zrt_cfg_errs *errs, zrt_status st) {
+  if (errs->n) {
+    if (st == ZRT_OK) st = ZRT_ERR_CONFIG;
+    zrt_status r = zrt_error(st, "%s", errs->buf);
+    if (errs->n > 1) zrt_error_context(r, "%d config errors:\n", errs->n);
+    zrt_cfg_errs_free(errs);
+    zrt_config_destroy(tmp);
+    return r;
+  }
+  /* commit: the copy becomes the config (its warnings include cfg's) */
+  for (size_t i = 0; i < cfg->nwarn; i++) free(cfg->warn[i]);
+  free(cfg->warn);
+  *cfg = *tmp;
+  free(tmp);
+  return ZRT_OK;
+}
+
+zrt_status zrt_config_load_buffer(zrt_config *cfg, const char *text, size_t len, const char *name,
+                                  const char *dir) {
+  if (!cfg || !text || !name)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_config_load_buffer: NULL argument");
+  zrt_config *tmp;
+  ZRT_CHECK(zrt_config_copy(cfg, &tmp));
+  zrt_cfg_errs errs = {0};
+  /* the parsers want a terminated string */
+  char *t = malloc(len + 1);
+  if (!t) {
+    zrt_config_destroy(tmp);
+    return zrt_error(ZRT_ERR_OOM, "out of host memory loading %s", name);
+  }
+  memcpy(t, text, len);
+  t[len] = 0;
+  zrt_status st = load_text(tmp, t, len, name, dir, ZRT_PRIO_FILE, 0, &errs, NULL);
+  free(t);
+  if (st == ZRT_OK) zrt_config_validate(tmp, &errs);
+  return finish(cfg, tmp, &errs, st);
+}
+
+zrt_status zrt_config_load_file(zrt_config *cfg, const char *path) {
+  if (!cfg || !path) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_config_load_file: NULL argument");
+  zrt_cfg_errs errs = {0};
+  char *text;
+  size_t len;
+  zrt_status st = read_file(path, &text, &len, &errs, NULL);
+  if (st != ZRT_OK) {
+    zrt_status r = zrt_error(st, "%s", errs.buf ? errs.buf : "cannot read config file");
+    zrt_cfg_errs_free(&errs);
+    return r;
+  }
+  zrt_config *tmp;
+  st = zrt_config_copy(cfg, &tmp);
+  if (st != ZRT_OK) {
+    free(text);
+    return st;
+  }
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  st = load_text(tmp, text, len, path, dirname(dir), ZRT_PRIO_FILE, 0, &errs, NULL);
+  free(text);
+  if (st == ZRT_OK) zrt_config_validate(tmp, &errs);
+  return finish(cfg, tmp, &errs, st);
+}

@@ -1,0 +1,794 @@
+/*
+ * engine.c — the engine's life cycle and the per-module API: create (config
+ * copy + resolve, backend, comm), module/param registration, build (layout,
+ * stage choice, allocation, partitioned init), fetch / release /
+ * grads_ready, param data / grad access, safetensors loading, memory and
+ * compute helpers. The optimizer step lives in engine_step.c, the sharding
+ * machinery in sharding/.
+ *
+ * Invariants: after build every buffer listed in engine_internal.h's table
+ * exists for the chosen stage and every rank holds the same layout; the
+ * config is never changed after create except by resolve; a failed build
+ * leaves the engine destroyable (every pointer NULL or owned).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amp/dtype.h"
+#include "memest.h"
+#include "rng.h"
+#include "safetensors.h"
+#include "sharding/sharding.h"
+
+/* ------------------------------------------------------------- create */
+
+static int zrt_env_int(const char *name, int def) {
+  const char *v = getenv(name);
+  return v && *v ? atoi(v) : def;
+}
+
+static zrt_status zrt_engine_parse_inject(zrt_engine *eng) {
+  const char *v = getenv("ZRT_INJECT_NONFINITE_GRADS");
+  if (!v || !*v) return ZRT_OK;
+  const char *p = v;
+  while (*p) {
+    char *end;
+    long long k = strtoll(p, &end, 10);
+    if (end == p || k < 1)
+      return zrt_error(ZRT_ERR_CONFIG,
+                       "ZRT_INJECT_NONFINITE_GRADS='%s': expected comma-separated 1-based "
+                       "optimizer step numbers, e.g. 2,5,6",
+                       v);
+    int64_t *n = realloc(eng->inject_steps, (size_t)(eng->ninject + 1) * sizeof(int64_t));
+    if (!n) return zrt_error(ZRT_ERR_OOM, "out of host memory");
+    eng->inject_steps = n;
+    eng->inject_steps[eng->ninject++] = k;
+    p = end;
+    if (*p == ',')
+      p++;
+    else if (*p)
+      return zrt_error(ZRT_ERR_CONFIG, "ZRT_INJECT_NONFINITE_GRADS='%s': unexpected '%c'", v, *p);
+  }
+  zrt_log(ZRT_LOG_WARN, "fault injection: non-finite grads on rank %d at steps %s", eng->world - 1,
+          v);
+  return ZRT_OK;
+}
+
+zrt_status zrt_engine_create(const zrt_config *cfg, zrt_engine **out) {
+  zrt_status st = ZRT_OK;
+  if (!cfg || !out) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_create: NULL argument");
+  *out = NULL;
+  zrt_engine *eng = calloc(1, sizeof *eng);
+  if (!eng) return zrt_error(ZRT_ERR_OOM, "zrt_engine_create: out of host memory");
+  ZRT_CHECK_GOTO(zrt_config_copy(cfg, &eng->config), st, fail);
+  const zrt_cfg *c = zrt_config_values(eng->config);
+  int local_rank = zrt_env_int("OMPI_COMM_WORLD_LOCAL_RANK", zrt_env_int("LOCAL_RANK", 0));
+  ZRT_CHECK_GOTO(
+      zrt_backend_create(c->backend, (size_t)c->device_memory_limit, local_rank, &eng->backend), st,
+      fail);
+  ZRT_CHECK_GOTO(zrt_comm_create(c->comm, eng->backend, c->comm_timeout_s, &eng->comm), st, fail);
+  eng->rank = eng->comm->rank;
+  eng->world = eng->comm->world;
+  zrt_log_set_rank(eng->rank);
+  ZRT_CHECK_GOTO(zrt_config_resolve(eng->config, eng->world), st, fail);
+  eng->cfg = c = zrt_config_values(eng->config);
+  eng->dtype = zrt_config_dtype(eng->config);
+  eng->comm_dtype =
+      c->communication_data_type >= 0 ? (zrt_dtype)c->communication_data_type : eng->dtype;
+  eng->stage = c->zero_stage;
+  snprintf(eng->backend_name, sizeof eng->backend_name, "%s", eng->backend->iface->name);
+  snprintf(eng->comm_name, sizeof eng->comm_name, "%s", eng->comm->iface->name);
+  zrt_log_once("engine.choice", ZRT_LOG_INFO, "backend %s (%s), comm %s, world %d, dtype %s",
+               eng->backend_name, eng->backend->description, eng->comm_name, eng->world,
+               zrt_dtype_name(eng->dtype));
+  if (c->fp16_enabled) {
+    if (c->fp16_loss_scale > 0)
+      zrt_scaler_init_static(&eng->scaler, c->fp16_loss_scale);
+    else
+      zrt_scaler_init_dynamic(&eng->scaler, c->fp16_initial_scale_power, c->fp16_loss_scale_window,
+                              c->fp16_hysteresis, c->fp16_consecutive_hysteresis,
+                              c->fp16_min_loss_scale);
+  } else {
+    zrt_scaler_init_static(&eng->scaler, 1.0);
+  }
+  zrt_sched_init(&eng->sched, c);
+  eng->trace_pos = -1;
+  ZRT_CHECK_GOTO(zrt_engine_parse_inject(eng), st, fail);
+  if (eng->rank == 0 && c->metrics_path[0]) {
+    eng->metrics = fopen(c->metrics_path, "w");
+    if (!eng->metrics) {
+      st = zrt_error(ZRT_ERR_IO, "cannot open metrics file '%s' (zrt.metrics_path): %s",
+                     c->metrics_path, strerror(errno));
+      goto fail;
+    }
+  }
+  *out = eng;
+  return ZRT_OK;
+fail:
+  zrt_engine_destroy(eng);
+  return st;
+}
+
+static void zrt_engine_free_buffers(zrt_engine *eng) {
+  zrt_stage3_quiesce(eng);
+  zrt_bucket_free(eng);
+  for (int m = 0; m < eng->nmodules; m++) {
+    zrt_module_entry *me = &eng->modules[m];
+    zrt_backend_free(eng->backend, me->full16);
+    zrt_backend_free(eng->backend, me->grad16);
+    zrt_backend_free(eng->backend, me->grad_acc);
+    if (me->shard16_host)
+      zrt_engine_offload_free(eng, me->shard16);
+    else
+      zrt_backend_free(eng->backend, me->shard16);
+    if (me->optim_host) {
+      zrt_engine_offload_free(eng, me->master);
+      zrt_engine_offload_free(eng, me->s1);
+      zrt_engine_offload_free(eng, me->s2);
+    } else {
+      zrt_backend_free(eng->backend, me->master);
+      zrt_backend_free(eng->backend, me->s1);
+      zrt_backend_free(eng->backend, me->s2);
+    }
+    me->full16 = me->grad16 = me->shard16 = NULL;
+    me->grad_acc = me->master = me->s1 = me->s2 = NULL;
+  }
+}
+
+void zrt_engine_destroy(zrt_engine *eng) {
+  if (!eng) return;
+  if (eng->backend) zrt_engine_free_buffers(eng);
+  for (int m = 0; m < eng->nmodules; m++) free(eng->modules[m].params);
+  free(eng->modules);
+  free(eng->params);
+  free(eng->trace);
+  free(eng->inject_steps);
+  if (eng->metrics) fclose(eng->metrics);
+  zrt_engine_offload_teardown(eng);
+  zrt_comm_destroy(eng->comm);
+  zrt_backend_destroy(eng->backend);
+  zrt_config_destroy(eng->config);
+  free(eng);
+}
+
+zrt_status zrt_engine_get_info(const zrt_engine *eng, zrt_engine_info *out) {
+  if (!eng || !out) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_get_info: NULL argument");
+  out->rank = eng->rank;
+  out->world_size = eng->world;
+  out->local_rank = eng->comm->local_rank;
+  out->local_world_size = eng->comm->local_world;
+  out->backend = eng->backend_name;
+  out->comm = eng->comm_name;
+  out->dtype = eng->dtype;
+  out->zero_stage = eng->stage;
+  out->micro_batch = eng->cfg->train_micro_batch_size_per_gpu;
+  out->grad_accum = eng->cfg->gradient_accumulation_steps;
+  out->train_batch = eng->cfg->train_batch_size;
+  out->seed = eng->cfg->seed;
+  return ZRT_OK;
+}
+
+zrt_status zrt_engine_set_tokens_per_micro(zrt_engine *eng, int64_t tokens) {
+  if (!eng || tokens < 0)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_set_tokens_per_micro: bad argument");
+  eng->tokens_per_micro = tokens;
+  return ZRT_OK;
+}
+
+/* ------------------------------------------------------- registration */
+
+zrt_status zrt_module_add(zrt_engine *eng, const char *name, int *module_id) {
+  if (!eng || !name || !module_id)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_module_add: NULL argument");
+  if (eng->built)
+    return zrt_error(ZRT_ERR_INVALID_ARG,
+                     "zrt_module_add('%s'): the engine is already built; register every module "
+                     "before zrt_engine_build",
+                     name);
+  if (strlen(name) >= ZRT_ENGINE_NAME_MAX)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "module name '%.40s...' longer than %d characters", name,
+                     ZRT_ENGINE_NAME_MAX - 1);
+  if (eng->nmodules == eng->cap_modules) {
+    int nc = eng->cap_modules ? eng->cap_modules * 2 : 16;
+    zrt_module_entry *n = realloc(eng->modules, (size_t)nc * sizeof *n);
+    if (!n) return zrt_error(ZRT_ERR_OOM, "out of host memory");
+    eng->modules = n;
+    eng->cap_modules = nc;
+  }
+  zrt_module_entry *me = &eng->modules[eng->nmodules];
+  memset(me, 0, sizeof *me);
+  snprintf(me->name, sizeof me->name, "%s", name);
+  *module_id = eng->nmodules++;
+  return ZRT_OK;
+}
+
+zrt_status zrt_param_add(zrt_engine *eng, int module_id, const char *name, int ndim,
+                         const int64_t *shape, zrt_init init, unsigned flags, int *param_id) {
+  if (!eng || !name || !param_id || (ndim > 0 && !shape))
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_param_add: NULL argument");
+  if (eng->built)
+    return zrt_error(ZRT_ERR_INVALID_ARG,
+                     "zrt_param_add('%s'): the engine is already built; register every parameter "
+                     "before zrt_engine_build",
+                     name);
+  if (module_id < 0 || module_id >= eng->nmodules)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_param_add('%s'): module id %d is not registered",
+                     name, module_id);
+  if (ndim < 0 || ndim > ZRT_ENGINE_MAX_NDIM)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_param_add('%s'): ndim %d outside 0..%d", name, ndim,
+                     ZRT_ENGINE_MAX_NDIM);
+  if (strlen(name) >= ZRT_ENGINE_NAME_MAX)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "parameter name '%.40s...' longer than %d characters",
+                     name, ZRT_ENGINE_NAME_MAX - 1);
+  for (int i = 0; i < eng->nparams; i++)
+    if (!strcmp(eng->params[i].name, name))
+      return zrt_error(ZRT_ERR_INVALID_ARG,
+                       "zrt_param_add: parameter name '%s' is already registered (names must be "
+                       "unique)",
+                       name);
+  int64_t numel = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (shape[d] <= 0)
+      return zrt_error(ZRT_ERR_INVALID_ARG,
+                       "zrt_param_add('%s'): dimension %d is %lld (must be > 0)", name, d,
+                       (long long)shape[d]);
+    numel *= shape[d];
+  }
+  if (eng->nparams == eng->cap_params) {
+    int nc = eng->cap_params ? eng->cap_params * 2 : 64;
+    zrt_param_entry *n = realloc(eng->params, (size_t)nc * sizeof *n);
+    if (!n) return zrt_error(ZRT_ERR_OOM, "out of host memory");
+    eng->params = n;
+    eng->cap_params = nc;
+  }
+  zrt_module_entry *me = &eng->modules[module_id];
+  if (me->nparams == me->cap_params) {
+    int nc = me->cap_params ? me->cap_params * 2 : 8;
+    int *n = realloc(me->params, (size_t)nc * sizeof(int));
+    if (!n) return zrt_error(ZRT_ERR_OOM, "out of host memory");
+    me->params = n;
+    me->cap_params = nc;
+  }
+  zrt_param_entry *p = &eng->params[eng->nparams];
+  memset(p, 0, sizeof *p);
+  snprintf(p->name, sizeof p->name, "%s", name);
+  p->name_hash = zrt_rng_name_hash(name);
+  p->module = module_id;
+  p->ndim = ndim;
+  for (int d = 0; d < ndim; d++) p->shape[d] = shape[d];
+  p->numel = numel;
+  p->init = init;
+  p->flags = flags;
+  me->params[me->nparams++] = eng->nparams;
+  *param_id = eng->nparams++;
+  return ZRT_OK;
+}
+
+/* ------------------------------------------------------------- build */
+
+/* Layout summary for the memory model: total padded elements. */
+static void zrt_engine_layout_totals(const zrt_engine *eng, zrt_memest_layout *lay) {
+  memset(lay, 0, sizeof *lay);
+  lay->world = eng->world;
+  lay->dtype_bytes = (int)zrt_dtype_size(eng->dtype);
+  lay->comm_bytes = (int)zrt_dtype_size(eng->comm_dtype);
+  lay->optim_states =
+      eng->cfg->optimizer_type == ZRT_OPTIM_ADAM || eng->cfg->optimizer_type == ZRT_OPTIM_ADAMW
+          ? 2
+          : (eng->cfg->optimizer_type == ZRT_OPTIM_SGD && eng->cfg->momentum == 0 ? 0 : 1);
+  for (int m = 0; m < eng->nmodules; m++) {
+    const zrt_module_entry *me = &eng->modules[m];
+    lay->padded_total += me->padded;
+    lay->max_module_padded = ZRT_MAX(lay->max_module_padded, me->padded);
+    if (me->numel <= eng->cfg->stage3_param_persistence_threshold)
+      lay->persistent_padded += me->padded;
+  }
+  lay->reduce_bucket_size = eng->cfg->reduce_bucket_size;
+  lay->prefetch_elems = eng->cfg->stage3_prefetch_bucket_size;
+  lay->max_live_elems = eng->cfg->stage3_max_live_parameters;
+  lay->sub_group_size = eng->cfg->sub_group_size;
+  lay->stage = eng->stage;
+  lay->offload_optimizer = eng->offload_opt != ZRT_OFFLOAD_NONE;
+  lay->offload_param = eng->offload_par != ZRT_OFFLOAD_NONE;
+}
+
+/* Stage "auto": the first candidate, fastest first, whose predicted
+ * per-rank device bytes (model states + reduction buffers; activations are
+ * allocated by the program after build and are not known here) fit in 90%
+ * of the device pool. Offload candidates come after every pure-device
+ * stage because they trade PCIe traffic and CPU time for memory. */
+static zrt_status zrt_engine_choose_stage(zrt_engine *eng) {
+  eng->offload_opt = eng->cfg->offload_optimizer.device;
+  eng->offload_par = eng->cfg->offload_param.device;
+  if (eng->stage >= 0) return ZRT_OK;
+  size_t cap = zrt_pool_capacity(eng->backend->pool);
+  if (cap == 0) {
+    eng->stage = 0;
+    zrt_log(ZRT_LOG_INFO, "stage auto: device memory is unlimited, picking stage 0 (fastest)");
+    return ZRT_OK;
+  }
+  /* the config's own offload settings are kept; auto only adds offload */
+  static const struct {
+    int stage, oo, op;
+  } cand[] = {{0, 0, 0}, {1, 0, 0}, {2, 0, 0}, {3, 0, 0},
+              {1, 1, 0}, {2, 1, 0}, {3, 1, 0}, {3, 1, 1}};
+  int user_oo = eng->offload_opt != ZRT_OFFLOAD_NONE,
+      user_op = eng->offload_par != ZRT_OFFLOAD_NONE;
+  char b1[32], b2[32];
+  for (size_t k = 0; k < sizeof cand / sizeof cand[0]; k++) {
+    int oo = cand[k].oo || user_oo, op = cand[k].op || user_op;
+    if (op && cand[k].stage != 3) continue;
+    zrt_memest_layout lay;
+    eng->stage = cand[k].stage;
+    zrt_engine_layout_totals(eng, &lay);
+    lay.offload_optimizer = oo;
+    lay.offload_param = op;
+    zrt_memest_result r;
+    zrt_memest_predict(&lay, &r);
+    const char *what =
+        op ? " + offload optimizer and params to cpu" : (oo ? " + offload optimizer to cpu" : "");
+    if (r.device_total <= (uint64_t)((double)cap * 0.9)) {
+      if (oo && !user_oo) eng->offload_opt = ZRT_OFFLOAD_CPU;
+      if (op && !user_op) eng->offload_par = ZRT_OFFLOAD_CPU;
+      zrt_log(ZRT_LOG_INFO,
+              "stage auto: picking stage %d%s: predicted %s per rank on the device (host %llu "
+              "bytes) fits 90%% of %s; every faster choice did not fit (activations not counted)",
+              cand[k].stage, what, zrt_format_size(r.device_total, b1, sizeof b1),
+              (unsigned long long)r.host_total, zrt_format_size(cap, b2, sizeof b2));
+      return ZRT_OK;
+    }
+    zrt_log(ZRT_LOG_INFO, "stage auto: stage %d%s needs %s per rank > 90%% of %s", cand[k].stage,
+            what, zrt_format_size(r.device_total, b1, sizeof b1),
+            zrt_format_size(cap, b2, sizeof b2));
+  }
+  eng->stage = 3;
+  eng->offload_opt = eng->offload_opt != ZRT_OFFLOAD_NONE ? eng->offload_opt : ZRT_OFFLOAD_CPU;
+  eng->offload_par = eng->offload_par != ZRT_OFFLOAD_NONE ? eng->offload_par : ZRT_OFFLOAD_CPU;
+  zrt_log(ZRT_LOG_WARN, "stage auto: nothing fits the device; trying stage 3 with optimizer and "
+                        "parameter offload to cpu (add ranks or device memory)");
+  return ZRT_OK;
+}
+
+static zrt_status zrt_engine_oom_hint(zrt_engine *eng, zrt_status st) {
+  if (st != ZRT_ERR_OOM) return st;
+  zrt_memest_layout lay;
+  zrt_engine_layout_totals(eng, &lay);
+  zrt_memest_result here, s3;
+  zrt_memest_predict(&lay, &here);
+  lay.stage = 3;
+  lay.offload_optimizer = 1;
+  lay.offload_param = 1;
+  zrt_memest_predict(&lay, &s3);
+  char a[32], b[32];
+  return zrt_error_context(
+      ZRT_ERR_OOM,
+      "model states need %s per rank at stage %d; stage 3 with offload_optimizer and "
+      "offload_param on cpu needs %s; try a higher zero_optimization.stage, offload, more ranks or "
+      "a larger zrt.device_memory_limit (see `zrt estimate-memory`)",
+      zrt_format_size(here.device_total, a, sizeof a), eng->stage,
+      zrt_format_size(s3.device_total, b, sizeof b));
+}
+
+/* Model-state allocation in the device pool, or the host pool when offloaded. */
+static zrt_status zrt_engine_alloc_state(zrt_engine *eng, int host, size_t bytes,
+                                         zrt_mem_category cat, int zero, void **out) {
+  if (host) {
+    ZRT_CHECK(zrt_pool_alloc(eng->host_pool, bytes, cat, out));
+    if (zero) memset(*out, 0, bytes);
+    return ZRT_OK;
+  }
+  ZRT_CHECK(zrt_backend_alloc(eng->backend, bytes, cat, out));
+  if (zero) ZRT_CHECK(zrt_backend_memset(eng->backend, *out, 0, bytes, NULL));
+  return ZRT_OK;
+}
+
+static zrt_status zrt_engine_alloc_module(zrt_engine *eng, int m, float *tmp, size_t tmp_elems) {
+  zrt_module_entry *me = &eng->modules[m];
+  zrt_backend *be = eng->backend;
+  size_t ws = zrt_dtype_size(eng->dtype);
+  int64_t foff, len;
+  zrt_engine_master_extent(eng, m, &foff, &len);
+  zrt_optim_type ot = eng->cfg->optimizer_type;
+  int nstates = (ot == ZRT_OPTIM_ADAM || ot == ZRT_OPTIM_ADAMW) ? 2 : 1;
+  if (ot == ZRT_OPTIM_SGD && eng->cfg->momentum == 0) nstates = 0;
+  me->persistent = eng->stage == 3 && me->numel <= eng->cfg->stage3_param_persistence_threshold;
+  int oh = me->optim_host;
+
+  /* fp32 master and optimizer states */
+  ZRT_CHECK(
+      zrt_engine_alloc_state(eng, oh, (size_t)len * 4, ZRT_MEM_MASTER32, 0, (void **)&me->master));
+  if (nstates >= 1)
+    ZRT_CHECK(
+        zrt_engine_alloc_state(eng, oh, (size_t)len * 4, ZRT_MEM_OPTIM_STATE, 1, (void **)&me->s1));
+  if (nstates >= 2)
+    ZRT_CHECK(
+        zrt_engine_alloc_state(eng, oh, (size_t)len * 4, ZRT_MEM_OPTIM_STATE, 1, (void **)&me->s2));
+  ZRT_CHECK(
+      zrt_engine_alloc_state(eng, 0, (size_t)len * 4, ZRT_MEM_GRADS, 1, (void **)&me->grad_acc));
+
+  /* working weights */
+  void *w16 = NULL; /* where this rank's extent of 16-bit weights goes */
+  if (eng->stage == 3) {
+    ZRT_CHECK(zrt_engine_alloc_state(eng, me->shard16_host, (size_t)me->part * ws, ZRT_MEM_PARAMS16,
+                                     0, &me->shard16));
+    w16 = me->shard16;
+  } else {
+    ZRT_CHECK(zrt_backend_alloc(be, (size_t)me->padded * ws, ZRT_MEM_PARAMS16, &me->full16));
+    w16 = (char *)me->full16 + (size_t)foff * ws;
+    me->fetched = 1;
+  }
+  if (eng->stage <= 1)
+    ZRT_CHECK(
+        zrt_engine_alloc_state(eng, 0, (size_t)me->padded * ws, ZRT_MEM_GRADS, 1, &me->grad16));
+
+  /* partitioned init: host tile -> master -> working copy */
+  for (int64_t t0 = 0; t0 < len; t0 += (int64_t)tmp_elems) {
+    int64_t n = ZRT_MIN((int64_t)tmp_elems, len - t0);
+    zrt_shard_init_values(eng, m, foff + t0, n, tmp);
+    void *dst16 = (char *)w16 + (size_t)t0 * ws;
+    if (oh) {
+      memcpy(me->master + t0, tmp, (size_t)n * 4);
+    } else {
+      ZRT_CHECK(zrt_backend_memcpy(be, me->master + t0, tmp, (size_t)n * 4, ZRT_COPY_H2D, NULL));
+    }
+    /* host conversion in place (16-bit element i lands at or before float i) */
+    for (int64_t i = 0; i < n; i++) zrt_store_f(tmp, eng->dtype, (size_t)i, tmp[i]);
+    if (eng->stage == 3 && me->shard16_host)
+      memcpy(dst16, tmp, (size_t)n * ws);
+    else
+      ZRT_CHECK(zrt_backend_memcpy(be, dst16, tmp, (size_t)n * ws, ZRT_COPY_H2D, NULL));
+  }
+  if (eng->stage == 1 || eng->stage == 2) ZRT_CHECK(zrt_engine_gather_module(eng, m));
+  return ZRT_OK;
+}
+
+zrt_status zrt_engine_gather_module(zrt_engine *eng, int m) {
+  zrt_module_entry *me = &eng->modules[m];
+  size_t ws = zrt_dtype_size(eng->dtype);
+  size_t *cnt = eng->slots[0].counts;
+  size_t local[64];
+  if (!cnt) cnt = eng->world <= 64 ? local : NULL;
+  if (!cnt) return zrt_error(ZRT_ERR_INTERNAL, "gather before bucket allocation");
+  for (int r = 0; r < eng->world; r++) cnt[r] = (size_t)me->part;
+  return zrt_comm_all_gather(eng->comm, (char *)me->full16 + (size_t)eng->rank * me->part * ws,
+                             me->full16, cnt, eng->dtype, NULL);
+}
+
+zrt_status zrt_engine_build(zrt_engine *eng) {
+  zrt_status st = ZRT_OK;
+  float *tmp = NULL;
+  if (!eng) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_build: NULL engine");
+  if (eng->built) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_build: already built");
+  if (eng->nparams == 0)
+    return zrt_error(ZRT_ERR_INVALID_ARG,
+                     "zrt_engine_build: no parameters registered (zrt_module_add + zrt_param_add "
+                     "first)");
+  zrt_shard_layout(eng);
+  ZRT_CHECK(zrt_engine_choose_stage(eng));
+  if (eng->offload_opt != ZRT_OFFLOAD_NONE || eng->offload_par != ZRT_OFFLOAD_NONE)
+    ZRT_CHECK_GOTO(zrt_engine_offload_setup(eng), st, done);
+  ZRT_CHECK_GOTO(zrt_bucket_alloc(eng), st, done);
+  size_t tmp_elems = 1 << 20;
+  tmp = malloc(tmp_elems * sizeof(float)); /* transient init staging, not model state */
+  if (!tmp) {
+    st = zrt_error(ZRT_ERR_OOM, "zrt_engine_build: out of host memory for init staging");
+    goto done;
+  }
+  for (int m = 0; m < eng->nmodules; m++) {
+    ZRT_CHECK_GOTO(zrt_engine_alloc_module(eng, m, tmp, tmp_elems), st, done);
+  }
+  eng->built = 1;
+  {
+    zrt_memest_layout lay;
+    zrt_engine_layout_totals(eng, &lay);
+    char b[32];
+    zrt_log(ZRT_LOG_INFO, "built: %d modules, %d params, %lld padded elements, stage %d, %s",
+            eng->nmodules, eng->nparams, (long long)lay.padded_total, eng->stage,
+            zrt_format_size(zrt_pool_capacity(eng->backend->pool), b, sizeof b));
+  }
+done:
+  free(tmp);
+  if (st != ZRT_OK) {
+    st = zrt_engine_oom_hint(eng, st);
+    zrt_engine_free_buffers(eng);
+  }
+  return st;
+}
+
+/* ------------------------------------------------------ module calls */
+
+static zrt_status zrt_engine_check_module(const zrt_engine *eng, int m, const char *fn) {
+  if (!eng) return zrt_error(ZRT_ERR_INVALID_ARG, "%s: NULL engine", fn);
+  if (!eng->built) return zrt_error(ZRT_ERR_INVALID_ARG, "%s: call zrt_engine_build first", fn);
+  if (m < 0 || m >= eng->nmodules)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "%s: module id %d is not registered (0..%d)", fn, m,
+                     eng->nmodules - 1);
+  return ZRT_OK;
+}
+
+zrt_status zrt_module_fetch(zrt_engine *eng, int module_id) {
+  ZRT_CHECK(zrt_engine_check_module(eng, module_id, "zrt_module_fetch"));
+  if (eng->stage < 3) {
+    eng->modules[module_id].in_use = 1;
+    return ZRT_OK;
+  }
+  return zrt_stage3_fetch(eng, module_id);
+}
+
+zrt_status zrt_module_release(zrt_engine *eng, int module_id) {
+  ZRT_CHECK(zrt_engine_check_module(eng, module_id, "zrt_module_release"));
+  if (eng->stage < 3) {
+    eng->modules[module_id].in_use = 0;
+    return ZRT_OK;
+  }
+  return zrt_stage3_release(eng, module_id);
+}
+
+static zrt_status zrt_engine_ensure_grad16(zrt_engine *eng, int m) {
+  zrt_module_entry *me = &eng->modules[m];
+  if (me->grad16) return ZRT_OK;
+  size_t bytes = (size_t)me->padded * zrt_dtype_size(eng->dtype);
+  ZRT_CHECK(zrt_backend_alloc(eng->backend, bytes, ZRT_MEM_GRADS, &me->grad16));
+  ZRT_CHECK(zrt_backend_memset(eng->backend, me->grad16, 0, bytes, NULL));
+  me->grads_pending = 1;
+  return ZRT_OK;
+}
+
+zrt_status zrt_engine_reduce_pending(zrt_engine *eng, int m, int async) {
+  zrt_module_entry *me = &eng->modules[m];
+  ZRT_CHECK(zrt_engine_ensure_grad16(eng, m));
+  ZRT_CHECK(zrt_bucket_reduce_module(eng, m, async));
+  zrt_backend_free(eng->backend, me->grad16);
+  me->grad16 = NULL;
+  me->grads_pending = 0;
+  me->grads_reduced = 1;
+  return ZRT_OK;
+}
+
+zrt_status zrt_module_grads_ready(zrt_engine *eng, int module_id) {
+  ZRT_CHECK(zrt_engine_check_module(eng, module_id, "zrt_module_grads_ready"));
+  if (eng->stage < 2) return ZRT_OK; /* reduced at the accumulation boundary */
+  zrt_module_entry *me = &eng->modules[module_id];
+  if (me->grads_reduced)
+    return zrt_error(ZRT_ERR_INVALID_ARG,
+                     "zrt_module_grads_ready('%s'): called twice in one micro-batch", me->name);
+  return zrt_engine_reduce_pending(eng, module_id, eng->cfg->overlap_comm);
+}
+
+static zrt_status zrt_engine_check_param(const zrt_engine *eng, int p, const char *fn) {
+  if (!eng) return zrt_error(ZRT_ERR_INVALID_ARG, "%s: NULL engine", fn);
+  if (p < 0 || p >= eng->nparams)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "%s: parameter id %d is not registered", fn, p);
+  if (!eng->built) return zrt_error(ZRT_ERR_INVALID_ARG, "%s: call zrt_engine_build first", fn);
+  return ZRT_OK;
+}
+
+zrt_status zrt_param_data(zrt_engine *eng, int param_id, void **ptr) {
+  ZRT_CHECK(zrt_engine_check_param(eng, param_id, "zrt_param_data"));
+  const zrt_param_entry *p = &eng->params[param_id];
+  zrt_module_entry *me = &eng->modules[p->module];
+  if (!me->full16 || !me->fetched)
+    return zrt_error(ZRT_ERR_INVALID_ARG,
+                     "zrt_param_data('%s'): module '%s' is not fetched; call zrt_module_fetch "
+                     "before using its weights (stage 3)",
+                     p->name, me->name);
+  *ptr = (char *)me->full16 + (size_t)p->offset * zrt_dtype_size(eng->dtype);
+  return ZRT_OK;
+}
+
+zrt_status zrt_param_grad(zrt_engine *eng, int param_id, void **ptr) {
+  ZRT_CHECK(zrt_engine_check_param(eng, param_id, "zrt_param_grad"));
+  const zrt_param_entry *p = &eng->params[param_id];
+  zrt_module_entry *me = &eng->modules[p->module];
+  if (me->grads_reduced)
+    return zrt_error(ZRT_ERR_INVALID_ARG,
+                     "zrt_param_grad('%s'): module '%s' already declared its grads ready in this "
+                     "micro-batch",
+                     p->name, me->name);
+  ZRT_CHECK(zrt_engine_ensure_grad16(eng, p->module));
+  *ptr = (char *)me->grad16 + (size_t)p->offset * zrt_dtype_size(eng->dtype);
+  return ZRT_OK;
+}
+
+zrt_status zrt_param_numel(const zrt_engine *eng, int param_id, int64_t *numel) {
+  if (!eng || !numel || param_id < 0 || param_id >= eng->nparams)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_param_numel: bad parameter id %d", param_id);
+  *numel = eng->params[param_id].numel;
+  return ZRT_OK;
+}
+
+zrt_status zrt_engine_loss_scale(const zrt_engine *eng, float *scale) {
+  if (!eng || !scale) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_loss_scale: NULL argument");
+  *scale = zrt_scaler_scale(&eng->scaler);
+  return ZRT_OK;
+}
+
+/* ------------------------------------------------- master access */
+
+zrt_status zrt_engine_get_master(zrt_engine *eng, int module, float *dst) {
+  int64_t off, len;
+  zrt_engine_master_extent(eng, module, &off, &len);
+  zrt_module_entry *me = &eng->modules[module];
+  return zrt_backend_memcpy(eng->backend, dst, me->master, (size_t)len * 4,
+                            me->optim_host ? ZRT_COPY_H2H : ZRT_COPY_D2H, NULL);
+}
+
+zrt_status zrt_engine_set_master(zrt_engine *eng, int module, const float *src) {
+  int64_t off, len;
+  zrt_engine_master_extent(eng, module, &off, &len);
+  zrt_module_entry *me = &eng->modules[module];
+  return zrt_backend_memcpy(eng->backend, me->master, src, (size_t)len * 4,
+                            me->optim_host ? ZRT_COPY_H2H : ZRT_COPY_H2D, NULL);
+}
+
+zrt_status zrt_engine_refresh_params(zrt_engine *eng) {
+  size_t ws = zrt_dtype_size(eng->dtype);
+  for (int m = 0; m < eng->nmodules; m++) {
+    zrt_module_entry *me = &eng->modules[m];
+    int64_t off, len;
+    zrt_engine_master_extent(eng, m, &off, &len);
+    if (eng->stage == 3) {
+      if (me->shard16_host) {
+        /* host shard: convert on the host (host pool memory) */
+        for (int64_t i = 0; i < len; i++)
+          zrt_store_f(me->shard16, eng->dtype, (size_t)i, me->master[i]);
+      } else {
+        ZRT_CHECK(zrt_backend_convert(eng->backend, me->shard16, eng->dtype, me->master, ZRT_F32,
+                                      (size_t)len, NULL));
+      }
+    } else {
+      ZRT_CHECK(zrt_backend_convert(eng->backend, (char *)me->full16 + (size_t)off * ws, eng->dtype,
+                                    me->master, ZRT_F32, (size_t)len, NULL));
+      if (eng->stage > 0) ZRT_CHECK(zrt_engine_gather_module(eng, m));
+    }
+  }
+  if (eng->stage == 3) {
+    ZRT_CHECK(zrt_stage3_quiesce(eng));
+    zrt_stage3_invalidate(eng);
+  }
+  return ZRT_OK;
+}
+
+/* ------------------------------------------------------ safetensors */
+
+zrt_status zrt_engine_load_safetensors(zrt_engine *eng, const char *path) {
+  zrt_status st = ZRT_OK;
+  zrt_st_file *f = NULL;
+  float *tmp = NULL;
+  void *raw = NULL;
+  if (!eng || !path)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_load_safetensors: NULL argument");
+  if (!eng->built)
+    return zrt_error(ZRT_ERR_INVALID_ARG,
+                     "zrt_engine_load_safetensors('%s'): call zrt_engine_build first", path);
+  ZRT_CHECK(zrt_st_open(path, &f));
+  /* validate every parameter before touching anything */
+  for (int i = 0; i < eng->nparams; i++) {
+    const zrt_param_entry *p = &eng->params[i];
+    const zrt_st_tensor *t = zrt_st_find(f, p->name);
+    if (!t) {
+      st = zrt_error(ZRT_ERR_IO, "%s: tensor '%s' is missing (the model has this parameter)", path,
+                     p->name);
+      goto done;
+    }
+    if (t->dtype != ZRT_ST_F32 && t->dtype != ZRT_ST_F16 && t->dtype != ZRT_ST_BF16) {
+      st = zrt_error(ZRT_ERR_IO, "%s: tensor '%s' has dtype %s; zrt loads F32, F16 or BF16", path,
+                     p->name, zrt_st_dtype_name(t->dtype));
+      goto done;
+    }
+    int same = t->ndim == p->ndim;
+    for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->shape[d];
+    if (!same) {
+      char a[128] = "", b[128] = "";
+      for (int d = 0; d < t->ndim; d++)
+        snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? "," : "",
+                 (long long)t->shape[d]);
+      for (int d = 0; d < p->ndim; d++)
+        snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? "," : "",
+                 (long long)p->shape[d]);
+      st = zrt_error(ZRT_ERR_IO, "%s: tensor '%s' has shape [%s] but the parameter is [%s]", path,
+                     p->name, a, b);
+      goto done;
+    }
+  }
+  size_t maxlen = 0;
+  for (int m = 0; m < eng->nmodules; m++) {
+    int64_t off, len;
+    zrt_engine_master_extent(eng, m, &off, &len);
+    maxlen = ZRT_MAX(maxlen, (size_t)len);
+  }
+  tmp = calloc(maxlen, sizeof(float));
+  raw = malloc(maxlen * sizeof(float));
+  if (!tmp || !raw) {
+    st = zrt_error(ZRT_ERR_OOM, "zrt_engine_load_safetensors: out of host memory");
+    goto done;
+  }
+  for (int m = 0; m < eng->nmodules; m++) {
+    zrt_module_entry *me = &eng->modules[m];
+    int64_t off, len;
+    zrt_engine_master_extent(eng, m, &off, &len);
+    memset(tmp, 0, (size_t)len * sizeof(float));
+    for (int i = 0; i < me->nparams; i++) {
+      const zrt_param_entry *p = &eng->params[me->params[i]];
+      int64_t lo = ZRT_MAX(p->offset, off), hi = ZRT_MIN(p->offset + p->numel, off + len);
+      if (lo >= hi) continue;
+      const zrt_st_tensor *t = zrt_st_find(f, p->name);
+      size_t es = zrt_st_dtype_size(t->dtype);
+      ZRT_CHECK_GOTO(
+          zrt_st_read(f, t, (uint64_t)(lo - p->offset) * es, raw, (size_t)(hi - lo) * es), st,
+          done);
+      zrt_dtype sd = t->dtype == ZRT_ST_F32 ? ZRT_F32 : t->dtype == ZRT_ST_F16 ? ZRT_F16 : ZRT_BF16;
+      for (int64_t e = lo; e < hi; e++) tmp[e - off] = zrt_load_f(raw, sd, (size_t)(e - lo));
+    }
+    ZRT_CHECK_GOTO(zrt_engine_set_master(eng, m, tmp), st, done);
+  }
+  ZRT_CHECK_GOTO(zrt_engine_refresh_params(eng), st, done);
+done:
+  free(tmp);
+  free(raw);
+  zrt_st_close(f);
+  return st;
+}
+
+/* ----------------------------------------------- memory and compute */
+
+zrt_status zrt_engine_memory(const zrt_engine *eng, int where, zrt_mem_stats *out) {
+  if (!eng || !out) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_memory: NULL argument");
+  if (where == 0) {
+    zrt_pool_stats(eng->backend->pool, out);
+    return ZRT_OK;
+  }
+  if (where == 1) {
+    if (eng->host_pool)
+      zrt_pool_stats(eng->host_pool, out);
+    else
+      memset(out, 0, sizeof *out);
+    return ZRT_OK;
+  }
+  return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_memory: where=%d (0 device, 1 pinned host)",
+                   where);
+}
+
+zrt_status zrt_engine_alloc(zrt_engine *eng, size_t bytes, zrt_mem_category cat, void **ptr) {
+  if (!eng || !ptr || (int)cat < 0 || cat >= ZRT_MEM_NCAT)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_alloc: bad argument");
+  return zrt_backend_alloc(eng->backend, bytes, cat, ptr);
+}
+
+void zrt_engine_free(zrt_engine *eng, void *ptr) {
+  if (eng) zrt_backend_free(eng->backend, ptr);
+}
+
+zrt_status zrt_engine_memcpy(zrt_engine *eng, void *dst, const void *src, size_t bytes,
+                             zrt_copy_kind kind) {
+  if (!eng) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_memcpy: NULL engine");
+  return zrt_backend_memcpy(eng->backend, dst, src, bytes, kind, NULL);
+}
+
+zrt_status zrt_engine_gemm(zrt_engine *eng, int trans_a, int trans_b, int64_t m, int64_t n,
+                           int64_t k, float alpha, const void *a, int64_t lda, const void *b,
+                           int64_t ldb, zrt_dtype ab, float beta, void *c, int64_t ldc,
+                           zrt_dtype c_dtype) {
+  if (!eng) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_gemm: NULL engine");
+  return zrt_backend_gemm(eng->backend, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, ab, beta,
+                          c, ldc, c_dtype, NULL);
+}
+
+zrt_status zrt_engine_synchronize(zrt_engine *eng) {
+  if (!eng) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_synchronize: NULL engine");
+  return zrt_backend_synchronize(eng->backend, NULL);
+}
+
+zrt_status zrt_engine_all_reduce_sum(zrt_engine *eng, float *host_vals, size_t n) {
+  if (!eng || (!host_vals && n))
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_all_reduce_sum: NULL argument");
+  return zrt_comm_all_reduce(eng->comm, host_vals, host_vals, n, ZRT_F32, ZRT_RED_SUM, NULL);
+}
+
+zrt_status zrt_engine_barrier(zrt_engine *eng) {
+  if (!eng) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_barrier: NULL engine");
+  return zrt_comm_barrier(eng->comm);
+}

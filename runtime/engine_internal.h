@@ -1,0 +1,207 @@
+/*
+ * engine_internal.h — the engine's internal state (the struct behind the
+ * opaque zrt_engine of include/zrt.h). Read by the checkpoint code
+ * (save/load of shards, resharding) and by white-box tests; written only by
+ * runtime/engine*.c and the sharding/ sources. Kept stable: fields are only added.
+ *
+ * Layout invariants (sharding/layout.c):
+ *  - Every module is one flat buffer of `numel` elements: its parameters in
+ *    registration order, each at `offset` (elements) inside the module,
+ *    packed back to back (no per-parameter padding).
+ *  - The flat buffer is padded with zeros to `padded` elements, a multiple
+ *    of world * ZRT_ENGINE_ALIGN_ELEMS, so that every rank's partition is
+ *    `part = padded / world` elements and starts 64-byte aligned for any
+ *    dtype. Rank r owns elements [r*part, (r+1)*part) of every module.
+ *  - Padding elements are zero in every buffer (params, grads, master,
+ *    states) and never updated.
+ *
+ * Which buffers exist (per module, per rank; P = padded, S = part):
+ *   buffer      stage 0      stage 1     stage 2          stage 3
+ *   full16      P persistent P persist.  P persistent     P while fetched (or persistent module)
+ *   shard16     -            -           -                S (device, or host pool with
+ * offload_param) grad16      P persistent P persist.  P from first zrt_param_grad until grads_ready
+ *   grad_acc    P fp32       S fp32      S fp32           S fp32
+ *   master      P fp32       S fp32      S fp32           S fp32     (host pool with
+ * offload_optimizer) s1 / s2     P fp32       S fp32      S fp32           S fp32     (s2 only
+ * Adam/AdamW) At stages 0-2 the rank's 16-bit shard is full16 + r*S. Stage 0 keeps master and
+ * optimizer state replicated (every rank runs the whole update). 16-bit means the working dtype
+ * (fp32 when neither fp16 nor bf16).
+ */
+#ifndef ZRT_ENGINE_INTERNAL_H
+#define ZRT_ENGINE_INTERNAL_H
+
+#include "amp/scaler.h"
+#include "comm.h"
+#include "config.h"
+#include "offload/hostpool.h"
+#include "offload/offload.h"
+#include "runtime/lr_sched.h"
+
+/* Partition granularity in elements per rank: 32 elements = 64 bytes of a
+ * 16-bit dtype (128 of fp32), so every shard starts cache-line aligned. */
+#define ZRT_ENGINE_ALIGN_ELEMS 32
+#define ZRT_ENGINE_MAX_NDIM 8
+#define ZRT_ENGINE_NAME_MAX 256
+
+typedef struct zrt_param_entry {
+  char name[ZRT_ENGINE_NAME_MAX];
+  uint64_t name_hash; /* zrt_rng_name_hash(name): the RNG stream of this param */
+  int module;         /* owning module id */
+  int ndim;
+  int64_t shape[ZRT_ENGINE_MAX_NDIM];
+  int64_t numel;
+  zrt_init init;
+  unsigned flags; /* ZRT_PARAM_* */
+  int64_t offset; /* element offset inside the module's flat buffer */
+} zrt_param_entry;
+
+/* One in-flight bucketed reduction (stage 2/3 overlap_comm). */
+typedef struct zrt_bucket_inflight {
+  zrt_comm_req *req; /* NULL when the slot is idle */
+  void *send;        /* staging, comm dtype, world * chunk elements */
+  void *recv;        /* staging, comm dtype, chunk elements */
+  float *dst;        /* fp32 accumulation target (grad_acc + offset) */
+  size_t n;          /* elements to accumulate into dst */
+  int all_reduce;    /* stage 0: send is reduced in place, n == chunk */
+  int active;        /* issued and not yet accumulated into dst */
+  size_t *counts;    /* world entries; must outlive the async collective */
+} zrt_bucket_inflight;
+
+typedef struct zrt_module_entry {
+  char name[ZRT_ENGINE_NAME_MAX];
+  int *params; /* param ids of this module, registration order */
+  int nparams, cap_params;
+  int64_t numel;  /* sum of parameter numels */
+  int64_t padded; /* flat size after padding (multiple of world * ALIGN) */
+  int64_t part;   /* padded / world: elements each rank owns */
+
+  void *full16;     /* working weights, full flat buffer (see table above) */
+  void *shard16;    /* stage 3 owned shard of the working weights */
+  int shard16_host; /* 1 when shard16 lives in the host pool (offload_param) */
+  void *grad16;     /* working-dtype grads the program adds into */
+  float *grad_acc;  /* fp32 reduced-gradient accumulation (shard; full at stage 0) */
+  float *master;    /* fp32 master (shard; full at stage 0) */
+  float *s1, *s2;   /* optimizer moments, like master */
+  int optim_host;   /* 1 when master/s1/s2 live in the host pool (offload_optimizer) */
+
+  /* stage-3 state */
+  int persistent;           /* numel <= stage3_param_persistence_threshold: stays gathered */
+  int fetched;              /* full16 holds current values (gathered) */
+  int in_use;               /* between fetch and release */
+  zrt_comm_req *gather_req; /* pending prefetch all-gather into full16 */
+  size_t *gather_counts;    /* counts of that gather (must outlive it) */
+  int grads_pending;        /* grad16 allocated this micro-batch, not yet reduced */
+  int grads_reduced;        /* stage 2/3: grads_ready already ran this micro-batch */
+} zrt_module_entry;
+
+/* Per-step measurements feeding metrics and zrt_step_info. */
+typedef struct zrt_engine_stepstats {
+  double t_start;       /* time of the first micro-step of this step */
+  double loss_sum;      /* sum of per-micro-batch losses (this rank) */
+  int64_t micro_count;  /* micro-batches in this step so far */
+  uint64_t comm_bytes0; /* comm->bytes_moved at step start */
+} zrt_engine_stepstats;
+
+struct zrt_engine {
+  zrt_config *config; /* private resolved copy */
+  const zrt_cfg *cfg; /* zrt_config_values(config) */
+  zrt_backend *backend;
+  zrt_comm *comm;
+  zrt_hostpool *hostpool;    /* NULL unless some offload is on */
+  zrt_pool *host_pool;       /* zrt_hostpool_pool(hostpool), or NULL */
+  zrt_offload_pipe *offload; /* NULL unless offload_optimizer is cpu/nvme */
+  int rank, world;
+  zrt_dtype dtype;      /* working precision */
+  zrt_dtype comm_dtype; /* reduction dtype (communication_data_type) */
+  int stage;            /* 0..3 after auto resolution */
+  /* resolved offload choice: the config's offload_optimizer / offload_param
+   * device (ZRT_OFFLOAD_*), or what stage "auto" picked */
+  int offload_opt, offload_par;
+  int built;
+
+  zrt_param_entry *params;
+  int nparams, cap_params;
+  zrt_module_entry *modules;
+  int nmodules, cap_modules;
+
+  /* reduction buckets: two slots for double buffering */
+  int64_t bucket_chunk; /* elements per rank per bucket (reduce_bucket_size / world) */
+  zrt_bucket_inflight slots[2];
+  int next_slot;
+
+  /* stage-3 fetch order recorded during the first optimizer step; later
+   * fetches prefetch the modules that follow in it. */
+  int *trace;
+  int ntrace, cap_trace;
+  int trace_done; /* 1 after the first boundary: trace is frozen */
+  int trace_pos;  /* position of the last fetch in the trace */
+  int live_modules;
+  int64_t live_elems; /* gathered non-persistent elements */
+
+  zrt_scaler scaler;
+  zrt_sched sched;
+  int64_t micro_step;    /* zrt_engine_step calls so far */
+  int64_t global_step;   /* optimizer steps (boundaries) so far, skipped included */
+  int64_t applied_steps; /* non-skipped steps: optimizer bias-correction count */
+  int64_t skipped_total;
+  int64_t tokens_per_micro;
+  zrt_engine_stepstats st;
+  float last_grad_norm;
+
+  /* fault injection: 1-based optimizer step numbers (ZRT_INJECT_NONFINITE_GRADS) */
+  int64_t *inject_steps;
+  int ninject;
+
+  FILE *metrics; /* rank 0 only */
+  char backend_name[16], comm_name[16];
+};
+
+/* ------------------------------------------------ documented internals */
+
+/* Rank `rank`'s owned slice of module `module`: *off = rank * part (element
+ * offset into the module's flat buffer), *len = part. Pure layout, valid
+ * after build, for any rank (used by checkpoint resharding). */
+zrt_status zrt_engine_shard_range(const zrt_engine *eng, int module, int rank, int64_t *off,
+                                  int64_t *len);
+
+/* Initial value of element `index` of parameter `param` (a pure function of
+ * (seed, name, index) and the param's init). */
+float zrt_engine_param_init_value(const zrt_engine *eng, int param, int64_t index);
+
+/* Parameter covering flat element `elem` of module `module`, or -1 in the
+ * padding. */
+int zrt_engine_param_at(const zrt_engine *eng, int module, int64_t elem);
+
+/* Copies the rank's fp32 master shard of a module into dst (host memory,
+ * module part elements, or padded at stage 0) / from src, and re-derives
+ * the 16-bit working weights from it (stage 0-2: all-gather is the caller's
+ * job through zrt_engine_refresh_params). Collective only through
+ * refresh. */
+zrt_status zrt_engine_get_master(zrt_engine *eng, int module, float *dst);
+zrt_status zrt_engine_set_master(zrt_engine *eng, int module, const float *src);
+/* Rewrites every module's 16-bit working weights from the fp32 masters
+ * (stage 1/2 all-gather, stage 3 marks gathered copies stale). Collective. */
+zrt_status zrt_engine_refresh_params(zrt_engine *eng);
+
+/* Stage 1/2: all-gathers the rank's slice of full16 in place. Collective. */
+zrt_status zrt_engine_gather_module(zrt_engine *eng, int m);
+/* Stage 2/3: reduces module m's grad16 (zeros when the program never asked
+ * for it) into grad_acc and frees grad16. Collective. */
+zrt_status zrt_engine_reduce_pending(zrt_engine *eng, int m, int async);
+
+/* engine_offload.c: host pool + offload pipe creation (build), allocation
+ * (marks modules optim_host / shard16_host), the offloaded optimizer step of one piece, and
+ * teardown. */
+zrt_status zrt_engine_offload_setup(zrt_engine *eng);
+zrt_status zrt_engine_offload_step(zrt_engine *eng, const zrt_optim_hparams *hp, float *master,
+                                   float *s1, float *s2, const float *grad, void *param16,
+                                   size_t n);
+void zrt_engine_offload_free(zrt_engine *eng, void *host_ptr);
+void zrt_engine_offload_teardown(zrt_engine *eng);
+
+/* Elements of a module's master/state buffers on this rank (part, or
+ * padded at stage 0) and the element offset of element 0 in the flat
+ * buffer (rank*part, or 0 at stage 0). */
+void zrt_engine_master_extent(const zrt_engine *eng, int module, int64_t *flat_off, int64_t *len);
+
+#endif

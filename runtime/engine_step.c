@@ -1,0 +1,270 @@
+/*
+ * engine_step.c — zrt_engine_step: micro-step bookkeeping and, at the
+ * accumulation boundary, the optimizer step: drain the reductions (stage
+ * 0/1 reduce here), one pass per shard for sum of squares + overflow, ONE
+ * all-reduce agreeing on {sumsq, nonfinite, loss}, loss-scaler update, the
+ * fused unscale * clip * optimizer update of the fp32 master shard (split
+ * by parameter so NO_DECAY params get weight_decay 0), the write-back of the
+ * 16-bit params (stage 1/2 all-gather), scheduler step, metrics.
+ *
+ * Invariants: every rank takes the same branch (skip or not) because the
+ * decision uses only all-reduced values; the scheduler and the optimizer's
+ * step count advance only on applied steps; grad_acc is zero at the start of
+ * every accumulation window.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sharding/sharding.h"
+
+static int zrt_engine_inject_now(const zrt_engine *eng) {
+  int64_t step = eng->global_step + 1;
+  for (int i = 0; i < eng->ninject; i++)
+    if (eng->inject_steps[i] == step) return 1;
+  return 0;
+}
+
+/* One pass over the rank's owned gradients: sum of squares of grad*inv and
+ * the non-finite flag. At stage 0 the accumulator is replicated, so each
+ * rank only looks at its own slice to keep the all-reduced sum exact. */
+static zrt_status zrt_engine_grad_stats(zrt_engine *eng, float inv, double *sumsq, int *nonfinite) {
+  *sumsq = 0;
+  *nonfinite = 0;
+  for (int m = 0; m < eng->nmodules; m++) {
+    zrt_module_entry *me = &eng->modules[m];
+    const float *g = me->grad_acc;
+    if (eng->stage == 0) g += (size_t)eng->rank * me->part;
+    ZRT_CHECK(zrt_backend_scale_check(eng->backend, g, ZRT_F32, (size_t)me->part, inv, sumsq,
+                                      nonfinite, NULL));
+  }
+  return ZRT_OK;
+}
+
+static zrt_status zrt_engine_apply(zrt_engine *eng, float grad_mul) {
+  const zrt_cfg *c = eng->cfg;
+  size_t ws = zrt_dtype_size(eng->dtype);
+  zrt_optim_hparams hp = {
+      .type = c->optimizer_type,
+      .lr = (float)eng->sched.cur_lr,
+      .beta1 = (float)c->beta1,
+      .beta2 = (float)c->beta2,
+      .eps = (float)c->eps,
+      .weight_decay = (float)c->weight_decay,
+      .momentum = (float)c->momentum,
+      .bias_correction = c->bias_correction,
+      .step = eng->applied_steps + 1,
+      .grad_mul = grad_mul,
+  };
+  for (int m = 0; m < eng->nmodules; m++) {
+    zrt_module_entry *me = &eng->modules[m];
+    int64_t off, len;
+    zrt_engine_master_extent(eng, m, &off, &len);
+    char *w16 = eng->stage == 3 ? (char *)me->shard16 - (size_t)off * ws : (char *)me->full16;
+    for (int i = 0; i < me->nparams; i++) {
+      const zrt_param_entry *p = &eng->params[me->params[i]];
+      int64_t lo = ZRT_MAX(p->offset, off), hi = ZRT_MIN(p->offset + p->numel, off + len);
+      if (lo >= hi) continue;
+      zrt_optim_hparams h = hp;
+      if (p->flags & ZRT_PARAM_NO_DECAY) h.weight_decay = 0;
+      size_t k = (size_t)(lo - off), n = (size_t)(hi - lo);
+      float *s1 = me->s1 ? me->s1 + k : NULL, *s2 = me->s2 ? me->s2 + k : NULL;
+      if (me->optim_host)
+        ZRT_CHECK(zrt_engine_offload_step(eng, &h, me->master + k, s1, s2, me->grad_acc + k,
+                                          w16 + (size_t)lo * ws, n));
+      else
+        ZRT_CHECK(zrt_backend_optim_step(eng->backend, &h, me->master + k, s1, s2, me->grad_acc + k,
+                                         ZRT_F32, w16 + (size_t)lo * ws, eng->dtype, n, NULL));
+    }
+    if (eng->stage == 1 || eng->stage == 2) ZRT_CHECK(zrt_engine_gather_module(eng, m));
+  }
+  if (eng->stage == 3) zrt_stage3_invalidate(eng);
+  return ZRT_OK;
+}
+
+/* Exact transport of byte counts through a float all-gather: 24-bit limbs. */
+static void zrt_pack_u64(float *dst, uint64_t v) {
+  dst[0] = (float)(v & 0xffffffu);
+  dst[1] = (float)((v >> 24) & 0xffffffu);
+  dst[2] = (float)(v >> 48);
+}
+static uint64_t zrt_unpack_u64(const float *src) {
+  return (uint64_t)src[0] | ((uint64_t)src[1] << 24) | ((uint64_t)src[2] << 48);
+}
+
+#define ZRT_MEMREC (3 * (ZRT_MEM_NCAT + 2))
+
+static zrt_status zrt_engine_write_metrics(zrt_engine *eng, const zrt_step_info *info,
+                                           double step_time, uint64_t comm_bytes) {
+  /* every rank contributes its peaks (collective even when only rank 0 writes) */
+  float *all = calloc((size_t)eng->world * ZRT_MEMREC, sizeof(float));
+  size_t *counts = calloc((size_t)eng->world, sizeof(size_t));
+  zrt_status st = ZRT_OK;
+  if (!all || !counts) {
+    st = zrt_error(ZRT_ERR_OOM, "metrics: out of host memory");
+    goto done;
+  }
+  zrt_mem_stats dev, host;
+  zrt_engine_memory(eng, 0, &dev);
+  zrt_engine_memory(eng, 1, &host);
+  float *mine = all + (size_t)eng->rank * ZRT_MEMREC;
+  for (int k = 0; k < ZRT_MEM_NCAT; k++) zrt_pack_u64(mine + 3 * k, dev.peak[k]);
+  zrt_pack_u64(mine + 3 * ZRT_MEM_NCAT, dev.peak_total);
+  zrt_pack_u64(mine + 3 * (ZRT_MEM_NCAT + 1), host.peak_total);
+  for (int r = 0; r < eng->world; r++) counts[r] = ZRT_MEMREC;
+  uint64_t before = eng->comm->bytes_moved;
+  ZRT_CHECK_GOTO(zrt_comm_all_gather(eng->comm, mine, all, counts, ZRT_F32, NULL), st, done);
+  eng->comm->bytes_moved = before; /* metrics traffic is not training traffic */
+  if (!eng->metrics) goto done;
+  uint64_t peak_cat[ZRT_MEM_NCAT] = {0}, dev_peak = 0, host_peak = 0;
+  FILE *f = eng->metrics;
+  double tps = step_time > 0
+                   ? (double)eng->tokens_per_micro * (double)eng->cfg->gradient_accumulation_steps *
+                         eng->world / step_time
+                   : 0;
+  fprintf(
+      f,
+      "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"loss_scale\":%.9g,\"grad_norm\":%.9g,"
+      "\"skipped\":%s,\"tokens_per_s\":%.6g,\"step_time_s\":%.6g,\"device_peak_bytes_by_rank\":[",
+      (long long)info->step, info->loss, info->lr, info->loss_scale,
+      isfinite(info->grad_norm) ? info->grad_norm : -1.0f, info->skipped ? "true" : "false", tps,
+      step_time);
+  for (int r = 0; r < eng->world; r++) {
+    const float *rec = all + (size_t)r * ZRT_MEMREC;
+    uint64_t dp = zrt_unpack_u64(rec + 3 * ZRT_MEM_NCAT);
+    fprintf(f, "%s%llu", r ? "," : "", (unsigned long long)dp);
+    dev_peak = ZRT_MAX(dev_peak, dp);
+    host_peak = ZRT_MAX(host_peak, zrt_unpack_u64(rec + 3 * (ZRT_MEM_NCAT + 1)));
+    for (int k = 0; k < ZRT_MEM_NCAT; k++)
+      peak_cat[k] = ZRT_MAX(peak_cat[k], zrt_unpack_u64(rec + 3 * k));
+  }
+  fprintf(f, "],\"device_peak_bytes\":%llu,\"host_pinned_peak_bytes\":%llu",
+          (unsigned long long)dev_peak, (unsigned long long)host_peak);
+  for (int k = 0; k < ZRT_MEM_NCAT; k++)
+    if (k != ZRT_MEM_OTHER)
+      fprintf(f, ",\"%s\":%llu", zrt_mem_category_name((zrt_mem_category)k),
+              (unsigned long long)peak_cat[k]);
+  fprintf(f, ",\"comm_bytes\":%llu,\"zero_stage\":%d,\"world_size\":%d}\n",
+          (unsigned long long)comm_bytes, eng->stage, eng->world);
+  fflush(f);
+done:
+  free(all);
+  free(counts);
+  return st;
+}
+
+zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
+  if (!eng) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_step: NULL engine");
+  if (!eng->built)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_step: call zrt_engine_build first");
+  const zrt_cfg *c = eng->cfg;
+  zrt_step_info local;
+  if (!info) info = &local;
+  memset(info, 0, sizeof *info);
+  if (eng->st.micro_count == 0) {
+    eng->st.t_start = zrt_now_s();
+    eng->st.loss_sum = 0;
+    eng->st.comm_bytes0 = eng->comm->bytes_moved;
+  }
+  eng->st.loss_sum += loss;
+  eng->st.micro_count++;
+  eng->micro_step++;
+
+  /* stage 2/3: modules whose grads the program touched but never declared */
+  if (eng->stage >= 2)
+    for (int m = 0; m < eng->nmodules; m++)
+      if (eng->modules[m].grads_pending) ZRT_CHECK(zrt_engine_reduce_pending(eng, m, 1));
+  for (int m = 0; m < eng->nmodules; m++) eng->modules[m].grads_reduced = 0;
+
+  int64_t K = c->gradient_accumulation_steps > 0 ? c->gradient_accumulation_steps : 1;
+  info->step = eng->global_step;
+  info->loss_scale = zrt_scaler_scale(&eng->scaler);
+  info->lr = (float)eng->sched.cur_lr;
+  info->skipped_total = eng->skipped_total;
+  info->loss = loss;
+  if (eng->st.micro_count < K) return ZRT_OK;
+
+  /* ------------------------------------------- accumulation boundary */
+  info->boundary = 1;
+  if (eng->stage <= 1) {
+    for (int m = 0; m < eng->nmodules; m++) {
+      zrt_module_entry *me = &eng->modules[m];
+      ZRT_CHECK(zrt_bucket_reduce_module(eng, m, 1));
+      ZRT_CHECK(zrt_bucket_drain(eng)); /* grad16 is zeroed next: the last bucket must be packed */
+      ZRT_CHECK(zrt_backend_memset(eng->backend, me->grad16, 0,
+                                   (size_t)me->padded * zrt_dtype_size(eng->dtype), NULL));
+    }
+  }
+  ZRT_CHECK(zrt_bucket_drain(eng));
+  if (eng->stage == 3) ZRT_CHECK(zrt_stage3_quiesce(eng));
+  if (!eng->trace_done && eng->ntrace > 0) eng->trace_done = 1;
+
+  if (zrt_engine_inject_now(eng) && eng->rank == eng->world - 1) {
+    float nan = NAN;
+    float *at =
+        eng->modules[0].grad_acc + (eng->stage == 0 ? (size_t)eng->rank * eng->modules[0].part : 0);
+    ZRT_CHECK(zrt_backend_memcpy(eng->backend, at, &nan, sizeof nan, ZRT_COPY_H2D, NULL));
+  }
+
+  float scale = zrt_scaler_scale(&eng->scaler);
+  /* grads are sums over ranks and micro-batches of scaled per-micro means */
+  float inv = (float)(1.0 / ((double)scale * (double)eng->world * (double)K));
+  double sumsq = 0;
+  int nonfinite = 0;
+  ZRT_CHECK(zrt_engine_grad_stats(eng, inv, &sumsq, &nonfinite));
+  float agree[3] = {(float)sumsq, (float)nonfinite, (float)eng->st.loss_sum};
+  ZRT_CHECK(zrt_comm_all_reduce(eng->comm, agree, agree, 3, ZRT_F32, ZRT_RED_SUM, NULL));
+  double gsumsq = agree[0];
+  int overflow = agree[1] > 0 || !isfinite(gsumsq);
+  float gloss = agree[2] / (float)((double)eng->world * (double)K);
+  float norm = (float)sqrt(gsumsq);
+  int may_skip = c->fp16_enabled || (c->bf16_enabled && c->bf16_check_grad_overflow);
+  int skip = overflow && may_skip;
+
+  info->loss = gloss;
+  info->grad_norm = overflow ? NAN : norm;
+  info->lr = (float)eng->sched.cur_lr;
+  info->loss_scale = scale;
+  zrt_status st = ZRT_OK;
+  if (c->fp16_enabled) st = zrt_scaler_update(&eng->scaler, overflow);
+  if (skip) {
+    eng->skipped_total++;
+    info->skipped = 1;
+    zrt_log(eng->rank == 0 ? ZRT_LOG_INFO : ZRT_LOG_DEBUG,
+            "step %lld: non-finite gradients, step skipped (loss scale %g -> %g)",
+            (long long)eng->global_step + 1, (double)scale, eng->scaler.cur_scale);
+  } else if (st == ZRT_OK) {
+    float clip = 1.0f;
+    if (c->gradient_clipping > 0) {
+      double coef = c->gradient_clipping / ((double)norm + 1e-6);
+      if (coef < 1.0) clip = (float)coef;
+    }
+    st = zrt_engine_apply(eng, inv * clip);
+    if (st == ZRT_OK) {
+      eng->applied_steps++;
+      zrt_sched_step(&eng->sched);
+    }
+  }
+  for (int m = 0; m < eng->nmodules && st == ZRT_OK; m++) {
+    int64_t off, len;
+    zrt_engine_master_extent(eng, m, &off, &len);
+    st = zrt_backend_memset(eng->backend, eng->modules[m].grad_acc, 0, (size_t)len * 4, NULL);
+  }
+  eng->global_step++;
+  info->step = eng->global_step;
+  info->skipped_total = eng->skipped_total;
+  eng->last_grad_norm = info->grad_norm;
+  double step_time = zrt_now_s() - eng->st.t_start;
+  uint64_t comm_bytes = eng->comm->bytes_moved - eng->st.comm_bytes0;
+  eng->st.micro_count = 0;
+  if (st != ZRT_OK && st != ZRT_ERR_OVERFLOW) return st;
+  zrt_status mst = ZRT_OK;
+  if (c->metrics_path[0]) mst = zrt_engine_write_metrics(eng, info, step_time, comm_bytes);
+  if (st == ZRT_ERR_OVERFLOW) return st;
+  if (c->steps_per_print > 0 && eng->global_step % c->steps_per_print == 0 && eng->rank == 0)
+    zrt_log(ZRT_LOG_INFO, "step %lld loss %.6g lr %.3g scale %g grad_norm %.4g skipped %lld",
+            (long long)eng->global_step, (double)gloss, (double)info->lr, (double)scale,
+            (double)info->grad_norm, (long long)eng->skipped_total);
+  return mst;
+}

@@ -1,0 +1,120 @@
+/*
+ * memest.c — the per-rank memory model (formulas in memest.h). Pure
+ * arithmetic; every term mirrors one allocation of engine.c / bucket.c /
+ * stage3.c so that predictions of model states equal measured peaks.
+ */
+#include "memest.h"
+
+#include <string.h>
+
+#include "engine_internal.h"
+
+static int64_t zrt_memest_chunk(const zrt_memest_layout *l) {
+  int64_t maxpart = ZRT_MAX((int64_t)ZRT_ENGINE_ALIGN_ELEMS, l->max_module_padded / l->world);
+  int64_t chunk = l->reduce_bucket_size / l->world;
+  chunk = chunk / ZRT_ENGINE_ALIGN_ELEMS * ZRT_ENGINE_ALIGN_ELEMS;
+  if (chunk < ZRT_ENGINE_ALIGN_ELEMS) chunk = ZRT_ENGINE_ALIGN_ELEMS;
+  return ZRT_MIN(chunk, maxpart);
+}
+
+int64_t zrt_memest_offload_tile(const zrt_memest_layout *l) {
+  int64_t t =
+      ZRT_MIN(l->sub_group_size > 0 ? l->sub_group_size : ((int64_t)1 << 22), (int64_t)1 << 22);
+  /* every module pads to a multiple of world, so the largest extent is exact */
+  int64_t ext = l->stage == 0 ? l->max_module_padded : l->max_module_padded / ZRT_MAX(l->world, 1);
+  if (ext > 0) t = ZRT_MIN(t, ext);
+  return ZRT_ALIGN_UP(ZRT_MAX(t, (int64_t)1), (int64_t)1024);
+}
+
+void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
+  memset(o, 0, sizeof *o);
+  uint64_t P = (uint64_t)l->padded_total, N = (uint64_t)l->world, w = (uint64_t)l->dtype_bytes;
+  uint64_t S = P / N; /* sum of per-module parts: exact because each module pads to N */
+  uint64_t ext = l->stage == 0 ? P : S;
+  uint64_t big = (uint64_t)l->max_module_padded;
+  uint64_t *opt = l->offload_optimizer ? o->host : o->device;
+  opt[ZRT_MEM_MASTER32] = 4 * ext;
+  opt[ZRT_MEM_OPTIM_STATE] = 4 * (uint64_t)l->optim_states * ext;
+  if (l->stage <= 2) {
+    o->device[ZRT_MEM_PARAMS16] = w * P;
+  } else {
+    uint64_t np = P - (uint64_t)l->persistent_padded, live;
+    if (l->live_modules > 0) {
+      live = (uint64_t)l->live_modules * big;
+    } else {
+      live = big + (uint64_t)l->prefetch_elems;
+      if (l->max_live_elems > 0 && live > (uint64_t)l->max_live_elems)
+        live = ZRT_MAX(big, (uint64_t)l->max_live_elems);
+    }
+    if (live > np) live = np;
+    o->device[ZRT_MEM_PARAMS16] = w * ((uint64_t)l->persistent_padded + live);
+    if (l->offload_param)
+      o->host[ZRT_MEM_PARAMS16] = w * S;
+    else
+      o->device[ZRT_MEM_PARAMS16] += w * S;
+  }
+  if (l->stage <= 1)
+    o->device[ZRT_MEM_GRADS] = w * P + 4 * ext;
+  else
+    o->device[ZRT_MEM_GRADS] = 4 * S + w * big;
+  o->device[ZRT_MEM_COMM] = 2 * (N + 1) * (uint64_t)zrt_memest_chunk(l) * (uint64_t)l->comm_bytes;
+  o->device[ZRT_MEM_ACTIVATIONS] = l->activation_bytes;
+  if (l->offload_optimizer) o->host[ZRT_MEM_COMM] = 4 * 4 * (uint64_t)zrt_memest_offload_tile(l);
+  o->model_states = o->device[ZRT_MEM_PARAMS16] + o->device[ZRT_MEM_GRADS] +
+                    o->device[ZRT_MEM_MASTER32] + o->device[ZRT_MEM_OPTIM_STATE];
+  for (int k = 0; k < ZRT_MEM_NCAT; k++) {
+    o->device_total += o->device[k];
+    o->host_total += o->host[k];
+  }
+}
+
+static const zrt_memest_gpt zrt_gpt_presets[] = {
+    {"tiny", 2, 64, 2, 256, 64, 64},
+    {"gpt2", 12, 768, 12, 256, 1024, 1024},
+    {"gpt2-medium", 24, 1024, 16, 256, 1024, 1024},
+    {"gpt2-large", 36, 1280, 20, 256, 1024, 1024},
+    {"gpt2-xl", 48, 1600, 25, 256, 1024, 1024},
+};
+
+const zrt_memest_gpt *zrt_memest_gpt_find(const char *name) {
+  for (size_t i = 0; i < sizeof zrt_gpt_presets / sizeof zrt_gpt_presets[0]; i++)
+    if (!strcmp(zrt_gpt_presets[i].name, name)) return &zrt_gpt_presets[i];
+  return NULL;
+}
+
+static int64_t zrt_memest_pad(int64_t n, int world) {
+  int64_t unit = (int64_t)world * ZRT_ENGINE_ALIGN_ELEMS;
+  return ZRT_ALIGN_UP(ZRT_MAX(n, (int64_t)1), unit);
+}
+
+void zrt_memest_gpt_layout(const zrt_memest_gpt *g, int world, int64_t persist_threshold,
+                           zrt_memest_layout *lay, int64_t *params) {
+  int64_t d = g->d_model;
+  int64_t sizes[3] = {g->vocab * d + g->max_seq * d, /* wte (tied lm head) + wpe */
+                      12 * d * d + 13 * d,           /* ln1, qkv, proj, ln2, fc, fc proj */
+                      2 * d};                        /* final layer norm */
+  int64_t count[3] = {1, g->layers, 1};
+  lay->world = world;
+  lay->padded_total = lay->max_module_padded = lay->persistent_padded = 0;
+  for (int k = 0; k < 3; k++) {
+    int64_t pad = zrt_memest_pad(sizes[k], world);
+    lay->padded_total += count[k] * pad;
+    lay->max_module_padded = ZRT_MAX(lay->max_module_padded, pad);
+    if (sizes[k] <= persist_threshold) lay->persistent_padded += count[k] * pad;
+  }
+  *params = sizes[0] + g->layers * sizes[1] + sizes[2];
+}
+
+uint64_t zrt_memest_gpt_activations(const zrt_memest_gpt *g, int64_t B, int64_t T, int w) {
+  uint64_t N = (uint64_t)B * (uint64_t)T, C = (uint64_t)g->d_model, V = (uint64_t)g->vocab;
+  uint64_t H = (uint64_t)g->heads, L = (uint64_t)g->layers;
+  uint64_t layer = 16 * N * C + 4 * N + (uint64_t)B * H * (uint64_t)T * (uint64_t)T;
+  uint64_t floats = N * C + L * layer + N * C + 3 * N + N * V + 6 * N * C; /* arena */
+  uint64_t wte = V * C;
+  floats += wte; /* dwte */
+  if (w != 4) {
+    uint64_t big = ZRT_MAX(wte + (uint64_t)g->max_seq * C, 12 * C * C + 13 * C);
+    floats += 2 * big + wte;
+  }
+  return 4 * floats + 8 * N;
+}

@@ -1,0 +1,88 @@
+/*
+ * memest.h — the memory model shared by `zrt estimate-memory`, stage "auto"
+ * and the engine's OOM hint. It predicts, per rank, the bytes the engine
+ * allocates for each category, from the same layout rules the engine uses
+ * (engine_internal.h's buffer table), so measured pool peaks of model
+ * states match it (tests/mpi/test_engine_memory.c).
+ *
+ * With P = padded elements of all modules, N = world, w = working dtype
+ * bytes, k = optimizer states (Adam 2, SGD-momentum/Lion 1):
+ *   params16  stage 0-2: w P            stage 3: w P/N + w (persistent + live gathered)
+ *             live gathered = largest module + prefetch window (see live_modules)
+ *   grads     stage 0: w P + 4 P        stage 1: w P + 4 P/N
+ *             stage 2/3: 4 P/N + w * largest module (one module's grads in flight)
+ *   master32  stage 0: 4 P, else 4 P/N   optim_state: 4 k P (stage 0) or 4 k P/N
+ *   comm      2 slots * (N + 1) * chunk * comm bytes, chunk = min(bucket/N, largest part)
+ * For 16-bit Adam that is stage 1 = 4P + 16P/N, stage 2 = 2P + 18P/N + bucket
+ * terms, stage 3 = 18P/N + gathered modules (ZeRO paper: 4Ψ+12Ψ/N,
+ * 2Ψ+14Ψ/N, 16Ψ/N plus zrt's fp32 accumulation shard 4Ψ/N). Offloading
+ * the optimizer moves master32 + optim_state to the host; offloading params
+ * (stage 3) moves the 16-bit shard to the host.
+ *
+ * Activations of the GPT example (examples/gpt2, fp32 whatever the working
+ * dtype; N = B*T tokens, width C, layers L, heads h, vocab V):
+ *   floats = N C + L (16 N C + 4 N + B h T^2) + N C + 3 N + N V + 6 N C
+ *            + V C (wte grad)  [+ 2 * largest module + V C when 16-bit]
+ *   bytes  = 4 * floats + 8 N (tokens and targets)
+ * (per layer: ln1, qkv 3C, atty, res2, ln2, fch 4C, gelu 4C, res3 = 16C,
+ * two LN mean/rstd pairs, attention probabilities h T per row).
+ */
+#ifndef ZRT_MEMEST_H
+#define ZRT_MEMEST_H
+
+#include "internal.h"
+
+typedef struct zrt_memest_layout {
+  int world;
+  int stage; /* 0..3 */
+  int dtype_bytes, comm_bytes;
+  int optim_states;
+  int64_t padded_total;      /* sum of module padded sizes */
+  int64_t max_module_padded; /* largest module */
+  int64_t persistent_padded; /* stage 3 modules at or below the persistence threshold */
+  int64_t reduce_bucket_size;
+  int live_modules;       /* gathered non-persistent modules at peak (stage 3); 0 = derive from
+                             the prefetch settings: largest module + prefetch elements, at most
+                             max_live elements and at most every non-persistent module */
+  int64_t prefetch_elems; /* stage3_prefetch_bucket_size */
+  int64_t max_live_elems; /* stage3_max_live_parameters (0 = unlimited) */
+  int offload_optimizer, offload_param;
+  int64_t sub_group_size; /* zero_optimization.sub_group_size (offload tile cap) */
+  uint64_t activation_bytes;
+} zrt_memest_layout;
+
+typedef struct zrt_memest_result {
+  uint64_t device[ZRT_MEM_NCAT];
+  uint64_t host[ZRT_MEM_NCAT];
+  uint64_t device_total, host_total;
+  uint64_t model_states; /* device params16 + grads + master32 + optim_state */
+} zrt_memest_result;
+
+void zrt_memest_predict(const zrt_memest_layout *lay, zrt_memest_result *out);
+
+/* Elements per tile of the offload pipe the engine creates for this layout:
+ * min(sub_group_size, 4 Mi, largest master extent), rounded up to 1024. The
+ * pipe holds 4 tiles of fp32 staging in the host pool (host comm bytes). */
+int64_t zrt_memest_offload_tile(const zrt_memest_layout *lay);
+
+/* GPT presets of examples/gpt2 (gpt2_config_preset): "tiny", "gpt2",
+ * "gpt2-medium", "gpt2-large", "gpt2-xl"; byte-level vocab of 256. */
+typedef struct zrt_memest_gpt {
+  const char *name;
+  int64_t layers, d_model, heads, vocab, max_seq, default_seq;
+} zrt_memest_gpt;
+const zrt_memest_gpt *zrt_memest_gpt_find(const char *name);
+/* Parameter count and the module layout of a GPT preset as the example
+ * registers it (embeddings, one module per block, final norm); modules of
+ * at most persist_threshold elements count as stage-3 persistent. Sets
+ * world, padded_total, max_module_padded, persistent_padded. */
+void zrt_memest_gpt_layout(const zrt_memest_gpt *g, int world, int64_t persist_threshold,
+                           zrt_memest_layout *lay, int64_t *params);
+/* Bytes train_gpt2 allocates with zrt_engine_alloc (ZRT_MEM_ACTIVATIONS)
+ * for micro batch `batch` and sequence `seq`: gpt2_acts_layout_init's fp32
+ * arena, the fp32 wte gradient, the token/target ints, and for a 16-bit
+ * working dtype the fp32 staging of the largest module twice plus wte. */
+uint64_t zrt_memest_gpt_activations(const zrt_memest_gpt *g, int64_t batch, int64_t seq,
+                                    int dtype_bytes);
+
+#endif

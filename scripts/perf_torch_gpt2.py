@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""perf_torch_gpt2.py — the PyTorch CPU baseline of `zrt-perf step`: times
+full training steps (forward, backward, AdamW) of the same byte-level GPT-2
+as examples/gpt2 (pre-LN blocks, GELU-tanh MLP, tied LM head, vocab 256)
+at the same global batch, in float32 on the CPU, and prints one line
+{"tokens_per_s": x, ...}. Dimension flags of 0 take the --model preset.
+The first step is warm-up and is not timed. Batches are random bytes: the
+cost of a step does not depend on the data.
+"""
+import argparse
+import json
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+PRESETS = {  # layers, heads, embd, ctx — docs/gpt2.md
+    "tiny": (2, 2, 64, 64),
+    "gpt2": (12, 12, 768, 1024),
+    "gpt2-medium": (24, 16, 1024, 1024),
+    "gpt2-large": (36, 20, 1280, 1024),
+    "gpt2-xl": (48, 25, 1600, 1024),
+}
+
+
+class Block(nn.Module):
+    def __init__(self, C, H):
+        super().__init__()
+        self.H = H
+        self.ln_1 = nn.LayerNorm(C)
+        self.c_attn = nn.Linear(C, 3 * C)
+        self.c_proj = nn.Linear(C, C)
+        self.ln_2 = nn.LayerNorm(C)
+        self.c_fc = nn.Linear(C, 4 * C)
+        self.mlp_proj = nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, L, H, C, ctx, V=256):
+        super().__init__()
+        self.wte = nn.Embedding(V, C)
+        self.wpe = nn.Embedding(ctx, C)
+        self.h = nn.ModuleList(Block(C, H) for _ in range(L))
+        self.ln_f = nn.LayerNorm(C)
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, idx, tgt):
+        T = idx.shape[1]
+        x = self.wte(idx) + self.wpe(torch.arange(T))
+        for b in self.h:
+            x = b(x)
+        logits = self.ln_f(x) @ self.wte.weight.t()
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--n_layer", type=int, default=0)
+    ap.add_argument("--n_head", type=int, default=0)
+    ap.add_argument("--n_embd", type=int, default=0)
+    ap.add_argument("--seq_len", type=int, default=0)
+    ap.add_argument("--batch_size", type=int, default=8, help="global batch")
+    ap.add_argument("--steps", type=int, default=4, help="steps including one warm-up")
+    ap.add_argument("--threads", type=int, default=0)
+    a = ap.parse_args()
+    L, H, C, ctx = PRESETS[a.model]
+    L, H, C = a.n_layer or L, a.n_head or H, a.n_embd or C
+    T = a.seq_len or ctx
+    ctx = max(ctx, T)
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    model = GPT(L, H, C, ctx)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    times = []
+    for s in range(max(a.steps, 2)):
+        idx = torch.randint(0, 256, (a.batch_size, T))
+        tgt = torch.randint(0, 256, (a.batch_size, T))
+        t0 = time.perf_counter()
+        loss = model(idx, tgt)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    times = sorted(times[1:])
+    med = times[len(times) // 2]
+    print(json.dumps({"tokens_per_s": a.batch_size * T / med, "step_s": med, "threads":
+                      torch.get_num_threads(), "params": sum(p.numel() for p in model.parameters()),
+                      "loss": float(loss), "torch": torch.__version__}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+/*
+ * sharding.h — the engine's partitioning machinery, internal to the engine:
+ * flat layout and partition ranges (layout.c), bucketed gradient
+ * reductions (bucket.c) and stage-3 fetch / release / prefetch (stage3.c).
+ * All functions take the engine (runtime/engine_internal.h) and keep its
+ * invariants; collectives are issued in the same order on every rank
+ * because they follow the program's (identical) call sequence.
+ */
+#ifndef ZRT_SHARDING_H
+#define ZRT_SHARDING_H
+
+#include "runtime/engine_internal.h"
+
+/* layout.c: padded / part of every module for the engine's world size. */
+void zrt_shard_layout(zrt_engine *eng);
+/* Padded flat size of `numel` elements for `world` ranks. */
+int64_t zrt_shard_padded(int64_t numel, int world);
+/* Fills dst[0..len) (host fp32) with the initial values of module flat
+ * elements [flat_off, flat_off+len) (zeros in the padding). */
+void zrt_shard_init_values(const zrt_engine *eng, int module, int64_t flat_off, int64_t len,
+                           float *dst);
+
+/* bucket.c: staging buffers for the reductions (two slots). */
+zrt_status zrt_bucket_alloc(zrt_engine *eng);
+void zrt_bucket_free(zrt_engine *eng);
+/* Reduces module m's grad16 into its grad_acc (stage 0: all-reduce into the
+ * replicated accumulator; else reduce-scatter into the owned shard) in
+ * buckets. async: the last buckets may still be in flight on return (their
+ * staging holds the data, grad16 is free to reuse). */
+zrt_status zrt_bucket_reduce_module(zrt_engine *eng, int m, int async);
+/* Waits for every in-flight bucket and accumulates it. */
+zrt_status zrt_bucket_drain(zrt_engine *eng);
+
+/* stage3.c */
+zrt_status zrt_stage3_fetch(zrt_engine *eng, int m);
+zrt_status zrt_stage3_release(zrt_engine *eng, int m);
+/* After an optimizer step: gathered copies are stale. */
+void zrt_stage3_invalidate(zrt_engine *eng);
+/* Waits for all pending gathers (before freeing, at destroy). */
+zrt_status zrt_stage3_quiesce(zrt_engine *eng);
+
+#endif

@@ -1,0 +1,144 @@
+/*
+ * stage3.c — stage-3 parameter gather / release / prefetch. Each module's
+ * 16-bit shard is all-gathered (one coalesced collective per module) into a
+ * full16 buffer allocated at fetch and freed at release, except modules at
+ * or below stage3_param_persistence_threshold, which stay gathered. The
+ * fetch order of the first optimizer step is recorded; afterwards a fetch
+ * also starts asynchronous gathers of the modules that follow in that
+ * order, up to stage3_prefetch_bucket_size elements and while gathered
+ * non-persistent elements stay within stage3_max_live_parameters.
+ * Invariants: `fetched` means full16 holds the current weights; a module
+ * with gather_req != NULL has full16 allocated and is not yet fetched;
+ * every rank issues the same gathers in the same order (same program, same
+ * trace).
+ */
+#include <stdlib.h>
+
+#include "sharding.h"
+
+static zrt_status zrt_stage3_start_gather(zrt_engine *eng, int m, int async) {
+  zrt_module_entry *me = &eng->modules[m];
+  size_t ws = zrt_dtype_size(eng->dtype);
+  if (!me->full16) {
+    ZRT_CHECK(
+        zrt_backend_alloc(eng->backend, (size_t)me->padded * ws, ZRT_MEM_PARAMS16, &me->full16));
+    if (!me->persistent) {
+      eng->live_modules++;
+      eng->live_elems += me->padded;
+    }
+  }
+  size_t *cnt = malloc((size_t)eng->world * sizeof(size_t));
+  if (!cnt) return zrt_error(ZRT_ERR_OOM, "stage 3 gather: out of host memory");
+  for (int r = 0; r < eng->world; r++) cnt[r] = (size_t)me->part;
+  const void *src = me->shard16;
+  zrt_status st;
+  if (me->shard16_host) {
+    /* offloaded shard: stage it into this rank's slot of full16 first */
+    void *own = (char *)me->full16 + (size_t)eng->rank * me->part * ws;
+    st = zrt_backend_memcpy(eng->backend, own, me->shard16, (size_t)me->part * ws, ZRT_COPY_H2D,
+                            NULL);
+    if (st != ZRT_OK) {
+      free(cnt);
+      return st;
+    }
+    src = own;
+  }
+  /* MPI keeps a pointer to the counts of a nonblocking gather; the counts
+   * array is parked on the module until the wait (freed in wait). */
+  st = zrt_comm_all_gather(eng->comm, src, me->full16, cnt, eng->dtype,
+                           async ? &me->gather_req : NULL);
+  if (async && st == ZRT_OK) {
+    me->gather_counts = cnt;
+  } else {
+    free(cnt);
+  }
+  if (st == ZRT_OK && !async) me->fetched = 1;
+  return st;
+}
+
+static zrt_status zrt_stage3_wait(zrt_engine *eng, int m) {
+  zrt_module_entry *me = &eng->modules[m];
+  if (!me->gather_req) return ZRT_OK;
+  zrt_comm_req *req = me->gather_req;
+  me->gather_req = NULL;
+  zrt_status st = zrt_comm_wait(eng->comm, req);
+  free(me->gather_counts);
+  me->gather_counts = NULL;
+  if (st == ZRT_OK) me->fetched = 1;
+  return st;
+}
+
+static void zrt_stage3_prefetch(zrt_engine *eng, int m) {
+  if (!eng->trace_done || eng->ntrace == 0 || eng->cfg->stage3_prefetch_bucket_size <= 0) return;
+  /* find m at or after the expected position (the trace repeats every step) */
+  int pos = -1;
+  for (int k = 0; k < eng->ntrace; k++) {
+    int i = (eng->trace_pos + 1 + k) % eng->ntrace;
+    if (eng->trace[i] == m) {
+      pos = i;
+      break;
+    }
+  }
+  if (pos < 0) return;
+  eng->trace_pos = pos;
+  int64_t budget = eng->cfg->stage3_prefetch_bucket_size;
+  for (int k = 1; k < eng->ntrace && budget > 0; k++) {
+    int i = pos + k;
+    if (i >= eng->ntrace) break; /* do not prefetch across the optimizer step */
+    zrt_module_entry *nx = &eng->modules[eng->trace[i]];
+    if (nx->fetched || nx->gather_req) continue;
+    if (nx->numel > budget) break;
+    if (eng->live_elems + nx->padded > eng->cfg->stage3_max_live_parameters) break;
+    if (zrt_stage3_start_gather(eng, eng->trace[i], 1) != ZRT_OK)
+      break; /* blocking fetch retries */
+    budget -= nx->numel;
+  }
+}
+
+zrt_status zrt_stage3_fetch(zrt_engine *eng, int m) {
+  zrt_module_entry *me = &eng->modules[m];
+  if (!eng->trace_done) {
+    if (eng->ntrace == eng->cap_trace) {
+      int nc = eng->cap_trace ? eng->cap_trace * 2 : 16;
+      int *t = realloc(eng->trace, (size_t)nc * sizeof(int));
+      if (!t) return zrt_error(ZRT_ERR_OOM, "fetch trace: out of host memory");
+      eng->trace = t;
+      eng->cap_trace = nc;
+    }
+    eng->trace[eng->ntrace++] = m;
+  }
+  ZRT_CHECK(zrt_stage3_wait(eng, m));
+  if (!me->fetched) ZRT_CHECK(zrt_stage3_start_gather(eng, m, 0));
+  me->in_use = 1;
+  zrt_stage3_prefetch(eng, m);
+  return ZRT_OK;
+}
+
+zrt_status zrt_stage3_release(zrt_engine *eng, int m) {
+  zrt_module_entry *me = &eng->modules[m];
+  me->in_use = 0;
+  if (me->persistent) return ZRT_OK;
+  ZRT_CHECK(zrt_stage3_wait(eng, m));
+  if (me->full16) {
+    zrt_backend_free(eng->backend, me->full16);
+    me->full16 = NULL;
+    eng->live_modules--;
+    eng->live_elems -= me->padded;
+  }
+  me->fetched = 0;
+  return ZRT_OK;
+}
+
+zrt_status zrt_stage3_quiesce(zrt_engine *eng) {
+  zrt_status st = ZRT_OK;
+  for (int m = 0; m < eng->nmodules; m++) {
+    zrt_status s2 = zrt_stage3_wait(eng, m);
+    if (st == ZRT_OK) st = s2;
+  }
+  return st;
+}
+
+void zrt_stage3_invalidate(zrt_engine *eng) {
+  for (int m = 0; m < eng->nmodules; m++) eng->modules[m].fetched = 0;
+  eng->trace_pos = -1;
+}

@@ -1,0 +1,48 @@
+#!/bin/bash
+# test_launch_fail.sh — a rank that exits 3, or is killed by SIGKILL, or
+# hangs in a collective ends the whole launch: the launcher exits non-zero
+# naming the rank and how it ended, and no rank process is left. (The
+# `timeout` is a hang guard, not a timing assertion.)
+. "$(dirname "$0")/lib.sh"
+need_mpiexec
+cd "$T"
+
+timeout 60 "$ZRT" launch --num_processes 2 "$PROBE" --exit-rank 1 --code 3 --sleep 120 \
+  --tag "$TAG" >out.txt 2>&1
+rc=$?
+[ $rc -ne 124 ] || fail "launcher hung after a rank exited 3"
+expect_status 3 $rc "launch where rank 1 exits 3"
+expect_grep '^zrt launch: rank 1 exited with status 3$' out.txt
+expect_grep 'rank 0 was killed by signal 15 \(SIGTERM\)' out.txt
+no_leftovers "rank 1 exited 3"
+pass "rank exit status"
+
+timeout 60 "$ZRT" launch --num_processes 2 "$PROBE" --kill-rank 0 --sleep 120 \
+  --tag "$TAG" >out2.txt 2>&1
+rc=$?
+[ $rc -ne 124 ] || fail "launcher hung after a rank was killed"
+expect_status 137 $rc "launch where rank 0 is SIGKILLed"
+expect_grep '^zrt launch: rank 0 was killed by signal 9 \(SIGKILL\)$' out2.txt
+no_leftovers "rank 0 killed"
+pass "rank killed by a signal"
+
+# a rank stuck outside a collective: the other one's watchdog (1 s) fires,
+# writes its status file and the launcher names the rank that is behind
+ZRT_LOG_LEVEL=warn timeout 60 "$ZRT" launch --num_processes 2 "$PROBE" --hang-rank 1 --sleep 120 \
+  --tag "$TAG" >out3.txt 2>&1
+rc=$?
+[ $rc -ne 124 ] || fail "launcher hung after a watchdog timeout"
+expect_status 1 $rc "launch with a hung rank"
+expect_grep '^zrt launch: rank 0 exited with status 1$' out3.txt
+expect_grep 'rank 0 watchdog: last completed collective #1 all_reduce \(4 bytes\); timed out waiting in #2 all_reduce' out3.txt
+expect_grep 'rank 1 wrote no watchdog status: .* behind' out3.txt
+no_leftovers "watchdog timeout"
+pass "watchdog status report"
+
+# a program that is not there on the rank side (found by the launcher's
+# check only when it is in PATH: here it is a path that vanishes)
+cp "$PROBE" ./probe_copy
+timeout 60 "$ZRT" launch --num_processes 2 --dry_run ./probe_copy >dry.txt 2>&1 ||
+  fail "dry run"
+expect_grep '^mpiexec .* -n 2 .* launch __rank \./probe_copy$' dry.txt "dry run command"
+pass "dry run"

@@ -1,0 +1,341 @@
+/*
+ * test_comm_collectives.c — the MPI comm against references computed
+ * locally in double: all_reduce (out of place, in place; SUM/MAX/MIN),
+ * reduce_scatter (SUM/MAX), all_gather (out of place, in place), broadcast,
+ * barrier × fp32/fp16/bf16 × blocking/async × even/uneven counts (uneven
+ * includes a zero-length segment), plus bytes_moved against the ring
+ * formulas, sequence/completion counters, staging-memory accounting and
+ * argument-error messages. Runs under mpiexec at -n 2 and -n 4.
+ *
+ * Data: every element is ±(1 + m/1024)·2^e with e in [-4, 2] — exactly
+ * representable in fp16 (and rounded to bf16 for bf16 runs) — so a sum over
+ * at most 4 ranks needs < 20 significant bits and is exact in fp32.
+ * Tolerances: fp32 sums 4·eps32·max|ref| (reduction order may differ, though
+ * with these data the sum is exact); half sums 0.5·eps(dt)·max|ref| against
+ * the double reference (one rounding, which fp32 accumulation guarantees),
+ * and additionally bit-exact against the correctly rounded reference — a
+ * reduction that accumulated in the half type would round after every
+ * addition and fail that. MAX/MIN, gather and broadcast are exact.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amp/dtype.h"
+#include "backend.h"
+#include "comm.h"
+#include "ztest.h"
+
+static zrt_comm *C;
+static zrt_backend *B;
+static int R, N;
+
+static uint32_t mix(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+
+static float round_to(zrt_dtype dt, float v) {
+  uint32_t tmp[1];
+  zrt_store_f(tmp, dt, 0, v);
+  return zrt_load_f(tmp, dt, 0);
+}
+
+/* Deterministic value of element i on rank r for test case salt. */
+static float val(int r, size_t i, uint32_t salt, zrt_dtype dt) {
+  uint32_t h = mix((uint32_t)r * 0x9e3779b9u ^ mix((uint32_t)i * 0x85ebca6bu + salt));
+  float m = 1.0f + (float)(h & 1023u) / 1024.0f;
+  int e = (int)((h >> 10) % 7u) - 4;
+  float v = ldexpf(m, e) * (((h >> 14) & 1u) ? -1.0f : 1.0f);
+  return round_to(dt, v);
+}
+
+static void *alloc_dt(size_t n, zrt_dtype dt) {
+  void *p = calloc(n ? n : 1, zrt_dtype_size(dt));
+  if (!p) abort();
+  return p;
+}
+
+static void fill(void *buf, zrt_dtype dt, int r, size_t off, size_t n, uint32_t salt) {
+  for (size_t i = 0; i < n; i++) zrt_store_f(buf, dt, i, val(r, off + i, salt, dt));
+}
+
+static double eps_of(zrt_dtype dt) {
+  return dt == ZRT_F32 ? FLT_EPSILON : dt == ZRT_F16 ? ldexp(1.0, -10) : ldexp(1.0, -7);
+}
+
+/* got (dtype dt) vs ref (double). sum: the reduction tolerance rules of the
+ * header comment apply; otherwise the result must be exact. */
+static void check(const char *what, const void *got, zrt_dtype dt, const double *ref, size_t n,
+                  int sum) {
+  double *g = malloc((n ? n : 1) * sizeof(double));
+  double *rr = malloc((n ? n : 1) * sizeof(double));
+  double maxabs = 0;
+  for (size_t i = 0; i < n; i++) {
+    g[i] = zrt_load_f(got, dt, i);
+    rr[i] = round_to(dt, (float)ref[i]);
+    if (fabs(ref[i]) > maxabs) maxabs = fabs(ref[i]);
+  }
+  char label[256];
+  snprintf(label, sizeof label, "rank %d %s", R, what);
+  if (!sum) {
+    ZT_CLOSE_ARRAY(label, g, ref, n, 0.0);
+  } else {
+    double tol = (dt == ZRT_F32 ? 4.0 : 0.5) * eps_of(dt) * maxabs;
+    ZT_CLOSE_ARRAY(label, g, ref, n, tol);
+    if (dt != ZRT_F32) {
+      snprintf(label, sizeof label, "rank %d %s vs correctly rounded", R, what);
+      ZT_CLOSE_ARRAY(label, g, rr, n, 0.0);
+    }
+  }
+  free(g);
+  free(rr);
+}
+
+static double red(zrt_redop op, double acc, double v, int first) {
+  if (first) return v;
+  return op == ZRT_RED_SUM ? acc + v : op == ZRT_RED_MAX ? fmax(acc, v) : fmin(acc, v);
+}
+
+static const char *opname(zrt_redop op) {
+  return op == ZRT_RED_SUM ? "sum" : op == ZRT_RED_MAX ? "max" : "min";
+}
+
+static void expect_moved(uint64_t before, uint64_t want, const char *what) {
+  uint64_t got = C->bytes_moved - before;
+  if (got != want) {
+    fprintf(stderr, "FAIL rank %d %s: bytes_moved %llu, formula says %llu\n", R, what,
+            (unsigned long long)got, (unsigned long long)want);
+    zt_failures++;
+  }
+}
+
+/* Issues through the wrapper; with async, completes through wait (or
+ * test polling when poll is set) after the caller had a chance to issue
+ * more work. */
+static void finish(zrt_comm_req *req, int poll) {
+  if (!req) return;
+  if (poll) {
+    int done = 0;
+    while (!done) ZT_OK(zrt_comm_test(C, req, &done));
+  } else {
+    ZT_OK(zrt_comm_wait(C, req));
+  }
+}
+
+static void test_all_reduce(zrt_dtype dt, int async, size_t count, zrt_redop op, int in_place,
+                            uint32_t salt) {
+  void *send = alloc_dt(count, dt), *recv = alloc_dt(count, dt);
+  fill(send, dt, R, 0, count, salt);
+  double *ref = malloc((count ? count : 1) * sizeof(double));
+  for (size_t i = 0; i < count; i++) {
+    double acc = 0;
+    for (int q = 0; q < N; q++) acc = red(op, acc, val(q, i, salt, dt), q == 0);
+    ref[i] = acc;
+  }
+  uint64_t before = C->bytes_moved, seq0 = C->seq, done0 = C->completed;
+  zrt_comm_req *req = NULL;
+  void *src = in_place ? recv : send;
+  if (in_place) memcpy(recv, send, count * zrt_dtype_size(dt));
+  ZT_OK(zrt_comm_all_reduce(C, src, recv, count, dt, op, async ? &req : NULL));
+  ZT_CHECK(C->seq == seq0 + 1);
+  ZT_CHECK(async ? (req != NULL && C->completed == done0) : C->completed == done0 + 1);
+  if (async && dt != ZRT_F32 && count) {
+    /* The fp32 staging of an in-flight half reduction is accounted. */
+    zrt_mem_stats s;
+    zrt_pool_stats(B->pool, &s);
+    ZT_CHECK(s.current[ZRT_MEM_COMM] >= count * sizeof(float));
+  }
+  finish(req, salt & 1);
+  ZT_CHECK(C->completed == done0 + 1);
+  char what[128];
+  snprintf(what, sizeof what, "all_reduce %s %s n=%zu %s %s", opname(op), zrt_dtype_name(dt), count,
+           in_place ? "in-place" : "out-of-place", async ? "async" : "blocking");
+  check(what, recv, dt, ref, count, op == ZRT_RED_SUM);
+  size_t bytes = count * zrt_dtype_size(dt);
+  expect_moved(before, 2ull * bytes * (uint64_t)(N - 1) / (uint64_t)N, what);
+  free(send), free(recv), free(ref);
+}
+
+static void make_counts(size_t *counts, int uneven, size_t base) {
+  for (int q = 0; q < N; q++) {
+    counts[q] = base;
+    /* Uneven: rank 1's segment is empty, the others differ in length. */
+    if (uneven) counts[q] = q == 1 ? 0 : base + (size_t)q * 37 + 3;
+  }
+}
+
+static void test_reduce_scatter(zrt_dtype dt, int async, int uneven, zrt_redop op, uint32_t salt) {
+  size_t counts[8], total = 0, off = 0;
+  make_counts(counts, uneven, 257);
+  for (int q = 0; q < N; q++) {
+    if (q < R) off += counts[q];
+    total += counts[q];
+  }
+  void *send = alloc_dt(total, dt), *recv = alloc_dt(counts[R], dt);
+  fill(send, dt, R, 0, total, salt);
+  double *ref = malloc((counts[R] ? counts[R] : 1) * sizeof(double));
+  for (size_t i = 0; i < counts[R]; i++) {
+    double acc = 0;
+    for (int q = 0; q < N; q++) acc = red(op, acc, val(q, off + i, salt, dt), q == 0);
+    ref[i] = acc;
+  }
+  /* A second collective issued before waiting on the first: requests are
+   * independent and may be completed in any order. */
+  float probe = (float)R, probe_out = 0;
+  zrt_comm_req *req = NULL, *req2 = NULL;
+  uint64_t before = C->bytes_moved;
+  ZT_OK(zrt_comm_reduce_scatter(C, send, recv, counts, dt, op, async ? &req : NULL));
+  expect_moved(before, (uint64_t)total * zrt_dtype_size(dt) * (uint64_t)(N - 1) / (uint64_t)N,
+               "reduce_scatter");
+  if (async) ZT_OK(zrt_comm_all_reduce(C, &probe, &probe_out, 1, ZRT_F32, ZRT_RED_SUM, &req2));
+  finish(req2, 0);
+  finish(req, salt & 1);
+  if (async) ZT_CHECK(probe_out == (float)(N * (N - 1) / 2));
+  char what[128];
+  snprintf(what, sizeof what, "reduce_scatter %s %s %s %s", opname(op), zrt_dtype_name(dt),
+           uneven ? "uneven" : "even", async ? "async" : "blocking");
+  check(what, recv, dt, ref, counts[R], op == ZRT_RED_SUM);
+  free(send), free(recv), free(ref);
+}
+
+static void test_all_gather(zrt_dtype dt, int async, int uneven, int in_place, uint32_t salt) {
+  size_t counts[8], total = 0, off = 0;
+  make_counts(counts, uneven, 129);
+  for (int q = 0; q < N; q++) {
+    if (q < R) off += counts[q];
+    total += counts[q];
+  }
+  size_t es = zrt_dtype_size(dt);
+  void *recv = alloc_dt(total, dt);
+  void *send = in_place ? (char *)recv + off * es : alloc_dt(counts[R], dt);
+  fill(send, dt, R, off, counts[R], salt);
+  double *ref = malloc((total ? total : 1) * sizeof(double));
+  size_t o = 0;
+  for (int q = 0; q < N; q++)
+    for (size_t i = 0; i < counts[q]; i++, o++) ref[o] = val(q, o, salt, dt);
+  uint64_t before = C->bytes_moved;
+  zrt_comm_req *req = NULL;
+  ZT_OK(zrt_comm_all_gather(C, send, recv, counts, dt, async ? &req : NULL));
+  finish(req, salt & 1);
+  char what[128];
+  snprintf(what, sizeof what, "all_gather %s %s %s %s", zrt_dtype_name(dt),
+           uneven ? "uneven" : "even", in_place ? "in-place" : "out-of-place",
+           async ? "async" : "blocking");
+  check(what, recv, dt, ref, total, 0);
+  expect_moved(before, (uint64_t)total * es * (uint64_t)(N - 1) / (uint64_t)N, what);
+  if (!in_place) free(send);
+  free(recv), free(ref);
+}
+
+static void test_broadcast(zrt_dtype dt, int async, size_t count, int root, uint32_t salt) {
+  void *buf = alloc_dt(count, dt);
+  /* Non-roots start from their own data so a no-op broadcast fails. */
+  fill(buf, dt, R, 0, count, salt);
+  double *ref = malloc((count ? count : 1) * sizeof(double));
+  for (size_t i = 0; i < count; i++) ref[i] = val(root, i, salt, dt);
+  zrt_comm_req *req = NULL;
+  ZT_OK(zrt_comm_broadcast(C, buf, count, dt, root, async ? &req : NULL));
+  finish(req, salt & 1);
+  char what[128];
+  snprintf(what, sizeof what, "broadcast %s n=%zu root %d %s", zrt_dtype_name(dt), count, root,
+           async ? "async" : "blocking");
+  check(what, buf, dt, ref, count, 0);
+  free(buf), free(ref);
+}
+
+static void test_errors(void) {
+  float x[4] = {0};
+  size_t counts[8] = {0};
+  zrt_status st = zrt_comm_broadcast(C, x, 4, ZRT_F32, N + 3, NULL);
+  ZT_CHECK(st == ZRT_ERR_INVALID_ARG);
+  ZT_CONTAINS(zrt_last_error(), "root");
+  ZT_CONTAINS(zrt_last_error(), "is not a rank");
+  st = zrt_comm_all_reduce(C, x, x, 4, (zrt_dtype)9, ZRT_RED_SUM, NULL);
+  ZT_CHECK(st == ZRT_ERR_INVALID_ARG);
+  ZT_CONTAINS(zrt_last_error(), "dtype 9");
+  st = zrt_comm_reduce_scatter(C, x, x, NULL, ZRT_F32, ZRT_RED_SUM, NULL);
+  ZT_CHECK(st == ZRT_ERR_INVALID_ARG);
+  ZT_CONTAINS(zrt_last_error(), "counts is NULL");
+  st = zrt_comm_all_gather(C, NULL, x, (counts[R] = 2, counts), ZRT_F32, NULL);
+  ZT_CHECK(st == ZRT_ERR_INVALID_ARG);
+  ZT_CONTAINS(zrt_last_error(), "NULL send buffer");
+  zrt_comm *bad = NULL;
+  st = zrt_comm_create("gloo", B, 10, &bad);
+  ZT_CHECK(st == ZRT_ERR_CONFIG && bad == NULL);
+  ZT_CONTAINS(zrt_last_error(), "expected one of auto, self, mpi, nccl");
+  st = zrt_comm_create("self", B, 10, &bad);
+  ZT_CHECK(st == ZRT_ERR_CONFIG && bad == NULL);
+  ZT_CONTAINS(zrt_last_error(), "launcher started");
+}
+
+int main(void) {
+  ZT_OK(zrt_backend_create("cpu", 0, 0, &B));
+  ZT_OK(zrt_comm_create("auto", B, 120.0, &C));
+  R = C->rank;
+  N = C->world;
+  ZT_CHECK(!strcmp(C->iface->name, "mpi"));
+  ZT_CHECK(N >= 2 && N <= 8);
+  ZT_CHECK(C->local_world == N && C->local_rank == R); /* one machine */
+  const char *ew = getenv("OMPI_COMM_WORLD_SIZE");
+  ZT_CHECK(ew && atoi(ew) == N);
+
+  const zrt_dtype dts[3] = {ZRT_F32, ZRT_F16, ZRT_BF16};
+  uint32_t salt = 1;
+  for (int d = 0; d < 3; d++) {
+    zrt_dtype dt = dts[d];
+    for (int async = 0; async < 2; async++) {
+      for (int uneven = 0; uneven < 2; uneven++) {
+        size_t n = uneven ? 1037 : 1024;
+        test_all_reduce(dt, async, n, ZRT_RED_SUM, 0, salt++);
+        test_all_reduce(dt, async, n, ZRT_RED_SUM, 1, salt++);
+        test_all_reduce(dt, async, n, ZRT_RED_MAX, uneven, salt++);
+        test_all_reduce(dt, async, n, ZRT_RED_MIN, !uneven, salt++);
+        test_reduce_scatter(dt, async, uneven, ZRT_RED_SUM, salt++);
+        test_reduce_scatter(dt, async, uneven, ZRT_RED_MAX, salt++);
+        test_reduce_scatter(dt, async, uneven, ZRT_RED_MIN, salt++);
+        test_all_gather(dt, async, uneven, 0, salt++);
+        test_all_gather(dt, async, uneven, 1, salt++);
+        test_broadcast(dt, async, n, uneven ? N - 1 : 0, salt++);
+      }
+    }
+    test_all_reduce(dt, 1, 0, ZRT_RED_SUM, 0, salt++); /* empty collective */
+    test_broadcast(dt, 0, 0, 0, salt++);
+  }
+
+  /* Nothing staged is left behind once every request completed. */
+  zrt_mem_stats s;
+  zrt_pool_stats(B->pool, &s);
+  ZT_CHECK(s.current[ZRT_MEM_COMM] == 0);
+  ZT_CHECK(s.peak[ZRT_MEM_COMM] > 0);
+
+  uint64_t seq = C->seq;
+  ZT_OK(zrt_comm_barrier(C));
+  ZT_CHECK(C->seq == seq + 1 && C->completed == C->seq);
+  ZT_CHECK(!strcmp(C->last_op, "barrier"));
+  test_errors();
+
+  /* A second MPI comm lives beside the first (own duplicate of the world,
+   * own counters); destroying it must not finalise MPI under the first. */
+  zrt_comm *c2 = NULL;
+  ZT_OK(zrt_comm_create("mpi", B, 120.0, &c2));
+  ZT_CHECK(c2->rank == R && c2->world == N && c2->seq == 0);
+  float one = 1.0f, sum = 0;
+  ZT_OK(zrt_comm_all_reduce(c2, &one, &sum, 1, ZRT_F32, ZRT_RED_SUM, NULL));
+  ZT_CHECK(sum == (float)N && c2->seq == 1);
+  zrt_comm_destroy(c2);
+  sum = 0;
+  ZT_OK(zrt_comm_all_reduce(C, &one, &sum, 1, ZRT_F32, ZRT_RED_SUM, NULL));
+  ZT_CHECK(sum == (float)N);
+  ZT_CHECK(C->seq == seq + 2); /* rejected calls get no sequence number */
+
+  zrt_comm_destroy(C);
+  zrt_backend_destroy(B);
+  ZT_DONE();
+}

@@ -1,0 +1,220 @@
+/*
+ * test_hostpool.c — placement and pinning of the NUMA-pinned host pool,
+ * checked from the kernel's side:
+ *   - move_pages(2) in query mode reports the bound node for pages spread
+ *     over an allocation;
+ *   - VmLck in /proc/self/status grows by at least the bytes allocated;
+ *   - the accounted pool reports the bytes under their categories;
+ *   - a NUMA node that does not exist is a clear error (and, with
+ *     allow_fallback, a logged fallback);
+ *   - RLIMIT_MEMLOCK lowered in a forked child (after dropping
+ *     CAP_IPC_LOCK, which would bypass the limit for root) gives the clear
+ *     error naming the limit, ulimit -l and zrt.pin_memory_fallback; with
+ *     fallback the allocation works unpinned and the fallback is logged.
+ */
+#define _GNU_SOURCE
+#include <linux/capability.h>
+#include <numa.h>
+#include <numaif.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "offload/hostpool.h"
+#include "ztest.h"
+
+static long vmlck_kb(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long kb = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmLck:", 6)) kb = strtol(line + 6, NULL, 10);
+  if (f) fclose(f);
+  return kb;
+}
+
+static void test_placement(void) {
+  zrt_hostpool_opts o = {.numa_node = -1, .pin = 1, .allow_fallback = 0, .capacity = 0};
+  zrt_hostpool *hp = NULL;
+  ZT_OK(zrt_hostpool_create(&o, NULL, &hp));
+  int node = zrt_hostpool_node(hp);
+  printf("auto node %d, pinned %d\n", node, zrt_hostpool_pinned(hp));
+  ZT_CHECK(node >= 0);
+  ZT_CHECK(zrt_hostpool_pinned(hp) == 1);
+  long before = vmlck_kb();
+  size_t bytes = 64u << 20;
+  void *p = NULL, *q = NULL;
+  ZT_OK(zrt_pool_alloc(zrt_hostpool_pool(hp), bytes, ZRT_MEM_MASTER32, &p));
+  ZT_OK(zrt_pool_alloc(zrt_hostpool_pool(hp), 1000, ZRT_MEM_OPTIM_STATE, &q));
+  ZT_CHECK(((uintptr_t)p & 63) == 0 && ((uintptr_t)q & 63) == 0);
+  long after = vmlck_kb();
+  printf("VmLck %ld kB -> %ld kB (grew %ld kB, allocated %zu kB)\n", before, after, after - before,
+         bytes >> 10);
+  ZT_CHECK(after - before >= (long)(bytes >> 10));
+
+  /* query mode: nodes == NULL, status gets each page's node */
+  enum { NP = 64 };
+  void *pages[NP];
+  int status[NP];
+  long pg = sysconf(_SC_PAGESIZE);
+  for (int i = 0; i < NP; i++)
+    pages[i] = (char *)p + (size_t)i * (bytes / NP) / (size_t)pg * (size_t)pg;
+  ZT_CHECK(move_pages(0, NP, pages, NULL, status, 0) == 0);
+  int wrong = 0;
+  for (int i = 0; i < NP; i++) wrong += status[i] != node;
+  printf("move_pages: %d of %d sampled pages off node %d (first status %d)\n", wrong, NP, node,
+         status[0]);
+  ZT_CHECK(wrong == 0);
+
+  zrt_mem_stats s;
+  zrt_pool_stats(zrt_hostpool_pool(hp), &s);
+  ZT_CHECK(s.current[ZRT_MEM_MASTER32] == bytes);
+  ZT_CHECK(s.current[ZRT_MEM_OPTIM_STATE] == 1000);
+  memset(p, 0x5a, bytes); /* the memory is usable */
+  zrt_pool_free(zrt_hostpool_pool(hp), p);
+  zrt_pool_free(zrt_hostpool_pool(hp), q);
+  zrt_pool_stats(zrt_hostpool_pool(hp), &s);
+  ZT_CHECK(s.current_total == 0 && s.peak_total >= bytes + 1000);
+  zrt_hostpool_destroy(hp);
+  long end = vmlck_kb();
+  printf("VmLck after destroy %ld kB\n", end);
+  ZT_CHECK(end <= before + 64); /* destroy unpins what the arena held */
+  zrt_hostpool_destroy(NULL);
+}
+
+/* Runs fn in a child with stderr going to a file; returns the child's exit
+ * code and the captured stderr in buf. */
+static int in_child(int (*fn)(void *), void *arg, char *buf, size_t len) {
+  char path[] = "/tmp/zrt_hostpool_XXXXXX";
+  int fd = mkstemp(path);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fd, 2);
+    int rc = fn(arg);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(rc);
+  }
+  int ws = 0;
+  waitpid(pid, &ws, 0);
+  ssize_t n = pread(fd, buf, len - 1, 0);
+  buf[n > 0 ? n : 0] = 0;
+  close(fd);
+  unlink(path);
+  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 100;
+}
+
+static void drop_ipc_lock(void) {
+  struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+  struct __user_cap_data_struct d[2];
+  if (syscall(SYS_capget, &h, d) != 0) return;
+  d[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+  d[CAP_IPC_LOCK / 32].permitted &= ~(1u << (CAP_IPC_LOCK % 32));
+  syscall(SYS_capset, &h, d);
+}
+
+typedef struct {
+  int fallback;
+  rlim_t limit;
+} memlock_arg;
+
+/* exit 0: create + 16 MiB alloc worked pinned; 1: pinned=0 after alloc;
+ * 2: create failed; 3: alloc failed. The zrt message goes to stderr. */
+static int memlock_child(void *a) {
+  memlock_arg *m = a;
+  drop_ipc_lock();
+  struct rlimit rl = {m->limit, m->limit};
+  setrlimit(RLIMIT_MEMLOCK, &rl);
+  zrt_hostpool_opts o = {.numa_node = -1, .pin = 1, .allow_fallback = m->fallback};
+  zrt_hostpool *hp = NULL;
+  if (zrt_hostpool_create(&o, NULL, &hp) != ZRT_OK) {
+    fprintf(stderr, "MSG: %s\n", zrt_last_error());
+    return 2;
+  }
+  void *p = NULL;
+  zrt_status st = zrt_pool_alloc(zrt_hostpool_pool(hp), 16u << 20, ZRT_MEM_MASTER32, &p);
+  if (st != ZRT_OK) {
+    fprintf(stderr, "MSG: %s\n", zrt_last_error());
+    zrt_hostpool_destroy(hp);
+    return 3;
+  }
+  memset(p, 1, 16u << 20);
+  int pinned = zrt_hostpool_pinned(hp);
+  zrt_hostpool_destroy(hp);
+  return pinned ? 0 : 1;
+}
+
+static void test_memlock(void) {
+  char buf[8192];
+  /* 8 MiB: the arena's metadata fits, the 16 MiB allocation does not */
+  memlock_arg a = {.fallback = 0, .limit = 8u << 20};
+  int rc = in_child(memlock_child, &a, buf, sizeof buf);
+  printf("RLIMIT_MEMLOCK 8 MiB, no fallback: rc %d, stderr: %s", rc, buf);
+  ZT_CHECK(rc == 3);
+  ZT_CONTAINS(buf, "cannot pin");
+  ZT_CONTAINS(buf, "RLIMIT_MEMLOCK is 8.00 MiB");
+  ZT_CONTAINS(buf, "ulimit -l");
+  ZT_CONTAINS(buf, "zrt.pin_memory_fallback: true");
+
+  a.limit = 0; /* nothing lockable: creation itself fails */
+  rc = in_child(memlock_child, &a, buf, sizeof buf);
+  printf("RLIMIT_MEMLOCK 0, no fallback: rc %d, stderr: %s", rc, buf);
+  ZT_CHECK(rc == 2);
+  ZT_CONTAINS(buf, "RLIMIT_MEMLOCK");
+
+  a.fallback = 1;
+  a.limit = 8u << 20;
+  rc = in_child(memlock_child, &a, buf, sizeof buf);
+  printf("RLIMIT_MEMLOCK 8 MiB, fallback: rc %d, stderr: %s", rc, buf);
+  ZT_CHECK(rc == 1); /* worked, and says it is unpinned */
+  ZT_CONTAINS(buf, "pin_memory_fallback is set");
+  ZT_CONTAINS(buf, "unpinned");
+}
+
+static int badnode_child(void *a) {
+  (void)a;
+  zrt_hostpool_opts o = {.numa_node = numa_max_node() + 1, .pin = 1, .allow_fallback = 1};
+  zrt_hostpool *hp = NULL;
+  if (zrt_hostpool_create(&o, NULL, &hp) != ZRT_OK) return 2;
+  void *p = NULL;
+  if (zrt_pool_alloc(zrt_hostpool_pool(hp), 1u << 20, ZRT_MEM_MASTER32, &p) != ZRT_OK) return 3;
+  int node = zrt_hostpool_node(hp);
+  zrt_hostpool_destroy(hp);
+  return node == -1 ? 0 : 1;
+}
+
+static void test_bad_node(void) {
+  if (numa_available() < 0) {
+    printf("no NUMA: bad-node test skipped\n");
+    return;
+  }
+  int bad = numa_max_node() + 1;
+  zrt_hostpool_opts o = {.numa_node = bad, .pin = 1, .allow_fallback = 0};
+  zrt_hostpool *hp = NULL;
+  zrt_status st = zrt_hostpool_create(&o, NULL, &hp);
+  printf("numa_node %d: %s: %s\n", bad, zrt_status_string(st), zrt_last_error());
+  ZT_CHECK(st == ZRT_ERR_CONFIG && hp == NULL);
+  char want[64];
+  snprintf(want, sizeof want, "NUMA node %d does not exist", bad);
+  ZT_CONTAINS(zrt_last_error(), want);
+  ZT_CONTAINS(zrt_last_error(), "zrt.pin_memory_fallback: true");
+  char buf[4096];
+  int rc = in_child(badnode_child, NULL, buf, sizeof buf);
+  printf("numa_node %d with fallback: rc %d, stderr: %s", bad, rc, buf);
+  ZT_CHECK(rc == 0);
+  ZT_CONTAINS(buf, "continuing with unbound pages");
+}
+
+int main(void) {
+  test_placement();
+  test_bad_node();
+  test_memlock();
+  ZT_DONE();
+}

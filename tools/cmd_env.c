@@ -1,0 +1,320 @@
+/*
+ * cmd_env.c — `zrt env`: everything a bug report needs, in fixed sections
+ * ("== zrt ==", "== cpu ==", "== numa ==", "== gpus ==", "== libraries ==",
+ * "== limits ==", "== environment ==", "== config =="), so tests and users
+ * can grep them. It must run on any machine: no GPU, no NUMA, no config
+ * file are all normal answers, never errors. It never initialises MPI (the
+ * library version query works before MPI_Init).
+ */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <cpuid.h>
+#include <jemalloc/jemalloc.h>
+#include <mpi.h>
+#include <numa.h>
+#include <omp.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "backend.h"
+#include "config.h"
+#include "internal.h"
+#include "launch_util.h"
+#include "offload/cpu_optim.h"
+#include "tools.h"
+#include "zrt.h"
+
+char *openblas_get_config(void);
+int openblas_get_num_threads(void);
+
+static void cli_env_build(void) {
+  printf("== zrt ==\n");
+  printf("version: %s\n", ZRT_VERSION_STRING);
+#ifdef __OPTIMIZE__
+  const char *opt = "optimized";
+#else
+  const char *opt = "not optimized (-O0)";
+#endif
+#ifdef NDEBUG
+  const char *asserts = "off (NDEBUG)";
+#else
+  const char *asserts = "on";
+#endif
+  printf("build: %s, assertions %s, compiler %s\n", opt, asserts, __VERSION__);
+  const char *san = "none";
+#if defined(__SANITIZE_ADDRESS__) && defined(__SANITIZE_THREAD__)
+  san = "address,thread";
+#elif defined(__SANITIZE_ADDRESS__)
+  san = "address";
+#elif defined(__SANITIZE_THREAD__)
+  san = "thread";
+#endif
+  printf("sanitizers: %s\n", san);
+  printf("CUDA backend: %s\n", zrt_backend_cuda_built() ? "built" : "not built");
+#ifdef ZRT_HAVE_NCCL
+  printf("NCCL comm: built\n");
+#else
+  printf("NCCL comm: not built\n");
+#endif
+  printf("cpu optimizer ISA: %s (best this CPU runs; $ZRT_CPU_ISA forces one)\n",
+         zrt_isa_name(zrt_cpu_isa_best()));
+}
+
+static void cli_env_cpu(void) {
+  printf("\n== cpu ==\n");
+  char model[256] = "unknown";
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (f) {
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+      if (strncmp(line, "model name", 10)) continue;
+      char *c = strchr(line, ':');
+      if (!c) continue;
+      c++;
+      while (*c == ' ') c++;
+      c[strcspn(c, "\n")] = '\0';
+      snprintf(model, sizeof model, "%s", c);
+      break;
+    }
+    fclose(f);
+  }
+  printf("model: %s\n", model);
+  printf("isa:");
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a, b, c, d;
+  unsigned l1c = 0, l7b = 0, l7c = 0, l71a = 0, max = __get_cpuid_max(0, NULL);
+  if (__get_cpuid(1, &a, &b, &c, &d)) l1c = c;
+  if (max >= 7) {
+    __cpuid_count(7, 0, a, b, c, d);
+    l7b = b;
+    l7c = c;
+    __cpuid_count(7, 1, a, b, c, d);
+    l71a = a;
+  }
+  /* the OS must save the wide registers too (XCR0), else the CPU bit lies */
+  unsigned long long xcr0 = 0;
+  if (l1c & (1u << 27)) {
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    xcr0 = ((unsigned long long)hi << 32) | lo;
+  }
+  int avx_os = (xcr0 & 6) == 6, avx512_os = (xcr0 & 0xe6) == 0xe6;
+  struct {
+    const char *name;
+    int on;
+  } isa[] = {
+      {"sse4.2", !!(l1c & (1u << 20))},
+      {"avx", avx_os && (l1c & (1u << 28))},
+      {"f16c", avx_os && (l1c & (1u << 29))},
+      {"fma", avx_os && (l1c & (1u << 12))},
+      {"avx2", avx_os && (l7b & (1u << 5))},
+      {"avx512f", avx512_os && (l7b & (1u << 16))},
+      {"avx512dq", avx512_os && (l7b & (1u << 17))},
+      {"avx512bw", avx512_os && (l7b & (1u << 30))},
+      {"avx512vl", avx512_os && (l7b & (1u << 31))},
+      {"avx512_vnni", avx512_os && (l7c & (1u << 11))},
+      {"avx512_bf16", avx512_os && (l71a & (1u << 5))},
+  };
+  int any = 0;
+  for (size_t i = 0; i < sizeof isa / sizeof isa[0]; i++)
+    if (isa[i].on) {
+      printf(" %s", isa[i].name);
+      any = 1;
+    }
+  if (!any) printf(" (none of the x86 vector extensions zrt uses)");
+#else
+  printf(" (not x86: scalar paths)");
+#endif
+  printf("\n");
+  printf("cores online: %ld\n", sysconf(_SC_NPROCESSORS_ONLN));
+  cpu_set_t set;
+  char list[1024] = "?";
+  int n = 0;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    cli_cpulist(&set, list, sizeof list);
+    n = CPU_COUNT(&set);
+  }
+  printf("affinity of this process: %s (%d cores)%s\n", list, n,
+         getenv("ZRT_BOUND_CPUS") ? " (bound by zrt launch --bind_cores_to_rank)" : "");
+  const char *omp = getenv("OMP_NUM_THREADS");
+  printf("OpenMP: %d threads (OMP_NUM_THREADS=%s), spec %d\n", omp_get_max_threads(),
+         omp ? omp : "unset", _OPENMP);
+}
+
+static void cli_env_numa(void) {
+  printf("\n== numa ==\n");
+  if (numa_available() < 0) {
+    printf("libnuma: NUMA not available on this machine (one memory node)\n");
+    return;
+  }
+  int maxn = numa_max_node();
+  printf("nodes: %d\n", maxn + 1);
+  struct bitmask *cpus = numa_allocate_cpumask();
+  for (int nd = 0; nd <= maxn; nd++) {
+    long long freeb = 0;
+    long long total = numa_node_size64(nd, &freeb);
+    if (total < 0) continue;
+    char tb[32], fb[32], cl[1024] = "";
+    size_t o = 0;
+    if (numa_node_to_cpus(nd, cpus) == 0) {
+      cpu_set_t s;
+      CPU_ZERO(&s);
+      for (unsigned c = 0; c < cpus->size && c < CPU_SETSIZE; c++)
+        if (numa_bitmask_isbitset(cpus, c)) CPU_SET(c, &s);
+      cli_cpulist(&s, cl, sizeof cl);
+      o = strlen(cl);
+    }
+    printf("node %d: %s total, %s free, cpus %s\n", nd,
+           zrt_format_size((uint64_t)total, tb, sizeof tb),
+           zrt_format_size((uint64_t)(freeb > 0 ? freeb : 0), fb, sizeof fb), o ? cl : "none");
+  }
+  numa_free_cpumask(cpus);
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    int node = cli_numa_node_of(&set);
+    printf("node of this process's first core: %d\n", node);
+  }
+  struct bitmask *mb = numa_get_membind();
+  if (mb) {
+    printf("memory binding:");
+    int all = 1;
+    for (int nd = 0; nd <= maxn; nd++)
+      if (!numa_bitmask_isbitset(mb, (unsigned)nd)) all = 0;
+    if (all)
+      printf(" all nodes\n");
+    else {
+      for (int nd = 0; nd <= maxn; nd++)
+        if (numa_bitmask_isbitset(mb, (unsigned)nd)) printf(" %d", nd);
+      printf("\n");
+    }
+    numa_bitmask_free(mb);
+  }
+}
+
+static void cli_env_gpus(void) {
+  printf("\n== gpus ==\n");
+  if (!zrt_backend_cuda_built()) {
+    printf("CUDA backend not built: no GPUs used (CPU backend)\n");
+    return;
+  }
+  int n = zrt_backend_cuda_device_count();
+  printf("count: %d\n", n);
+  for (int i = 0; i < n; i++) {
+    zrt_backend *b = NULL;
+    if (zrt_backend_create("cuda", 0, i, &b) != ZRT_OK) {
+      printf("gpu %d: cannot open: %s\n", i, zrt_last_error());
+      continue;
+    }
+    printf("gpu %d: %s, numa node %d\n", i, b->description, b->numa_node);
+    zrt_backend_destroy(b);
+  }
+}
+
+static void cli_env_libs(void) {
+  printf("\n== libraries ==\n");
+  char mpiv[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0, maj = 0, min = 0;
+  MPI_Get_library_version(mpiv, &len);
+  MPI_Get_version(&maj, &min);
+  mpiv[strcspn(mpiv, "\n")] = '\0';
+  printf("MPI: %s (standard %d.%d)\n", mpiv, maj, min);
+#ifdef ZRT_HAVE_NCCL
+  printf("NCCL: built\n");
+#else
+  printf("NCCL: not built\n");
+#endif
+  printf("cuBLAS: %s\n", zrt_backend_cuda_built() ? "built" : "not built");
+  char *ob = openblas_get_config();
+  printf("OpenBLAS: %s (%d threads)\n", ob ? ob : "?", openblas_get_num_threads());
+  const char *jv = NULL;
+  size_t sz = sizeof jv;
+  if (mallctl("version", &jv, &sz, NULL, 0) == 0 && jv)
+    printf("jemalloc: %s (allocator in use)\n", jv);
+  else
+    printf("jemalloc: headers %s, not the allocator in use\n", JEMALLOC_VERSION);
+  printf("libyaml: %s\n", yaml_get_version_string());
+  printf("cJSON: %s\n", cJSON_Version());
+  printf("libnuma: API version %d\n", LIBNUMA_API_VERSION);
+  printf("liburing: linked\n");
+}
+
+static void cli_env_limits(void) {
+  printf("\n== limits ==\n");
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+    char a[32], b[32];
+    printf("RLIMIT_MEMLOCK: soft %s, hard %s%s\n",
+           rl.rlim_cur == RLIM_INFINITY ? "unlimited"
+                                        : zrt_format_size((uint64_t)rl.rlim_cur, a, sizeof a),
+           rl.rlim_max == RLIM_INFINITY ? "unlimited"
+                                        : zrt_format_size((uint64_t)rl.rlim_max, b, sizeof b),
+           rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (1ull << 30)
+               ? " (low: pinned host buffers for offload will fall back or fail; raise with "
+                 "ulimit -l)"
+               : "");
+  }
+  long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && psz > 0) {
+    char m[32];
+    printf("physical memory: %s\n", zrt_format_size((uint64_t)pages * (uint64_t)psz, m, sizeof m));
+  }
+}
+
+static void cli_env_vars(void) {
+  printf("\n== environment ==\n");
+  extern char **environ;
+  int n = 0;
+  for (char **e = environ; *e; e++) {
+    const char *s = *e;
+    if (!strncmp(s, "ZRT_", 4) || !strncmp(s, "OMP_", 4) || !strncmp(s, "CUDA_VISIBLE", 12) ||
+        !strncmp(s, "NCCL_", 5) || !strncmp(s, "RANK=", 5) || !strncmp(s, "LOCAL_RANK=", 11) ||
+        !strncmp(s, "WORLD_SIZE=", 11) || !strncmp(s, "LOCAL_WORLD_SIZE=", 17) ||
+        !strncmp(s, "MASTER_", 7)) {
+      printf("%s\n", s);
+      n++;
+    }
+  }
+  if (!n) printf("(no ZRT_*, OMP_*, NCCL_*, CUDA_VISIBLE_DEVICES or rank variables set)\n");
+}
+
+static void cli_env_config(void) {
+  printf("\n== config ==\n");
+  char p[4096];
+  cli_default_config_path(p, sizeof p);
+  FILE *f = fopen(p, "r");
+  if (!f) {
+    printf("default config: %s (not present; `zrt config` writes it)\n", p);
+    return;
+  }
+  printf("default config: %s\n", p);
+  char line[1024];
+  while (fgets(line, sizeof line, f)) printf("  %s", line);
+  fclose(f);
+}
+
+int zrt_cmd_env(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      printf("usage: zrt env\nPrints the zrt build, CPU and ISA, core affinity, NUMA nodes, GPUs, "
+             "library versions, limits, relevant environment variables and the default "
+             "config.\n");
+      return 0;
+    }
+    fprintf(stderr, "zrt env: unknown argument '%s' (zrt env takes none)\n", argv[i]);
+    return 2;
+  }
+  cli_env_build();
+  cli_env_cpu();
+  cli_env_numa();
+  cli_env_gpus();
+  cli_env_libs();
+  cli_env_limits();
+  cli_env_vars();
+  cli_env_config();
+  return 0;
+}

@@ -1,0 +1,277 @@
+/*
+ * cmd_estimate.c — `zrt estimate-memory`: per-rank device and host bytes of
+ * every ZeRO stage x offload choice x world size, from runtime/memest.c (the
+ * same model stage "auto" and the OOM hint use, checked against measured
+ * pool peaks by tests/mpi/test_engine_memory.c). A model is either a GPT
+ * preset of examples/gpt2 (--model, activations included) or a bare
+ * parameter count (--params, one module of --largest_module elements
+ * bounds the stage-2/3 transient terms; activations only with
+ * --activation_bytes). Pure arithmetic: no MPI, no device.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "memest.h"
+#include "tools.h"
+
+static void est_usage(FILE *f) {
+  fprintf(f, "usage: zrt estimate-memory (--model NAME | --params N) [options]\n"
+             "  --model NAME           GPT preset of examples/gpt2: tiny, gpt2, gpt2-medium, "
+             "gpt2-large, gpt2-xl\n"
+             "  --params N             parameter count (e.g. 1.5e9)\n"
+             "  --largest_module N     with --params: elements of the largest module (default N)\n"
+             "  --activation_bytes S   with --params: per-rank activation bytes (default 0)\n"
+             "  --batch_size B         micro batch per rank (default 1)\n"
+             "  --seq_len T            sequence length (default: the preset's)\n"
+             "  --world_sizes LIST     comma-separated ranks, default 1,2,4,8\n"
+             "  --dtype fp32|fp16|bf16 working precision (default fp16)\n"
+             "  --optimizer adam|sgd|lion  (default adam: 2 fp32 states)\n"
+             "  --reduce_bucket_size N (default 5e8)  --prefetch N (stage3_prefetch_bucket_size, "
+             "default 5e7)\n"
+             "  --persistence N        stage3_param_persistence_threshold (default 1e5)\n"
+             "  --device_memory SIZE   mark configurations whose device total fits (e.g. 16GiB)\n"
+             "  --json                 one JSON document instead of the table\n");
+}
+
+static int est_num(const char *opt, const char *v, int64_t *out) {
+  char *end;
+  double d = strtod(v, &end);
+  if (end == v || *end || d < 0 || d > 9.2e18) {
+    fprintf(stderr, "zrt estimate-memory: %s '%s' is not a non-negative number (e.g. 1.5e9)\n", opt,
+            v);
+    return -1;
+  }
+  *out = (int64_t)d;
+  return 0;
+}
+
+typedef struct est_row {
+  int world, stage, oo, op;
+  zrt_memest_result r;
+  int fits;
+} est_row;
+
+int zrt_cmd_estimate_memory(int argc, char **argv) {
+  const char *model = NULL, *worlds = "1,2,4,8", *dtype = "fp16", *optim = "adam";
+  int64_t params = -1, largest = -1, act_bytes = 0, batch = 1, seq = -1;
+  int64_t bucket = 500000000, prefetch = 50000000, persist = 100000;
+  uint64_t devmem = 0;
+  int json = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      est_usage(stdout);
+      return 0;
+    }
+    if (!strcmp(a, "--json")) {
+      json = 1;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "zrt estimate-memory: %s needs a value (see --help)\n", a);
+      return 2;
+    }
+    const char *v = argv[++i];
+    int bad = 0;
+    if (!strcmp(a, "--model"))
+      model = v;
+    else if (!strcmp(a, "--params"))
+      bad = est_num(a, v, &params);
+    else if (!strcmp(a, "--largest_module"))
+      bad = est_num(a, v, &largest);
+    else if (!strcmp(a, "--activation_bytes")) {
+      uint64_t u;
+      if (!zrt_parse_size(v, &u)) {
+        fprintf(stderr, "zrt estimate-memory: --activation_bytes '%s' is not a size\n", v);
+        return 2;
+      }
+      act_bytes = (int64_t)u;
+    } else if (!strcmp(a, "--batch_size"))
+      bad = est_num(a, v, &batch);
+    else if (!strcmp(a, "--seq_len"))
+      bad = est_num(a, v, &seq);
+    else if (!strcmp(a, "--world_sizes"))
+      worlds = v;
+    else if (!strcmp(a, "--dtype"))
+      dtype = v;
+    else if (!strcmp(a, "--optimizer"))
+      optim = v;
+    else if (!strcmp(a, "--reduce_bucket_size"))
+      bad = est_num(a, v, &bucket);
+    else if (!strcmp(a, "--prefetch"))
+      bad = est_num(a, v, &prefetch);
+    else if (!strcmp(a, "--persistence"))
+      bad = est_num(a, v, &persist);
+    else if (!strcmp(a, "--device_memory")) {
+      if (!zrt_parse_size(v, &devmem) || devmem == 0) {
+        fprintf(stderr,
+                "zrt estimate-memory: --device_memory '%s' is not a size (e.g. 16GiB, 8e9)\n", v);
+        return 2;
+      }
+    } else {
+      fprintf(stderr, "zrt estimate-memory: unknown option '%s' (see --help)\n", a);
+      return 2;
+    }
+    if (bad) return 2;
+  }
+  if (!model == (params < 0)) {
+    fprintf(stderr, "zrt estimate-memory: give exactly one of --model NAME or --params N\n");
+    return 2;
+  }
+  const zrt_memest_gpt *g = NULL;
+  if (model && !(g = zrt_memest_gpt_find(model))) {
+    fprintf(stderr,
+            "zrt estimate-memory: unknown --model '%s' (tiny, gpt2, gpt2-medium, gpt2-large, "
+            "gpt2-xl)\n",
+            model);
+    return 2;
+  }
+  int w;
+  if (!strcmp(dtype, "fp32"))
+    w = 4;
+  else if (!strcmp(dtype, "fp16") || !strcmp(dtype, "bf16"))
+    w = 2;
+  else {
+    fprintf(stderr, "zrt estimate-memory: --dtype '%s': expected fp32, fp16 or bf16\n", dtype);
+    return 2;
+  }
+  int nstates;
+  if (!strcmp(optim, "adam") || !strcmp(optim, "adamw"))
+    nstates = 2;
+  else if (!strcmp(optim, "sgd") || !strcmp(optim, "lion"))
+    nstates = 1;
+  else {
+    fprintf(stderr, "zrt estimate-memory: --optimizer '%s': expected adam, adamw, sgd or lion\n",
+            optim);
+    return 2;
+  }
+  if (batch < 1) {
+    fprintf(stderr, "zrt estimate-memory: --batch_size must be >= 1\n");
+    return 2;
+  }
+  if (g) {
+    if (seq < 0) seq = g->default_seq;
+    if (seq < 1 || seq > g->max_seq) {
+      fprintf(stderr, "zrt estimate-memory: --seq_len %lld outside 1..%lld for --model %s\n",
+              (long long)seq, (long long)g->max_seq, g->name);
+      return 2;
+    }
+  } else if (params < 1) {
+    fprintf(stderr, "zrt estimate-memory: --params must be >= 1\n");
+    return 2;
+  }
+  int wl[64], nw = 0;
+  for (const char *p = worlds; *p;) {
+    char *end;
+    long n = strtol(p, &end, 10);
+    if (end == p || n < 1 || n > 1 << 20 || nw == 64 || (*end && *end != ',')) {
+      fprintf(stderr,
+              "zrt estimate-memory: --world_sizes '%s': expected comma-separated positive "
+              "integers, e.g. 1,2,4\n",
+              worlds);
+      return 2;
+    }
+    wl[nw++] = (int)n;
+    p = *end ? end + 1 : end;
+  }
+  if (nw == 0) {
+    fprintf(stderr, "zrt estimate-memory: --world_sizes is empty\n");
+    return 2;
+  }
+
+  static const struct {
+    int stage, oo, op;
+  } cand[] = {{0, 0, 0}, {1, 0, 0}, {1, 1, 0}, {2, 0, 0},
+              {2, 1, 0}, {3, 0, 0}, {3, 1, 0}, {3, 1, 1}};
+  enum { NC = sizeof cand / sizeof cand[0] };
+  est_row *rows = calloc((size_t)nw * NC, sizeof *rows);
+  if (!rows) return 1;
+  int64_t nparams = params;
+  uint64_t acts = g ? zrt_memest_gpt_activations(g, batch, seq, w) : (uint64_t)act_bytes;
+  int nrows = 0;
+  for (int i = 0; i < nw; i++)
+    for (int k = 0; k < NC; k++) {
+      zrt_memest_layout lay;
+      memset(&lay, 0, sizeof lay);
+      lay.stage = cand[k].stage;
+      if (g) {
+        zrt_memest_gpt_layout(g, wl[i], persist, &lay, &nparams);
+      } else {
+        int64_t unit = (int64_t)wl[i] * 32;
+        int64_t big = largest > 0 && largest < params ? largest : params;
+        lay.world = wl[i];
+        lay.padded_total = ZRT_ALIGN_UP(params, unit);
+        lay.max_module_padded = ZRT_ALIGN_UP(big, unit);
+        lay.persistent_padded = 0;
+      }
+      lay.stage = cand[k].stage;
+      lay.dtype_bytes = lay.comm_bytes = w;
+      lay.optim_states = nstates;
+      lay.reduce_bucket_size = bucket;
+      lay.prefetch_elems = prefetch;
+      lay.max_live_elems = 1000000000;
+      lay.sub_group_size = 1000000000;
+      lay.offload_optimizer = cand[k].oo;
+      lay.offload_param = cand[k].op;
+      lay.activation_bytes = acts;
+      est_row *r = &rows[nrows++];
+      r->world = wl[i];
+      r->stage = cand[k].stage;
+      r->oo = cand[k].oo;
+      r->op = cand[k].op;
+      zrt_memest_predict(&lay, &r->r);
+      r->fits = devmem ? r->r.device_total <= devmem : -1;
+    }
+
+  static const char *off_name[3] = {"none", "optimizer", "optimizer+param"};
+  if (json) {
+    printf("{\"model\":\"%s\",\"params\":%lld,\"dtype\":\"%s\",\"batch_size\":%lld,"
+           "\"seq_len\":%lld,\"activation_bytes\":%llu,\"device_memory\":%llu,\"configs\":[",
+           g ? g->name : "params", (long long)nparams, dtype, (long long)batch,
+           (long long)(g ? seq : 0), (unsigned long long)acts, (unsigned long long)devmem);
+    for (int i = 0; i < nrows; i++) {
+      const est_row *r = &rows[i];
+      printf("%s{\"world_size\":%d,\"stage\":%d,\"offload\":\"%s\",\"device_bytes\":%llu,"
+             "\"device_model_state_bytes\":%llu,\"host_bytes\":%llu,\"device\":{",
+             i ? "," : "", r->world, r->stage, off_name[r->oo + r->op],
+             (unsigned long long)r->r.device_total, (unsigned long long)r->r.model_states,
+             (unsigned long long)r->r.host_total);
+      for (int c = 0; c < ZRT_MEM_OTHER; c++)
+        printf("%s\"%s\":%llu", c ? "," : "", zrt_mem_category_name((zrt_mem_category)c),
+               (unsigned long long)r->r.device[c]);
+      printf("},\"host\":{");
+      for (int c = 0; c < ZRT_MEM_OTHER; c++)
+        printf("%s\"%s\":%llu", c ? "," : "", zrt_mem_category_name((zrt_mem_category)c),
+               (unsigned long long)r->r.host[c]);
+      printf("}");
+      if (devmem) printf(",\"fits\":%s", r->fits ? "true" : "false");
+      printf("}");
+    }
+    printf("]}\n");
+  } else {
+    char a[32], b[32], c[32], d[32];
+    printf("model %s: %lld parameters, dtype %s, %d optimizer state(s)", g ? g->name : "(--params)",
+           (long long)nparams, dtype, nstates);
+    if (g)
+      printf(", micro batch %lld x seq %lld: activations %s per rank", (long long)batch,
+             (long long)seq, zrt_format_size(acts, a, sizeof a));
+    printf("\n");
+    if (devmem) printf("device memory per rank: %s\n", zrt_format_size(devmem, a, sizeof a));
+    printf("%-6s %-6s %-16s %14s %14s %14s%s\n", "world", "stage", "offload", "model states",
+           "device total", "host", devmem ? "  fits" : "");
+    for (int i = 0; i < nrows; i++) {
+      const est_row *r = &rows[i];
+      printf("%-6d %-6d %-16s %14s %14s %14s%s\n", r->world, r->stage, off_name[r->oo + r->op],
+             zrt_format_size(r->r.model_states, b, sizeof b),
+             zrt_format_size(r->r.device_total, c, sizeof c),
+             zrt_format_size(r->r.host_total, d, sizeof d),
+             devmem ? (r->fits ? "  yes" : "  no") : "");
+    }
+    printf("(per rank; device total = model states + reduction buckets + activations; host = "
+           "offloaded states + offload staging)\n");
+  }
+  free(rows);
+  return 0;
+}
