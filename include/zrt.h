@@ -269,6 +269,13 @@ zrt_status zrt_engine_save(zrt_engine *eng, const char *dir, const char *user_js
  * engine is unchanged. *user_json (may be NULL) receives a malloc'd copy of
  * the saved user JSON. Collective. */
 zrt_status zrt_engine_load(zrt_engine *eng, const char *dir, char **user_json);
+/* Reads, without an engine, the step and user JSON of the checkpoint
+ * zrt_engine_load(dir) would load: metadata only (rank files are neither
+ * opened nor checked), no collective, no write. Lets a program compare its
+ * own configuration (e.g. model shape) with the checkpoint's before building.
+ * *user_json (may be NULL): malloc'd, "{}" when none was saved. Same errors
+ * as zrt_engine_load for a missing or malformed checkpoint. */
+zrt_status zrt_checkpoint_peek(const char *dir, int64_t *step, char **user_json);
 
 /* -------------------------------------------------------------- logging */
 

@@ -7,7 +7,8 @@
  * Baseline in the same run: stage 0 without offload; every cell reports
  * tokens/s and device peak relative to it. Parameter offload exists only at
  * stage 3 (as in DeepSpeed), so the other stages' cells say so instead of
- * running. A configuration the runtime refuses is reported with its error.
+ * running; nor does stage 0 offload anything (the config refuses it). A
+ * configuration the runtime refuses is reported with its error.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,7 @@ static int zrt_bench_sweep(const zrt_perf_args *a, cJSON *r) {
   const zrt_pt_run *runs[4][3] = {{0}};
   for (int off = 0; off < 3; off++)
     for (int s = 0; s < 4; s++) {
-      if (off == ZRT_PT_OFFLOAD_OPT_PARAM && s != 3) continue;
+      if ((off == ZRT_PT_OFFLOAD_OPT_PARAM && s != 3) || (off && s == 0)) continue;
       zrt_pt_opts o = base;
       o.stage = s;
       o.offload = off;
@@ -55,7 +56,9 @@ static int zrt_bench_sweep(const zrt_perf_args *a, cJSON *r) {
       cJSON_AddStringToObject(c, "offload", zrt_pt_offload_name(off));
       const zrt_pt_run *run = runs[s][off];
       if (!run) {
-        cJSON_AddStringToObject(c, "skipped", "parameter offload exists only at ZeRO stage 3");
+        cJSON_AddStringToObject(c, "skipped",
+                                s == 0 ? "offload needs ZeRO stage 1, 2 or 3"
+                                       : "parameter offload exists only at stage 3");
         cJSON_AddItemToArray(cells, c);
         continue;
       }

@@ -74,7 +74,7 @@ void zrt_pt_model_from_args(const zrt_perf_args *a, zrt_pt_model *m) {
   m->n_embd = zrt_pt_int_opt(a, "n_embd", 0);
   m->seq_len = zrt_pt_int_opt(a, "seq_len", 0);
   m->batch = zrt_pt_int_opt(a, "batch_size", 4);
-  m->steps = zrt_pt_int_opt(a, "steps", a->quick ? 3 : 6);
+  m->steps = zrt_pt_int_opt(a, "steps", a->quick ? 4 : 8);
   if (m->steps < 1) m->steps = 1;
   v = zrt_perf_opt(a, "dtype");
   snprintf(m->dtype, sizeof m->dtype, "%s", v ? v : "bf16");

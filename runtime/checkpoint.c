@@ -25,6 +25,9 @@
  * when every rank has succeeded (agreement collective) are the staged
  * states copied into the engine. Loading never writes to disk.
  *
+ * zrt_checkpoint_peek reads only the metadata (step, user JSON) with no
+ * engine, so programs can check their configuration before building.
+ *
  * Collectives go through zrt_engine_all_reduce_sum on host floats: failure
  * flags, and the first failing rank's message (bytes summed as floats, exact)
  * so every rank returns the same text.
@@ -676,5 +679,32 @@ done:
   if (have_reader) zrt_ckpt_reader_free(&rd);
   if (have_meta) zrt_ckpt_meta_free(&meta);
   if (user) cJSON_free(user);
+  return st;
+}
+
+/* ------------------------------------------------------------- peek */
+
+zrt_status zrt_checkpoint_peek(const char *dir, int64_t *step, char **user_json) {
+  if (user_json) *user_json = NULL;
+  if (!dir || !dir[0])
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_checkpoint_peek: empty checkpoint directory");
+  zrt_ckpt_meta meta;
+  ZRT_CHECK(zrt_ckpt_meta_load(dir, &meta));
+  zrt_status st = ZRT_OK;
+  if (step) *step = meta.step;
+  if (user_json) {
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(meta.root, "user");
+    char *txt = cJSON_IsObject(u) ? cJSON_PrintUnformatted(u) : NULL;
+    /* cJSON allocates with malloc here (no hooks installed); copied anyway
+     * so the caller's free() never depends on that. */
+    const char *src = txt ? txt : "{}";
+    *user_json = malloc(strlen(src) + 1);
+    if (*user_json)
+      memcpy(*user_json, src, strlen(src) + 1);
+    else
+      st = zrt_error(ZRT_ERR_OOM, "zrt_checkpoint_peek('%s'): out of host memory", dir);
+    if (txt) cJSON_free(txt);
+  }
+  zrt_ckpt_meta_free(&meta);
   return st;
 }

@@ -324,7 +324,7 @@ zrt_status zrt_comm_reduce_scatter(zrt_comm *c, const void *send, void *recv, co
   ZRT_CHECK(check_comm(c, fn));
   ZRT_CHECK(check_dt(dt, fn));
   ZRT_CHECK(check_op(op, fn));
-  size_t total;
+  size_t total = 0;
   ZRT_CHECK(check_counts(c, counts, fn, &total));
   if ((total && !send) || (counts[c->rank] && !recv))
     return zrt_error(ZRT_ERR_INVALID_ARG, "%s: NULL %s buffer (total %zu, this rank's %zu)", fn,
@@ -341,7 +341,7 @@ zrt_status zrt_comm_all_gather(zrt_comm *c, const void *send, void *recv, const 
   if (req) *req = NULL;
   ZRT_CHECK(check_comm(c, fn));
   ZRT_CHECK(check_dt(dt, fn));
-  size_t total;
+  size_t total = 0;
   ZRT_CHECK(check_counts(c, counts, fn, &total));
   if ((counts[c->rank] && !send) || (total && !recv))
     return zrt_error(ZRT_ERR_INVALID_ARG, "%s: NULL %s buffer (total %zu, this rank's %zu)", fn,

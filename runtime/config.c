@@ -1032,10 +1032,16 @@ zrt_status zrt_config_resolve(zrt_config *cfg, int world_size) {
   long oc = zrt_config_schema_find("zero_optimization.overlap_comm");
   if (v->zero_stage == 3 && c->src[oc].kind == ZRT_SRC_DEFAULT)
     derive(c, "zero_optimization.overlap_comm", "true", "DeepSpeed default for stage 3");
-  long wm = zrt_config_schema_find("optimizer.params.adam_w_mode");
-  if (v->optimizer_type == ZRT_OPTIM_ADAM && v->adam_w_mode && c->src[wm].kind != ZRT_SRC_DEFAULT &&
-      c->src[wm].kind != ZRT_SRC_DERIVED)
-    derive(c, "optimizer.type", "AdamW", "Adam with adam_w_mode true");
+  /* DeepSpeed: type Adam runs AdamW (decoupled weight decay) unless
+   * adam_w_mode is false (ADAM_W_MODE_DEFAULT = True in runtime/config.py;
+   * engine.py: effective_adam_w_mode = name == AdamW or adam_w_mode). A
+   * re-resolve after adam_w_mode became false undoes our own derivation. */
+  long ot = zrt_config_schema_find("optimizer.type");
+  if (v->optimizer_type == ZRT_OPTIM_ADAM && v->adam_w_mode)
+    derive(c, "optimizer.type", "AdamW", "Adam with adam_w_mode true (DeepSpeed's default)");
+  else if (v->optimizer_type == ZRT_OPTIM_ADAMW && !v->adam_w_mode &&
+           c->src[ot].kind == ZRT_SRC_DERIVED)
+    derive(c, "optimizer.type", "Adam", "Adam with adam_w_mode false");
 
   /* scheduler: warmup_max_lr auto = lr, warmup_min_lr auto = 0 (HF's fill) */
   if (c->isauto[zrt_config_schema_find("scheduler.params.warmup_min_lr")])

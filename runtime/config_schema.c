@@ -123,7 +123,9 @@ const zrt_cfg_row zrt_cfg_rows[] = {
 
     /* ------------------------------------------------------------- optimizer */
     RE("optimizer.type", NC, "Adam", "Adam|AdamW|SGD|Lion", optim_vals,
-       "optimizer (case-insensitive); zrt uses Adam when the section is absent", optimizer_type),
+       "optimizer (case-insensitive; Adam means AdamW unless adam_w_mode is false, as in "
+       "DeepSpeed); zrt uses Adam when the section is absent",
+       optimizer_type),
     R("optimizer.params.lr", D, A, "1e-3", NULL, 0, 1e30, NULL, "learning rate", lr),
     {{"optimizer.params.betas", ZRT_CFGT_PAIR, A, "[0.9, 0.999]", NULL, 0, 1, NULL,
       "Adam/AdamW/Lion coefficients [beta1, beta2]"},
@@ -134,12 +136,15 @@ const zrt_cfg_row zrt_cfg_rows[] = {
     R("optimizer.params.eps", D, A, "1e-8", NULL, 0, 1, NULL, "Adam/AdamW denominator epsilon",
       eps),
     R("optimizer.params.weight_decay", D, A, "0", NULL, 0, 1e30, NULL,
-      "weight decay (Adam: L2 on the gradient; AdamW/Lion: decoupled)", weight_decay),
+      "weight decay (AdamW, Adam in adam_w_mode, Lion: decoupled; Adam with adam_w_mode false, "
+      "SGD: L2 on the gradient)",
+      weight_decay),
     R("optimizer.params.momentum", D, 0, "0", NULL, 0, 1, NULL, "SGD momentum", momentum),
     R("optimizer.params.bias_correction", B, 0, "true", NULL, 1, 0, NULL,
       "Adam/AdamW bias correction", bias_correction),
     R("optimizer.params.adam_w_mode", B, 0, "true", NULL, 1, 0, NULL,
-      "DeepSpeed's Adam flag: set true explicitly with type Adam to get AdamW", adam_w_mode),
+      "type Adam runs AdamW (decoupled weight decay) unless this is false, as in DeepSpeed",
+      adam_w_mode),
 
     /* ------------------------------------------------------------- scheduler */
     RE("scheduler.type", 0, "none", "none|WarmupLR|WarmupDecayLR|WarmupCosineLR", sched_vals,

@@ -485,9 +485,11 @@ zrt_status zrt_engine_build(zrt_engine *eng) {
     zrt_memest_layout lay;
     zrt_engine_layout_totals(eng, &lay);
     char b[32];
-    zrt_log(ZRT_LOG_INFO, "built: %d modules, %d params, %lld padded elements, stage %d, %s",
+    size_t cap = zrt_pool_capacity(eng->backend->pool);
+    zrt_log(ZRT_LOG_INFO,
+            "built: %d modules, %d params, %lld padded elements, stage %d, device capacity %s",
             eng->nmodules, eng->nparams, (long long)lay.padded_total, eng->stage,
-            zrt_format_size(zrt_pool_capacity(eng->backend->pool), b, sizeof b));
+            cap ? zrt_format_size(cap, b, sizeof b) : "unlimited");
   }
 done:
   free(tmp);

@@ -163,9 +163,14 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
   if (!info) info = &local;
   memset(info, 0, sizeof *info);
   if (eng->st.micro_count == 0) {
-    eng->st.t_start = zrt_now_s();
     eng->st.loss_sum = 0;
-    eng->st.comm_bytes0 = eng->comm->bytes_moved;
+    /* The step window (comm_bytes0, t_start) is NOT opened here: this call
+     * comes after the window's first forward/backward, whose stage-2/3
+     * gathers and reduce-scatters and whose compute belong to this step.
+     * It opens where the previous boundary ended; for the first step the
+     * bytes count from engine creation (build's gathers included) and the
+     * time, best effort, from here. */
+    if (eng->st.t_start == 0) eng->st.t_start = zrt_now_s();
   }
   eng->st.loss_sum += loss;
   eng->st.micro_count++;
@@ -257,6 +262,8 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
   eng->last_grad_norm = info->grad_norm;
   double step_time = zrt_now_s() - eng->st.t_start;
   uint64_t comm_bytes = eng->comm->bytes_moved - eng->st.comm_bytes0;
+  eng->st.comm_bytes0 = eng->comm->bytes_moved; /* the next window starts here */
+  eng->st.t_start = zrt_now_s();
   eng->st.micro_count = 0;
   if (st != ZRT_OK && st != ZRT_ERR_OVERFLOW) return st;
   zrt_status mst = ZRT_OK;

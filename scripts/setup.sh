@@ -21,6 +21,13 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# Python packages the tests use to cross-check outputs (safetensors files are
+# loaded with the reference implementation). Installed only when missing.
+if ! python3 -c "import safetensors, numpy" 2>/dev/null; then
+  echo "setup: pip-installing safetensors numpy"
+  python3 -m pip install -q safetensors numpy || echo "setup: pip install failed; tests that need safetensors will say they skip it"
+fi
+
 # A Debian text corpus for the GPT example (byte-level tokens): see examples/gpt2/README.md.
 BUILD_DIR=${ZRT_BUILD_DIR:-build}
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then

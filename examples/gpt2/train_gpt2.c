@@ -507,14 +507,82 @@ static const char *fmt_bytes(size_t b, char *buf, size_t len) {
   return buf;
 }
 
-/* Reads "key": <number> out of the user JSON we wrote ourselves. */
+/* Reads "key": <number> (or "key": "0x<hex>") out of the user JSON this
+ * program wrote itself: every key it writes is unique and no value holds a
+ * quote, so a textual lookup is exact. 64-bit values (the RNG) travel as hex
+ * strings because JSON numbers are doubles. */
 static int json_u64(const char *json, const char *key, uint64_t *out) {
   char pat[64];
   snprintf(pat, sizeof pat, "\"%s\":", key);
   const char *p = json ? strstr(json, pat) : NULL;
   if (!p) return -1;
-  *out = strtoull(p + strlen(pat), NULL, 10);
-  return 0;
+  p += strlen(pat);
+  while (*p == ' ') p++;
+  char *end;
+  if (*p == '"')
+    *out = strtoull(p + 1, &end, 16);
+  else
+    *out = strtoull(p, &end, 10);
+  return end == p ? -1 : 0;
+}
+
+/* The checkpoint user JSON: where training stands (step, next data row,
+ * sampling RNG) and the model's shape, so a resume can refuse a different
+ * model by name and `zrt consolidate` can write config.json unaided. */
+static void user_json_write(char *buf, size_t len, const args *a, const trainer *tr, int64_t step,
+                            int64_t next_row, uint64_t rng, int64_t data_bytes) {
+  snprintf(buf, len,
+           "{\"step\": %lld, \"rng\": \"0x%016llx\", \"next_row\": %lld, \"data_bytes\": %lld, "
+           "\"batch_size\": %d, \"world_size\": %d, \"model\": {\"preset\": \"%s\", "
+           "\"n_layer\": %d, \"n_head\": %d, \"n_embd\": %d, \"n_positions\": %d, "
+           "\"seq_len\": %d, \"vocab_size\": %d}}",
+           (long long)step, (unsigned long long)rng, (long long)next_row, (long long)data_bytes,
+           tr->B, tr->info.world_size, a->model, tr->cfg.n_layer, tr->cfg.n_head, tr->cfg.n_embd,
+           tr->cfg.n_ctx, tr->cfg.seq_len, tr->cfg.vocab);
+}
+
+/* Before building: the checkpoint's model must be the one the flags
+ * describe. Names every differing field and the flags to pass. Checkpoints
+ * without a "model" record are left to the engine's per-parameter check. */
+static int check_resume_model(const args *a, const gpt2_config *cfg, int rank0) {
+  char *uj = NULL;
+  int64_t step = 0;
+  zrt_status st = zrt_checkpoint_peek(a->resume, &step, &uj);
+  if (st != ZRT_OK) {
+    if (rank0) fprintf(stderr, "train_gpt2: --resume %s: %s\n", a->resume, zrt_last_error());
+    return -1;
+  }
+  struct {
+    const char *key, *flag;
+    int mine;
+  } f[] = {{"n_layer", "--n_layer", cfg->n_layer},
+           {"n_head", "--n_head", cfg->n_head},
+           {"n_embd", "--n_embd", cfg->n_embd},
+           {"n_positions", "--seq_len", cfg->n_ctx},
+           {"vocab_size", "(fixed)", cfg->vocab}};
+  char diff[512] = "", want[256] = "";
+  size_t at = 0, wat = 0;
+  uint64_t v;
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+    if (json_u64(uj, f[i].key, &v)) continue;
+    if (strcmp(f[i].key, "vocab_size"))
+      wat += (size_t)snprintf(want + wat, sizeof want - wat, " %s %llu", f[i].flag,
+                              (unsigned long long)v);
+    if (wat >= sizeof want) wat = sizeof want - 1;
+    if ((int64_t)v == f[i].mine) continue;
+    at +=
+        (size_t)snprintf(diff + at, sizeof diff - at, "%s%s %llu in the checkpoint, %d in this run",
+                         at ? "; " : "", f[i].key, (unsigned long long)v, f[i].mine);
+    if (at >= sizeof diff) at = sizeof diff - 1;
+  }
+  free(uj);
+  if (!at) return 0;
+  if (rank0)
+    fprintf(stderr,
+            "train_gpt2: --resume %s (step %lld) holds a different model: %s.\n  Resume with the "
+            "shape flags of the run that saved it:%s\n",
+            a->resume, (long long)step, diff, want);
+  return -1;
 }
 
 static double now_s(void) {
@@ -572,6 +640,10 @@ int main(int argc, char **argv) {
   }
   CHECK(zrt_engine_create(zc, &tr.eng));
   CHECK(zrt_engine_get_info(tr.eng, &tr.info));
+  if (a.resume && check_resume_model(&a, &tr.cfg, tr.info.rank == 0)) {
+    rc = 2;
+    goto done;
+  }
   /* Lets the engine's metrics report tokens/s. */
   CHECK(zrt_engine_set_tokens_per_micro(tr.eng, (int64_t)tr.B * T));
   int rank0 = tr.info.rank == 0;
@@ -648,13 +720,39 @@ int main(int argc, char **argv) {
   tr.h_tgt = tr.h_tok + N;
 
   uint64_t rng = a.seed ? a.seed : 1;
-  int64_t start_step = 0;
+  int64_t start_step = 0, start_row = 0;
   if (a.resume) {
-    CHECK(zrt_engine_load(tr.eng, a.resume, &user_json));
+    /* Collective; every rank returns the same status and message. */
+    zrt_status ls = zrt_engine_load(tr.eng, a.resume, &user_json);
+    if (ls != ZRT_OK) {
+      if (rank0)
+        fprintf(stderr,
+                "train_gpt2: --resume %s failed (%s): %s\n  nothing was loaded and the checkpoint "
+                "is unchanged on disk\n",
+                a.resume, zrt_status_string(ls), zrt_last_error());
+      goto fail;
+    }
     uint64_t v;
     if (json_u64(user_json, "step", &v) == 0) start_step = (int64_t)v;
     if (json_u64(user_json, "rng", &v) == 0) rng = v;
-    if (rank0) printf("resumed from %s at step %lld\n", a.resume, (long long)start_step);
+    /* The data position carries over as a row of the window stream, so a
+     * resume with another world size or micro-batch continues the stream
+     * where it stopped (checkpoints without it: step * global batch). */
+    start_row = start_step * tr.info.train_batch;
+    if (json_u64(user_json, "next_row", &v) == 0) start_row = (int64_t)v;
+    if (rank0 && json_u64(user_json, "data_bytes", &v) == 0 && (int64_t)v != data.n)
+      fprintf(stderr,
+              "train_gpt2: warning: --resume %s was trained on %llu bytes of data, --data %s has "
+              "%lld: the data stream does not continue where it stopped\n",
+              a.resume, (unsigned long long)v, a.data, (long long)data.n);
+    if (rank0 && json_u64(user_json, "seq_len", &v) == 0 && (int)v != T)
+      fprintf(stderr,
+              "train_gpt2: warning: --resume %s was trained with --seq_len %llu, this run uses "
+              "%d: the data windows differ\n",
+              a.resume, (unsigned long long)v, T);
+    if (rank0)
+      printf("resumed from %s at step %lld (data row %lld)\n", a.resume, (long long)start_step,
+             (long long)start_row);
   }
   if (rank0) {
     printf("train_gpt2: model %s (%d layers, %d heads, %d embd, seq %d, vocab %d bytes): %.2fM "
@@ -672,8 +770,10 @@ int main(int argc, char **argv) {
     double mean;
     CHECK(evaluate(&tr, &data, 0, data.n, T + 1, a.eval_batches, &mean));
     if (rank0) {
-      printf("{\"eval_loss\": %.6f, \"batches\": %d, \"tokens\": %lld}\n", mean, a.eval_batches,
-             (long long)a.eval_batches * tr.info.world_size * tr.B * T);
+      /* eval_loss_exact: all the digits, for comparisons tighter than 1e-6 */
+      printf("{\"eval_loss\": %.6f, \"batches\": %d, \"tokens\": %lld, \"eval_loss_exact\": "
+             "%.9g}\n",
+             mean, a.eval_batches, (long long)a.eval_batches * tr.info.world_size * tr.B * T, mean);
       fflush(stdout);
     }
     rc = 0;
@@ -683,12 +783,19 @@ int main(int argc, char **argv) {
   int tty = isatty(2) && rank0;
   int64_t accum = tr.info.grad_accum > 0 ? tr.info.grad_accum : 1;
   int64_t step = start_step;
+  /* rows of the window stream one optimizer step consumes, all ranks */
+  int64_t rows_per_step = accum * tr.info.world_size * tr.B;
+  if (rank0 && a.resume && start_step >= a.steps)
+    printf("nothing to train: the checkpoint is at step %lld and --steps is %lld (the total "
+           "optimizer steps of the run)\n",
+           (long long)start_step, (long long)a.steps);
   double t_last = now_s();
   for (; step < a.steps; step++) {
     zrt_step_info si = {0};
     for (int64_t ai = 0; ai < accum; ai++) {
       for (int b = 0; b < tr.B; b++) {
-        int64_t row = ((step * accum + ai) * tr.info.world_size + tr.info.rank) * tr.B + b;
+        int64_t row = start_row + (step - start_step) * rows_per_step +
+                      ((ai * tr.info.world_size) + tr.info.rank) * tr.B + b;
         fill_row(&data, 0, data.n_train, row, T, T, 1, tr.h_tok + b * T, tr.h_tgt + b * T);
       }
       float loss;
@@ -719,11 +826,9 @@ int main(int argc, char **argv) {
       }
     }
     if (a.save && ((a.save_interval && (step + 1) % a.save_interval == 0) || last)) {
-      char uj[256];
-      snprintf(uj, sizeof uj,
-               "{\"step\": %lld, \"rng\": %llu, \"seq_len\": %d, \"batch_size\": %d, "
-               "\"model\": \"%s\"}",
-               (long long)(step + 1), (unsigned long long)rng, T, tr.B, a.model);
+      char uj[512];
+      user_json_write(uj, sizeof uj, &a, &tr, step + 1,
+                      start_row + (step + 1 - start_step) * rows_per_step, rng, data.n);
       CHECK(zrt_engine_save(tr.eng, a.save, uj));
       if (rank0) {
         printf("%ssaved checkpoint step %lld to %s\n", tty ? "\n" : "", (long long)(step + 1),

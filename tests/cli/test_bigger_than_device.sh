@@ -69,7 +69,7 @@ PY
 for i in "${!common[@]}"; do
   [ "${common[$i]}" = "zrt.device_memory_limit=$LIMIT" ] && common[$i]=zrt.device_memory_limit=1350000
 done
-run --set zero_optimization.stage=auto --steps 1 >"$tmp/outa" 2>&1 || true
+ZRT_LOG_LEVEL=info run --set zero_optimization.stage=auto --steps 1 >"$tmp/outa" 2>&1 || true
 grep -q "stage auto: stage 3 needs" "$tmp/outa" ||
   { echo "FAIL: auto did not consider stage 3:"; cat "$tmp/outa"; exit 1; }
 grep -q "stage auto: picking stage 1 + offload optimizer to cpu" "$tmp/outa" ||

@@ -506,6 +506,45 @@ static void test_reference(void) {
   free(buf);
 }
 
+/* DeepSpeed: "type": "Adam" runs AdamW unless adam_w_mode is false
+ * (ADAM_W_MODE_DEFAULT = True); AdamW stays AdamW whatever the flag. */
+static void test_adam_w_mode(void) {
+  static const struct {
+    const char *type, *wmode; /* NULL: leave unset */
+    zrt_optim_type want;
+  } cases[] = {
+      {NULL, NULL, ZRT_OPTIM_ADAMW},       {"Adam", NULL, ZRT_OPTIM_ADAMW},
+      {"adam", "true", ZRT_OPTIM_ADAMW},   {"Adam", "false", ZRT_OPTIM_ADAM},
+      {"AdamW", "false", ZRT_OPTIM_ADAMW}, {"SGD", NULL, ZRT_OPTIM_SGD},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    zrt_config *c = fresh();
+    if (cases[i].type) ZT_OK(zrt_config_set(c, "optimizer.type", cases[i].type, "program"));
+    if (cases[i].wmode)
+      ZT_OK(zrt_config_set(c, "optimizer.params.adam_w_mode", cases[i].wmode, "program"));
+    ZT_OK(zrt_config_resolve(c, 2));
+    const zrt_cfg *v = zrt_config_values(c);
+    if (v->optimizer_type != cases[i].want) {
+      fprintf(stderr, "FAIL type %s adam_w_mode %s: optimizer %d, want %d\n",
+              cases[i].type ? cases[i].type : "(unset)",
+              cases[i].wmode ? cases[i].wmode : "(unset)", (int)v->optimizer_type,
+              (int)cases[i].want);
+      zt_failures++;
+    }
+    zrt_config_destroy(c);
+  }
+  /* the derivation says why, and a re-resolve after adam_w_mode turned false undoes it */
+  zrt_config *c = fresh();
+  ZT_OK(zrt_config_set(c, "optimizer.type", "Adam", "program"));
+  ZT_OK(zrt_config_resolve(c, 1));
+  check_text(c, "optimizer.type", "AdamW");
+  check_src(c, "optimizer.type", ZRT_SRC_DERIVED, "adam_w_mode true");
+  ZT_OK(zrt_config_set(c, "optimizer.params.adam_w_mode", "false", "program"));
+  ZT_OK(zrt_config_resolve(c, 1));
+  ZT_CHECK(zrt_config_values(c)->optimizer_type == ZRT_OPTIM_ADAM);
+  zrt_config_destroy(c);
+}
+
 int main(void) {
   const char *src = getenv("ZRT_SOURCE_DIR");
   snprintf(datadir, sizeof datadir, "%s/tests/data/configs", src ? src : ZRT_TEST_SOURCE_DIR);
@@ -522,6 +561,7 @@ int main(void) {
   test_batch_triple();
   test_write_round_trip();
   test_reference();
+  test_adam_w_mode();
   char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd)) fprintf(stderr, "note: could not remove %s\n", tmpdir);

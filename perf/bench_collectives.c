@@ -1,0 +1,334 @@
+/*
+ * bench_collectives.c — `zrt-perf collectives`: algbw and busbw of
+ * all_reduce, reduce_scatter and all_gather by message size, fp32 and bf16,
+ * for each comm the machine has (mpi always; nccl when a GPU and NCCL are
+ * there), through the zrt_comm wrappers the engine uses.
+ *
+ * Multi-rank by re-execution: run without mpiexec (OMPI_COMM_WORLD_SIZE
+ * unset), the bench starts itself under `mpiexec --oversubscribe
+ * --allow-run-as-root --bind-to none -n <--ranks, default 2>` with
+ * ZRT_PERF_CHILD_OUT naming a file; rank 0 of the child job writes its
+ * result there and the parent merges it, so `zrt-perf all` works like any
+ * other bench. Run under mpiexec directly, rank 0 prints and the other
+ * ranks' stdout goes to /dev/null.
+ *
+ * Figures follow nccl-tests: size = bytes of the full buffer (all_reduce:
+ * the buffer; reduce_scatter: the send buffer; all_gather: the receive
+ * buffer), time = the slowest rank's mean per iteration, algbw = size/time,
+ * busbw = algbw * 2(n-1)/n (all_reduce) or (n-1)/n (reduce_scatter,
+ * all_gather). Baseline in the same run: the memory copy bandwidth of the
+ * comm's buffers (host memcpy for mpi, device-to-device copy for nccl),
+ * bytes copied per second, measured on every rank at once (the copy of a
+ * single-host collective competes for the same memory); each point reports
+ * busbw / memcpy.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "perf.h"
+#include "runtime/backend.h"
+#include "runtime/comm.h"
+
+enum { ZRT_CO_AR = 0, ZRT_CO_RS, ZRT_CO_AG, ZRT_CO_NOPS };
+static const char *zrt_co_names[] = {"all_reduce", "reduce_scatter", "all_gather"};
+
+typedef struct zrt_co_cfg {
+  size_t min_bytes, max_bytes;
+  int factor;      /* size multiplier between points */
+  double target_s; /* timed time per point */
+  int ranks;
+  int quick;
+} zrt_co_cfg;
+
+static void zrt_co_cfg_from(const zrt_perf_args *a, zrt_co_cfg *c) {
+  c->quick = a->quick || getenv("ZRT_PERF_QUICK") != NULL;
+  uint64_t v;
+  const char *s;
+  c->min_bytes = 4096;
+  c->max_bytes = c->quick ? (16u << 20) : (64u << 20);
+  c->factor = c->quick ? 4 : 2;
+  c->target_s = c->quick ? 0.03 : 0.2;
+  if ((s = zrt_perf_opt(a, "min")) && zrt_parse_size(s, &v)) c->min_bytes = v;
+  if ((s = zrt_perf_opt(a, "max")) && zrt_parse_size(s, &v)) c->max_bytes = v;
+  if ((s = zrt_perf_opt(a, "factor"))) c->factor = atoi(s) > 1 ? atoi(s) : 2;
+  if ((s = zrt_perf_opt(a, "time"))) c->target_s = atof(s);
+  s = zrt_perf_opt(a, "ranks");
+  c->ranks = s && atoi(s) > 0 ? atoi(s) : 2;
+}
+
+/* One collective, blocking. */
+static zrt_status zrt_co_issue(zrt_comm *c, int op, void *send, void *recv, size_t count,
+                               zrt_dtype dt, size_t *counts) {
+  switch (op) {
+  case ZRT_CO_AR: return zrt_comm_all_reduce(c, send, recv, count, dt, ZRT_RED_SUM, NULL);
+  case ZRT_CO_RS: return zrt_comm_reduce_scatter(c, send, recv, counts, dt, ZRT_RED_SUM, NULL);
+  default: return zrt_comm_all_gather(c, send, recv, counts, dt, NULL);
+  }
+}
+
+/* All ranks agree on a value: the max over ranks. */
+static double zrt_co_max(zrt_comm *c, double v) {
+  float f = (float)v;
+  if (zrt_comm_all_reduce(c, &f, &f, 1, ZRT_F32, ZRT_RED_MAX, NULL) != ZRT_OK) return v;
+  return f;
+}
+
+/* Copy bandwidth of buffers of the comm's kind, every rank at once. */
+static double zrt_co_memcpy_bw(zrt_comm *c, zrt_backend *be, void *dst, const void *src,
+                               size_t bytes) {
+  double best = 1e30;
+  for (int rep = 0; rep < 6; rep++) {
+    zrt_comm_barrier(c);
+    double t0 = zrt_now_s();
+    zrt_backend_memcpy(be, dst, src, bytes, ZRT_COPY_D2D, NULL);
+    zrt_backend_synchronize(be, NULL);
+    double dt = zrt_now_s() - t0;
+    if (rep && dt < best) best = dt; /* first copy faults pages in */
+  }
+  return (double)bytes / best;
+}
+
+/* Measures one comm; adds {"memcpy_bytes_per_s", "points": [...]} to out. */
+static zrt_status zrt_co_measure(zrt_comm *c, zrt_backend *be, const zrt_co_cfg *cfg, cJSON *out,
+                                 cJSON *plots_res, const char *comm_name) {
+  zrt_status st = ZRT_OK;
+  void *send = NULL, *recv = NULL;
+  int n = c->world;
+  size_t *counts = calloc((size_t)n, sizeof(size_t));
+  size_t cap = ZRT_ALIGN_UP(cfg->max_bytes, (size_t)n * 4);
+  if (!counts) return zrt_error(ZRT_ERR_OOM, "collectives: out of host memory");
+  ZRT_CHECK_GOTO(zrt_backend_alloc(be, cap, ZRT_MEM_COMM, &send), st, done);
+  ZRT_CHECK_GOTO(zrt_backend_alloc(be, cap, ZRT_MEM_COMM, &recv), st, done);
+  ZRT_CHECK_GOTO(zrt_backend_memset(be, send, 0, cap, NULL), st, done);
+  ZRT_CHECK_GOTO(zrt_backend_memset(be, recv, 0, cap, NULL), st, done);
+  /* DRAM, not cache: copy at least 64 MiB (fresh buffers when the
+   * collective buffers are smaller) */
+  size_t mcap = ZRT_MAX(cap, (size_t)64 << 20);
+  void *ms = send, *mr = recv;
+  if (mcap > cap) {
+    ZRT_CHECK_GOTO(zrt_backend_alloc(be, mcap, ZRT_MEM_OTHER, &ms), st, done);
+    if ((st = zrt_backend_alloc(be, mcap, ZRT_MEM_OTHER, &mr)) != ZRT_OK) {
+      zrt_backend_free(be, ms);
+      goto done;
+    }
+    zrt_backend_memset(be, ms, 1, mcap, NULL);
+    zrt_backend_memset(be, mr, 0, mcap, NULL);
+  }
+  double mbw = zrt_co_memcpy_bw(c, be, mr, ms, mcap);
+  if (mcap > cap) {
+    zrt_backend_free(be, ms);
+    zrt_backend_free(be, mr);
+  }
+  double mbw_min = 1.0 / zrt_co_max(c, 1.0 / mbw); /* slowest rank's copy */
+  cJSON_AddNumberToObject(out, "memcpy_bytes", (double)mcap);
+  cJSON_AddNumberToObject(out, "memcpy_bytes_per_s", mbw_min);
+  cJSON *pts = cJSON_AddArrayToObject(out, "points");
+  double xs[64], ys[ZRT_CO_NOPS][2][64];
+  int np[ZRT_CO_NOPS][2] = {{0}};
+  const zrt_dtype dts[2] = {ZRT_F32, ZRT_BF16};
+  for (int op = 0; op < ZRT_CO_NOPS; op++)
+    for (int d = 0; d < 2; d++) {
+      size_t es = zrt_dtype_size(dts[d]);
+      for (size_t bytes = cfg->min_bytes; bytes <= cfg->max_bytes && np[op][d] < 64;
+           bytes *= (size_t)cfg->factor) {
+        size_t count = bytes / es / (size_t)n * (size_t)n; /* divisible by ranks */
+        if (!count) continue;
+        for (int r = 0; r < n; r++) counts[r] = count / (size_t)n;
+        void *s = send;
+        size_t size = count * es;
+        for (int w = 0; w < 2; w++)
+          ZRT_CHECK_GOTO(zrt_co_issue(c, op, s, recv, count, dts[d], counts), st, done);
+        ZRT_CHECK_GOTO(zrt_comm_barrier(c), st, done);
+        double t0 = zrt_now_s();
+        ZRT_CHECK_GOTO(zrt_co_issue(c, op, s, recv, count, dts[d], counts), st, done);
+        double one = zrt_co_max(c, zrt_now_s() - t0);
+        int iters = (int)ZRT_MIN(1000.0, ZRT_MAX(3.0, cfg->target_s / ZRT_MAX(one, 1e-6)));
+        ZRT_CHECK_GOTO(zrt_comm_barrier(c), st, done);
+        t0 = zrt_now_s();
+        for (int it = 0; it < iters; it++)
+          ZRT_CHECK_GOTO(zrt_co_issue(c, op, s, recv, count, dts[d], counts), st, done);
+        if (be->device_id >= 0) zrt_backend_synchronize(be, NULL);
+        double t = zrt_co_max(c, (zrt_now_s() - t0) / iters);
+        double alg = (double)size / t;
+        double f = op == ZRT_CO_AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
+        double bus = alg * f;
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "op", zrt_co_names[op]);
+        cJSON_AddStringToObject(p, "dtype", zrt_dtype_name(dts[d]));
+        cJSON_AddNumberToObject(p, "bytes", (double)size);
+        cJSON_AddNumberToObject(p, "iters", iters);
+        cJSON_AddNumberToObject(p, "time_s", t);
+        cJSON_AddNumberToObject(p, "algbw_bytes_per_s", alg);
+        cJSON_AddNumberToObject(p, "busbw_bytes_per_s", bus);
+        cJSON_AddNumberToObject(p, "busbw_over_memcpy", bus / mbw_min);
+        cJSON_AddItemToArray(pts, p);
+        if (op == 0 && d == 0) xs[np[op][d]] = (double)size;
+        ys[op][d][np[op][d]++] = bus / 1e9;
+        if (c->rank == 0)
+          zrt_perf_note("  %s %s %s %zu B: %.3f GB/s busbw (%d iters)", comm_name, zrt_co_names[op],
+                        zrt_dtype_name(dts[d]), size, bus / 1e9, iters);
+      }
+    }
+  char file[64], title[128];
+  snprintf(file, sizeof file, "collectives_busbw_%s", comm_name);
+  snprintf(title, sizeof title, "busbw by size, %s, %d ranks (memcpy %.2f GB/s)", comm_name, n,
+           mbw_min / 1e9);
+  cJSON *pl = zrt_perf_plot(plots_res, file, title, "message bytes", "busbw (GB/s)", 1);
+  for (int op = 0; op < ZRT_CO_NOPS; op++)
+    for (int d = 0; d < 2; d++) {
+      char name[64];
+      snprintf(name, sizeof name, "%s %s", zrt_co_names[op], zrt_dtype_name(dts[d]));
+      zrt_perf_series(pl, name, xs, ys[op][d], np[op][d]);
+    }
+done:
+  zrt_backend_free(be, send);
+  zrt_backend_free(be, recv);
+  free(counts);
+  return st;
+}
+
+/* Inside the mpiexec job: every rank measures, rank 0 fills r. */
+static int zrt_co_ranked(const zrt_co_cfg *cfg, cJSON *r) {
+  zrt_backend *cpu = NULL, *gpu = NULL;
+  zrt_comm *mpi = NULL, *nccl = NULL;
+  int rc = 1;
+  if (zrt_backend_create("cpu", 0, 0, &cpu) != ZRT_OK ||
+      zrt_comm_create("mpi", cpu, 120, &mpi) != ZRT_OK) {
+    zrt_perf_note("collectives: mpi comm: %s", zrt_last_error());
+    goto done;
+  }
+  cJSON *comms = cJSON_AddObjectToObject(r, "comms");
+  cJSON_AddNumberToObject(r, "ranks", mpi->world);
+  cJSON *jm = cJSON_AddObjectToObject(comms, "mpi");
+  if (zrt_co_measure(mpi, cpu, cfg, jm, r, "mpi") != ZRT_OK) {
+    cJSON_AddStringToObject(jm, "error", zrt_last_error());
+    zrt_perf_note("collectives: mpi: %s", zrt_last_error());
+  }
+  cJSON *jn = cJSON_AddObjectToObject(comms, "nccl");
+  if (!zrt_backend_cuda_built() || zrt_backend_cuda_device_count() <= 0) {
+    cJSON_AddStringToObject(jn, "skipped",
+                            zrt_backend_cuda_built() ? "no GPU on this machine"
+                                                     : "this build has no CUDA backend");
+  } else if (zrt_backend_create("cuda", 0, mpi->local_rank, &gpu) != ZRT_OK ||
+             zrt_comm_create("nccl", gpu, 120, &nccl) != ZRT_OK) {
+    cJSON_AddStringToObject(jn, "skipped", zrt_last_error());
+  } else if (zrt_co_measure(nccl, gpu, cfg, jn, r, "nccl") != ZRT_OK) {
+    cJSON_AddStringToObject(jn, "error", zrt_last_error());
+  }
+  rc = 0;
+  char md[2048];
+  size_t k = (size_t)snprintf(md, sizeof md,
+                              "%d ranks on one host. busbw (GB/s) at the largest size and busbw / "
+                              "memcpy bandwidth of the same run:\n\n| comm | memcpy GB/s | op | "
+                              "dtype | bytes | busbw GB/s | busbw/memcpy |\n|---|---|---|---|---|"
+                              "---|---|\n",
+                              mpi->world);
+  const char *cn[2] = {"mpi", "nccl"};
+  for (int i = 0; i < 2; i++) {
+    const cJSON *cj = cJSON_GetObjectItem(comms, cn[i]), *p, *best[6] = {0};
+    cJSON_ArrayForEach(p, cJSON_GetObjectItem(cj, "points")) {
+      int op = 0, d = !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(p, "dtype")), "bf16");
+      while (op < ZRT_CO_NOPS &&
+             strcmp(zrt_co_names[op], cJSON_GetStringValue(cJSON_GetObjectItem(p, "op"))))
+        op++;
+      if (op < ZRT_CO_NOPS) best[op * 2 + d] = p; /* sizes ascend: keeps the largest */
+    }
+    for (int j = 0; j < 6; j++)
+      if (best[j])
+        k += (size_t)snprintf(
+            md + k, k < sizeof md ? sizeof md - k : 0,
+            "| %s | %.2f | %s | %s | %.0f | %.3f | %.3f |\n", cn[i],
+            cJSON_GetNumberValue(cJSON_GetObjectItem(cj, "memcpy_bytes_per_s")) / 1e9,
+            zrt_co_names[j / 2], j % 2 ? "bf16" : "fp32",
+            cJSON_GetNumberValue(cJSON_GetObjectItem(best[j], "bytes")),
+            cJSON_GetNumberValue(cJSON_GetObjectItem(best[j], "busbw_bytes_per_s")) / 1e9,
+            cJSON_GetNumberValue(cJSON_GetObjectItem(best[j], "busbw_over_memcpy")));
+    const cJSON *sk = cJSON_GetObjectItem(cj, "skipped");
+    if (sk)
+      k += (size_t)snprintf(md + k, k < sizeof md ? sizeof md - k : 0, "\n%s: not measured (%s)\n",
+                            cn[i], cJSON_GetStringValue(sk));
+  }
+  cJSON_AddStringToObject(r, "summary", md);
+done:
+  if (mpi && mpi->rank != 0 && !freopen("/dev/null", "w", stdout)) rc = 1;
+  zrt_comm_destroy(nccl);
+  zrt_backend_destroy(gpu);
+  zrt_comm_destroy(mpi);
+  zrt_backend_destroy(cpu);
+  return rc;
+}
+
+static int zrt_bench_collectives(const zrt_perf_args *a, cJSON *r) {
+  zrt_co_cfg cfg;
+  zrt_co_cfg_from(a, &cfg);
+  if (getenv("OMPI_COMM_WORLD_SIZE")) {
+    int rc = zrt_co_ranked(&cfg, r);
+    const char *out = getenv("ZRT_PERF_CHILD_OUT");
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (out && rank && !strcmp(rank, "0")) {
+      FILE *f = fopen(out, "w");
+      char *s = cJSON_PrintUnformatted(r);
+      if (f && s) fprintf(f, "%s\n", s);
+      if (f) fclose(f);
+      free(s);
+    }
+    return rc;
+  }
+  /* Parent: re-execute under mpiexec with the options that shape the run. */
+  char self[1024], tmp[] = "/tmp/zrt-perf-coll-XXXXXX";
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  int fd = mkstemp(tmp);
+  if (n <= 0 || fd < 0) {
+    zrt_perf_note("collectives: cannot find /proc/self/exe or make a temporary file");
+    return 1;
+  }
+  close(fd);
+  self[n] = 0;
+  char cmd[3000];
+  size_t k = (size_t)snprintf(
+      cmd, sizeof cmd,
+      "ZRT_PERF_CHILD_OUT=%s %s mpiexec --oversubscribe --allow-run-as-root "
+      "--bind-to none -n %d -x ZRT_PERF_CHILD_OUT %s %s collectives "
+      "--min %zu --max %zu --factor %d --time %g --json > /dev/null",
+      tmp, cfg.quick ? "ZRT_PERF_QUICK=1" : "", cfg.ranks, cfg.quick ? "-x ZRT_PERF_QUICK" : "",
+      self, cfg.min_bytes, cfg.max_bytes, cfg.factor, cfg.target_s);
+  (void)k;
+  zrt_perf_note("collectives: %s", cmd);
+  int rc = system(cmd);
+  FILE *f = fopen(tmp, "r");
+  char *buf = NULL;
+  size_t len = 0;
+  if (f) {
+    fseek(f, 0, SEEK_END);
+    len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = calloc(1, len + 1);
+    if (buf && fread(buf, 1, len, f) != len) len = 0;
+    fclose(f);
+  }
+  unlink(tmp);
+  cJSON *child = buf && len ? cJSON_Parse(buf) : NULL;
+  free(buf);
+  if (rc != 0 || !child) {
+    zrt_perf_note("collectives: the mpiexec job failed (exit %d)%s", rc,
+                  child ? "" : "; no result from rank 0");
+    cJSON_Delete(child);
+    return 1;
+  }
+  cJSON_AddStringToObject(r, "mpiexec_command", cmd);
+  cJSON *it = child->child;
+  while (it) {
+    cJSON *next = it->next;
+    if (!cJSON_GetObjectItem(r, it->string))
+      cJSON_AddItemToObject(r, it->string, cJSON_DetachItemViaPointer(child, it));
+    it = next;
+  }
+  cJSON_Delete(child);
+  return 0;
+}
+
+ZRT_PERF_BENCH(collectives,
+               "all_reduce / reduce_scatter / all_gather algbw+busbw by size vs memcpy",
+               zrt_bench_collectives)

@@ -1,0 +1,198 @@
+/*
+ * test_engine_comm_bytes.c — the engine's per-step communication volume
+ * against ZeRO's theory (run at -n 2 and -n 4).
+ *
+ * A 3-module model of uneven sizes (padded total Ψ elements) is driven like
+ * a real program: per micro-batch a forward (fetch/release each module), a
+ * backward in reverse order (fetch, zrt_param_grad, grads_ready, release),
+ * then zrt_engine_step. The volume is comm->bytes_moved, which counts what
+ * a rank sends by the ring formulas (all-reduce 2(N-1)/N, reduce-scatter
+ * and all-gather (N-1)/N of the buffer). Theory per rank per optimizer step,
+ * with K micro-batches, c = reduction (communication_data_type) bytes,
+ * w = working-dtype bytes, f = (N-1)/N:
+ *   stage 0: all-reduce of the grads                  2Ψ·c·f
+ *   stage 1: reduce-scatter + all-gather of params     Ψ·c·f + Ψ·w·f
+ *   stage 2: reduce-scatter every micro-batch + gather K·Ψ·c·f + Ψ·w·f
+ *   stage 3: per micro-batch 2 gathers + 1 reduce-scatter K·(2Ψ·w + Ψ·c)·f
+ * (for K = 1 and c = w: 2Ψ·w·f at stages 0-2, 3Ψ·w·f at stage 3, the ZeRO
+ * paper's numbers) plus the one all-reduce of {sumsq, nonfinite, loss}:
+ * 2·3·4·f bytes. Stage 0/1 reduce once per step (DeepSpeed accumulates
+ * micro-batches locally there); stage 2/3 reduce every micro-batch.
+ * Tolerance: the ring formula truncates to whole bytes per collective, so
+ * the measured value lies in [theory - collectives, theory].
+ * The metrics file's comm_bytes (rank 0) must equal rank 0's measured
+ * volume of the whole step window exactly (the window runs from the end of
+ * the previous boundary, so the first step also carries build's traffic).
+ */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/engine_internal.h"
+#include "ztest.h"
+
+#define NMOD 3
+#define STEPS 3
+
+static const int64_t mod_numel[NMOD][2] = {{1000, 37}, {333, 0}, {2050, 64}};
+
+typedef struct run_cfg {
+  int stage;
+  int accum;
+  const char *dtype;     /* "fp32" | "bf16" */
+  const char *comm_type; /* communication_data_type or NULL */
+} run_cfg;
+
+static int rank_, world_;
+
+/* Reads the comm_bytes of every line of a metrics file (rank 0). */
+static int read_metrics(const char *path, unsigned long long *out, int max) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char line[8192];
+  int n = 0;
+  while (fgets(line, sizeof line, f) && n < max) {
+    const char *p = strstr(line, "\"comm_bytes\":");
+    if (p) out[n++] = strtoull(p + 13, NULL, 10);
+  }
+  fclose(f);
+  return n;
+}
+
+static void run(const run_cfg *rc) {
+  char mpath[256] = "";
+  if (rank_ == 0)
+    snprintf(mpath, sizeof mpath, "/tmp/zrt_comm_bytes_%d_%d.jsonl", getpid(), rc->stage);
+  MPI_Bcast(mpath, sizeof mpath, MPI_CHAR, 0, MPI_COMM_WORLD);
+  zrt_config *cfg;
+  ZT_OK(zrt_config_create(&cfg));
+  char v[64];
+  snprintf(v, sizeof v, "%d", rc->stage);
+  ZT_OK(zrt_config_set(cfg, "zero_optimization.stage", v, "test"));
+  snprintf(v, sizeof v, "%d", rc->accum);
+  ZT_OK(zrt_config_set(cfg, "gradient_accumulation_steps", v, "test"));
+  ZT_OK(zrt_config_set(cfg, "train_micro_batch_size_per_gpu", "1", "test"));
+  /* several buckets per module, and no persistent (stays-gathered) module */
+  ZT_OK(zrt_config_set(cfg, "zero_optimization.reduce_bucket_size", "512", "test"));
+  ZT_OK(zrt_config_set(cfg, "zero_optimization.stage3_param_persistence_threshold", "0", "test"));
+  ZT_OK(zrt_config_set(cfg, "zrt.comm", "mpi", "test"));
+  if (!strcmp(rc->dtype, "bf16")) ZT_OK(zrt_config_set(cfg, "bf16.enabled", "true", "test"));
+  if (rc->comm_type) ZT_OK(zrt_config_set(cfg, "communication_data_type", rc->comm_type, "test"));
+  /* the same config on every rank (the metrics gather is collective);
+   * only rank 0 writes the file */
+  if (rank_ == 0) unlink(mpath);
+  ZT_OK(zrt_config_set(cfg, "zrt.metrics_path", mpath, "test"));
+  zrt_engine *eng;
+  ZT_OK(zrt_engine_create(cfg, &eng));
+  int pid[NMOD][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
+  for (int m = 0; m < NMOD; m++) {
+    char name[32];
+    int mid;
+    snprintf(name, sizeof name, "block%d", m);
+    ZT_OK(zrt_module_add(eng, name, &mid));
+    for (int k = 0; k < 2; k++) {
+      if (!mod_numel[m][k]) continue;
+      snprintf(name, sizeof name, "block%d.%s", m, k ? "bias" : "weight");
+      int64_t shape[1] = {mod_numel[m][k]};
+      zrt_init init = {ZRT_INIT_NORMAL, 0.02f};
+      ZT_OK(zrt_param_add(eng, mid, name, 1, shape, init, k ? ZRT_PARAM_NO_DECAY : 0, &pid[m][k]));
+    }
+  }
+  ZT_OK(zrt_engine_build(eng));
+  /* build's own traffic (stage 1/2 gather the initialised params): the
+   * metrics count it in the first step's window */
+  uint64_t build_bytes = eng->comm->bytes_moved;
+  int64_t psi = 0;
+  for (int m = 0; m < NMOD; m++) psi += eng->modules[m].padded;
+  double f = (double)(world_ - 1) / world_;
+  double w = (double)zrt_dtype_size(eng->dtype), c = (double)zrt_dtype_size(eng->comm_dtype);
+  double K = rc->accum, P = (double)psi;
+  double theory;
+  switch (rc->stage) {
+  case 0: theory = 2 * P * c * f; break;
+  case 1: theory = P * c * f + P * w * f; break;
+  case 2: theory = K * P * c * f + P * w * f; break;
+  default: theory = K * (2 * P * w + P * c) * f; break;
+  }
+  theory += 2 * 3 * 4 * f; /* {sumsq, nonfinite, loss} */
+
+  unsigned long long measured[STEPS];
+  int worst_bad = 0;
+  double worst = 0;
+  for (int s = 0; s < STEPS; s++) {
+    uint64_t b0 = eng->comm->bytes_moved, q0 = eng->comm->seq;
+    for (int k = 0; k < rc->accum; k++) {
+      for (int m = 0; m < NMOD; m++) {
+        ZT_OK(zrt_module_fetch(eng, m));
+        ZT_OK(zrt_module_release(eng, m));
+      }
+      for (int m = NMOD - 1; m >= 0; m--) {
+        ZT_OK(zrt_module_fetch(eng, m));
+        for (int j = 0; j < 2; j++)
+          if (pid[m][j] >= 0) {
+            void *g;
+            ZT_OK(zrt_param_grad(eng, pid[m][j], &g));
+          }
+        ZT_OK(zrt_module_grads_ready(eng, m));
+        ZT_OK(zrt_module_release(eng, m));
+      }
+      zrt_step_info si;
+      ZT_OK(zrt_engine_step(eng, 1.0f, &si));
+      ZT_CHECK(si.boundary == (k == rc->accum - 1) && !si.skipped);
+    }
+    uint64_t got = eng->comm->bytes_moved - b0, ncoll = eng->comm->seq - q0;
+    measured[s] = got;
+    double d = theory - (double)got;
+    if (fabs(d) > worst) worst = fabs(d);
+    if (!(d >= 0 && d <= (double)ncoll)) worst_bad = 1;
+    if (rank_ == 0 && s == STEPS - 1)
+      printf("np %d stage %d K %d %s comm %s: Ψ %lld padded elems, %llu collectives/step, "
+             "bytes/step measured %llu theory %.1f (%.4f Ψ·w·f), diff %.1f (tolerance [0, %llu])\n",
+             world_, rc->stage, rc->accum, rc->dtype, rc->comm_type ? rc->comm_type : "default",
+             (long long)psi, (unsigned long long)ncoll, (unsigned long long)got, theory,
+             (double)got / (P * w * f), d, (unsigned long long)ncoll);
+  }
+  if (worst_bad)
+    fprintf(stderr, "rank %d stage %d: bytes/step off theory by %.1f\n", rank_, rc->stage, worst);
+  ZT_CHECK(!worst_bad);
+  zrt_engine_destroy(eng);
+  zrt_config_destroy(cfg);
+  if (rank_ == 0) {
+    unsigned long long rep[STEPS];
+    int n = read_metrics(mpath, rep, STEPS);
+    ZT_CHECK(n == STEPS);
+    int mism = 0;
+    for (int s = 0; s < n && s < STEPS; s++)
+      mism += rep[s] != measured[s] + (s == 0 ? build_bytes : 0);
+    printf("  metrics comm_bytes per step: %llu %llu %llu (build traffic %llu in the first); "
+           "mismatches vs measured: %d (must be 0)\n",
+           n > 0 ? rep[0] : 0ull, n > 1 ? rep[1] : 0ull, n > 2 ? rep[2] : 0ull,
+           (unsigned long long)build_bytes, mism);
+    ZT_CHECK(mism == 0);
+    unlink(mpath);
+  }
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_);
+  if (world_ < 2) {
+    MPI_Finalize();
+    ZT_SKIP("needs at least 2 ranks");
+  }
+  static const run_cfg runs[] = {
+      {0, 1, "fp32", NULL},   {1, 1, "fp32", NULL},   {2, 1, "fp32", NULL}, {3, 1, "fp32", NULL},
+      {0, 2, "bf16", NULL},   {1, 2, "bf16", NULL},   {2, 2, "bf16", NULL}, {3, 2, "bf16", NULL},
+      {2, 1, "bf16", "fp32"}, {3, 2, "bf16", "fp32"},
+  };
+  for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) run(&runs[i]);
+  int fails = zt_failures, all = 0;
+  MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Finalize();
+  zt_failures = all ? (zt_failures ? zt_failures : 1) : 0;
+  ZT_DONE();
+}
