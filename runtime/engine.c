@@ -367,7 +367,7 @@ static zrt_status zrt_engine_oom_hint(zrt_engine *eng, zrt_status st) {
       ZRT_ERR_OOM,
       "model states need %s per rank at stage %d; stage 3 with offload_optimizer and "
       "offload_param on cpu needs %s; try a higher zero_optimization.stage, offload, more ranks or "
-      "a larger zrt.device_memory_limit (see `zrt estimate-memory`)",
+      "a larger zrt.device_memory_limit (see `zrt estimate-memory`). Details: ",
       zrt_format_size(here.device_total, a, sizeof a), eng->stage,
       zrt_format_size(s3.device_total, b, sizeof b));
 }
