@@ -39,6 +39,6 @@ fi
 
 if [ "${ZRT_SKIP_FUZZ:-0}" != 1 ] && [ -x scripts/fuzz.sh ]; then
   echo "== fuzz (libFuzzer, ${ZRT_FUZZ_SECONDS:-20}s per target)"
-  ZRT_FUZZ_SECONDS=${ZRT_FUZZ_SECONDS:-20} ./scripts/fuzz.sh
+  ./scripts/fuzz.sh "${ZRT_FUZZ_SECONDS:-20}"
 fi
 echo "== all tests passed"
