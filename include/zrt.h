@@ -222,6 +222,48 @@ zrt_status zrt_engine_loss_scale(const zrt_engine *eng, float *scale);
  * optimizer and scheduler, writes metrics; info->boundary says which. */
 zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info);
 
+/* Phases of a training step the program may mark for the step breakdown. */
+typedef enum zrt_phase {
+  ZRT_PHASE_FORWARD = 0,
+  ZRT_PHASE_BACKWARD = 1,
+  ZRT_PHASE_OTHER = 2 /* outside the passes: data loading, evaluation, saving */
+} zrt_phase;
+
+/* Marks the start of a phase of the current micro-batch (host time, no
+ * synchronisation); each zrt_engine_step returns in ZRT_PHASE_OTHER.
+ * Optional: until a program calls it, the engine infers the marks —
+ * forward starts at the first zrt_module_fetch after a zrt_engine_step,
+ * backward at the first zrt_param_grad or zrt_module_grads_ready after
+ * that. After the first explicit mark only explicit marks count, so a
+ * program that evaluates between steps marks ZRT_PHASE_OTHER around it
+ * and the figures stay exact. */
+zrt_status zrt_engine_mark(zrt_engine *eng, zrt_phase phase);
+
+/* Where the time of the last optimizer step went (this rank, host clock,
+ * seconds). The window runs from the end of the previous boundary (or of
+ * zrt_engine_build) to the end of this one, so
+ *   other_s + forward_s + backward_s + boundary_s == step_s.
+ * fetch_s, reduce_s, optimizer_s and gather_s are time spent inside engine
+ * calls, contained in the phase they happened in; comm_busy_s / comm_wait_s
+ * cover every collective of the window (see runtime/comm.h). */
+typedef struct zrt_step_timing {
+  int64_t step;            /* optimizer step these figures belong to (0: none yet) */
+  double step_s;           /* the whole window (= metrics step_time_s) */
+  double other_s;          /* outside the passes: data, evaluation, checkpoints */
+  double forward_s;        /* forward passes of the window's micro-batches */
+  double backward_s;       /* backward passes, non-boundary zrt_engine_step calls included */
+  double boundary_s;       /* the boundary's zrt_engine_step */
+  double fetch_s;          /* blocked in zrt_module_fetch (stage-3 gathers not hidden) */
+  double reduce_s;         /* issuing / waiting for gradient reductions */
+  double optimizer_s;      /* norm + overflow agreement + optimizer update (offload included) */
+  double gather_s;         /* stage 1/2: all-gather of the updated 16-bit params */
+  double comm_busy_s;      /* collectives' issue-to-completion time, summed */
+  double comm_wait_s;      /* part of it spent blocked in comm calls */
+  double overlap_fraction; /* 1 - comm_wait_s / comm_busy_s: comm hidden behind
+                            * compute (0 when no collective ran) */
+} zrt_step_timing;
+zrt_status zrt_engine_step_timing(const zrt_engine *eng, zrt_step_timing *out);
+
 /* Tokens (or samples) one rank processes per micro-batch, for the metrics'
  * tokens_per_s (= tokens * grad_accum * world / step time). 0 = unknown. */
 zrt_status zrt_engine_set_tokens_per_micro(zrt_engine *eng, int64_t tokens);

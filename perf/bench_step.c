@@ -1,18 +1,18 @@
 /*
  * bench_step.c — `zrt-perf step`: one training step of train_gpt2 broken
- * down as far as the engine's metrics allow, at 1 rank (stage 0, the
- * scaling baseline of this run) and at N ranks (--stage, default 2), plus a
- * PyTorch CPU training step of the same model and global batch
- * (scripts/perf_torch_gpt2.py) when torch imports.
+ * down by phase, at 1 rank (stage 0, the scaling baseline of this run) and
+ * at N ranks (--stage, default 2), plus a PyTorch CPU training step of the
+ * same model and global batch (scripts/perf_torch_gpt2.py) when torch
+ * imports.
  *
- * What exists: the wall step time (train_gpt2's per-step tok/s line) and
- * the engine's step_time_s, which the engine times from the window's first
- * zrt_engine_step call to the end of the boundary — with one micro-batch per
- * step that is the boundary work alone (drain reductions, norm, optimizer,
- * gather), so wall - step_time_s is forward + backward + data. The finer
- * fields (fetch, forward, backward, reduce, optimizer, gather, overlap) are
- * looked for in the metrics record and listed as present or missing; none
- * is computed here. No torch: the result says "torch not installed".
+ * The breakdown is the engine's (zrt_step_timing, written to the metrics
+ * record of every step; train_gpt2 marks its forward/backward): rank 0's
+ * window other + forward + backward + boundary = step_time_s, and inside
+ * them the time blocked in fetch (stage-3 gathers), gradient reductions,
+ * the optimizer and the stage-1/2 parameter gather, plus how much of the
+ * collectives' in-flight time hid behind compute. Each figure is the median
+ * over the run's steps, the first (warm-up) dropped. No torch: the result
+ * says "torch not installed".
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +21,23 @@
 
 #include "bench_train_util.h"
 
-static const char *zrt_step_fields[] = {"fetch_s",          "forward_s",   "backward_s",
-                                        "reduce_s",         "optimizer_s", "gather_s",
-                                        "overlap_fraction", "comm_wait_s"};
+/* Metrics fields of the breakdown, and which of them partition the step. */
+static const struct {
+  const char *key, *label;
+  int part; /* 1: one of other/forward/backward/boundary */
+} zrt_step_fields[] = {
+    {"other_s", "other (data, eval)", 1},
+    {"forward_s", "forward", 1},
+    {"backward_s", "backward", 1},
+    {"boundary_s", "boundary step", 1},
+    {"fetch_s", "  blocked in fetch (gathers)", 0},
+    {"reduce_s", "  gradient reduction", 0},
+    {"optimizer_s", "  norm + optimizer", 0},
+    {"gather_s", "  parameter all-gather", 0},
+    {"comm_busy_s", "collectives in flight", 0},
+    {"comm_wait_s", "  of which blocked", 0},
+};
+#define ZRT_STEP_NFIELDS (sizeof zrt_step_fields / sizeof zrt_step_fields[0])
 
 /* Runs the PyTorch reference; fills out (tokens/s) or a reason. */
 static void zrt_step_torch(const zrt_pt_model *m, int global_batch, int threads, double *tps,
@@ -86,34 +100,45 @@ static int zrt_bench_step(const zrt_perf_args *a, cJSON *r) {
   size_t n = 0;
   if (run->ok) {
     cJSON *bd = cJSON_AddObjectToObject(r, "breakdown");
-    double fb = run->wall_step_s - run->engine_step_s;
+    double step = zrt_pt_metric_median(run, "step_time_s");
     cJSON_AddNumberToObject(bd, "wall_step_s", run->wall_step_s);
-    cJSON_AddNumberToObject(bd, "engine_boundary_s", run->engine_step_s);
-    cJSON_AddNumberToObject(bd, "forward_backward_data_s", fb);
-    cJSON_AddNumberToObject(bd, "boundary_fraction",
-                            run->wall_step_s > 0 ? run->engine_step_s / run->wall_step_s : 0);
-    cJSON *present = cJSON_AddArrayToObject(bd, "fields_present");
-    cJSON *missing = cJSON_AddArrayToObject(bd, "fields_missing");
-    for (size_t i = 0; i < sizeof zrt_step_fields / sizeof zrt_step_fields[0]; i++) {
-      int has = run->last && cJSON_GetObjectItem(run->last, zrt_step_fields[i]);
-      cJSON_AddItemToArray(has ? present : missing, cJSON_CreateString(zrt_step_fields[i]));
-      if (has)
-        cJSON_AddNumberToObject(
-            bd, zrt_step_fields[i],
-            cJSON_GetNumberValue(cJSON_GetObjectItem(run->last, zrt_step_fields[i])));
-    }
-    cJSON *all = cJSON_AddArrayToObject(bd, "metrics_fields");
-    const cJSON *it;
-    cJSON_ArrayForEach(it, run->last) cJSON_AddItemToArray(all, cJSON_CreateString(it->string));
+    cJSON_AddNumberToObject(bd, "step_time_s", step);
     n += (size_t)snprintf(md + n, sizeof md - n,
-                          "%d ranks, stage %d, model %s, %s: wall %.4f s/step, %.0f tokens/s; "
-                          "engine boundary (drain + norm + optimizer + gather) %.4f s (%.0f%%), "
-                          "forward+backward+data %.4f s. comm %.0f B/step (rank 0). Device peak "
-                          "%.2f MiB.\n\n",
+                          "%d ranks, stage %d, model %s, %s: wall %.4f s/step, %.0f tokens/s, "
+                          "comm %.0f B/step (rank 0), device peak %.2f MiB.\n\n"
+                          "| rank 0, median step | s | share of step |\n| --- | ---: | ---: |\n",
                           o.ranks, o.stage, m.model, m.dtype, run->wall_step_s, run->wall_tok_s,
-                          run->engine_step_s,
-                          run->wall_step_s > 0 ? 100 * run->engine_step_s / run->wall_step_s : 0,
-                          fb, run->comm_bytes, zrt_pt_metric(run, "device_peak_bytes") / 1048576.0);
+                          run->comm_bytes, zrt_pt_metric(run, "device_peak_bytes") / 1048576.0);
+    double x[ZRT_STEP_NFIELDS], y[ZRT_STEP_NFIELDS];
+    int np = 0;
+    cJSON *missing = cJSON_AddArrayToObject(bd, "fields_missing");
+    for (size_t i = 0; i < ZRT_STEP_NFIELDS; i++) {
+      double v = zrt_pt_metric_median(run, zrt_step_fields[i].key);
+      if (v < 0) {
+        cJSON_AddItemToArray(missing, cJSON_CreateString(zrt_step_fields[i].key));
+        continue;
+      }
+      cJSON_AddNumberToObject(bd, zrt_step_fields[i].key, v);
+      n += (size_t)snprintf(md + n, sizeof md - n, "| %s | %.4f | %.1f%% |\n",
+                            zrt_step_fields[i].label, v, step > 0 ? 100 * v / step : 0);
+      if (zrt_step_fields[i].part) {
+        x[np] = np + 1;
+        y[np++] = v;
+      }
+    }
+    double ov = zrt_pt_metric_median(run, "overlap_fraction");
+    cJSON_AddNumberToObject(bd, "overlap_fraction", ov);
+    n += (size_t)snprintf(md + n, sizeof md - n,
+                          "| step (engine window) | %.4f | 100%% |\n\nCommunication hidden behind "
+                          "compute (1 - blocked / in flight): %.0f%%.\n\n",
+                          step, 100 * ov);
+    if (np) {
+      cJSON *p =
+          zrt_perf_plot(r, "step_breakdown",
+                        "Step breakdown, rank 0 (1 other, 2 forward, 3 backward, 4 boundary)",
+                        "phase", "seconds", 0);
+      zrt_perf_series(p, "median", x, y, np);
+    }
   }
   if (run->ok && b->ok && b->wall_tok_s > 0) {
     double sc = run->wall_tok_s / b->wall_tok_s;

@@ -192,6 +192,8 @@ static void zrt_pt_parse_metrics(zrt_pt_run *r, const char *path) {
       cb[n] = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "comm_bytes"));
       n++;
     }
+    if (!r->records) r->records = cJSON_CreateArray();
+    cJSON_AddItemToArray(r->records, cJSON_Duplicate(j, 1));
     cJSON_Delete(r->last);
     r->last = j;
   }
@@ -291,6 +293,19 @@ const zrt_pt_run *zrt_pt_train(const zrt_pt_model *m, const zrt_pt_opts *o) {
   c->next = zrt_pt_cache;
   zrt_pt_cache = c;
   return &c->run;
+}
+
+double zrt_pt_metric_median(const zrt_pt_run *r, const char *key) {
+  int n = cJSON_GetArraySize(r->records), k = n > 1 ? 1 : 0, got = 0;
+  double *v = n > 0 ? malloc((size_t)n * sizeof *v) : NULL;
+  if (!v) return -1;
+  for (int i = k; i < n; i++) {
+    const cJSON *x = cJSON_GetObjectItem(cJSON_GetArrayItem(r->records, i), key);
+    if (cJSON_IsNumber(x)) v[got++] = x->valuedouble;
+  }
+  double med = got ? zrt_pt_median(v, got) : -1;
+  free(v);
+  return med;
 }
 
 double zrt_pt_metric(const zrt_pt_run *r, const char *key) {

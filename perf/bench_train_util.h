@@ -50,6 +50,7 @@ typedef struct zrt_pt_run {
   double padded_elements; /* from the engine's "built:" log line; 0 if absent */
   double params;          /* "X.XXM params" of train_gpt2's banner, in elements */
   cJSON *last;            /* last metrics record (owned by the cache) */
+  cJSON *records;         /* every metrics record, in order (owned by the cache) */
 } zrt_pt_run;
 
 /* Model options common to the training benches: --model --n_layer
@@ -64,6 +65,9 @@ const zrt_pt_run *zrt_pt_train(const zrt_pt_model *m, const zrt_pt_opts *o);
 cJSON *zrt_pt_run_json(const zrt_pt_run *r);
 /* A numeric field of the run's last metrics record, or -1. */
 double zrt_pt_metric(const zrt_pt_run *r, const char *key);
+/* Median of a numeric field over the run's metrics records, the first
+ * (warm-up) record dropped when there are several; -1 when no record has it. */
+double zrt_pt_metric_median(const zrt_pt_run *r, const char *key);
 /* Directory of the running zrt-perf (where train_gpt2 and zrt live). */
 const char *zrt_pt_bindir(void);
 /* Adds the model description to a result. */

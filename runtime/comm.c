@@ -232,9 +232,13 @@ static zrt_status wait_req(zrt_comm *c, zrt_comm_req *req, int blocking) {
   uint64_t seq = req->seq;
   const char *op = req->op;
   size_t bytes = req->bytes;
+  double t_issue = req->t_issue, t0 = zrt_now_s();
   req->timed_out = 0;
   zrt_status st = c->iface->wait(c->ctx, req, c->timeout_s);
+  double t1 = zrt_now_s();
+  c->wait_s += t1 - t0;
   if (st == ZRT_OK) {
+    c->busy_s += t1 - t_issue;
     mark_completed(c, seq, op, bytes);
     return ZRT_OK;
   }
@@ -263,14 +267,18 @@ static zrt_status check_op(zrt_redop op, const char *fn) {
   return ZRT_OK;
 }
 
-/* Tags the request the implementation issued, then completes it now when
- * the caller asked for a blocking call. */
+/* Tags the request the implementation issued (t0: just before the issue
+ * call, whose own time — staging conversions included — the caller spent
+ * blocked), then completes it now when the caller asked for a blocking
+ * call. */
 static zrt_status finish_issue(zrt_comm *c, zrt_comm_req *r, const char *op, size_t bytes,
-                               uint64_t moved, zrt_comm_req **req) {
+                               uint64_t moved, double t0, zrt_comm_req **req) {
   r->seq = ++c->seq;
   r->op = op;
   r->bytes = bytes;
   r->timed_out = 0;
+  r->t_issue = t0;
+  c->wait_s += zrt_now_s() - t0;
   c->bytes_moved += moved;
   if (req) {
     *req = r;
@@ -297,9 +305,10 @@ zrt_status zrt_comm_all_reduce(zrt_comm *c, const void *send, void *recv, size_t
     return zrt_error(ZRT_ERR_INVALID_ARG, "%s: NULL %s buffer for %zu elements", fn,
                      send ? "recv" : "send", count);
   zrt_comm_req *r = NULL;
+  double t0 = zrt_now_s();
   ZRT_CHECK(c->iface->all_reduce(c->ctx, send, recv, count, dt, op, &r));
   size_t bytes = count * zrt_dtype_size(dt);
-  return finish_issue(c, r, "all_reduce", bytes, ring_share(bytes, c->world, 2), req);
+  return finish_issue(c, r, "all_reduce", bytes, ring_share(bytes, c->world, 2), t0, req);
 }
 
 static zrt_status check_counts(zrt_comm *c, const size_t *counts, const char *fn, size_t *total) {
@@ -330,9 +339,10 @@ zrt_status zrt_comm_reduce_scatter(zrt_comm *c, const void *send, void *recv, co
     return zrt_error(ZRT_ERR_INVALID_ARG, "%s: NULL %s buffer (total %zu, this rank's %zu)", fn,
                      send || !total ? "recv" : "send", total, counts[c->rank]);
   zrt_comm_req *r = NULL;
+  double t0 = zrt_now_s();
   ZRT_CHECK(c->iface->reduce_scatter(c->ctx, send, recv, counts, dt, op, &r));
   size_t bytes = total * zrt_dtype_size(dt);
-  return finish_issue(c, r, "reduce_scatter", bytes, ring_share(bytes, c->world, 1), req);
+  return finish_issue(c, r, "reduce_scatter", bytes, ring_share(bytes, c->world, 1), t0, req);
 }
 
 zrt_status zrt_comm_all_gather(zrt_comm *c, const void *send, void *recv, const size_t *counts,
@@ -347,9 +357,10 @@ zrt_status zrt_comm_all_gather(zrt_comm *c, const void *send, void *recv, const 
     return zrt_error(ZRT_ERR_INVALID_ARG, "%s: NULL %s buffer (total %zu, this rank's %zu)", fn,
                      !recv && total ? "recv" : "send", total, counts[c->rank]);
   zrt_comm_req *r = NULL;
+  double t0 = zrt_now_s();
   ZRT_CHECK(c->iface->all_gather(c->ctx, send, recv, counts, dt, &r));
   size_t bytes = total * zrt_dtype_size(dt);
-  return finish_issue(c, r, "all_gather", bytes, ring_share(bytes, c->world, 1), req);
+  return finish_issue(c, r, "all_gather", bytes, ring_share(bytes, c->world, 1), t0, req);
 }
 
 zrt_status zrt_comm_broadcast(zrt_comm *c, void *buf, size_t count, zrt_dtype dt, int root,
@@ -364,11 +375,12 @@ zrt_status zrt_comm_broadcast(zrt_comm *c, void *buf, size_t count, zrt_dtype dt
   if (count && !buf)
     return zrt_error(ZRT_ERR_INVALID_ARG, "%s: NULL buffer for %zu elements", fn, count);
   zrt_comm_req *r = NULL;
+  double t0 = zrt_now_s();
   ZRT_CHECK(c->iface->broadcast(c->ctx, buf, count, dt, root, &r));
   size_t bytes = count * zrt_dtype_size(dt);
   /* Pipelined ring broadcast: every rank but the last forwards the whole
    * buffer once; counted per rank as bytes (N-1)/N on average. */
-  return finish_issue(c, r, "broadcast", bytes, ring_share(bytes, c->world, 1), req);
+  return finish_issue(c, r, "broadcast", bytes, ring_share(bytes, c->world, 1), t0, req);
 }
 
 zrt_status zrt_comm_barrier(zrt_comm *c) {
@@ -379,7 +391,10 @@ zrt_status zrt_comm_barrier(zrt_comm *c) {
   uint64_t seq = ++c->seq;
   double t0 = zrt_now_s();
   zrt_status st = c->iface->barrier(c->ctx);
+  double dt = zrt_now_s() - t0;
+  c->wait_s += dt;
   if (st == ZRT_OK) {
+    c->busy_s += dt;
     mark_completed(c, seq, "barrier", 0);
     return ZRT_OK;
   }
@@ -405,7 +420,13 @@ zrt_status zrt_comm_test(zrt_comm *c, zrt_comm_req *req, int *done) {
   uint64_t seq = req->seq;
   const char *op = req->op;
   size_t bytes = req->bytes;
+  double t_issue = req->t_issue, t0 = zrt_now_s();
   ZRT_CHECK(c->iface->test(c->ctx, req, done));
-  if (*done) mark_completed(c, seq, op, bytes);
+  double t1 = zrt_now_s();
+  c->wait_s += t1 - t0;
+  if (*done) {
+    c->busy_s += t1 - t_issue;
+    mark_completed(c, seq, op, bytes);
+  }
   return ZRT_OK;
 }

@@ -85,6 +85,14 @@ typedef struct zrt_comm {
    * reduce_scatter and all_gather (N-1)/N·total bytes, broadcast
    * (N-1)/N·bytes, barrier 0; 0 at world size 1. Counted at issue. */
   uint64_t bytes_moved;
+  /* Host-side time accounting for the step breakdown (seconds, since
+   * creation): busy_s sums every completed collective's time from issue to
+   * the moment its completion was observed (wait or test); wait_s is the
+   * part of it the caller spent blocked in the zrt_comm_* calls (issue,
+   * wait, test, barrier). busy_s - wait_s is communication that ran while
+   * the caller did something else: hidden behind compute. On CUDA the
+   * times are host-side (enqueue and stream waits), not kernel times. */
+  double busy_s, wait_s;
 } zrt_comm;
 
 /* want: "auto" | "self" | "mpi" | "nccl". auto = self when WORLD_SIZE is

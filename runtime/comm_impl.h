@@ -20,6 +20,7 @@ struct zrt_comm_req {
   const char *op; /* static op name */
   size_t bytes;   /* this rank's payload in the caller's dtype */
   int timed_out;  /* set by wait() when it gave up: request still valid */
+  double t_issue; /* zrt_now_s() before the implementation's issue call */
 };
 
 /* Polls done(arg) with short sleeps until it reports completion or

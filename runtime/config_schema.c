@@ -62,7 +62,10 @@ const zrt_cfg_row zrt_cfg_rows[] = {
     R("steps_per_print", I, 0, "10", NULL, 1, BIG, NULL, "log progress every N optimizer steps",
       steps_per_print),
     R("wall_clock_breakdown", B, 0, "false", NULL, 1, 0, NULL,
-      "time forward/backward/step phases and log them", wall_clock_breakdown),
+      "log the step breakdown (zrt_step_timing: other/forward/backward/boundary, fetch, reduce, "
+      "optimizer, gather, comm hidden) on rank 0 every steps_per_print steps; the metrics record "
+      "has it always",
+      wall_clock_breakdown),
     RE("communication_data_type", NC, "null", "fp32|fp16|bf16|null", comm_dtype_vals,
        "dtype of gradient reductions (null = the working dtype)", communication_data_type),
 

@@ -3,8 +3,9 @@
  * copy + resolve, backend, comm), module/param registration, build (layout,
  * stage choice, allocation, partitioned init), fetch / release /
  * grads_ready, param data / grad access, safetensors loading, memory and
- * compute helpers. The optimizer step lives in engine_step.c, the sharding
- * machinery in sharding/.
+ * compute helpers. The optimizer step lives in engine_step.c, the step
+ * breakdown in engine_timing.c (fetch and grads_ready add their time and
+ * the implicit phase marks here), the sharding machinery in sharding/.
  *
  * Invariants: after build every buffer listed in engine_internal.h's table
  * exists for the chosen stage and every rank holds the same layout; the
@@ -481,6 +482,7 @@ zrt_status zrt_engine_build(zrt_engine *eng) {
     ZRT_CHECK_GOTO(zrt_engine_alloc_module(eng, m, tmp, tmp_elems), st, done);
   }
   eng->built = 1;
+  zrt_engine_timing_open(eng, zrt_now_s());
   {
     zrt_memest_layout lay;
     zrt_engine_layout_totals(eng, &lay);
@@ -513,11 +515,15 @@ static zrt_status zrt_engine_check_module(const zrt_engine *eng, int m, const ch
 
 zrt_status zrt_module_fetch(zrt_engine *eng, int module_id) {
   ZRT_CHECK(zrt_engine_check_module(eng, module_id, "zrt_module_fetch"));
+  zrt_engine_phase_infer(eng, ZRT_PHASE_FORWARD);
   if (eng->stage < 3) {
     eng->modules[module_id].in_use = 1;
     return ZRT_OK;
   }
-  return zrt_stage3_fetch(eng, module_id);
+  double t0 = zrt_now_s();
+  zrt_status st = zrt_stage3_fetch(eng, module_id);
+  eng->ph.fetch_s += zrt_now_s() - t0;
+  return st;
 }
 
 zrt_status zrt_module_release(zrt_engine *eng, int module_id) {
@@ -552,12 +558,16 @@ zrt_status zrt_engine_reduce_pending(zrt_engine *eng, int m, int async) {
 
 zrt_status zrt_module_grads_ready(zrt_engine *eng, int module_id) {
   ZRT_CHECK(zrt_engine_check_module(eng, module_id, "zrt_module_grads_ready"));
+  zrt_engine_phase_infer(eng, ZRT_PHASE_BACKWARD);
   if (eng->stage < 2) return ZRT_OK; /* reduced at the accumulation boundary */
   zrt_module_entry *me = &eng->modules[module_id];
   if (me->grads_reduced)
     return zrt_error(ZRT_ERR_INVALID_ARG,
                      "zrt_module_grads_ready('%s'): called twice in one micro-batch", me->name);
-  return zrt_engine_reduce_pending(eng, module_id, eng->cfg->overlap_comm);
+  double t0 = zrt_now_s();
+  zrt_status st = zrt_engine_reduce_pending(eng, module_id, eng->cfg->overlap_comm);
+  eng->ph.reduce_s += zrt_now_s() - t0;
+  return st;
 }
 
 static zrt_status zrt_engine_check_param(const zrt_engine *eng, int p, const char *fn) {
@@ -583,6 +593,7 @@ zrt_status zrt_param_data(zrt_engine *eng, int param_id, void **ptr) {
 
 zrt_status zrt_param_grad(zrt_engine *eng, int param_id, void **ptr) {
   ZRT_CHECK(zrt_engine_check_param(eng, param_id, "zrt_param_grad"));
+  zrt_engine_phase_infer(eng, ZRT_PHASE_BACKWARD);
   const zrt_param_entry *p = &eng->params[param_id];
   zrt_module_entry *me = &eng->modules[p->module];
   if (me->grads_reduced)

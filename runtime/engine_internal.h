@@ -102,6 +102,20 @@ typedef struct zrt_engine_stepstats {
   uint64_t comm_bytes0; /* comm->bytes_moved at step start */
 } zrt_engine_stepstats;
 
+/* Accumulators of the step breakdown (zrt_step_timing) for the open
+ * window; closed at each boundary into engine->timing. phase: the running
+ * ZRT_PHASE_*; mark: when it began; explicit: the program has called
+ * zrt_engine_mark (inference off; survives windows). */
+typedef struct zrt_engine_phase_acc {
+  int phase;
+  int explicit_marks;
+  double mark;
+  double t_window;  /* window start */
+  double pass_s[3]; /* by ZRT_PHASE_* */
+  double fetch_s, reduce_s, optimizer_s, gather_s;
+  double busy0, wait0; /* comm->busy_s / wait_s at window start */
+} zrt_engine_phase_acc;
+
 struct zrt_engine {
   zrt_config *config; /* private resolved copy */
   const zrt_cfg *cfg; /* zrt_config_values(config) */
@@ -154,7 +168,19 @@ struct zrt_engine {
 
   FILE *metrics; /* rank 0 only */
   char backend_name[16], comm_name[16];
+
+  zrt_engine_phase_acc ph;
+  zrt_step_timing timing; /* last closed window */
 };
+
+/* engine_timing.c: the step breakdown. _enter switches the phase
+ * (ZRT_PHASE_*) at time now; _infer applies the implicit marks of
+ * zrt_engine_mark's contract; _open starts a window; _close ends it into
+ * eng->timing (boundary_s = now - boundary_start). */
+void zrt_engine_phase_enter(zrt_engine *eng, int phase, double now);
+void zrt_engine_phase_infer(zrt_engine *eng, int phase);
+void zrt_engine_timing_open(zrt_engine *eng, double now);
+void zrt_engine_timing_close(zrt_engine *eng, double boundary_start, double now);
 
 /* ------------------------------------------------ documented internals */
 

@@ -5,7 +5,8 @@
  * all-reduce agreeing on {sumsq, nonfinite, loss}, loss-scaler update, the
  * fused unscale * clip * optimizer update of the fp32 master shard (split
  * by parameter so NO_DECAY params get weight_decay 0), the write-back of the
- * 16-bit params (stage 1/2 all-gather), scheduler step, metrics.
+ * 16-bit params (stage 1/2 all-gather), scheduler step, metrics, and the
+ * boundary's share of the step breakdown (engine_timing.c).
  *
  * Invariants: every rank takes the same branch (skip or not) because the
  * decision uses only all-reduced values; the scheduler and the optimizer's
@@ -77,7 +78,11 @@ static zrt_status zrt_engine_apply(zrt_engine *eng, float grad_mul) {
         ZRT_CHECK(zrt_backend_optim_step(eng->backend, &h, me->master + k, s1, s2, me->grad_acc + k,
                                          ZRT_F32, w16 + (size_t)lo * ws, eng->dtype, n, NULL));
     }
-    if (eng->stage == 1 || eng->stage == 2) ZRT_CHECK(zrt_engine_gather_module(eng, m));
+    if (eng->stage == 1 || eng->stage == 2) {
+      double t0 = zrt_now_s();
+      ZRT_CHECK(zrt_engine_gather_module(eng, m));
+      eng->ph.gather_s += zrt_now_s() - t0;
+    }
   }
   if (eng->stage == 3) zrt_stage3_invalidate(eng);
   return ZRT_OK;
@@ -145,6 +150,13 @@ static zrt_status zrt_engine_write_metrics(zrt_engine *eng, const zrt_step_info 
     if (k != ZRT_MEM_OTHER)
       fprintf(f, ",\"%s\":%llu", zrt_mem_category_name((zrt_mem_category)k),
               (unsigned long long)peak_cat[k]);
+  const zrt_step_timing *t = &eng->timing;
+  fprintf(f,
+          ",\"other_s\":%.6g,\"forward_s\":%.6g,\"backward_s\":%.6g,\"boundary_s\":%.6g,"
+          "\"fetch_s\":%.6g,\"reduce_s\":%.6g,\"optimizer_s\":%.6g,\"gather_s\":%.6g,"
+          "\"comm_busy_s\":%.6g,\"comm_wait_s\":%.6g,\"overlap_fraction\":%.6g",
+          t->other_s, t->forward_s, t->backward_s, t->boundary_s, t->fetch_s, t->reduce_s,
+          t->optimizer_s, t->gather_s, t->comm_busy_s, t->comm_wait_s, t->overlap_fraction);
   fprintf(f, ",\"comm_bytes\":%llu,\"zero_stage\":%d,\"world_size\":%d}\n",
           (unsigned long long)comm_bytes, eng->stage, eng->world);
   fflush(f);
@@ -160,18 +172,15 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
     return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_step: call zrt_engine_build first");
   const zrt_cfg *c = eng->cfg;
   zrt_step_info local;
+  double t_enter = zrt_now_s();
   if (!info) info = &local;
   memset(info, 0, sizeof *info);
-  if (eng->st.micro_count == 0) {
-    eng->st.loss_sum = 0;
-    /* The step window (comm_bytes0, t_start) is NOT opened here: this call
-     * comes after the window's first forward/backward, whose stage-2/3
-     * gathers and reduce-scatters and whose compute belong to this step.
-     * It opens where the previous boundary ended; for the first step the
-     * bytes count from engine creation (build's gathers included) and the
-     * time, best effort, from here. */
-    if (eng->st.t_start == 0) eng->st.t_start = zrt_now_s();
-  }
+  /* The step window (comm_bytes0, eng->ph) is NOT opened here: this call
+   * comes after the window's first forward/backward, whose stage-2/3
+   * gathers and reduce-scatters and whose compute belong to this step. It
+   * opens where the previous boundary (or build) ended; for the first step
+   * the bytes count from engine creation (build's gathers included). */
+  if (eng->st.micro_count == 0) eng->st.loss_sum = 0;
   eng->st.loss_sum += loss;
   eng->st.micro_count++;
   eng->micro_step++;
@@ -181,6 +190,7 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
     for (int m = 0; m < eng->nmodules; m++)
       if (eng->modules[m].grads_pending) ZRT_CHECK(zrt_engine_reduce_pending(eng, m, 1));
   for (int m = 0; m < eng->nmodules; m++) eng->modules[m].grads_reduced = 0;
+  eng->ph.reduce_s += zrt_now_s() - t_enter;
 
   int64_t K = c->gradient_accumulation_steps > 0 ? c->gradient_accumulation_steps : 1;
   info->step = eng->global_step;
@@ -188,10 +198,14 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
   info->lr = (float)eng->sched.cur_lr;
   info->skipped_total = eng->skipped_total;
   info->loss = loss;
-  if (eng->st.micro_count < K) return ZRT_OK;
+  if (eng->st.micro_count < K) {
+    zrt_engine_phase_enter(eng, ZRT_PHASE_OTHER, zrt_now_s()); /* until the next pass */
+    return ZRT_OK;
+  }
 
   /* ------------------------------------------- accumulation boundary */
   info->boundary = 1;
+  double t_red = zrt_now_s();
   if (eng->stage <= 1) {
     for (int m = 0; m < eng->nmodules; m++) {
       zrt_module_entry *me = &eng->modules[m];
@@ -202,7 +216,12 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
     }
   }
   ZRT_CHECK(zrt_bucket_drain(eng));
+  double t_q = zrt_now_s();
+  eng->ph.reduce_s += t_q - t_red;
   if (eng->stage == 3) ZRT_CHECK(zrt_stage3_quiesce(eng));
+  double t_opt = zrt_now_s();
+  eng->ph.fetch_s += t_opt - t_q;
+  double gather0 = eng->ph.gather_s;
   if (!eng->trace_done && eng->ntrace > 0) eng->trace_done = 1;
 
   if (zrt_engine_inject_now(eng) && eng->rank == eng->world - 1) {
@@ -251,6 +270,7 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
       zrt_sched_step(&eng->sched);
     }
   }
+  eng->ph.optimizer_s += zrt_now_s() - t_opt - (eng->ph.gather_s - gather0);
   for (int m = 0; m < eng->nmodules && st == ZRT_OK; m++) {
     int64_t off, len;
     zrt_engine_master_extent(eng, m, &off, &len);
@@ -260,10 +280,12 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
   info->step = eng->global_step;
   info->skipped_total = eng->skipped_total;
   eng->last_grad_norm = info->grad_norm;
-  double step_time = zrt_now_s() - eng->st.t_start;
   uint64_t comm_bytes = eng->comm->bytes_moved - eng->st.comm_bytes0;
   eng->st.comm_bytes0 = eng->comm->bytes_moved; /* the next window starts here */
-  eng->st.t_start = zrt_now_s();
+  double now = zrt_now_s();
+  zrt_engine_timing_close(eng, t_enter, now);
+  double step_time = eng->timing.step_s;
+  eng->st.t_start = now;
   eng->st.micro_count = 0;
   if (st != ZRT_OK && st != ZRT_ERR_OVERFLOW) return st;
   zrt_status mst = ZRT_OK;
@@ -273,5 +295,17 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
     zrt_log(ZRT_LOG_INFO, "step %lld loss %.6g lr %.3g scale %g grad_norm %.4g skipped %lld",
             (long long)eng->global_step, (double)gloss, (double)info->lr, (double)scale,
             (double)info->grad_norm, (long long)eng->skipped_total);
+  if (c->wall_clock_breakdown && c->steps_per_print > 0 &&
+      eng->global_step % c->steps_per_print == 0 && eng->rank == 0) {
+    const zrt_step_timing *t = &eng->timing;
+    zrt_log(ZRT_LOG_INFO,
+            "step %lld time (ms): step %.2f = other %.2f + forward %.2f + backward %.2f + "
+            "boundary %.2f | fetch %.2f reduce %.2f optimizer %.2f gather %.2f | comm in flight "
+            "%.2f blocked %.2f (%.0f%% hidden)",
+            (long long)eng->global_step, 1e3 * t->step_s, 1e3 * t->other_s, 1e3 * t->forward_s,
+            1e3 * t->backward_s, 1e3 * t->boundary_s, 1e3 * t->fetch_s, 1e3 * t->reduce_s,
+            1e3 * t->optimizer_s, 1e3 * t->gather_s, 1e3 * t->comm_busy_s, 1e3 * t->comm_wait_s,
+            100 * t->overlap_fraction);
+  }
   return mst;
 }

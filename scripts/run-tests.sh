@@ -5,10 +5,25 @@
 # there is no GPU), the .clang-format check, an ASan+UBSan build of the suite,
 # and a short libFuzzer pass over the config loaders.
 # Environment: ZRT_FUZZ_SECONDS (default 20 per target), ZRT_SKIP_ASAN=1,
-# ZRT_SKIP_FUZZ=1 to shorten a local run.
+# ZRT_SKIP_FUZZ=1 to shorten a local run, ZRT_TORCH=0 not to install torch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+
+# PyTorch (the CPU reference of cli.test_gpt2_torch and the perf baseline):
+# PyPI's wheel pulls ~4.5 GB of CUDA libraries, so it is installed for the
+# test run only (not by setup.sh, which the main job shares), only when
+# missing and only with room to spare. When it cannot be, the line below
+# says why and the torch test reports itself skipped.
+if [ "${ZRT_TORCH:-1}" != 0 ] && ! python3 -c "import torch" 2>/dev/null; then
+  free_gb=$(df -Pk "$(python3 -c 'import site; print(site.getsitepackages()[0])')" | awk 'NR==2 {print int($4/1048576)}')
+  if [ "${free_gb:-0}" -ge 12 ]; then
+    echo "setup: pip-installing torch (CPU reference for cli.test_gpt2_torch; ${free_gb} GB free)"
+    python3 -m pip install -q torch || echo "setup: pip install torch failed; cli.test_gpt2_torch will skip"
+  else
+    echo "setup: not installing torch (${free_gb:-?} GB free, need 12); cli.test_gpt2_torch will skip"
+  fi
+fi
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 jobs=$(nproc)

@@ -342,6 +342,9 @@ static zrt_status run_micro(trainer *tr, int train, float *loss) {
     st = (call);                                                                                   \
     if (st != ZRT_OK) return st;                                                                   \
   } while (0)
+  /* Phase marks for the engine's step breakdown; evaluation passes count as
+   * time outside training's forward/backward. */
+  TRY(zrt_engine_mark(e, train ? ZRT_PHASE_FORWARD : ZRT_PHASE_OTHER));
   TRY(zrt_module_fetch(e, tr->mod_id[0]));
   TRY(stage_weights(tr, 0));
   TRY(gpt2_embed_forward_f32(ops, &tr->cfg, &tr->L, tr->acts, tr->d_tok, B, tr->w));
@@ -368,6 +371,8 @@ static zrt_status run_micro(trainer *tr, int train, float *loss) {
   }
   TRY(stage_weights(tr, last));
   if (train) {
+    /* the head runs forward, loss and backward in one call: it counts as backward */
+    TRY(zrt_engine_mark(e, ZRT_PHASE_BACKWARD));
     TRY(stage_grads(tr, last));
     ops->zero(tr->dwte, (size_t)tr->numel[0][GPT2_WTE]);
   }
