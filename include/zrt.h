@@ -183,6 +183,13 @@ zrt_status zrt_module_add(zrt_engine *eng, const char *name, int *module_id);
 /* Registers a parameter of module_id before build. Names must be unique. */
 zrt_status zrt_param_add(zrt_engine *eng, int module_id, const char *name, int ndim,
                          const int64_t *shape, zrt_init init, unsigned flags, int *param_id);
+/* Bytes of backend memory the program will allocate per rank after build
+ * (activations and workspaces: what it passes to zrt_engine_alloc), so
+ * that zero_optimization.stage "auto" picks a configuration where model
+ * states AND these bytes fit, and an OOM at build says what the program
+ * still needs. Before build; 0 (the default) = not declared, and auto then
+ * logs that activations were not counted. */
+zrt_status zrt_engine_set_activation_bytes(zrt_engine *eng, uint64_t bytes);
 /* Lays out, partitions, allocates and initialises (each rank only its
  * shard). Fails with ZRT_ERR_OOM and a hint when model states do not fit. */
 zrt_status zrt_engine_build(zrt_engine *eng);

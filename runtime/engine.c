@@ -294,13 +294,24 @@ static void zrt_engine_layout_totals(const zrt_engine *eng, zrt_memest_layout *l
   lay->stage = eng->stage;
   lay->offload_optimizer = eng->offload_opt != ZRT_OFFLOAD_NONE;
   lay->offload_param = eng->offload_par != ZRT_OFFLOAD_NONE;
+  lay->activation_bytes = eng->activation_bytes;
+}
+
+zrt_status zrt_engine_set_activation_bytes(zrt_engine *eng, uint64_t bytes) {
+  if (!eng) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_set_activation_bytes: NULL engine");
+  if (eng->built)
+    return zrt_error(ZRT_ERR_INVALID_ARG,
+                     "zrt_engine_set_activation_bytes: call it before zrt_engine_build (the "
+                     "stage and the allocation are chosen at build)");
+  eng->activation_bytes = bytes;
+  return ZRT_OK;
 }
 
 /* Stage "auto": the first candidate, fastest first, whose predicted
- * per-rank device bytes (model states + reduction buffers; activations are
- * allocated by the program after build and are not known here) fit in 90%
- * of the device pool. Offload candidates come after every pure-device
- * stage because they trade PCIe traffic and CPU time for memory. */
+ * per-rank device bytes (model states + reduction buffers + the
+ * activation bytes the program declared with
+ * zrt_engine_set_activation_bytes) fit in 90% of the device pool. Offload candidates come after
+ * every pure-device stage because they trade PCIe traffic and CPU time for memory. */
 static zrt_status zrt_engine_choose_stage(zrt_engine *eng) {
   eng->offload_opt = eng->cfg->offload_optimizer.device;
   eng->offload_par = eng->cfg->offload_param.device;
@@ -318,7 +329,15 @@ static zrt_status zrt_engine_choose_stage(zrt_engine *eng) {
               {1, 1, 0}, {2, 1, 0}, {3, 1, 0}, {3, 1, 1}};
   int user_oo = eng->offload_opt != ZRT_OFFLOAD_NONE,
       user_op = eng->offload_par != ZRT_OFFLOAD_NONE;
-  char b1[32], b2[32];
+  char b1[32], b2[32], b3[32];
+  char acts[96];
+  if (eng->activation_bytes)
+    snprintf(acts, sizeof acts, "activations %s included",
+             zrt_format_size(eng->activation_bytes, b3, sizeof b3));
+  else
+    snprintf(acts, sizeof acts,
+             "activations not counted: the program did not declare them with "
+             "zrt_engine_set_activation_bytes");
   for (size_t k = 0; k < sizeof cand / sizeof cand[0]; k++) {
     int oo = cand[k].oo || user_oo, op = cand[k].op || user_op;
     if (op && cand[k].stage != 3) continue;
@@ -336,9 +355,9 @@ static zrt_status zrt_engine_choose_stage(zrt_engine *eng) {
       if (op && !user_op) eng->offload_par = ZRT_OFFLOAD_CPU;
       zrt_log(ZRT_LOG_INFO,
               "stage auto: picking stage %d%s: predicted %s per rank on the device (host %llu "
-              "bytes) fits 90%% of %s; every faster choice did not fit (activations not counted)",
+              "bytes) fits 90%% of %s; every faster choice did not fit (%s)",
               cand[k].stage, what, zrt_format_size(r.device_total, b1, sizeof b1),
-              (unsigned long long)r.host_total, zrt_format_size(cap, b2, sizeof b2));
+              (unsigned long long)r.host_total, zrt_format_size(cap, b2, sizeof b2), acts);
       return ZRT_OK;
     }
     zrt_log(ZRT_LOG_INFO, "stage auto: stage %d%s needs %s per rank > 90%% of %s", cand[k].stage,
@@ -363,13 +382,16 @@ static zrt_status zrt_engine_oom_hint(zrt_engine *eng, zrt_status st) {
   lay.offload_optimizer = 1;
   lay.offload_param = 1;
   zrt_memest_predict(&lay, &s3);
-  char a[32], b[32];
+  char a[32], b[32], c[32], acts[96] = "";
+  if (eng->activation_bytes)
+    snprintf(acts, sizeof acts, " plus the %s of activations the program declared",
+             zrt_format_size(eng->activation_bytes, c, sizeof c));
   return zrt_error_context(
       ZRT_ERR_OOM,
-      "model states need %s per rank at stage %d; stage 3 with offload_optimizer and "
+      "model states%s need %s per rank at stage %d; stage 3 with offload_optimizer and "
       "offload_param on cpu needs %s; try a higher zero_optimization.stage, offload, more ranks or "
       "a larger zrt.device_memory_limit (see `zrt estimate-memory`). Details: ",
-      zrt_format_size(here.device_total, a, sizeof a), eng->stage,
+      acts, zrt_format_size(here.device_total, a, sizeof a), eng->stage,
       zrt_format_size(s3.device_total, b, sizeof b));
 }
 

@@ -170,7 +170,8 @@ struct zrt_engine {
   char backend_name[16], comm_name[16];
 
   zrt_engine_phase_acc ph;
-  zrt_step_timing timing; /* last closed window */
+  zrt_step_timing timing;    /* last closed window */
+  uint64_t activation_bytes; /* zrt_engine_set_activation_bytes (0 = not declared) */
 };
 
 /* engine_timing.c: the step breakdown. _enter switches the phase

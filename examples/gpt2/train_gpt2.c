@@ -699,12 +699,18 @@ int main(int argc, char **argv) {
     }
     if (tot > max_mod) max_mod = tot;
   }
+  /* Activations and workspaces: one accounted allocation each, up front
+   * after build; declared first so that stage "auto" counts them. */
+  gpt2_acts_layout_init(&tr.L, &tr.cfg, tr.B);
+  size_t N = (size_t)tr.B * T, wte_n = (size_t)tr.numel[0][GPT2_WTE];
+  {
+    uint64_t act = (uint64_t)tr.L.total * 4 + wte_n * 4 + 2 * N * sizeof(int);
+    if (tr.info.dtype != ZRT_F32) act += 2 * (uint64_t)max_mod * 4 + wte_n * 4;
+    CHECK(zrt_engine_set_activation_bytes(tr.eng, act));
+  }
   CHECK(zrt_engine_build(tr.eng));
   if (a.init) CHECK(zrt_engine_load_safetensors(tr.eng, a.init));
 
-  /* Activations and workspaces: one accounted allocation each, up front. */
-  gpt2_acts_layout_init(&tr.L, &tr.cfg, tr.B);
-  size_t N = (size_t)tr.B * T, wte_n = (size_t)tr.numel[0][GPT2_WTE];
   CHECK(
       zrt_engine_alloc(tr.eng, tr.L.total * sizeof(float), ZRT_MEM_ACTIVATIONS, (void **)&tr.acts));
   CHECK(zrt_engine_alloc(tr.eng, wte_n * sizeof(float), ZRT_MEM_ACTIVATIONS, (void **)&tr.dwte));

@@ -6,8 +6,8 @@
 # line: nothing trained), while the same model trains at stage 3 with the
 # optimizer and the parameters offloaded to cpu: every step's measured
 # device peak (metrics device_peak_bytes) stays under the limit and the loss
-# falls. Stage "auto" under the same limit must pick an offload
-# configuration and say why. `zrt estimate-memory` predicts both outcomes.
+# falls. Stage "auto" under a tighter limit must pick the offload
+# configuration where model states and activations fit, say why, and train. `zrt estimate-memory` predicts both outcomes.
 set -euo pipefail
 BIN=${ZRT_BIN:-build/bin}
 SRC=${ZRT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -32,11 +32,11 @@ run() {
 if run --set zero_optimization.stage=0 --steps 5 --metrics "$tmp/m0.jsonl" >"$tmp/out0" 2>&1; then
   echo "FAIL: stage 0 trained under a ${LIMIT}-byte device limit"; cat "$tmp/out0"; exit 1
 fi
-grep -q "model states need" "$tmp/out0" || { echo "FAIL: no OOM message:"; cat "$tmp/out0"; exit 1; }
+grep -q "model states plus the .* of activations the program declared need" "$tmp/out0" || { echo "FAIL: no OOM message:"; cat "$tmp/out0"; exit 1; }
 grep -q "offload_optimizer and offload_param on cpu needs" "$tmp/out0" ||
   { echo "FAIL: no offload hint:"; cat "$tmp/out0"; exit 1; }
 if [ -s "$tmp/m0.jsonl" ]; then echo "FAIL: stage 0 wrote metrics (partial training)"; exit 1; fi
-echo "stage 0: $(grep -m1 'model states need' "$tmp/out0")"
+echo "stage 0: $(grep -m1 'model states plus' "$tmp/out0")"
 
 # 2. stage 3 + optimizer and parameter offload trains under the limit.
 run --set zero_optimization.stage=3 --set zero_optimization.offload_optimizer.device=cpu \
@@ -61,18 +61,30 @@ if not last < 0.9 * first:
     sys.exit("FAIL: loss did not fall")
 PY
 
-# 3. stage auto considers offload: at 1.35 MB no pure-device stage's model
-# states fit 90% of the pool (stage 3 needs ~1.25 MiB), so auto must pick an
-# offload configuration and log why. Auto cannot see the program's
-# activations (allocated after build), so this run may still stop at the
-# activation allocation; only the choice is checked here.
+# 3. stage auto counts the program's activations (train_gpt2 declares them
+# with zrt_engine_set_activation_bytes): at 1.35 MB neither a pure-device
+# stage nor optimizer offload alone leaves room for model states plus
+# activations within 90% of the pool, so auto must pick stage 3 with
+# optimizer and parameter offload, say why, and then actually train under
+# the limit (before activations were counted it picked stage 1 + offload,
+# which then failed at the activation allocation).
+AUTO_LIMIT=1350000
 for i in "${!common[@]}"; do
-  [ "${common[$i]}" = "zrt.device_memory_limit=$LIMIT" ] && common[$i]=zrt.device_memory_limit=1350000
+  [ "${common[$i]}" = "zrt.device_memory_limit=$LIMIT" ] && common[$i]=zrt.device_memory_limit=$AUTO_LIMIT
 done
-ZRT_LOG_LEVEL=info run --set zero_optimization.stage=auto --steps 1 >"$tmp/outa" 2>&1 || true
-grep -q "stage auto: stage 3 needs" "$tmp/outa" ||
-  { echo "FAIL: auto did not consider stage 3:"; cat "$tmp/outa"; exit 1; }
-grep -q "stage auto: picking stage 1 + offload optimizer to cpu" "$tmp/outa" ||
-  { echo "FAIL: auto did not pick offload:"; grep "stage auto" "$tmp/outa"; exit 1; }
+ZRT_LOG_LEVEL=info run --set zero_optimization.stage=auto --steps 3 --metrics "$tmp/ma.jsonl" \
+  >"$tmp/outa" 2>&1 || { echo "FAIL: the stage auto run failed:"; cat "$tmp/outa"; exit 1; }
+grep -q "stage auto: stage 3 + offload optimizer to cpu needs" "$tmp/outa" ||
+  { echo "FAIL: auto did not consider stage 3 + optimizer offload:"; cat "$tmp/outa"; exit 1; }
+grep -q "stage auto: picking stage 3 + offload optimizer and params to cpu.*activations .* included" \
+  "$tmp/outa" || { echo "FAIL: auto did not pick full offload counting activations:"; grep "stage auto" "$tmp/outa"; exit 1; }
+python3 - "$tmp/ma.jsonl" "$AUTO_LIMIT" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+peak = max(r["device_peak_bytes"] for r in rows)
+print(f"auto: {len(rows)} steps at stage {rows[0]['zero_stage']}, device peak {peak} <= {sys.argv[2]}")
+if len(rows) != 3 or peak > int(sys.argv[2]) or rows[0]["zero_stage"] != 3:
+    sys.exit("FAIL: auto's choice did not train 3 steps at stage 3 under the limit")
+PY
 echo "auto: $(grep -m1 'stage auto: picking' "$tmp/outa" | sed 's/^.*stage auto/stage auto/')"
 echo "PASS"
