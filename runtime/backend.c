@@ -61,6 +61,14 @@ int zrt_backend_cuda_device_count(void) {
 #endif
 }
 
+void zrt_backend_cuda_versions(char *buf, size_t n) {
+#ifdef ZRT_HAVE_CUDA
+  zrt_backend_cuda_probe_versions(buf, n);
+#else
+  snprintf(buf, n, "not built");
+#endif
+}
+
 static const char *zrt_backend_hint(const zrt_backend *b, size_t limit) {
   if (b->device_id < 0 || limit)
     return "raise zero_optimization.stage, enable offload_optimizer/offload_param, or raise "

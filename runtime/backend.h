@@ -115,6 +115,9 @@ void zrt_backend_destroy(zrt_backend *b);
  * none or not built). */
 int zrt_backend_cuda_built(void);
 int zrt_backend_cuda_device_count(void);
+/* Versions of the CUDA runtime, driver and cuBLAS this process loaded
+ * ("not built" without CUDA). No device needed. */
+void zrt_backend_cuda_versions(char *buf, size_t n);
 
 /* Accounted allocation in the device pool. */
 zrt_status zrt_backend_alloc(zrt_backend *b, size_t bytes, zrt_mem_category cat, void **out);

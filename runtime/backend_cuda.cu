@@ -705,6 +705,23 @@ extern "C" int zrt_backend_cuda_probe_count(void) {
   return n;
 }
 
+static void zrt_cuda_ver(int v, char *buf, size_t n) {
+  snprintf(buf, n, "%d.%d", v / 1000, (v % 1000) / 10);
+}
+
+extern "C" void zrt_backend_cuda_probe_versions(char *buf, size_t n) {
+  int rt = 0, drv = 0, maj = 0, min = 0, pat = 0;
+  char r[16] = "?", d[32] = "none", b[32] = "?";
+  if (cudaRuntimeGetVersion(&rt) == cudaSuccess) zrt_cuda_ver(rt, r, sizeof r);
+  if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0) zrt_cuda_ver(drv, d, sizeof d);
+  (void)cudaGetLastError();
+  if (cublasGetProperty(MAJOR_VERSION, &maj) == CUBLAS_STATUS_SUCCESS &&
+      cublasGetProperty(MINOR_VERSION, &min) == CUBLAS_STATUS_SUCCESS &&
+      cublasGetProperty(PATCH_LEVEL, &pat) == CUBLAS_STATUS_SUCCESS)
+    snprintf(b, sizeof b, "%d.%d.%d", maj, min, pat);
+  snprintf(buf, n, "runtime %s, driver %s, cuBLAS %s", r, d, b);
+}
+
 extern "C" zrt_status zrt_backend_cuda_init(zrt_backend *b, int device) {
   if (!b) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_backend_cuda_init: b is NULL");
   int count = 0;

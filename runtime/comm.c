@@ -172,6 +172,14 @@ void zrt_comm_destroy(zrt_comm *c) {
   free(full_of(c));
 }
 
+void zrt_comm_nccl_version(char *buf, size_t n) {
+#ifdef ZRT_HAVE_NCCL
+  zrt_comm_nccl_probe_version(buf, n);
+#else
+  snprintf(buf, n, "not built");
+#endif
+}
+
 /* ------------------------------------------------------------ watchdog */
 
 static void mark_completed(zrt_comm *c, uint64_t seq, const char *op, size_t bytes) {

@@ -121,6 +121,10 @@ zrt_status zrt_comm_barrier(zrt_comm *c);
 zrt_status zrt_comm_wait(zrt_comm *c, zrt_comm_req *req);
 zrt_status zrt_comm_test(zrt_comm *c, zrt_comm_req *req, int *done);
 
+/* "2.28.3" from the loaded NCCL library (ncclGetVersion, no GPU needed),
+ * or "not built". */
+void zrt_comm_nccl_version(char *buf, size_t n);
+
 /* Constructors (registry in comm.c). */
 /* Constructors fill c->iface, ctx, rank/world/local_*. backend: where the
  * buffers live (self: NULL = host memory). Comms come only from
@@ -129,6 +133,7 @@ zrt_status zrt_comm_self_init(zrt_comm *c, zrt_backend *backend);
 zrt_status zrt_comm_mpi_init(zrt_comm *c, zrt_backend *backend);
 #ifdef ZRT_HAVE_NCCL
 zrt_status zrt_comm_nccl_init(zrt_comm *c, zrt_backend *backend);
+void zrt_comm_nccl_probe_version(char *buf, size_t n);
 #endif
 
 #endif

@@ -421,3 +421,16 @@ fail:
   nccl_destroy(n);
   return st;
 }
+
+void zrt_comm_nccl_probe_version(char *buf, size_t n) {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) {
+    snprintf(buf, n, "built, version unknown (ncclGetVersion failed)");
+    return;
+  }
+  /* NCCL_VERSION(X,Y,Z) = X*10000 + Y*100 + Z since 2.9 (X*1000 + Y*100 + Z before) */
+  if (v >= 10000)
+    snprintf(buf, n, "%d.%d.%d", v / 10000, (v % 10000) / 100, v % 100);
+  else
+    snprintf(buf, n, "%d.%d.%d", v / 1000, (v % 1000) / 100, v % 100);
+}

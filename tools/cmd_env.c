@@ -22,6 +22,7 @@
 #include <yaml.h>
 
 #include "backend.h"
+#include "comm.h"
 #include "config.h"
 #include "internal.h"
 #include "launch_util.h"
@@ -56,11 +57,9 @@ static void cli_env_build(void) {
 #endif
   printf("sanitizers: %s\n", san);
   printf("CUDA backend: %s\n", zrt_backend_cuda_built() ? "built" : "not built");
-#ifdef ZRT_HAVE_NCCL
-  printf("NCCL comm: built\n");
-#else
-  printf("NCCL comm: not built\n");
-#endif
+  char nv[160];
+  zrt_comm_nccl_version(nv, sizeof nv);
+  printf("NCCL comm: %s\n", strncmp(nv, "not built", 9) ? "built" : "not built");
   printf("cpu optimizer ISA: %s (best this CPU runs; $ZRT_CPU_ISA forces one)\n",
          zrt_isa_name(zrt_cpu_isa_best()));
 }
@@ -223,12 +222,11 @@ static void cli_env_libs(void) {
   MPI_Get_version(&maj, &min);
   mpiv[strcspn(mpiv, "\n")] = '\0';
   printf("MPI: %s (standard %d.%d)\n", mpiv, maj, min);
-#ifdef ZRT_HAVE_NCCL
-  printf("NCCL: built\n");
-#else
-  printf("NCCL: not built\n");
-#endif
-  printf("cuBLAS: %s\n", zrt_backend_cuda_built() ? "built" : "not built");
+  char ver[160];
+  zrt_comm_nccl_version(ver, sizeof ver);
+  printf("NCCL: %s\n", ver);
+  zrt_backend_cuda_versions(ver, sizeof ver);
+  printf("CUDA: %s\n", ver);
   char *ob = openblas_get_config();
   printf("OpenBLAS: %s (%d threads)\n", ob ? ob : "?", openblas_get_num_threads());
   const char *jv = NULL;
