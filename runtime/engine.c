@@ -514,7 +514,7 @@ static zrt_status zrt_engine_check_module(const zrt_engine *eng, int m, const ch
 zrt_status zrt_module_fetch(zrt_engine *eng, int module_id) {
   ZRT_CHECK(zrt_engine_check_module(eng, module_id, "zrt_module_fetch"));
   if (eng->stage < 3) {
-    eng->modules[module_id].in_use = 1;
+    eng->modules[module_id].in_use++;
     return ZRT_OK;
   }
   return zrt_stage3_fetch(eng, module_id);
@@ -523,7 +523,7 @@ zrt_status zrt_module_fetch(zrt_engine *eng, int module_id) {
 zrt_status zrt_module_release(zrt_engine *eng, int module_id) {
   ZRT_CHECK(zrt_engine_check_module(eng, module_id, "zrt_module_release"));
   if (eng->stage < 3) {
-    eng->modules[module_id].in_use = 0;
+    if (eng->modules[module_id].in_use > 0) eng->modules[module_id].in_use--;
     return ZRT_OK;
   }
   return zrt_stage3_release(eng, module_id);

@@ -87,7 +87,7 @@ typedef struct zrt_module_entry {
   /* stage-3 state */
   int persistent;           /* numel <= stage3_param_persistence_threshold: stays gathered */
   int fetched;              /* full16 holds current values (gathered) */
-  int in_use;               /* between fetch and release */
+  int in_use;               /* fetches not yet released (fetches nest) */
   zrt_comm_req *gather_req; /* pending prefetch all-gather into full16 */
   size_t *gather_counts;    /* counts of that gather (must outlive it) */
   int grads_pending;        /* grad16 allocated this micro-batch, not yet reduced */

@@ -7,6 +7,11 @@
  * also starts asynchronous gathers of the modules that follow in that
  * order, up to stage3_prefetch_bucket_size elements and while gathered
  * non-persistent elements stay within stage3_max_live_parameters.
+ * Fetches nest: `in_use` counts fetches not yet released, and only the
+ * release that ends the outermost one frees the copy, so a tied module
+ * fetched again while gathered (embedding reused as the LM head) is neither
+ * re-gathered nor freed under its other user. Every gather is logged at
+ * debug level (module, elements, blocking or prefetch).
  * Invariants: `fetched` means full16 holds the current weights; a module
  * with gather_req != NULL has full16 allocated and is not yet fetched;
  * every rank issues the same gathers in the same order (same program, same
@@ -29,6 +34,8 @@ static zrt_status zrt_stage3_start_gather(zrt_engine *eng, int m, int async) {
   }
   size_t *cnt = malloc((size_t)eng->world * sizeof(size_t));
   if (!cnt) return zrt_error(ZRT_ERR_OOM, "stage 3 gather: out of host memory");
+  zrt_log(ZRT_LOG_DEBUG, "stage 3: gather '%s' (%lld elements, %s, trace position %d)", me->name,
+          (long long)me->padded, async ? "prefetch" : "blocking", eng->trace_pos);
   for (int r = 0; r < eng->world; r++) cnt[r] = (size_t)me->part;
   const void *src = me->shard16;
   zrt_status st;
@@ -109,15 +116,17 @@ zrt_status zrt_stage3_fetch(zrt_engine *eng, int m) {
   }
   ZRT_CHECK(zrt_stage3_wait(eng, m));
   if (!me->fetched) ZRT_CHECK(zrt_stage3_start_gather(eng, m, 0));
-  me->in_use = 1;
+  me->in_use++;
   zrt_stage3_prefetch(eng, m);
   return ZRT_OK;
 }
 
 zrt_status zrt_stage3_release(zrt_engine *eng, int m) {
   zrt_module_entry *me = &eng->modules[m];
-  me->in_use = 0;
-  if (me->persistent) return ZRT_OK;
+  if (me->in_use > 0) me->in_use--;
+  /* a nested use (a tied module fetched again inside its own fetch) keeps
+   * the gathered copy until the outermost release */
+  if (me->persistent || me->in_use > 0) return ZRT_OK;
   ZRT_CHECK(zrt_stage3_wait(eng, m));
   if (me->full16) {
     zrt_backend_free(eng->backend, me->full16);

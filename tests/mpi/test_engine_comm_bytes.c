@@ -3,19 +3,28 @@
  * against ZeRO's theory (run at -n 2 and -n 4).
  *
  * A 3-module model of uneven sizes (padded total Ψ elements) is driven like
- * a real program: per micro-batch a forward (fetch/release each module), a
- * backward in reverse order (fetch, zrt_param_grad, grads_ready, release),
- * then zrt_engine_step. The volume is comm->bytes_moved, which counts what
+ * the GPT example with tied weights: module 0 is the embedding whose weight
+ * is also the LM head, module 1 a block, module 2 the final norm. Per
+ * micro-batch: forward fetch/release of 0 and 1; the head fetches 2 and 0
+ * (and 0 once more, nested: a tied weight used twice inside one fetch) and
+ * runs its forward and backward in that fetch; the block's backward
+ * fetches 1 again; the embedding's backward only takes its grads (no
+ * fetch); then zrt_engine_step. So stage 3 gathers module 0 twice per
+ * micro-batch (embedding, then LM head: used twice in one pass, released in
+ * between), module 1 twice, module 2 once: g = {2, 2, 1}; the nested fetch
+ * gathers nothing. The volume is comm->bytes_moved, which counts what
  * a rank sends by the ring formulas (all-reduce 2(N-1)/N, reduce-scatter
  * and all-gather (N-1)/N of the buffer). Theory per rank per optimizer step,
  * with K micro-batches, c = reduction (communication_data_type) bytes,
- * w = working-dtype bytes, f = (N-1)/N:
+ * w = working-dtype bytes, f = (N-1)/N, P_m = module m's padded elements:
  *   stage 0: all-reduce of the grads                  2Ψ·c·f
  *   stage 1: reduce-scatter + all-gather of params     Ψ·c·f + Ψ·w·f
  *   stage 2: reduce-scatter every micro-batch + gather K·Ψ·c·f + Ψ·w·f
- *   stage 3: per micro-batch 2 gathers + 1 reduce-scatter K·(2Ψ·w + Ψ·c)·f
- * (for K = 1 and c = w: 2Ψ·w·f at stages 0-2, 3Ψ·w·f at stage 3, the ZeRO
- * paper's numbers) plus the one all-reduce of {sumsq, nonfinite, loss}:
+ *   stage 3: per micro-batch the gathers + 1 reduce-scatter
+ *                                                      K·(Σ g_m·P_m·w + Ψ·c)·f
+ * (for K = 1, c = w and a program that gathers every module twice: 2Ψ·w·f
+ * at stages 0-2, 3Ψ·w·f at stage 3, the ZeRO paper's numbers) plus the one
+ * all-reduce of {sumsq, nonfinite, loss}:
  * 2·3·4·f bytes. Stage 0/1 reduce once per step (DeepSpeed accumulates
  * micro-batches locally there); stage 2/3 reduce every micro-batch.
  * Tolerance: the ring formula truncates to whole bytes per collective, so
@@ -38,6 +47,8 @@
 #define STEPS 3
 
 static const int64_t mod_numel[NMOD][2] = {{1000, 37}, {333, 0}, {2050, 64}};
+/* stage-3 gathers per micro-batch of each module under the schedule above */
+static const int gathers[NMOD] = {2, 2, 1};
 
 typedef struct run_cfg {
   int stage;
@@ -115,7 +126,12 @@ static void run(const run_cfg *rc) {
   case 0: theory = 2 * P * c * f; break;
   case 1: theory = P * c * f + P * w * f; break;
   case 2: theory = K * P * c * f + P * w * f; break;
-  default: theory = K * (2 * P * w + P * c) * f; break;
+  default: {
+    double g = 0;
+    for (int m = 0; m < NMOD; m++) g += gathers[m] * (double)eng->modules[m].padded;
+    theory = K * (g * w + P * c) * f;
+    break;
+  }
   }
   theory += 2 * 3 * 4 * f; /* {sumsq, nonfinite, loss} */
 
@@ -125,20 +141,31 @@ static void run(const run_cfg *rc) {
   for (int s = 0; s < STEPS; s++) {
     uint64_t b0 = eng->comm->bytes_moved, q0 = eng->comm->seq;
     for (int k = 0; k < rc->accum; k++) {
-      for (int m = 0; m < NMOD; m++) {
+      void *g;
+      for (int m = 0; m < 2; m++) { /* forward: embedding, block */
         ZT_OK(zrt_module_fetch(eng, m));
         ZT_OK(zrt_module_release(eng, m));
       }
-      for (int m = NMOD - 1; m >= 0; m--) {
-        ZT_OK(zrt_module_fetch(eng, m));
+      /* head: final norm + the tied embedding weight, forward and backward */
+      ZT_OK(zrt_module_fetch(eng, 2));
+      ZT_OK(zrt_module_fetch(eng, 0));
+      ZT_OK(zrt_module_fetch(eng, 0)); /* nested: no gather */
+      ZT_OK(zrt_module_release(eng, 0));
+      void *w0;
+      ZT_OK(zrt_param_data(eng, pid[0][0], &w0)); /* still gathered for the outer fetch */
+      for (int m = 2; m >= 0; m -= 2)
         for (int j = 0; j < 2; j++)
-          if (pid[m][j] >= 0) {
-            void *g;
-            ZT_OK(zrt_param_grad(eng, pid[m][j], &g));
-          }
-        ZT_OK(zrt_module_grads_ready(eng, m));
-        ZT_OK(zrt_module_release(eng, m));
-      }
+          if (pid[m][j] >= 0) ZT_OK(zrt_param_grad(eng, pid[m][j], &g));
+      ZT_OK(zrt_module_grads_ready(eng, 2));
+      ZT_OK(zrt_module_release(eng, 0));
+      ZT_OK(zrt_module_release(eng, 2));
+      /* backward of the block, then the embedding's (grads only) */
+      ZT_OK(zrt_module_fetch(eng, 1));
+      ZT_OK(zrt_param_grad(eng, pid[1][0], &g));
+      ZT_OK(zrt_module_grads_ready(eng, 1));
+      ZT_OK(zrt_module_release(eng, 1));
+      ZT_OK(zrt_param_grad(eng, pid[0][1], &g));
+      ZT_OK(zrt_module_grads_ready(eng, 0));
       zrt_step_info si;
       ZT_OK(zrt_engine_step(eng, 1.0f, &si));
       ZT_CHECK(si.boundary == (k == rc->accum - 1) && !si.skipped);
