@@ -200,6 +200,7 @@ zrt_status zrt_module_add(zrt_engine *eng, const char *name, int *module_id) {
   }
   zrt_module_entry *me = &eng->modules[eng->nmodules];
   memset(me, 0, sizeof *me);
+  me->trace_at = -1;
   snprintf(me->name, sizeof me->name, "%s", name);
   *module_id = eng->nmodules++;
   return ZRT_OK;
@@ -288,6 +289,7 @@ static void zrt_engine_layout_totals(const zrt_engine *eng, zrt_memest_layout *l
   }
   lay->reduce_bucket_size = eng->cfg->reduce_bucket_size;
   lay->prefetch_elems = eng->cfg->stage3_prefetch_bucket_size;
+  lay->reuse_elems = eng->cfg->stage3_max_reuse_distance;
   lay->max_live_elems = eng->cfg->stage3_max_live_parameters;
   lay->sub_group_size = eng->cfg->sub_group_size;
   lay->stage = eng->stage;

@@ -92,6 +92,9 @@ typedef struct zrt_module_entry {
   size_t *gather_counts;    /* counts of that gather (must outlive it) */
   int grads_pending;        /* grad16 allocated this micro-batch, not yet reduced */
   int grads_reduced;        /* stage 2/3: grads_ready already ran this micro-batch */
+  int trace_at;             /* trace position of its latest fetch (-1: none yet) */
+  int retained;             /* released but kept gathered: reused within
+                               stage3_max_reuse_distance (sharding/stage3.c) */
 } zrt_module_entry;
 
 /* Per-step measurements feeding metrics and zrt_step_info. */
@@ -136,7 +139,10 @@ struct zrt_engine {
   int trace_done; /* 1 after the first boundary: trace is frozen */
   int trace_pos;  /* position of the last fetch in the trace */
   int live_modules;
-  int64_t live_elems; /* gathered non-persistent elements */
+  int64_t live_elems;     /* gathered non-persistent elements */
+  int64_t reuse_kept;     /* releases that kept the copy (stage3_max_reuse_distance) */
+  int64_t reuse_evicted;  /* kept copies freed early to stay within max_live */
+  int64_t stage3_gathers; /* all-gathers of modules issued (blocking + prefetch) */
 
   zrt_scaler scaler;
   zrt_sched sched;
