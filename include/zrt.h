@@ -197,12 +197,16 @@ zrt_status zrt_engine_build(zrt_engine *eng);
  * names are the parameter names; each rank reads only its shard. */
 zrt_status zrt_engine_load_safetensors(zrt_engine *eng, const char *path);
 
-/* Makes a module's working weights available (stage 3: all-gather, and
- * prefetch of the modules that follow in the recorded order). Blocking for
- * this module. */
+/* Makes a module's working weights available (stage 3: all-gather unless
+ * the gathered copy is still valid, and prefetch of the modules that
+ * follow in the recorded order). Blocking for this module. Fetches nest: a
+ * module fetched again before its release (tied weights) is not gathered
+ * again and needs one release per fetch. Fetch only to read weights: a
+ * backward that only writes grads (an embedding's) needs no fetch, and at
+ * stage 3 each fetch after a release costs one all-gather of the module. */
 zrt_status zrt_module_fetch(zrt_engine *eng, int module_id);
-/* Ends the use of a module's weights (stage 3: frees the gathered copy
- * unless persistent). */
+/* Ends one use of a module's weights (stage 3: the release that ends the
+ * outermost fetch frees the gathered copy unless persistent). */
 zrt_status zrt_module_release(zrt_engine *eng, int module_id);
 /* Declares the module's gradients complete for this micro-batch (the
  * program has accumulated into zrt_param_grad). Stage 2/3 may start the
@@ -213,10 +217,10 @@ zrt_status zrt_module_grads_ready(zrt_engine *eng, int module_id);
  * in backend memory. */
 zrt_status zrt_param_data(zrt_engine *eng, int param_id, void **ptr);
 /* Gradient buffer of a parameter (working dtype, backend memory) that the
- * program's backward ADDS into. Stage 2/3: zero at the start of each
- * micro-batch (allocated on first use, freed by grads_ready). Stage 0/1:
- * zero at the start of each accumulation window — the program's adds of
- * successive micro-batches accumulate in it, as in DeepSpeed. */
+ * program's backward ADDS into; the module need not be fetched. Stage 2/3: zero at the start of
+ * each micro-batch (allocated on first use, freed by grads_ready). Stage 0/1: zero at the start of
+ * each accumulation window — the program's adds of successive micro-batches accumulate in it, as in
+ * DeepSpeed. */
 zrt_status zrt_param_grad(zrt_engine *eng, int param_id, void **ptr);
 /* Element count of a parameter. */
 zrt_status zrt_param_numel(const zrt_engine *eng, int param_id, int64_t *numel);

@@ -8,7 +8,12 @@
  * properties: mmap, mbind(MPOL_BIND) to the chosen node before first touch,
  * then pin (the backend's host_register — cudaHostRegister — when it has
  * one, else mlock, which also faults the pages in on that node). The
- * dalloc/destroy hooks undo both.
+ * dalloc/destroy hooks undo both. mlock/munlock are issued as raw syscalls:
+ * AddressSanitizer intercepts the libc wrappers and turns them into no-ops
+ * that return 0 ("AddressSanitizer ignores mlock/mlockall/munlock/
+ * munlockall"), which left the pool's pages neither locked nor faulted in
+ * and RLIMIT_MEMLOCK never enforced in the sanitizer build. Locking our own
+ * extents is safe under ASan (its concern is mlockall over the shadow).
  *
  * Invariants: with host_register pinning every extent jemalloc holds is
  * exactly one mmap (split/merge refused, so unregister sees the registered
@@ -31,6 +36,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "offload/hostpool.h"
@@ -51,6 +57,12 @@ struct zrt_hostpool {
 };
 
 static zrt_hostpool *zrt_hp_of(extent_hooks_t *h) { return (zrt_hostpool *)(void *)h; }
+
+/* The kernel's mlock/munlock, past any interposed wrapper (see the top). */
+static int zrt_hp_mlock(const void *addr, size_t len) { return (int)syscall(SYS_mlock, addr, len); }
+static int zrt_hp_munlock(const void *addr, size_t len) {
+  return (int)syscall(SYS_munlock, addr, len);
+}
 
 static const char *zrt_hp_fallback_hint =
     "set zrt.pin_memory_fallback: true to continue with unpinned / unbound memory "
@@ -121,7 +133,7 @@ static int zrt_hp_prepare(zrt_hostpool *hp, void *addr, size_t size) {
     pthread_mutex_unlock(&hp->mu);
     return -1;
   }
-  if (mlock(addr, size) == 0) return 0;
+  if (zrt_hp_mlock(addr, size) == 0) return 0;
   int err = errno;
   pthread_mutex_lock(&hp->mu);
   if (hp->allow_fallback) {
@@ -150,7 +162,7 @@ static void zrt_hp_release(zrt_hostpool *hp, void *addr, size_t size) {
   if (hp->be && hp->be->iface->host_register && hp->be->iface->host_unregister) {
     if (hp->pin) hp->be->iface->host_unregister(hp->be->ctx, addr);
   } else {
-    munlock(addr, size);
+    zrt_hp_munlock(addr, size);
   }
   munmap(addr, size);
 }

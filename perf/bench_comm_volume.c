@@ -12,8 +12,12 @@
  * step's own agreement all-reduce (3 floats) is added. Stage 3 runs with
  * stage3_param_persistence_threshold=0 so that every module is gathered as
  * the 3Ψ formula assumes (the tiny model's modules are all below the default
- * threshold and would otherwise stay resident). The baseline of the time
- * comparison is the overlap-on run of the same stage in this run.
+ * threshold and would otherwise stay resident) and
+ * stage3_max_reuse_distance=0 (the default 1e9 keeps every module gathered
+ * from its forward to its backward: 2Ψ, see docs/engine.md). train_gpt2 gathers every
+ * module twice per pass except ln_f (forward and backward in one fetch:
+ * once), so stage 3 measures 3Ψ minus ln_f's 2·C elements. The baseline of
+ * the time comparison is the overlap-on run of the same stage in this run.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +55,8 @@ static int zrt_bench_comm_volume(const zrt_perf_args *a, cJSON *r) {
     if (s == 3) {
       size_t used = strlen(ms.extra);
       snprintf(ms.extra + used, sizeof ms.extra - used,
-               " --set zero_optimization.stage3_param_persistence_threshold=0");
+               " --set zero_optimization.stage3_param_persistence_threshold=0"
+               " --set zero_optimization.stage3_max_reuse_distance=0");
     }
     for (int ov = 1; ov >= 0; ov--) {
       zrt_pt_opts o = base;

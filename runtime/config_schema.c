@@ -113,7 +113,8 @@ const zrt_cfg_row zrt_cfg_rows[] = {
     R("zero_optimization.stage3_max_live_parameters", I, 0, "1e9", NULL, 0, BIG, NULL,
       "most gathered parameter elements alive at once (stage 3)", stage3_max_live_parameters),
     R("zero_optimization.stage3_max_reuse_distance", I, 0, "1e9", NULL, 0, BIG, NULL,
-      "keep a gathered parameter if reused within this many elements (stage 3)",
+      "keep a released module gathered when it is fetched again within this many elements of "
+      "other modules' fetches (stage 3; within stage3_max_live_parameters; 0 = gather every use)",
       stage3_max_reuse_distance),
     R("zero_optimization.sub_group_size", I, 0, "1e9", NULL, 1, BIG, NULL,
       "elements per optimizer sub-group (tile of the offloaded optimizer step)", sub_group_size),

@@ -201,6 +201,7 @@ zrt_status zrt_module_add(zrt_engine *eng, const char *name, int *module_id) {
   }
   zrt_module_entry *me = &eng->modules[eng->nmodules];
   memset(me, 0, sizeof *me);
+  me->trace_at = -1;
   snprintf(me->name, sizeof me->name, "%s", name);
   *module_id = eng->nmodules++;
   return ZRT_OK;
@@ -289,6 +290,7 @@ static void zrt_engine_layout_totals(const zrt_engine *eng, zrt_memest_layout *l
   }
   lay->reduce_bucket_size = eng->cfg->reduce_bucket_size;
   lay->prefetch_elems = eng->cfg->stage3_prefetch_bucket_size;
+  lay->reuse_elems = eng->cfg->stage3_max_reuse_distance;
   lay->max_live_elems = eng->cfg->stage3_max_live_parameters;
   lay->sub_group_size = eng->cfg->sub_group_size;
   lay->stage = eng->stage;
@@ -539,7 +541,7 @@ zrt_status zrt_module_fetch(zrt_engine *eng, int module_id) {
   ZRT_CHECK(zrt_engine_check_module(eng, module_id, "zrt_module_fetch"));
   zrt_engine_phase_infer(eng, ZRT_PHASE_FORWARD);
   if (eng->stage < 3) {
-    eng->modules[module_id].in_use = 1;
+    eng->modules[module_id].in_use++;
     return ZRT_OK;
   }
   double t0 = zrt_now_s();
@@ -551,7 +553,7 @@ zrt_status zrt_module_fetch(zrt_engine *eng, int module_id) {
 zrt_status zrt_module_release(zrt_engine *eng, int module_id) {
   ZRT_CHECK(zrt_engine_check_module(eng, module_id, "zrt_module_release"));
   if (eng->stage < 3) {
-    eng->modules[module_id].in_use = 0;
+    if (eng->modules[module_id].in_use > 0) eng->modules[module_id].in_use--;
     return ZRT_OK;
   }
   return zrt_stage3_release(eng, module_id);

@@ -87,11 +87,14 @@ typedef struct zrt_module_entry {
   /* stage-3 state */
   int persistent;           /* numel <= stage3_param_persistence_threshold: stays gathered */
   int fetched;              /* full16 holds current values (gathered) */
-  int in_use;               /* between fetch and release */
+  int in_use;               /* fetches not yet released (fetches nest) */
   zrt_comm_req *gather_req; /* pending prefetch all-gather into full16 */
   size_t *gather_counts;    /* counts of that gather (must outlive it) */
   int grads_pending;        /* grad16 allocated this micro-batch, not yet reduced */
   int grads_reduced;        /* stage 2/3: grads_ready already ran this micro-batch */
+  int trace_at;             /* trace position of its latest fetch (-1: none yet) */
+  int retained;             /* released but kept gathered: reused within
+                               stage3_max_reuse_distance (sharding/stage3.c) */
 } zrt_module_entry;
 
 /* Per-step measurements feeding metrics and zrt_step_info. */
@@ -150,7 +153,10 @@ struct zrt_engine {
   int trace_done; /* 1 after the first boundary: trace is frozen */
   int trace_pos;  /* position of the last fetch in the trace */
   int live_modules;
-  int64_t live_elems; /* gathered non-persistent elements */
+  int64_t live_elems;     /* gathered non-persistent elements */
+  int64_t reuse_kept;     /* releases that kept the copy (stage3_max_reuse_distance) */
+  int64_t reuse_evicted;  /* kept copies freed early to stay within max_live */
+  int64_t stage3_gathers; /* all-gathers of modules issued (blocking + prefetch) */
 
   zrt_scaler scaler;
   zrt_sched sched;

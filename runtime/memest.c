@@ -42,7 +42,11 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
     if (l->live_modules > 0) {
       live = (uint64_t)l->live_modules * big;
     } else {
-      live = big + (uint64_t)l->prefetch_elems;
+      /* saturating: the two windows may each be near INT64_MAX */
+      uint64_t pf = (uint64_t)ZRT_MAX(l->prefetch_elems, (int64_t)0);
+      uint64_t ru = (uint64_t)ZRT_MAX(l->reuse_elems, (int64_t)0);
+      live = big + pf;
+      live = ru > UINT64_MAX - live ? UINT64_MAX : live + ru;
       if (l->max_live_elems > 0 && live > (uint64_t)l->max_live_elems)
         live = ZRT_MAX(big, (uint64_t)l->max_live_elems);
     }

@@ -8,7 +8,12 @@
  * With P = padded elements of all modules, N = world, w = working dtype
  * bytes, k = optimizer states (Adam 2, SGD-momentum/Lion 1):
  *   params16  stage 0-2: w P            stage 3: w P/N + w (persistent + live gathered)
- *             live gathered = largest module + prefetch window (see live_modules)
+ *             live gathered = largest module + prefetch window + reuse distance
+ *             (modules kept gathered for a reuse within it lie within it, see
+ *             sharding/stage3.c), at most max(largest, max_live) and every
+ *             non-persistent module. Exact when the distance is 0 or covers the
+ *             pass's traffic (everything kept: every non-persistent module);
+ *             an upper bound in between.
  *   grads     stage 0: w P + 4 P        stage 1: w P + 4 P/N
  *             stage 2/3: 4 P/N + w * largest module (one module's grads in flight)
  *   master32  stage 0: 4 P, else 4 P/N   optim_state: 4 k P (stage 0) or 4 k P/N
@@ -45,6 +50,7 @@ typedef struct zrt_memest_layout {
                              the prefetch settings: largest module + prefetch elements, at most
                              max_live elements and at most every non-persistent module */
   int64_t prefetch_elems; /* stage3_prefetch_bucket_size */
+  int64_t reuse_elems;    /* stage3_max_reuse_distance: released modules kept gathered */
   int64_t max_live_elems; /* stage3_max_live_parameters (0 = unlimited) */
   int offload_optimizer, offload_param;
   int64_t sub_group_size; /* zero_optimization.sub_group_size (offload tile cap) */

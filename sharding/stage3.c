@@ -3,23 +3,89 @@
  * 16-bit shard is all-gathered (one coalesced collective per module) into a
  * full16 buffer allocated at fetch and freed at release, except modules at
  * or below stage3_param_persistence_threshold, which stay gathered. The
- * fetch order of the first optimizer step is recorded; afterwards a fetch
- * also starts asynchronous gathers of the modules that follow in that
- * order, up to stage3_prefetch_bucket_size elements and while gathered
- * non-persistent elements stay within stage3_max_live_parameters.
+ * fetch order of the first optimizer step is recorded (the trace);
+ * afterwards a fetch also starts asynchronous gathers of the modules that
+ * follow in that order, up to stage3_prefetch_bucket_size elements and
+ * while gathered non-persistent elements stay within
+ * stage3_max_live_parameters.
+ * Reuse (DeepSpeed's stage3_max_reuse_distance): once the trace is known, a
+ * release keeps the copy gathered (`retained`) when the module is fetched
+ * again in this step before fewer than max_reuse_distance elements of other
+ * non-persistent modules' fetches, and while live elements stay within
+ * max_live; its next fetch then gathers nothing. A blocking gather that
+ * would exceed max_live first frees retained copies, farthest next use
+ * first. Retained copies are freed when the optimizer step makes them stale.
+ * With distance 0 nothing is retained.
+ * Fetches nest: `in_use` counts fetches not yet released, and only the
+ * release that ends the outermost one frees the copy, so a tied module
+ * fetched again while gathered (embedding reused as the LM head) is neither
+ * re-gathered nor freed under its other user. Every gather is logged at
+ * debug level (module, elements, blocking or prefetch).
  * Invariants: `fetched` means full16 holds the current weights; a module
- * with gather_req != NULL has full16 allocated and is not yet fetched;
- * every rank issues the same gathers in the same order (same program, same
- * trace).
+ * with gather_req != NULL has full16 allocated and is not yet fetched; a
+ * retained module is fetched, not in use and not persistent; every rank
+ * issues the same gathers in the same order (same program, same trace,
+ * decisions that depend only on them and the config).
  */
+#include <limits.h>
 #include <stdlib.h>
 
 #include "sharding.h"
+
+/* Trace position of module m's next fetch after position `from` within
+ * this step's trace, or INT_MAX. *between: non-persistent elements fetched
+ * strictly in between (counted up to `limit`, then the search stops). */
+static int zrt_stage3_next_use(const zrt_engine *eng, int m, int from, int64_t limit,
+                               int64_t *between) {
+  int64_t d = 0;
+  for (int i = from + 1; i < eng->ntrace; i++) {
+    int t = eng->trace[i];
+    if (t == m) {
+      if (between) *between = d;
+      return i;
+    }
+    if (!eng->modules[t].persistent) d += eng->modules[t].padded;
+    if (d >= limit) break;
+  }
+  if (between) *between = d;
+  return INT_MAX;
+}
+
+static void zrt_stage3_free_copy(zrt_engine *eng, zrt_module_entry *me) {
+  zrt_backend_free(eng->backend, me->full16);
+  me->full16 = NULL;
+  eng->live_modules--;
+  eng->live_elems -= me->padded;
+  me->fetched = 0;
+  me->retained = 0;
+}
+
+/* Frees retained copies, farthest next use first, until `need` more
+ * elements fit in max_live or none is left. */
+static void zrt_stage3_evict(zrt_engine *eng, int64_t need) {
+  while (eng->live_elems + need > eng->cfg->stage3_max_live_parameters) {
+    int victim = -1, far = -1;
+    for (int k = 0; k < eng->nmodules; k++) {
+      if (!eng->modules[k].retained) continue;
+      int at = zrt_stage3_next_use(eng, k, eng->trace_pos, INT64_MAX, NULL);
+      if (at > far) {
+        far = at;
+        victim = k;
+      }
+    }
+    if (victim < 0) return;
+    zrt_log(ZRT_LOG_DEBUG, "stage 3: evict retained '%s' to stay within max_live",
+            eng->modules[victim].name);
+    zrt_stage3_free_copy(eng, &eng->modules[victim]);
+    eng->reuse_evicted++;
+  }
+}
 
 static zrt_status zrt_stage3_start_gather(zrt_engine *eng, int m, int async) {
   zrt_module_entry *me = &eng->modules[m];
   size_t ws = zrt_dtype_size(eng->dtype);
   if (!me->full16) {
+    if (!me->persistent && !async) zrt_stage3_evict(eng, me->padded);
     ZRT_CHECK(
         zrt_backend_alloc(eng->backend, (size_t)me->padded * ws, ZRT_MEM_PARAMS16, &me->full16));
     if (!me->persistent) {
@@ -29,6 +95,9 @@ static zrt_status zrt_stage3_start_gather(zrt_engine *eng, int m, int async) {
   }
   size_t *cnt = malloc((size_t)eng->world * sizeof(size_t));
   if (!cnt) return zrt_error(ZRT_ERR_OOM, "stage 3 gather: out of host memory");
+  zrt_log(ZRT_LOG_DEBUG, "stage 3: gather '%s' (%lld elements, %s, trace position %d)", me->name,
+          (long long)me->padded, async ? "prefetch" : "blocking", eng->trace_pos);
+  eng->stage3_gathers++;
   for (int r = 0; r < eng->world; r++) cnt[r] = (size_t)me->part;
   const void *src = me->shard16;
   zrt_status st;
@@ -68,19 +137,18 @@ static zrt_status zrt_stage3_wait(zrt_engine *eng, int m) {
   return st;
 }
 
-static void zrt_stage3_prefetch(zrt_engine *eng, int m) {
-  if (!eng->trace_done || eng->ntrace == 0 || eng->cfg->stage3_prefetch_bucket_size <= 0) return;
-  /* find m at or after the expected position (the trace repeats every step) */
-  int pos = -1;
+/* Position of this fetch of m in the frozen trace: m at or after the
+ * expected position (the trace repeats every step), or -1. */
+static int zrt_stage3_locate(zrt_engine *eng, int m) {
   for (int k = 0; k < eng->ntrace; k++) {
     int i = (eng->trace_pos + 1 + k) % eng->ntrace;
-    if (eng->trace[i] == m) {
-      pos = i;
-      break;
-    }
+    if (eng->trace[i] == m) return i;
   }
-  if (pos < 0) return;
-  eng->trace_pos = pos;
+  return -1;
+}
+
+static void zrt_stage3_prefetch(zrt_engine *eng, int pos) {
+  if (pos < 0 || eng->cfg->stage3_prefetch_bucket_size <= 0) return;
   int64_t budget = eng->cfg->stage3_prefetch_bucket_size;
   for (int k = 1; k < eng->ntrace && budget > 0; k++) {
     int i = pos + k;
@@ -97,6 +165,7 @@ static void zrt_stage3_prefetch(zrt_engine *eng, int m) {
 
 zrt_status zrt_stage3_fetch(zrt_engine *eng, int m) {
   zrt_module_entry *me = &eng->modules[m];
+  int pos = -1;
   if (!eng->trace_done) {
     if (eng->ntrace == eng->cap_trace) {
       int nc = eng->cap_trace ? eng->cap_trace * 2 : 16;
@@ -106,26 +175,41 @@ zrt_status zrt_stage3_fetch(zrt_engine *eng, int m) {
       eng->cap_trace = nc;
     }
     eng->trace[eng->ntrace++] = m;
+  } else if (eng->ntrace > 0) {
+    pos = zrt_stage3_locate(eng, m);
+    if (pos >= 0) eng->trace_pos = pos;
   }
+  me->trace_at = pos;
   ZRT_CHECK(zrt_stage3_wait(eng, m));
   if (!me->fetched) ZRT_CHECK(zrt_stage3_start_gather(eng, m, 0));
-  me->in_use = 1;
-  zrt_stage3_prefetch(eng, m);
+  me->retained = 0;
+  me->in_use++;
+  zrt_stage3_prefetch(eng, pos);
   return ZRT_OK;
 }
 
 zrt_status zrt_stage3_release(zrt_engine *eng, int m) {
   zrt_module_entry *me = &eng->modules[m];
-  me->in_use = 0;
-  if (me->persistent) return ZRT_OK;
+  if (me->in_use > 0) me->in_use--;
+  /* a nested use (a tied module fetched again inside its own fetch) keeps
+   * the gathered copy until the outermost release */
+  if (me->persistent || me->in_use > 0) return ZRT_OK;
   ZRT_CHECK(zrt_stage3_wait(eng, m));
-  if (me->full16) {
-    zrt_backend_free(eng->backend, me->full16);
-    me->full16 = NULL;
-    eng->live_modules--;
-    eng->live_elems -= me->padded;
+  if (!me->full16) {
+    me->fetched = 0;
+    return ZRT_OK;
   }
-  me->fetched = 0;
+  int64_t reuse = eng->cfg->stage3_max_reuse_distance, between = 0;
+  if (me->fetched && reuse > 0 && me->trace_at >= 0 &&
+      eng->live_elems <= eng->cfg->stage3_max_live_parameters &&
+      zrt_stage3_next_use(eng, m, me->trace_at, reuse, &between) != INT_MAX && between < reuse) {
+    me->retained = 1;
+    eng->reuse_kept++;
+    zrt_log(ZRT_LOG_DEBUG, "stage 3: keep '%s' gathered (reused after %lld elements)", me->name,
+            (long long)between);
+    return ZRT_OK;
+  }
+  zrt_stage3_free_copy(eng, me);
   return ZRT_OK;
 }
 
@@ -139,6 +223,13 @@ zrt_status zrt_stage3_quiesce(zrt_engine *eng) {
 }
 
 void zrt_stage3_invalidate(zrt_engine *eng) {
-  for (int m = 0; m < eng->nmodules; m++) eng->modules[m].fetched = 0;
+  for (int m = 0; m < eng->nmodules; m++) {
+    zrt_module_entry *me = &eng->modules[m];
+    /* stale copies nobody holds (retained, or prefetched and never used):
+     * freed now rather than re-gathered into at their next fetch */
+    if (me->full16 && !me->persistent && me->in_use == 0 && !me->gather_req)
+      zrt_stage3_free_copy(eng, me);
+    me->fetched = 0;
+  }
   eng->trace_pos = -1;
 }

@@ -31,6 +31,8 @@ static void est_usage(FILE *f) {
              "  --reduce_bucket_size N (default 5e8)  --prefetch N (stage3_prefetch_bucket_size, "
              "default 5e7)\n"
              "  --persistence N        stage3_param_persistence_threshold (default 1e5)\n"
+             "  --max_reuse N          stage3_max_reuse_distance (default 1e9; 0 = gather every "
+             "use)\n"
              "  --device_memory SIZE   mark configurations whose device total fits (e.g. 16GiB)\n"
              "  --json                 one JSON document instead of the table\n");
 }
@@ -56,7 +58,7 @@ typedef struct est_row {
 int zrt_cmd_estimate_memory(int argc, char **argv) {
   const char *model = NULL, *worlds = "1,2,4,8", *dtype = "fp16", *optim = "adam";
   int64_t params = -1, largest = -1, act_bytes = 0, batch = 1, seq = -1;
-  int64_t bucket = 500000000, prefetch = 50000000, persist = 100000;
+  int64_t bucket = 500000000, prefetch = 50000000, persist = 100000, reuse = 1000000000;
   uint64_t devmem = 0;
   int json = 0;
   for (int i = 1; i < argc; i++) {
@@ -104,6 +106,8 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       bad = est_num(a, v, &prefetch);
     else if (!strcmp(a, "--persistence"))
       bad = est_num(a, v, &persist);
+    else if (!strcmp(a, "--max_reuse"))
+      bad = est_num(a, v, &reuse);
     else if (!strcmp(a, "--device_memory")) {
       if (!zrt_parse_size(v, &devmem) || devmem == 0) {
         fprintf(stderr,
@@ -211,6 +215,7 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       lay.optim_states = nstates;
       lay.reduce_bucket_size = bucket;
       lay.prefetch_elems = prefetch;
+      lay.reuse_elems = reuse;
       lay.max_live_elems = 1000000000;
       lay.sub_group_size = 1000000000;
       lay.offload_optimizer = cand[k].oo;

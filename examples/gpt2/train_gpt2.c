@@ -5,9 +5,13 @@
  * and the flags below override it.
  *
  * Per micro-batch: every module in order is fetched, run forward and
- * released; then backward in reverse, each module fetched again, its
- * gradients ADDED into the engine's buffers (loss gradient multiplied by the
- * loss scale), grads_ready, released; then zrt_engine_step. Weights and
+ * released; the head (ln_f + the tied wte of the embedding module) runs its
+ * forward and backward in one fetch; then the blocks backward in reverse,
+ * each fetched again, its gradients ADDED into the engine's buffers (loss
+ * gradient multiplied by the loss scale), grads_ready, released; the
+ * embedding's backward reads no weight and only takes its grads (no fetch:
+ * at stage 3 that would be a wasted gather); then zrt_engine_step. Per pass
+ * stage 3 gathers the embedding module and every block twice, ln_f once. Weights and
  * grads of the working dtype are staged through fp32 buffers when the
  * working dtype is 16-bit; the kernels compute in fp32.
  *
@@ -395,7 +399,9 @@ static zrt_status run_micro(trainer *tr, int train, float *loss) {
       TRY(zrt_module_grads_ready(e, tr->mod_id[1 + l]));
       TRY(zrt_module_release(e, tr->mod_id[1 + l]));
     }
-    TRY(zrt_module_fetch(e, tr->mod_id[0]));
+    /* The embedding's backward scatters into its grads and reads no weight,
+     * so the module is not fetched: at stage 3 a fetch here would gather the
+     * tied wte a third time per pass for nothing. */
     TRY(stage_grads(tr, 0));
     /* The LM head's share of the tied wte gradient joins the embedding's. */
     ops->residual_forward(tr->g[GPT2_WTE], tr->g[GPT2_WTE], tr->dwte,
@@ -403,7 +409,6 @@ static zrt_status run_micro(trainer *tr, int train, float *loss) {
     TRY(gpt2_embed_backward_f32(ops, &tr->cfg, &tr->L, tr->acts, tr->d_tok, B, tr->g));
     flush_grads(tr, 0);
     TRY(zrt_module_grads_ready(e, tr->mod_id[0]));
-    TRY(zrt_module_release(e, tr->mod_id[0]));
   }
   TRY(zrt_engine_synchronize(e));
   TRY(zrt_engine_memcpy(e, tr->h_losses, tr->acts + tr->L.losses, (size_t)N * sizeof(float),

@@ -5,8 +5,10 @@
  *
  * Program: NMOD modules of uneven sizes (padding exercised), bf16, AdamW,
  * trained for 2 optimizer steps with the usual fetch / release / grad /
- * grads_ready pattern (prefetch off, persistence 0, so stage 3 gathers one
- * module at a time). Checks, per rank:
+ * grads_ready pattern (prefetch off, persistence 0, stage3_max_reuse_distance
+ * 0, so stage 3 gathers one module at a time; one more stage-3 run keeps the
+ * default reuse distance 1e9, which keeps every module gathered from its
+ * forward release to its backward fetch). Checks, per rank:
  *  - every model-state category's device peak (params16, grads, master32,
  *    optim_state) and host peak equals memest's prediction within 5%;
  *  - the device model-state total matches the ZeRO formulas for 16-bit Adam
@@ -16,7 +18,8 @@
  *      stage 1: 4Ψ + 12Ψ/N + 4Ψ/N   (fp32 accumulation shard)
  *      stage 2: 2Ψ + 14Ψ/N + 2Ψ/N + 2B (fp32 shard instead of 16-bit, one
  *               module's 16-bit grads in flight)
- *      stage 3: 16Ψ/N + 2Ψ/N + 2B + 2B (one gathered module + its grads);
+ *      stage 3: 16Ψ/N + 2Ψ/N + 2B + 2B (one gathered module + its grads),
+ *               with reuse 16Ψ/N + 2Ψ/N + 2Ψ + 2B (every module gathered);
  *  - totals fall strictly with the stage when N > 1.
  */
 #include <math.h>
@@ -38,7 +41,7 @@ static double rel(double got, double want) {
 }
 
 /* one configuration; returns the measured device model-state total */
-static double run(int stage, int oo, int op, int world, int rank) {
+static double run(int stage, int oo, int op, int reuse, int world, int rank) {
   zrt_config *cfg;
   ZT_OK(zrt_config_create(&cfg));
   char v[64];
@@ -50,6 +53,8 @@ static double run(int stage, int oo, int op, int world, int rank) {
   ZT_OK(zrt_config_set(cfg, "zero_optimization.reduce_bucket_size", "4096", "test"));
   ZT_OK(zrt_config_set(cfg, "zero_optimization.stage3_param_persistence_threshold", "0", "test"));
   ZT_OK(zrt_config_set(cfg, "zero_optimization.stage3_prefetch_bucket_size", "0", "test"));
+  if (!reuse)
+    ZT_OK(zrt_config_set(cfg, "zero_optimization.stage3_max_reuse_distance", "0", "test"));
   ZT_OK(zrt_config_set(cfg, "zrt.comm", "mpi", "test"));
   if (oo) {
     ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_optimizer.device", "cpu", "test"));
@@ -112,6 +117,7 @@ static double run(int stage, int oo, int op, int world, int rank) {
   lay.reduce_bucket_size = 4096;
   lay.sub_group_size = eng->cfg->sub_group_size;
   lay.max_live_elems = eng->cfg->stage3_max_live_parameters;
+  lay.reuse_elems = eng->cfg->stage3_max_reuse_distance;
   lay.offload_optimizer = oo;
   lay.offload_param = op;
   zrt_memest_result want;
@@ -126,10 +132,10 @@ static double run(int stage, int oo, int op, int world, int rank) {
     worst = fmax(worst, fmax(e1, e2));
     total += (double)dev.peak[c];
     if (rank == 0)
-      printf("stage %d oo %d op %d N %d %-11s device measured %9zu predicted %9llu | host "
-             "measured %9zu predicted %9llu\n",
-             stage, oo, op, world, cat_name[c], dev.peak[c], (unsigned long long)want.device[c],
-             host.peak[c], (unsigned long long)want.host[c]);
+      printf("stage %d oo %d op %d reuse %d N %d %-11s device measured %9zu predicted %9llu | "
+             "host measured %9zu predicted %9llu\n",
+             stage, oo, op, reuse, world, cat_name[c], dev.peak[c],
+             (unsigned long long)want.device[c], host.peak[c], (unsigned long long)want.host[c]);
     ZT_CHECK(e1 <= 0.05);
     ZT_CHECK(e2 <= 0.05);
   }
@@ -149,7 +155,7 @@ static double run(int stage, int oo, int op, int world, int rank) {
     else if (stage == 2)
       z = 2 * P + 14 * P / N + 2 * P / N + 2 * B;
     else
-      z = 16 * P / N + 2 * P / N + 2 * B + 2 * B;
+      z = 16 * P / N + 2 * P / N + (reuse ? 2 * P : 2 * B) + 2 * B;
     double e = rel(total, z);
     if (rank == 0)
       printf("stage %d N %d model states measured %.0f, ZeRO formula + extras %.0f (rel %.4f)\n",
@@ -170,11 +176,13 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   double tot[4];
-  for (int s = 0; s <= 3; s++) tot[s] = run(s, 0, 0, world, rank);
+  for (int s = 0; s <= 3; s++) tot[s] = run(s, 0, 0, 0, world, rank);
   if (world > 1)
     for (int s = 1; s <= 3; s++) ZT_CHECK(tot[s] < tot[s - 1]);
-  for (int s = 1; s <= 3; s++) run(s, 1, 0, world, rank);
-  run(3, 1, 1, world, rank);
+  for (int s = 1; s <= 3; s++) run(s, 1, 0, 0, world, rank);
+  run(3, 1, 1, 0, world, rank);
+  run(3, 0, 0, 1, world, rank);
+  run(3, 1, 1, 1, world, rank);
   int fails = zt_failures, all = 0;
   MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   MPI_Finalize();
