@@ -290,7 +290,7 @@ static void zrt_engine_layout_totals(const zrt_engine *eng, zrt_memest_layout *l
   }
   lay->reduce_bucket_size = eng->cfg->reduce_bucket_size;
   lay->prefetch_elems = eng->cfg->stage3_prefetch_bucket_size;
-  lay->reuse_elems = eng->cfg->stage3_max_reuse_distance;
+  lay->reuse_elems = eng->reuse_distance;
   lay->max_live_elems = eng->cfg->stage3_max_live_parameters;
   lay->sub_group_size = eng->cfg->sub_group_size;
   lay->stage = eng->stage;
@@ -309,6 +309,33 @@ zrt_status zrt_engine_set_activation_bytes(zrt_engine *eng, uint64_t bytes) {
   return ZRT_OK;
 }
 
+/* Stage 3 with a device capacity: the reuse distance becomes the largest
+ * value (at most the config's) whose extra gathered elements fit in 90% of
+ * the capacity beside everything else the memory model predicts. Pure
+ * function of the config and the layout, so every rank gets the same. */
+static void zrt_engine_fit_reuse(zrt_engine *eng) {
+  int64_t want = eng->cfg->stage3_max_reuse_distance;
+  size_t cap = zrt_pool_capacity(eng->backend->pool);
+  eng->reuse_distance = want;
+  if (eng->stage != 3 || cap == 0 || want <= 0) return;
+  zrt_memest_layout lay;
+  eng->reuse_distance = 0;
+  zrt_engine_layout_totals(eng, &lay);
+  zrt_memest_result r0;
+  zrt_memest_predict(&lay, &r0);
+  uint64_t room = (uint64_t)((double)cap * 0.9);
+  uint64_t spare = room > r0.device_total ? room - r0.device_total : 0;
+  int64_t fit = (int64_t)(spare / zrt_dtype_size(eng->dtype));
+  eng->reuse_distance = fit < want ? fit : want;
+  if (eng->reuse_distance < want) {
+    char b[32];
+    zrt_log(ZRT_LOG_INFO,
+            "stage 3: stage3_max_reuse_distance %lld -> %lld elements so that modules kept "
+            "gathered for reuse fit the device (%s spare in 90%% of its capacity)",
+            (long long)want, (long long)eng->reuse_distance, zrt_format_size(spare, b, sizeof b));
+  }
+}
+
 /* Stage "auto": the first candidate, fastest first, whose predicted
  * per-rank device bytes (model states + reduction buffers + the
  * activation bytes the program declared with
@@ -317,6 +344,9 @@ zrt_status zrt_engine_set_activation_bytes(zrt_engine *eng, uint64_t bytes) {
 static zrt_status zrt_engine_choose_stage(zrt_engine *eng) {
   eng->offload_opt = eng->cfg->offload_optimizer.device;
   eng->offload_par = eng->cfg->offload_param.device;
+  /* kept-for-reuse copies are a cache sized after the choice (fit_reuse):
+   * candidates are judged by what they cannot do without */
+  eng->reuse_distance = 0;
   if (eng->stage >= 0) return ZRT_OK;
   size_t cap = zrt_pool_capacity(eng->backend->pool);
   if (cap == 0) {
@@ -493,6 +523,7 @@ zrt_status zrt_engine_build(zrt_engine *eng) {
                      "first)");
   zrt_shard_layout(eng);
   ZRT_CHECK(zrt_engine_choose_stage(eng));
+  zrt_engine_fit_reuse(eng);
   if (eng->offload_opt != ZRT_OFFLOAD_NONE || eng->offload_par != ZRT_OFFLOAD_NONE)
     ZRT_CHECK_GOTO(zrt_engine_offload_setup(eng), st, done);
   ZRT_CHECK_GOTO(zrt_bucket_alloc(eng), st, done);

@@ -178,6 +178,12 @@ struct zrt_engine {
   zrt_engine_phase_acc ph;
   zrt_step_timing timing;    /* last closed window */
   uint64_t activation_bytes; /* zrt_engine_set_activation_bytes (0 = not declared) */
+  /* Effective stage3_max_reuse_distance: the config's, lowered at build
+   * when the device has a capacity so that copies kept for reuse fit in
+   * what model states and declared activations leave of 90% of it (a
+   * cache, sized identically on every rank, so retention never causes an
+   * OOM and never diverges between ranks). */
+  int64_t reuse_distance;
 };
 
 /* engine_timing.c: the step breakdown. _enter switches the phase

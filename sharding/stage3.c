@@ -15,7 +15,9 @@
  * max_live; its next fetch then gathers nothing. A blocking gather that
  * would exceed max_live first frees retained copies, farthest next use
  * first. Retained copies are freed when the optimizer step makes them stale.
- * With distance 0 nothing is retained.
+ * With distance 0 nothing is retained. The distance used is
+ * eng->reuse_distance: the config's, lowered at build so that retained
+ * copies fit a device capacity (runtime/engine.c, zrt_engine_fit_reuse).
  * Fetches nest: `in_use` counts fetches not yet released, and only the
  * release that ends the outermost one frees the copy, so a tied module
  * fetched again while gathered (embedding reused as the LM head) is neither
@@ -199,7 +201,7 @@ zrt_status zrt_stage3_release(zrt_engine *eng, int m) {
     me->fetched = 0;
     return ZRT_OK;
   }
-  int64_t reuse = eng->cfg->stage3_max_reuse_distance, between = 0;
+  int64_t reuse = eng->reuse_distance, between = 0;
   if (me->fetched && reuse > 0 && me->trace_at >= 0 &&
       eng->live_elems <= eng->cfg->stage3_max_live_parameters &&
       zrt_stage3_next_use(eng, m, me->trace_at, reuse, &between) != INT_MAX && between < reuse) {
