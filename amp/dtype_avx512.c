@@ -55,10 +55,31 @@ static inline __attribute__((always_inline)) __mmask16 tail_mask(size_t left) {
   return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
 }
 
+/* vcvtph2ps quiets a signalling fp16 NaN; the reference widening keeps
+ * the pattern (sign, all-ones exponent, payload << 13), so NaN lanes are
+ * rebuilt with integer ops (rare: a branch that is almost never taken). The
+ * reduction kernel below needs no such fix-up: an add quiets the NaN in
+ * both paths and MAX/MIN select 16-bit patterns. */
+static inline __attribute__((always_inline)) __m512 widen_f16_exact(__m256i h) {
+  __m512 f = _mm512_cvtph_ps(h);
+  __m512i w = _mm512_cvtepu16_epi32(h);
+  __m512i a = _mm512_and_si512(w, _mm512_set1_epi32(0x7fff));
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7c00));
+  if (__builtin_expect(nan != 0, 0)) {
+    __m512i sign = _mm512_slli_epi32(_mm512_and_si512(w, _mm512_set1_epi32(0x8000)), 16);
+    __m512i mant = _mm512_slli_epi32(_mm512_and_si512(w, _mm512_set1_epi32(0x3ff)), 13);
+    __m512i bits = _mm512_or_si512(_mm512_or_si512(sign, mant), _mm512_set1_epi32(0x7f800000));
+    f = _mm512_mask_mov_ps(f, nan, _mm512_castsi512_ps(bits));
+  }
+  return f;
+}
+
 void zrt_dtype_widen_avx512(float *dst, const uint16_t *src, zrt_dtype dt, size_t n) {
   for (size_t i = 0; i < n; i += 16) {
     __mmask16 k = tail_mask(n - i);
-    _mm512_mask_storeu_ps(dst + i, k, ld_half(src + i, dt, k));
+    __m512 f = dt == ZRT_F16 ? widen_f16_exact(_mm256_maskz_loadu_epi16(k, src + i))
+                             : ld_half(src + i, ZRT_BF16, k);
+    _mm512_mask_storeu_ps(dst + i, k, f);
   }
 }
 
