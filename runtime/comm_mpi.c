@@ -17,9 +17,10 @@
  *    16-bit values as raw MPI_UINT16_T.
  *  - When the backend keeps buffers on a device (device_id >= 0), MPI never
  *    sees a device pointer: data is copied through host staging with
- *    zrt_backend_memcpy (no reliance on CUDA-aware MPI). Staging memory is
- *    accounted: the backend's pool (ZRT_MEM_COMM) when buffers are host
- *    memory (CPU backend), this comm's own "comm host staging" pool otherwise.
+ *    zrt_backend_memcpy (no reliance on CUDA-aware MPI), in the caller's
+ *    dtype, and accounted in this comm's own "comm host staging" pool
+ *    (ZRT_MEM_COMM). Host buffers (CPU backend) are handed to MPI directly,
+ *    every dtype and op: nothing is staged.
  *  - Staging buffers, and the count/displacement arrays MPI reads during a
  *    non-blocking collective, live in the request until it completes.
  *  - MPI is initialised here when nobody did before (MPI_Init_thread) and
@@ -107,16 +108,11 @@ static void host_raw_free(void *ctx, void *ptr, size_t bytes) {
 static zrt_status stage_alloc(mpi_ctx *m, size_t bytes, void **out) {
   *out = NULL;
   if (!bytes) return ZRT_OK;
-  if (!m->on_device && m->backend) return zrt_backend_alloc(m->backend, bytes, ZRT_MEM_COMM, out);
   return zrt_pool_alloc(m->host_stage, bytes, ZRT_MEM_COMM, out);
 }
 
 static void stage_free(mpi_ctx *m, void *p) {
-  if (!p) return;
-  if (!m->on_device && m->backend)
-    zrt_backend_free(m->backend, p);
-  else
-    zrt_pool_free(m->host_stage, p);
+  if (p) zrt_pool_free(m->host_stage, p);
 }
 
 /* stage (host) <- the caller's device buffer, n elements of dt. */
