@@ -1,8 +1,19 @@
 /*
- * dtype.c — dtype names and sizes (public API); the conversions themselves
- * are inline in dtype.h.
+ * dtype.c — dtype names and sizes (public API), and the bulk host
+ * conversions and 16-bit pairwise reduction with their run-time ISA choice;
+ * the scalar conversions themselves are inline in dtype.h.
+ *
+ * The ISA follows the CPU optimizer's choice (zrt_cpu_isa_best: cpuid once
+ * per process, $ZRT_CPU_ISA may force a lesser path): AVX-512 kernels when it
+ * says avx512, the scalar reference otherwise (there is no AVX2 kernel here;
+ * an AVX2-only CPU runs the scalar loop, which gcc auto-vectorises poorly
+ * because of the NaN branches). Every path gives the same bits.
  */
 #include "amp/dtype.h"
+
+#include "amp/dtype_kernels.h"
+#include "offload/cpu_optim.h"
+#include "offload/cpu_optim_internal.h"
 
 size_t zrt_dtype_size(zrt_dtype dt) { return dt == ZRT_F32 ? 4 : 2; }
 
@@ -12,4 +23,69 @@ const char *zrt_dtype_name(zrt_dtype dt) {
   case ZRT_BF16: return "bf16";
   default: return "fp32";
   }
+}
+
+/* 0 scalar, 1 AVX-512, 2 AVX-512 with AVX512_BF16. Cached once per process
+ * like the ISA it derives from (a cached cpu parameter, DESIGN.md rule 5):
+ * the reduction runs inside MPI's progress loop, once per segment. */
+static int zrt_dtype_path_cached = -1;
+
+static int zrt_dtype_path(void) {
+  int p = zrt_dtype_path_cached;
+  if (p >= 0) return p;
+  p = zrt_cpu_isa_best() != ZRT_ISA_AVX512 ? 0 : zrt_cpu_has_avx512bf16() ? 2 : 1;
+  zrt_dtype_path_cached = p;
+  return p;
+}
+
+void zrt_dtype_convert_scalar(void *dst, zrt_dtype dst_dt, const void *src, zrt_dtype src_dt,
+                              size_t n) {
+  if (dst_dt == src_dt) {
+    memmove(dst, src, n * zrt_dtype_size(dst_dt));
+    return;
+  }
+  /* Front to back: narrowing in place reads element i before any store
+   * reaches it. */
+  for (size_t i = 0; i < n; i++) zrt_store_f(dst, dst_dt, i, zrt_load_f(src, src_dt, i));
+}
+
+void zrt_dtype_convert_host(void *dst, zrt_dtype dst_dt, const void *src, zrt_dtype src_dt,
+                            size_t n) {
+  int path = dst_dt == src_dt ? 0 : zrt_dtype_path();
+  if (path && src_dt != ZRT_F32 && dst_dt == ZRT_F32) {
+    zrt_dtype_widen_avx512(dst, src, src_dt, n);
+  } else if (path && src_dt == ZRT_F32) {
+    zrt_dtype_narrow_avx512(dst, src, dst_dt, n, path == 2);
+  } else if (path) {
+    /* fp16 <-> bf16: through fp32 in cache-sized pieces. */
+    float tmp[1024];
+    for (size_t i = 0; i < n; i += 1024) {
+      size_t k = n - i < 1024 ? n - i : 1024;
+      zrt_dtype_widen_avx512(tmp, (const uint16_t *)src + i, src_dt, k);
+      zrt_dtype_narrow_avx512((uint16_t *)dst + i, tmp, dst_dt, k, path == 2);
+    }
+  } else {
+    zrt_dtype_convert_scalar(dst, dst_dt, src, src_dt, n);
+  }
+}
+
+void zrt_half_reduce_scalar(uint16_t *inout, const uint16_t *in, zrt_dtype dt, size_t n,
+                            zrt_half_op op) {
+  for (size_t i = 0; i < n; i++) {
+    float a = zrt_load_f(inout, dt, i), b = zrt_load_f(in, dt, i);
+    if (op == ZRT_HALF_SUM) {
+      zrt_store_f(inout, dt, i, a + b);
+    } else if (a == a) { /* a NaN in inout stays */
+      int take_b = b != b || (op == ZRT_HALF_MAX ? b > a : b < a);
+      if (take_b) inout[i] = in[i];
+    }
+  }
+}
+
+void zrt_half_reduce(uint16_t *inout, const uint16_t *in, zrt_dtype dt, size_t n, zrt_half_op op) {
+  int path = zrt_dtype_path();
+  if (path)
+    zrt_half_reduce_avx512(inout, in, dt, n, op, path == 2);
+  else
+    zrt_half_reduce_scalar(inout, in, dt, n, op);
 }

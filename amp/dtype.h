@@ -3,6 +3,10 @@
  * host conversion loops. Round-to-nearest-even; NaN stays NaN (quiet), Inf
  * stays Inf; fp16 overflow rounds to Inf as IEEE says. These are the
  * reference every backend's conversion is tested against.
+ *
+ * The bulk functions (zrt_dtype_convert_host, zrt_half_reduce) pick an
+ * AVX-512 path at run time when the CPU has one (and $ZRT_CPU_ISA does not
+ * force scalar or avx2); every path gives the scalar functions' bits.
  */
 #ifndef ZRT_DTYPE_H
 #define ZRT_DTYPE_H
@@ -81,5 +85,20 @@ static inline void zrt_store_f(void *p, zrt_dtype dt, size_t i, float v) {
   default: ((float *)p)[i] = v; break;
   }
 }
+
+/* Bulk host conversion of n elements, any pair of dtypes (equal dtypes:
+ * memmove). Buffers must not overlap, except dst == src when narrowing
+ * (fp32 -> fp16/bf16 in place). Single-threaded. */
+void zrt_dtype_convert_host(void *dst, zrt_dtype dst_dt, const void *src, zrt_dtype src_dt,
+                            size_t n);
+
+/* Pairwise reduction of 16-bit values, the combine step of a 16-bit
+ * collective: inout[i] = op(inout[i], in[i]) for dt fp16 or bf16. SUM
+ * widens both to fp32, adds once in fp32 and rounds once to dt (so the
+ * result equals zrt_store_f(zrt_load_f(a) + zrt_load_f(b))). MAX / MIN
+ * return one of the two inputs bit for bit; a NaN operand wins (NaN
+ * propagates), -0 and +0 compare equal (inout kept). */
+typedef enum zrt_half_op { ZRT_HALF_SUM = 0, ZRT_HALF_MAX, ZRT_HALF_MIN } zrt_half_op;
+void zrt_half_reduce(uint16_t *inout, const uint16_t *in, zrt_dtype dt, size_t n, zrt_half_op op);
 
 #endif

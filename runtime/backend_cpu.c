@@ -86,10 +86,16 @@ static zrt_status zrt_cpu_convert(void *ctx, void *dst, zrt_dtype dst_dt, const 
     memmove(dst, src, n * zrt_dtype_size(dst_dt));
     return ZRT_OK;
   }
-  long nn = (long)n;
+  /* Fixed tiles through the bulk (vectorised) conversion; elementwise, so
+   * the result does not depend on the thread count. */
+  const size_t tile = 16384;
+  long ntiles = (long)((n + tile - 1) / tile);
+  size_t ds = zrt_dtype_size(dst_dt), ss = zrt_dtype_size(src_dt);
 #pragma omp parallel for schedule(static) if (n >= ZRT_CPU_PAR_MIN)
-  for (long i = 0; i < nn; i++)
-    zrt_store_f(dst, dst_dt, (size_t)i, zrt_load_f(src, src_dt, (size_t)i));
+  for (long t = 0; t < ntiles; t++) {
+    size_t i = (size_t)t * tile, k = n - i < tile ? n - i : tile;
+    zrt_dtype_convert_host((char *)dst + i * ds, dst_dt, (const char *)src + i * ss, src_dt, k);
+  }
   return ZRT_OK;
 }
 

@@ -3,9 +3,14 @@
  *
  * Comms: "self" (world size 1, no MPI), "mpi" (Open MPI, host buffers —
  * and device buffers when the backend is CPU; also bootstraps NCCL ids),
- * "nccl" (GPU buffers). All collectives work on fp32, fp16 and bf16; half
- * types are reduced with fp32 accumulation. Every collective may be blocking
- * (req == NULL) or asynchronous (*req receives a handle to wait on).
+ * "nccl" (GPU buffers). All collectives work on fp32, fp16 and bf16. Half
+ * types add in fp32: NCCL stages the whole reduction in fp32 (one rounding
+ * at the end); MPI reduces in the 16-bit type, each pairwise combine adding
+ * once in fp32 and rounding once, so an N-rank sum is within
+ * (N-1)(u + 2^-24)·sum|x_i| (u = 2^-8 bf16, 2^-11 fp16) and at N = 2 equals
+ * fp32 staging bit for bit (runtime/comm_mpi.c). MAX / MIN are exact. Every
+ * collective may be blocking (req == NULL) or asynchronous (*req receives a
+ * handle to wait on).
  *
  * Watchdog: every collective gets a sequence number (zrt_comm.seq). A wait
  * that does not complete within timeout_s fails with ZRT_ERR_COMM and a

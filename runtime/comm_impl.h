@@ -30,6 +30,29 @@ struct zrt_comm_req {
 int zrt_comm_poll(zrt_status (*done)(void *arg, int *flag), void *arg, double timeout_s,
                   zrt_status *st);
 
+/* The completion epilogue of a staged collective, shared by the MPI and
+ * NCCL comms: n elements of the staging result src (dtype src_dt) go into
+ * the caller's dst (dtype dst_dt) — converted when the dtypes differ (a
+ * reduction staged in fp32 for 16-bit data: NCCL), copied otherwise. Where
+ * the buffers live is the copy kind:
+ *   ZRT_COPY_D2D  src and dst on the backend's device: the backend converts
+ *                 (or copies) and is synchronised, so dst is ready for any
+ *                 later backend work;
+ *   ZRT_COPY_H2D  src in host staging, dst on the device: a conversion runs
+ *                 on the host in place in src (narrowing only), then one
+ *                 copy to the device and a synchronise;
+ *   ZRT_COPY_H2H  both host memory: convert in place in src, then memcpy
+ *                 unless dst == src; the backend is not touched (may be
+ *                 NULL).
+ * n == 0 or dst == NULL: nothing to do. */
+typedef struct zrt_comm_fin {
+  void *src, *dst;
+  size_t n;
+  zrt_dtype src_dt, dst_dt;
+} zrt_comm_fin;
+
+zrt_status zrt_comm_fin_run(zrt_backend *be, const zrt_comm_fin *f, zrt_copy_kind kind);
+
 /* The NCCL comm bootstraps its unique id over an MPI comm it owns:
  * MPI_Bcast of bytes from root on that comm's duplicate of MPI_COMM_WORLD.
  * ctx is an MPI comm's ctx (zrt_comm.ctx after zrt_comm_mpi_init). */

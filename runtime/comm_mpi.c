@@ -4,16 +4,23 @@
  * (so waits can time out for the watchdog).
  *
  * Invariants:
- *  - Reductions always run on fp32 (MPI_FLOAT): fp16/bf16 inputs are
- *    converted into an fp32 staging buffer, reduced, and converted back when
- *    the request completes ("half types reduced with fp32 accumulation").
- *    All-gather and broadcast move 16-bit values as raw MPI_UINT16_T; no
- *    arithmetic, so no conversion.
+ *  - fp32 reduces as MPI_FLOAT with MPI's own ops. fp16/bf16 reduce in
+ *    their own 2-byte type (half the bytes of fp32 staging on the wire, no
+ *    conversion passes) with user MPI ops (one per dtype and op, made at
+ *    init, freed at destroy): each pairwise combine widens both operands to
+ *    fp32, adds once and rounds once to the 16-bit type (zrt_half_reduce,
+ *    AVX-512 when the CPU has it). Over N ranks a sum is N-1 such combines,
+ *    so its error is at most (N-1)(u + 2^-24)·sum|x_i| (u = 2^-8 bf16,
+ *    2^-11 fp16) — at N = 2 bit-identical to fp32 staging, since one fp32
+ *    add rounded once is exactly what staging computed. MAX / MIN are exact
+ *    (they pick an input) and propagate NaN. All-gather and broadcast move
+ *    16-bit values as raw MPI_UINT16_T.
  *  - When the backend keeps buffers on a device (device_id >= 0), MPI never
  *    sees a device pointer: data is copied through host staging with
- *    zrt_backend_memcpy (no reliance on CUDA-aware MPI). Staging memory is
- *    accounted: the backend's pool (ZRT_MEM_COMM) when buffers are host
- *    memory (CPU backend), this comm's own "comm host staging" pool otherwise.
+ *    zrt_backend_memcpy (no reliance on CUDA-aware MPI), in the caller's
+ *    dtype, and accounted in this comm's own "comm host staging" pool
+ *    (ZRT_MEM_COMM). Host buffers (CPU backend) are handed to MPI directly,
+ *    every dtype and op: nothing is staged.
  *  - Staging buffers, and the count/displacement arrays MPI reads during a
  *    non-blocking collective, live in the request until it completes.
  *  - MPI is initialised here when nobody did before (MPI_Init_thread) and
@@ -47,6 +54,8 @@ typedef struct mpi_ctx {
   int on_device;        /* buffers are device pointers: stage via host */
   zrt_pool *host_stage; /* accounted host staging for device buffers */
   int inflight;         /* issued requests not yet freed */
+  MPI_Datatype half_t;  /* contiguous 2 bytes: one fp16 or bf16 element */
+  MPI_Op half_op[2][3]; /* [bf16?][zrt_half_op] user ops, MPI_OP_NULL until made */
 } mpi_ctx;
 
 typedef struct mpi_req {
@@ -55,11 +64,9 @@ typedef struct mpi_req {
   MPI_Request mr;
   void *stage[2]; /* staging buffers, freed on completion */
   int *ints;      /* counts/displacements MPI reads until completion */
-  /* On completion: copy fin_n elements of fin_src (host, fin_src_dt) into
-   * the caller's fin_dst (dtype fin_dst_dt, host or device). */
-  void *fin_src, *fin_dst;
-  size_t fin_n;
-  zrt_dtype fin_src_dt, fin_dst_dt;
+  /* On completion: host staging -> the caller's buffer (device buffers
+   * only; src and dst dtypes are always equal here). */
+  zrt_comm_fin fin;
 } mpi_req;
 
 static zrt_status mpi_fail(int rc, const char *what) {
@@ -101,60 +108,74 @@ static void host_raw_free(void *ctx, void *ptr, size_t bytes) {
 static zrt_status stage_alloc(mpi_ctx *m, size_t bytes, void **out) {
   *out = NULL;
   if (!bytes) return ZRT_OK;
-  if (!m->on_device && m->backend) return zrt_backend_alloc(m->backend, bytes, ZRT_MEM_COMM, out);
   return zrt_pool_alloc(m->host_stage, bytes, ZRT_MEM_COMM, out);
 }
 
 static void stage_free(mpi_ctx *m, void *p) {
-  if (!p) return;
-  if (!m->on_device && m->backend)
-    zrt_backend_free(m->backend, p);
-  else
-    zrt_pool_free(m->host_stage, p);
+  if (p) zrt_pool_free(m->host_stage, p);
 }
 
-/* Host conversions run in place in an fp32 staging buffer: widening goes
- * back to front and narrowing front to back, so no element is overwritten
- * before it is read. */
-static void widen_in_place(void *buf, zrt_dtype dt, size_t n) {
-  float *f = buf;
-  for (size_t i = n; i-- > 0;) f[i] = zrt_load_f(buf, dt, i);
-}
-
-static void narrow_in_place(void *buf, zrt_dtype dt, size_t n) {
-  const float *f = buf;
-  for (size_t i = 0; i < n; i++) zrt_store_f(buf, dt, i, f[i]);
-}
-
-/* stage (host, fp32, room for n floats) <- caller's src (dtype dt). */
-static zrt_status load_f32(mpi_ctx *m, float *stage, const void *src, zrt_dtype dt, size_t n) {
+/* stage (host) <- the caller's device buffer, n elements of dt. */
+static zrt_status load_stage(mpi_ctx *m, void *stage, const void *src, zrt_dtype dt, size_t n) {
   if (!n) return ZRT_OK;
-  if (m->on_device) {
-    ZRT_CHECK(
-        zrt_backend_memcpy(m->backend, stage, src, n * zrt_dtype_size(dt), ZRT_COPY_D2H, NULL));
-    ZRT_CHECK(zrt_backend_synchronize(m->backend, NULL));
-    if (dt != ZRT_F32) widen_in_place(stage, dt, n);
-  } else if (dt == ZRT_F32) {
-    memcpy(stage, src, n * sizeof(float));
-  } else {
-    for (size_t i = 0; i < n; i++) stage[i] = zrt_load_f(src, dt, i);
+  ZRT_CHECK(zrt_backend_memcpy(m->backend, stage, src, n * zrt_dtype_size(dt), ZRT_COPY_D2H, NULL));
+  return zrt_backend_synchronize(m->backend, NULL);
+}
+
+/* Completion: the caller's dst <- the request's host result. */
+static zrt_status finish_copy(mpi_req *r) {
+  return zrt_comm_fin_run(r->m->backend, &r->fin, r->m->on_device ? ZRT_COPY_H2D : ZRT_COPY_H2H);
+}
+
+/* ----------------------------------------------------- 16-bit user ops */
+
+/* MPI_User_function shims: len counts half_t elements. The op handle
+ * fixes dtype and reduction, so no lookup runs per call. */
+#define ZRT_MPI_HALF_OP(name, dt, op)                                                              \
+  static void name(void *in, void *inout, int *len, MPI_Datatype *type) {                          \
+    (void)type;                                                                                    \
+    zrt_half_reduce(inout, in, dt, (size_t)*len, op);                                              \
   }
+ZRT_MPI_HALF_OP(half_f16_sum, ZRT_F16, ZRT_HALF_SUM)
+ZRT_MPI_HALF_OP(half_f16_max, ZRT_F16, ZRT_HALF_MAX)
+ZRT_MPI_HALF_OP(half_f16_min, ZRT_F16, ZRT_HALF_MIN)
+ZRT_MPI_HALF_OP(half_bf16_sum, ZRT_BF16, ZRT_HALF_SUM)
+ZRT_MPI_HALF_OP(half_bf16_max, ZRT_BF16, ZRT_HALF_MAX)
+ZRT_MPI_HALF_OP(half_bf16_min, ZRT_BF16, ZRT_HALF_MIN)
+
+static zrt_status half_ops_create(mpi_ctx *m) {
+  static MPI_User_function *const fns[2][3] = {
+      {half_f16_sum, half_f16_max, half_f16_min},
+      {half_bf16_sum, half_bf16_max, half_bf16_min},
+  };
+  MPI_TRY(MPI_Type_contiguous(2, MPI_BYTE, &m->half_t), "MPI_Type_contiguous(2 bytes)");
+  MPI_TRY(MPI_Type_commit(&m->half_t), "MPI_Type_commit");
+  for (int d = 0; d < 2; d++)
+    for (int o = 0; o < 3; o++)
+      MPI_TRY(MPI_Op_create(fns[d][o], 1 /* commutative */, &m->half_op[d][o]), "MPI_Op_create");
   return ZRT_OK;
 }
 
-/* Completion: caller's dst <- the request's host result. */
-static zrt_status finish_copy(mpi_req *r) {
-  mpi_ctx *m = r->m;
-  size_t n = r->fin_n;
-  if (!n || !r->fin_dst) return ZRT_OK;
-  if (r->fin_src_dt != r->fin_dst_dt) narrow_in_place(r->fin_src, r->fin_dst_dt, n);
-  size_t bytes = n * zrt_dtype_size(r->fin_dst_dt);
-  if (m->on_device) {
-    ZRT_CHECK(zrt_backend_memcpy(m->backend, r->fin_dst, r->fin_src, bytes, ZRT_COPY_H2D, NULL));
-    return zrt_backend_synchronize(m->backend, NULL);
+static void half_ops_free(mpi_ctx *m) {
+  for (int d = 0; d < 2; d++)
+    for (int o = 0; o < 3; o++)
+      if (m->half_op[d][o] != MPI_OP_NULL) MPI_Op_free(&m->half_op[d][o]);
+  if (m->half_t != MPI_DATATYPE_NULL) MPI_Type_free(&m->half_t);
+}
+
+static zrt_half_op half_op_of(zrt_redop op) {
+  return op == ZRT_RED_MAX ? ZRT_HALF_MAX : op == ZRT_RED_MIN ? ZRT_HALF_MIN : ZRT_HALF_SUM;
+}
+
+/* Element type and op of a reduction in dtype dt. */
+static void red_type_op(mpi_ctx *m, zrt_dtype dt, zrt_redop op, MPI_Datatype *t, MPI_Op *o) {
+  if (dt == ZRT_F32) {
+    *t = MPI_FLOAT;
+    *o = op == ZRT_RED_MAX ? MPI_MAX : op == ZRT_RED_MIN ? MPI_MIN : MPI_SUM;
+  } else {
+    *t = m->half_t;
+    *o = m->half_op[dt == ZRT_BF16][half_op_of(op)];
   }
-  if (r->fin_dst != r->fin_src) memcpy(r->fin_dst, r->fin_src, bytes);
-  return ZRT_OK;
 }
 
 /* ------------------------------------------------------------ requests */
@@ -229,10 +250,6 @@ static zrt_status check_int(size_t n, const char *what) {
   return ZRT_OK;
 }
 
-static MPI_Op mpi_op(zrt_redop op) {
-  return op == ZRT_RED_MAX ? MPI_MAX : op == ZRT_RED_MIN ? MPI_MIN : MPI_SUM;
-}
-
 /* Element type for data movement without arithmetic. */
 static MPI_Datatype raw_type(zrt_dtype dt) { return dt == ZRT_F32 ? MPI_FLOAT : MPI_UINT16_T; }
 
@@ -243,23 +260,21 @@ static zrt_status mpi_all_reduce(void *ctx, const void *send, void *recv, size_t
   mpi_ctx *m = ctx;
   zrt_status st = ZRT_OK;
   mpi_req *r = NULL;
+  MPI_Datatype T;
+  MPI_Op O;
+  red_type_op(m, dt, op, &T, &O);
   ZRT_CHECK(check_int(count, "all_reduce"));
   ZRT_CHECK(req_new(m, &r));
-  if (!m->on_device && dt == ZRT_F32) {
+  if (!m->on_device) {
     const void *sb = send == recv ? MPI_IN_PLACE : send;
-    MPI_TRY_GOTO(MPI_Iallreduce(sb, recv, (int)count, MPI_FLOAT, mpi_op(op), m->world, &r->mr),
-                 "MPI_Iallreduce", st, fail);
+    MPI_TRY_GOTO(MPI_Iallreduce(sb, recv, (int)count, T, O, m->world, &r->mr), "MPI_Iallreduce", st,
+                 fail);
   } else {
-    ZRT_CHECK_GOTO(stage_alloc(m, count * sizeof(float), &r->stage[0]), st, fail);
-    ZRT_CHECK_GOTO(load_f32(m, r->stage[0], send, dt, count), st, fail);
-    MPI_TRY_GOTO(MPI_Iallreduce(MPI_IN_PLACE, r->stage[0], (int)count, MPI_FLOAT, mpi_op(op),
-                                m->world, &r->mr),
+    ZRT_CHECK_GOTO(stage_alloc(m, count * zrt_dtype_size(dt), &r->stage[0]), st, fail);
+    ZRT_CHECK_GOTO(load_stage(m, r->stage[0], send, dt, count), st, fail);
+    MPI_TRY_GOTO(MPI_Iallreduce(MPI_IN_PLACE, r->stage[0], (int)count, T, O, m->world, &r->mr),
                  "MPI_Iallreduce", st, fail);
-    r->fin_src = r->stage[0];
-    r->fin_dst = recv;
-    r->fin_n = count;
-    r->fin_src_dt = ZRT_F32;
-    r->fin_dst_dt = dt;
+    r->fin = (zrt_comm_fin){r->stage[0], recv, count, dt, dt};
   }
   return issued(m, r, req);
 fail:
@@ -288,24 +303,22 @@ static zrt_status mpi_reduce_scatter(void *ctx, const void *send, void *recv, co
   mpi_ctx *m = ctx;
   zrt_status st = ZRT_OK;
   mpi_req *r = NULL;
-  size_t total = 0, mine = counts[m->rank];
+  size_t total = 0, mine = counts[m->rank], es = zrt_dtype_size(dt);
+  MPI_Datatype T;
+  MPI_Op O;
+  red_type_op(m, dt, op, &T, &O);
   ZRT_CHECK(req_new(m, &r));
   ZRT_CHECK_GOTO(counts_displs(m, counts, r, &total), st, fail);
-  if (!m->on_device && dt == ZRT_F32) {
-    MPI_TRY_GOTO(MPI_Ireduce_scatter(send, recv, r->ints, MPI_FLOAT, mpi_op(op), m->world, &r->mr),
+  if (!m->on_device) {
+    MPI_TRY_GOTO(MPI_Ireduce_scatter(send, recv, r->ints, T, O, m->world, &r->mr),
                  "MPI_Ireduce_scatter", st, fail);
   } else {
-    ZRT_CHECK_GOTO(stage_alloc(m, total * sizeof(float), &r->stage[0]), st, fail);
-    ZRT_CHECK_GOTO(stage_alloc(m, mine * sizeof(float), &r->stage[1]), st, fail);
-    ZRT_CHECK_GOTO(load_f32(m, r->stage[0], send, dt, total), st, fail);
-    MPI_TRY_GOTO(MPI_Ireduce_scatter(r->stage[0], r->stage[1], r->ints, MPI_FLOAT, mpi_op(op),
-                                     m->world, &r->mr),
+    ZRT_CHECK_GOTO(stage_alloc(m, total * es, &r->stage[0]), st, fail);
+    ZRT_CHECK_GOTO(stage_alloc(m, mine * es, &r->stage[1]), st, fail);
+    ZRT_CHECK_GOTO(load_stage(m, r->stage[0], send, dt, total), st, fail);
+    MPI_TRY_GOTO(MPI_Ireduce_scatter(r->stage[0], r->stage[1], r->ints, T, O, m->world, &r->mr),
                  "MPI_Ireduce_scatter", st, fail);
-    r->fin_src = r->stage[1];
-    r->fin_dst = recv;
-    r->fin_n = mine;
-    r->fin_src_dt = ZRT_F32;
-    r->fin_dst_dt = dt;
+    r->fin = (zrt_comm_fin){r->stage[1], recv, mine, dt, dt};
   }
   return issued(m, r, req);
 fail:
@@ -340,10 +353,7 @@ static zrt_status mpi_all_gather(void *ctx, const void *send, void *recv, const 
     MPI_TRY_GOTO(MPI_Iallgatherv(MPI_IN_PLACE, 0, T, r->stage[0], r->ints, r->ints + m->nranks, T,
                                  m->world, &r->mr),
                  "MPI_Iallgatherv", st, fail);
-    r->fin_src = r->stage[0];
-    r->fin_dst = recv;
-    r->fin_n = total;
-    r->fin_src_dt = r->fin_dst_dt = dt;
+    r->fin = (zrt_comm_fin){r->stage[0], recv, total, dt, dt};
   }
   return issued(m, r, req);
 fail:
@@ -373,10 +383,7 @@ static zrt_status mpi_broadcast(void *ctx, void *buf, size_t count, zrt_dtype dt
     MPI_TRY_GOTO(MPI_Ibcast(r->stage[0], (int)count, T, root, m->world, &r->mr), "MPI_Ibcast", st,
                  fail);
     if (m->rank != root) {
-      r->fin_src = r->stage[0];
-      r->fin_dst = buf;
-      r->fin_n = count;
-      r->fin_src_dt = r->fin_dst_dt = dt;
+      r->fin = (zrt_comm_fin){r->stage[0], buf, count, dt, dt};
     }
   }
   return issued(m, r, req);
@@ -411,6 +418,7 @@ static void mpi_destroy(void *ctx) {
             m->inflight);
     return;
   }
+  half_ops_free(m);
   if (m->local != MPI_COMM_NULL) MPI_Comm_free(&m->local);
   if (m->world != MPI_COMM_NULL) MPI_Comm_free(&m->world);
   zrt_pool_destroy(m->host_stage);
@@ -447,6 +455,9 @@ zrt_status zrt_comm_mpi_init(zrt_comm *c, zrt_backend *backend) {
   if (!m) return zrt_error(ZRT_ERR_OOM, "MPI comm: out of host memory");
   m->c = c;
   m->world = m->local = MPI_COMM_NULL;
+  m->half_t = MPI_DATATYPE_NULL;
+  for (int d = 0; d < 2; d++)
+    for (int o = 0; o < 3; o++) m->half_op[d][o] = MPI_OP_NULL;
   m->backend = backend;
   m->on_device = backend && backend->device_id >= 0;
   if (!inited) {
@@ -473,6 +484,7 @@ zrt_status zrt_comm_mpi_init(zrt_comm *c, zrt_backend *backend) {
   MPI_Comm_set_errhandler(m->local, MPI_ERRORS_RETURN);
   MPI_TRY_GOTO(MPI_Comm_rank(m->local, &c->local_rank), "MPI_Comm_rank(local)", st, fail);
   MPI_TRY_GOTO(MPI_Comm_size(m->local, &c->local_world), "MPI_Comm_size(local)", st, fail);
+  ZRT_CHECK_GOTO(half_ops_create(m), st, fail);
   ZRT_CHECK_GOTO(
       zrt_pool_create("comm host staging", 0, host_raw_alloc, host_raw_free, NULL, &m->host_stage),
       st, fail);

@@ -53,11 +53,9 @@ typedef struct nccl_req {
   nccl_ctx *n;
   cudaEvent_t ev;
   void *stage[2];
-  /* On completion: convert/copy fin_n elements of fin_src (device,
-   * fin_src_dt) into fin_dst (fin_dst_dt). */
-  void *fin_src, *fin_dst;
-  size_t fin_n;
-  zrt_dtype fin_src_dt, fin_dst_dt;
+  /* On completion: convert/copy the device staging result into the
+   * caller's buffer (zrt_comm_fin_run, ZRT_COPY_D2D). */
+  zrt_comm_fin fin;
 } nccl_req;
 
 static zrt_status cuda_fail(cudaError_t e, const char *what) {
@@ -132,15 +130,7 @@ static zrt_status stage_alloc(nccl_ctx *n, size_t bytes, void **out) {
 }
 
 static zrt_status finish_copy(nccl_req *r) {
-  nccl_ctx *n = r->n;
-  if (!r->fin_n || !r->fin_dst) return ZRT_OK;
-  if (r->fin_src_dt != r->fin_dst_dt)
-    ZRT_CHECK(zrt_backend_convert(n->backend, r->fin_dst, r->fin_dst_dt, r->fin_src, r->fin_src_dt,
-                                  r->fin_n, NULL));
-  else
-    ZRT_CHECK(zrt_backend_memcpy(n->backend, r->fin_dst, r->fin_src,
-                                 r->fin_n * zrt_dtype_size(r->fin_dst_dt), ZRT_COPY_D2D, NULL));
-  return zrt_backend_synchronize(n->backend, NULL);
+  return zrt_comm_fin_run(r->n->backend, &r->fin, ZRT_COPY_D2D);
 }
 
 static zrt_status event_done(void *arg, int *flag) {
@@ -236,11 +226,7 @@ static zrt_status nccl_all_reduce(void *ctx, const void *send, void *recv, size_
     NCCL_TRY_GOTO(
         ncclAllReduce(r->stage[0], r->stage[0], count, ncclFloat32, nccl_op(op), n->nc, n->stream),
         "ncclAllReduce", st, fail);
-    r->fin_src = r->stage[0];
-    r->fin_dst = recv;
-    r->fin_n = count;
-    r->fin_src_dt = ZRT_F32;
-    r->fin_dst_dt = dt;
+    r->fin = (zrt_comm_fin){r->stage[0], recv, count, ZRT_F32, dt};
   }
   return issued(n, r, req);
 fail:
@@ -287,11 +273,7 @@ static zrt_status nccl_reduce_scatter(void *ctx, const void *send, void *recv, c
   NCCL_TRY_GOTO(
       ncclReduceScatter(r->stage[0], r->stage[1], maxc, ncclFloat32, nccl_op(op), n->nc, n->stream),
       "ncclReduceScatter", st, fail);
-  r->fin_src = r->stage[1];
-  r->fin_dst = recv;
-  r->fin_n = mine;
-  r->fin_src_dt = ZRT_F32;
-  r->fin_dst_dt = dt;
+  r->fin = (zrt_comm_fin){r->stage[1], recv, mine, ZRT_F32, dt};
   return issued(n, r, req);
 fail:
   req_free(r);

@@ -11,11 +11,20 @@
  * representable in fp16 (and rounded to bf16 for bf16 runs) — so a sum over
  * at most 4 ranks needs < 20 significant bits and is exact in fp32.
  * Tolerances: fp32 sums 4·eps32·max|ref| (reduction order may differ, though
- * with these data the sum is exact); half sums 0.5·eps(dt)·max|ref| against
- * the double reference (one rounding, which fp32 accumulation guarantees),
- * and additionally bit-exact against the correctly rounded reference — a
- * reduction that accumulated in the half type would round after every
- * addition and fail that. MAX/MIN, gather and broadcast are exact.
+ * with these data the sum is exact). Half sums (fp16/bf16 reduce in their
+ * own type, each pairwise combine adding once in fp32 and rounding once,
+ * runtime/comm_mpi.c): at -n 2 there is one combine, so the result must be
+ * bit-exact against the correctly rounded double reference (the sum of two
+ * such values is exact in fp32); at any N, per element
+ *   |got - ref| <= gamma_{N-1}·sum_q |x_q|,  gamma_k = k·u'/(1 - k·u'),
+ *   u' = u + 2^-24 + u·2^-24  (u = 2^-8 bf16, 2^-11 fp16: rounding to the
+ *   half type after an fp32 add),
+ * the recursive-summation bound for any combine order or tree. The max
+ * difference and the max of difference / bound are printed. MAX/MIN,
+ * gather and broadcast are exact. test_half_wide repeats the sum over data
+ * with full mantissas and a 2^8 magnitude range at counts that are not
+ * multiples of the 16-lane vector; test_half_special checks NaN and Inf
+ * propagation (SUM, MAX, MIN) and fp16 overflow to Inf.
  */
 #include <float.h>
 #include <math.h>
@@ -47,11 +56,18 @@ static float round_to(zrt_dtype dt, float v) {
   return zrt_load_f(tmp, dt, 0);
 }
 
+/* test_half_wide's data: full 16-bit mantissas, exponents in [-4, 4]. */
+static int wide;
+
 /* Deterministic value of element i on rank r for test case salt. */
 static float val(int r, size_t i, uint32_t salt, zrt_dtype dt) {
   uint32_t h = mix((uint32_t)r * 0x9e3779b9u ^ mix((uint32_t)i * 0x85ebca6bu + salt));
   float m = 1.0f + (float)(h & 1023u) / 1024.0f;
   int e = (int)((h >> 10) % 7u) - 4;
+  if (wide) {
+    m = 1.0f + (float)(mix(h) & 0xffffu) / 65536.0f;
+    e = (int)((h >> 10) % 9u) - 4;
+  }
   float v = ldexpf(m, e) * (((h >> 14) & 1u) ? -1.0f : 1.0f);
   return round_to(dt, v);
 }
@@ -70,10 +86,17 @@ static double eps_of(zrt_dtype dt) {
   return dt == ZRT_F32 ? FLT_EPSILON : dt == ZRT_F16 ? ldexp(1.0, -10) : ldexp(1.0, -7);
 }
 
+/* Unit roundoff of one pairwise half combine (see the header comment). */
+static double combine_u(zrt_dtype dt) {
+  double u = dt == ZRT_F16 ? ldexp(1.0, -11) : ldexp(1.0, -8);
+  return u + ldexp(1.0, -24) + u * ldexp(1.0, -24);
+}
+
 /* got (dtype dt) vs ref (double). sum: the reduction tolerance rules of the
- * header comment apply; otherwise the result must be exact. */
-static void check(const char *what, const void *got, zrt_dtype dt, const double *ref, size_t n,
-                  int sum) {
+ * header comment apply (absum[i] = sum over ranks of |x|, half types);
+ * otherwise the result must be exact. */
+static void check(const char *what, const void *got, zrt_dtype dt, const double *ref,
+                  const double *absum, size_t n, int sum) {
   double *g = malloc((n ? n : 1) * sizeof(double));
   double *rr = malloc((n ? n : 1) * sizeof(double));
   double maxabs = 0;
@@ -86,10 +109,27 @@ static void check(const char *what, const void *got, zrt_dtype dt, const double 
   snprintf(label, sizeof label, "rank %d %s", R, what);
   if (!sum) {
     ZT_CLOSE_ARRAY(label, g, ref, n, 0.0);
+  } else if (dt == ZRT_F32) {
+    ZT_CLOSE_ARRAY(label, g, ref, n, 4.0 * eps_of(dt) * maxabs);
   } else {
-    double tol = (dt == ZRT_F32 ? 4.0 : 0.5) * eps_of(dt) * maxabs;
-    ZT_CLOSE_ARRAY(label, g, ref, n, tol);
-    if (dt != ZRT_F32) {
+    double k = N - 1, gam = k * combine_u(dt) / (1.0 - k * combine_u(dt));
+    double maxd = 0, maxratio = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+      double d = fabs(g[i] - ref[i]), b = gam * absum[i];
+      double ratio = d != d ? INFINITY : b > 0 ? d / b : d > 0 ? INFINITY : 0;
+      if (d > maxd) maxd = d;
+      if (ratio > maxratio) maxratio = ratio, at = i;
+    }
+    if (maxratio > 1.0) {
+      fprintf(stderr, "FAIL %s: max diff %g, max diff/bound %g > 1 (element %zu: got %g ref %g)\n",
+              label, maxd, maxratio, at, g[at], ref[at]);
+      zt_failures++;
+    } else if (R == 0 && n) {
+      printf("%s: max diff %g, max diff/bound %.3f (bound gamma_%d sum|x|)\n", label, maxd,
+             maxratio, N - 1);
+    }
+    if (N == 2) {
       snprintf(label, sizeof label, "rank %d %s vs correctly rounded", R, what);
       ZT_CLOSE_ARRAY(label, g, rr, n, 0.0);
     }
@@ -134,9 +174,14 @@ static void test_all_reduce(zrt_dtype dt, int async, size_t count, zrt_redop op,
   void *send = alloc_dt(count, dt), *recv = alloc_dt(count, dt);
   fill(send, dt, R, 0, count, salt);
   double *ref = malloc((count ? count : 1) * sizeof(double));
+  double *absum = malloc((count ? count : 1) * sizeof(double));
   for (size_t i = 0; i < count; i++) {
     double acc = 0;
-    for (int q = 0; q < N; q++) acc = red(op, acc, val(q, i, salt, dt), q == 0);
+    absum[i] = 0;
+    for (int q = 0; q < N; q++) {
+      acc = red(op, acc, val(q, i, salt, dt), q == 0);
+      absum[i] += fabs(val(q, i, salt, dt));
+    }
     ref[i] = acc;
   }
   uint64_t before = C->bytes_moved, seq0 = C->seq, done0 = C->completed;
@@ -146,21 +191,21 @@ static void test_all_reduce(zrt_dtype dt, int async, size_t count, zrt_redop op,
   ZT_OK(zrt_comm_all_reduce(C, src, recv, count, dt, op, async ? &req : NULL));
   ZT_CHECK(C->seq == seq0 + 1);
   ZT_CHECK(async ? (req != NULL && C->completed == done0) : C->completed == done0 + 1);
-  if (async && dt != ZRT_F32 && count) {
-    /* The fp32 staging of an in-flight half reduction is accounted. */
+  if (async && count) {
+    /* Host buffers reduce in place in MPI, every dtype: nothing staged. */
     zrt_mem_stats s;
     zrt_pool_stats(B->pool, &s);
-    ZT_CHECK(s.current[ZRT_MEM_COMM] >= count * sizeof(float));
+    ZT_CHECK(s.current[ZRT_MEM_COMM] == 0);
   }
   finish(req, salt & 1);
   ZT_CHECK(C->completed == done0 + 1);
   char what[128];
   snprintf(what, sizeof what, "all_reduce %s %s n=%zu %s %s", opname(op), zrt_dtype_name(dt), count,
            in_place ? "in-place" : "out-of-place", async ? "async" : "blocking");
-  check(what, recv, dt, ref, count, op == ZRT_RED_SUM);
+  check(what, recv, dt, ref, absum, count, op == ZRT_RED_SUM);
   size_t bytes = count * zrt_dtype_size(dt);
   expect_moved(before, 2ull * bytes * (uint64_t)(N - 1) / (uint64_t)N, what);
-  free(send), free(recv), free(ref);
+  free(send), free(recv), free(ref), free(absum);
 }
 
 static void make_counts(size_t *counts, int uneven, size_t base) {
@@ -181,9 +226,14 @@ static void test_reduce_scatter(zrt_dtype dt, int async, int uneven, zrt_redop o
   void *send = alloc_dt(total, dt), *recv = alloc_dt(counts[R], dt);
   fill(send, dt, R, 0, total, salt);
   double *ref = malloc((counts[R] ? counts[R] : 1) * sizeof(double));
+  double *absum = malloc((counts[R] ? counts[R] : 1) * sizeof(double));
   for (size_t i = 0; i < counts[R]; i++) {
     double acc = 0;
-    for (int q = 0; q < N; q++) acc = red(op, acc, val(q, off + i, salt, dt), q == 0);
+    absum[i] = 0;
+    for (int q = 0; q < N; q++) {
+      acc = red(op, acc, val(q, off + i, salt, dt), q == 0);
+      absum[i] += fabs(val(q, off + i, salt, dt));
+    }
     ref[i] = acc;
   }
   /* A second collective issued before waiting on the first: requests are
@@ -201,8 +251,8 @@ static void test_reduce_scatter(zrt_dtype dt, int async, int uneven, zrt_redop o
   char what[128];
   snprintf(what, sizeof what, "reduce_scatter %s %s %s %s", opname(op), zrt_dtype_name(dt),
            uneven ? "uneven" : "even", async ? "async" : "blocking");
-  check(what, recv, dt, ref, counts[R], op == ZRT_RED_SUM);
-  free(send), free(recv), free(ref);
+  check(what, recv, dt, ref, absum, counts[R], op == ZRT_RED_SUM);
+  free(send), free(recv), free(ref), free(absum);
 }
 
 static void test_all_gather(zrt_dtype dt, int async, int uneven, int in_place, uint32_t salt) {
@@ -228,7 +278,7 @@ static void test_all_gather(zrt_dtype dt, int async, int uneven, int in_place, u
   snprintf(what, sizeof what, "all_gather %s %s %s %s", zrt_dtype_name(dt),
            uneven ? "uneven" : "even", in_place ? "in-place" : "out-of-place",
            async ? "async" : "blocking");
-  check(what, recv, dt, ref, total, 0);
+  check(what, recv, dt, ref, NULL, total, 0);
   expect_moved(before, (uint64_t)total * es * (uint64_t)(N - 1) / (uint64_t)N, what);
   if (!in_place) free(send);
   free(recv), free(ref);
@@ -246,8 +296,90 @@ static void test_broadcast(zrt_dtype dt, int async, size_t count, int root, uint
   char what[128];
   snprintf(what, sizeof what, "broadcast %s n=%zu root %d %s", zrt_dtype_name(dt), count, root,
            async ? "async" : "blocking");
-  check(what, buf, dt, ref, count, 0);
+  check(what, buf, dt, ref, NULL, count, 0);
   free(buf), free(ref);
+}
+
+/* The sums again over wide data (every mantissa bit of the half type in
+ * use, so roundings happen) at counts that are not multiples of 16. */
+static void test_half_wide(uint32_t *salt) {
+  static const size_t counts[] = {1, 17, 1037, 40003};
+  const zrt_dtype dts[2] = {ZRT_F16, ZRT_BF16};
+  wide = 1;
+  for (int d = 0; d < 2; d++) {
+    for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+      test_all_reduce(dts[d], (int)(k & 1), counts[k], ZRT_RED_SUM, (int)(k >> 1 & 1), (*salt)++);
+    test_reduce_scatter(dts[d], 0, 0, ZRT_RED_SUM, (*salt)++);
+    test_reduce_scatter(dts[d], 1, 1, ZRT_RED_SUM, (*salt)++);
+  }
+  wide = 0;
+}
+
+/* Special value of element i on rank r, or NAN-free finite data; the
+ * pattern repeats every 6 elements. */
+static float special(int r, size_t i, zrt_dtype dt) {
+  switch (i % 6) {
+  case 0: return r == 0 ? NAN : 1.5f;                                     /* NaN + finite */
+  case 1: return r == N - 1 ? INFINITY : -2.0f;                           /* +Inf + finite */
+  case 2: return r == 0 ? INFINITY : r == 1 ? -INFINITY : 0.25f;          /* Inf - Inf */
+  case 3: return dt == ZRT_F16 ? 40000.0f : round_to(dt, 3.0e38f / 2.5f); /* overflows */
+  default: return val(r, i, 77, dt);
+  }
+}
+
+static double red_nan(zrt_redop op, double acc, double v, int first) {
+  if (first || v != v) return v;
+  if (acc != acc) return acc;
+  return red(op, acc, v, 0);
+}
+
+/* NaN and Inf propagate through SUM, MAX and MIN as IEEE arithmetic (and
+ * the NaN-propagating MAX/MIN of comm_mpi.c) say; a sum past the half
+ * type's largest finite value becomes +Inf. Finite results keep the
+ * summation bound. Count 37: a masked vector tail. */
+static void test_half_special(zrt_dtype dt, zrt_redop op, int scatter) {
+  const size_t n = 37 * (size_t)N;
+  size_t counts[8];
+  for (int q = 0; q < N; q++) counts[q] = 37;
+  size_t off = scatter ? 37 * (size_t)R : 0, nout = scatter ? 37 : n;
+  void *send = alloc_dt(n, dt), *recv = alloc_dt(n, dt);
+  for (size_t i = 0; i < n; i++) zrt_store_f(send, dt, i, round_to(dt, special(R, i, dt)));
+  if (scatter)
+    ZT_OK(zrt_comm_reduce_scatter(C, send, recv, counts, dt, op, NULL));
+  else
+    ZT_OK(zrt_comm_all_reduce(C, send, recv, n, dt, op, NULL));
+  double k = N - 1, gam = k * combine_u(dt) / (1.0 - k * combine_u(dt));
+  double maxd = 0;
+  int bad = 0;
+  for (size_t j = 0; j < nout; j++) {
+    size_t i = off + j;
+    double ref = 0, absum = 0;
+    for (int q = 0; q < N; q++) {
+      double v = round_to(dt, special(q, i, dt));
+      ref = red_nan(op, ref, v, q == 0);
+      absum += fabs(v);
+    }
+    double got = zrt_load_f(recv, dt, j);
+    double fmaxv = dt == ZRT_F16 ? 65504.0 : 3.3895313892515355e38;
+    int ok;
+    if (ref != ref)
+      ok = got != got;
+    else if (isinf(ref) || fabs(ref) > fmaxv)
+      ok = isinf(got) && (got > 0) == (ref > 0);
+    else if (op != ZRT_RED_SUM)
+      ok = got == ref;
+    else
+      ok = fabs(got - ref) <= gam * absum, maxd = fmax(maxd, fabs(got - ref));
+    if (!ok && bad++ < 5)
+      fprintf(stderr, "FAIL rank %d special %s %s %s element %zu: got %g, reference %g\n", R,
+              scatter ? "reduce_scatter" : "all_reduce", opname(op), zrt_dtype_name(dt), i, got,
+              ref);
+  }
+  zt_failures += bad;
+  if (R == 0)
+    printf("special %s %s %s: NaN/Inf propagated, finite max diff %g\n",
+           scatter ? "reduce_scatter" : "all_reduce", opname(op), zrt_dtype_name(dt), maxd);
+  free(send), free(recv);
 }
 
 static void test_errors(void) {
@@ -309,11 +441,17 @@ int main(void) {
     test_broadcast(dt, 0, 0, 0, salt++);
   }
 
-  /* Nothing staged is left behind once every request completed. */
+  test_half_wide(&salt);
+  for (int d = 1; d < 3; d++)
+    for (int op = 0; op < 3; op++)
+      for (int sc = 0; sc < 2; sc++) test_half_special(dts[d], (zrt_redop)op, sc);
+
+  /* Host buffers: MPI reads and writes them directly, every dtype and op,
+   * so the comm staged nothing (16-bit reductions included). */
   zrt_mem_stats s;
   zrt_pool_stats(B->pool, &s);
   ZT_CHECK(s.current[ZRT_MEM_COMM] == 0);
-  ZT_CHECK(s.peak[ZRT_MEM_COMM] > 0);
+  ZT_CHECK(s.peak[ZRT_MEM_COMM] == 0);
 
   uint64_t seq = C->seq;
   ZT_OK(zrt_comm_barrier(C));

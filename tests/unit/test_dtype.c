@@ -11,11 +11,22 @@
  * 0xffff under every upper half plus a strided sweep of all floats;
  * hand-picked edges (±0, subnormals, max finite, overflow, NaN payloads).
  * Tolerance: exact (bit equality; NaN compared as "is NaN, quiet, sign").
+ *
+ * Bulk paths (test_bulk, test_half_reduce): the AVX-512 kernels (with and
+ * without the AVX512_BF16 instruction) and the dispatching
+ * zrt_dtype_convert_host / zrt_half_reduce must give the scalar
+ * reference's bits exactly — NaN payloads, ±Inf, fp32 and 16-bit
+ * denormals, round-to-nearest-even ties of both types, overflow — at every
+ * length 0..40 (masked tails) and on 2^16+ element sweeps; narrowing also
+ * in place. Tolerance: bit equality (memcmp).
  */
 #include <math.h>
 #include <stdint.h>
 
 #include "amp/dtype.h"
+#include "amp/dtype_kernels.h"
+#include "offload/cpu_optim.h"
+#include "offload/cpu_optim_internal.h"
 #include "ztest.h"
 
 static long n_checked;
@@ -255,7 +266,164 @@ static void test_load_store(void) {
            !strcmp(zrt_dtype_name(ZRT_BF16), "bf16"));
 }
 
+/* fp32 inputs for the bulk checks: edges, then a strided sweep of all bit
+ * patterns. */
+static size_t bulk_inputs(float *x, size_t cap) {
+  static const uint32_t edge[] = {
+      0x00000000u, 0x80000000u, 0x00000001u, 0x80000001u, 0x007fffffu, 0x00400000u, 0x807fffffu,
+      0x00800000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffd23456u, 0x7fbfffffu,
+      0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u, 0x7f7f7fffu, 0x3f808000u, 0x3f818000u, 0x3f808001u,
+      0x3f80ffffu, 0xbf808000u, 0xbf818000u, 0x3f801000u, 0x3f803000u, 0x3f801001u, 0x477ff000u,
+      0x477fefffu, 0x477fe000u, 0x33000000u, 0x33000001u, 0x33c00000u, 0x387fc000u, 0x38800000u,
+      0x337fffffu, 0x477fffffu, 0x47800000u, 0xc77ff000u, 0x00010000u, 0x00018000u, 0x00008000u};
+  size_t n = 0;
+  for (size_t i = 0; i < sizeof edge / sizeof edge[0] && n < cap; i++)
+    x[n++] = zrt_bits_to_f32(edge[i]);
+  for (uint64_t u = 0; u <= 0xffffffffu && n < cap; u += 65521)
+    x[n++] = zrt_bits_to_f32((uint32_t)u);
+  for (uint32_t i = 0; n < cap; i++) x[n++] = zrt_bits_to_f32(i * 2654435761u ^ (i >> 3));
+  return n;
+}
+
+static void expect_same(const char *what, const void *got, const void *want, size_t bytes,
+                        size_t n) {
+  if (memcmp(got, want, bytes) != 0) {
+    size_t es = bytes / (n ? n : 1), i = 0;
+    while (i < n && !memcmp((const char *)got + i * es, (const char *)want + i * es, es)) i++;
+    fprintf(stderr, "FAIL %s: first differing element %zu of %zu\n", what, i, n);
+    zt_failures++;
+  }
+}
+
+static void test_bulk(void) {
+  enum { CAP = 70000 };
+  static float x[CAP], wide_ref[65536], wide_got[65536 + 1], f[CAP];
+  static uint16_t ref[CAP], got[CAP + 1], h[65536];
+  size_t n = bulk_inputs(x, CAP);
+  int avx512 = zrt_cpu_isa_supported(ZRT_ISA_AVX512), insn = zrt_cpu_has_avx512bf16();
+  const zrt_dtype dts[2] = {ZRT_F16, ZRT_BF16};
+  long cases = 0;
+  for (int d = 0; d < 2; d++) {
+    zrt_dtype dt = dts[d];
+    char what[96];
+    /* narrow: every tail length, then the whole sweep */
+    for (size_t len = 0; len <= 41; len++) {
+      size_t m = len == 41 ? n : len;
+      zrt_dtype_convert_scalar(ref, dt, x, ZRT_F32, m);
+      memset(got, 0xab, sizeof got);
+      zrt_dtype_convert_host(got, dt, x, ZRT_F32, m);
+      snprintf(what, sizeof what, "convert_host f32->%s n=%zu", zrt_dtype_name(dt), m);
+      expect_same(what, got, ref, m * 2, m);
+      ZT_CHECK(got[m] == 0xabab); /* nothing past n written */
+      for (int k = 0; avx512 && k < 2; k++) {
+        if (k && !insn) continue;
+        memset(got, 0xab, sizeof got);
+        zrt_dtype_narrow_avx512(got, x, dt, m, k);
+        snprintf(what, sizeof what, "narrow_avx512 %s bf16_insn=%d n=%zu", zrt_dtype_name(dt), k,
+                 m);
+        expect_same(what, got, ref, m * 2, m);
+        ZT_CHECK(got[m] == 0xabab);
+        /* in place: the fp32 buffer becomes the 16-bit one */
+        memcpy(f, x, m * sizeof(float));
+        zrt_dtype_narrow_avx512((uint16_t *)f, f, dt, m, k);
+        snprintf(what, sizeof what, "narrow_avx512 in place %s bf16_insn=%d n=%zu",
+                 zrt_dtype_name(dt), k, m);
+        expect_same(what, f, ref, m * 2, m);
+        cases += 2 * (long)m;
+      }
+    }
+    /* widen: every 16-bit pattern */
+    for (uint32_t i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+    zrt_dtype_convert_scalar(wide_ref, ZRT_F32, h, dt, 65536);
+    zrt_dtype_convert_host(wide_got, ZRT_F32, h, dt, 65536);
+    snprintf(what, sizeof what, "convert_host %s->f32", zrt_dtype_name(dt));
+    expect_same(what, wide_got, wide_ref, sizeof wide_ref, 65536);
+    for (size_t len = 0; avx512 && len <= 40; len++) {
+      memset(wide_got, 0xab, sizeof wide_got);
+      zrt_dtype_widen_avx512(wide_got, h + 65536 - 40, dt, len);
+      snprintf(what, sizeof what, "widen_avx512 %s n=%zu", zrt_dtype_name(dt), len);
+      expect_same(what, wide_got, wide_ref + 65536 - 40, len * 4, len);
+      ZT_CHECK(zrt_f32_to_bits(wide_got[len]) == 0xababababu);
+    }
+    if (avx512) zrt_dtype_widen_avx512(wide_got, h, dt, 65536);
+    expect_same("widen_avx512 all patterns", wide_got, wide_ref, sizeof wide_ref, 65536);
+    /* fp16 <-> bf16 through the bulk path */
+    zrt_dtype convert_to = dt == ZRT_F16 ? ZRT_BF16 : ZRT_F16;
+    zrt_dtype_convert_scalar(ref, convert_to, h, dt, 65536);
+    zrt_dtype_convert_host(got, convert_to, h, dt, 65536);
+    snprintf(what, sizeof what, "convert_host %s->%s", zrt_dtype_name(dt),
+             zrt_dtype_name(convert_to));
+    expect_same(what, got, ref, 65536 * 2, 65536);
+    cases += 3 * 65536;
+  }
+  printf("bulk conversions: %ld elements bitwise vs scalar (%s)\n", cases,
+         avx512 ? (insn ? "AVX-512 with and without AVX512_BF16" : "AVX-512 without AVX512_BF16")
+                : "no AVX-512 on this CPU: dispatch only");
+}
+
+/* Pairwise reduction: all 2^16 patterns against a scrambled partner, plus
+ * pairs whose fp32 sum is a rounding tie, at tail lengths and in full. */
+static void test_half_reduce(void) {
+  enum { M = 65536 + 64 };
+  static uint16_t a[M], b[M], ref[M], got[M + 1];
+  int avx512 = zrt_cpu_isa_supported(ZRT_ISA_AVX512), insn = zrt_cpu_has_avx512bf16();
+  const zrt_dtype dts[2] = {ZRT_F16, ZRT_BF16};
+  const char *opn[3] = {"sum", "max", "min"};
+  long cases = 0;
+  for (int d = 0; d < 2; d++) {
+    zrt_dtype dt = dts[d];
+    for (uint32_t i = 0; i < 65536; i++) {
+      a[i] = (uint16_t)i;
+      b[i] = (uint16_t)(i * 40503u + 12345u);
+    }
+    /* ties: 1.0 + (1 ulp / 2) -> a = 1.0, b = half an ulp of 1.0 */
+    for (uint32_t i = 65536; i < M; i++) {
+      a[i] = dt == ZRT_F16 ? (uint16_t)(0x3c00 + (i & 7)) : (uint16_t)(0x3f80 + (i & 7));
+      b[i] = dt == ZRT_F16 ? (uint16_t)0x1000 : (uint16_t)0x3b80; /* 2^-11 / 2^-8 */
+    }
+    for (int op = 0; op < 3; op++) {
+      char what[96];
+      for (size_t len = 0; len <= 41; len++) {
+        size_t m = len == 41 ? M : len, o = len == 41 ? 0 : 65536 + 3;
+        memcpy(ref, a + o, m * 2);
+        zrt_half_reduce_scalar(ref, b + o, dt, m, (zrt_half_op)op);
+        memcpy(got, a + o, m * 2);
+        got[m] = 0xabab;
+        zrt_half_reduce(got, b + o, dt, m, (zrt_half_op)op);
+        snprintf(what, sizeof what, "half_reduce %s %s n=%zu", opn[op], zrt_dtype_name(dt), m);
+        expect_same(what, got, ref, m * 2, m);
+        ZT_CHECK(got[m] == 0xabab);
+        for (int k = 0; avx512 && k < 2; k++) {
+          if (k && !insn) continue;
+          memcpy(got, a + o, m * 2);
+          zrt_half_reduce_avx512(got, b + o, dt, m, (zrt_half_op)op, k);
+          snprintf(what, sizeof what, "half_reduce_avx512 %s %s bf16_insn=%d n=%zu", opn[op],
+                   zrt_dtype_name(dt), k, m);
+          expect_same(what, got, ref, m * 2, m);
+          cases += (long)m;
+        }
+      }
+    }
+    /* the scalar reference itself: SUM is one fp32 add rounded once; a
+     * NaN operand wins MAX/MIN */
+    uint16_t one = dt == ZRT_F16 ? 0x3c00 : 0x3f80, nan = dt == ZRT_F16 ? 0x7e01 : 0x7fc1;
+    uint16_t x = one, y = one;
+    zrt_half_reduce_scalar(&x, &y, dt, 1, ZRT_HALF_SUM);
+    ZT_CHECK((dt == ZRT_F16 ? zrt_f16_to_f32(x) : zrt_bf16_to_f32(x)) == 2.0f);
+    x = one, y = nan;
+    zrt_half_reduce_scalar(&x, &y, dt, 1, ZRT_HALF_MAX);
+    ZT_CHECK(x == nan);
+    x = nan, y = one;
+    zrt_half_reduce_scalar(&x, &y, dt, 1, ZRT_HALF_MIN);
+    ZT_CHECK(x == nan);
+  }
+  printf("half reduce: %ld pairs bitwise vs scalar (%s)\n", cases,
+         avx512 ? "AVX-512" : "no AVX-512 on this CPU: dispatch only");
+}
+
 int main(void) {
+  test_bulk();
+  test_half_reduce();
   test_widen();
   test_edges();
   test_narrow_f16();

@@ -1,0 +1,147 @@
+/*
+ * dtype_avx512.c — AVX-512 bulk conversions between fp32 and fp16 / bf16 and
+ * the pairwise 16-bit reduction kernel (built with -mavx512{f,bw,vl,dq,bf16}
+ * -mf16c; amp/dtype.c calls it only after cpuid says avx512f/bw/vl/dq are
+ * present, and passes bf16_insn = 1 only when AVX512_BF16 is there too).
+ *
+ * Invariant: every result is bit-identical to the scalar reference in
+ * amp/dtype.h (zrt_f32_to_bf16 / zrt_f32_to_f16 / the widenings), NaN
+ * payloads included. 16 lanes per iteration, a masked tail, no scalar loop.
+ * Widening is exact (bf16: shift; fp16: vcvtph2ps). fp16 narrowing is
+ * vcvtps2ph in round-to-nearest-even, which matches the reference for
+ * finite, Inf, subnormal and NaN inputs (NaN: quiet bit set, payload
+ * truncated). bf16 narrowing uses vcvtneps2bf16 when allowed; that
+ * instruction flushes fp32 denormal inputs to zero, so lanes holding one are
+ * redone with the shift-based rounding (rare: |x| < 2^-126).
+ */
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "amp/dtype_kernels.h"
+
+static inline __attribute__((always_inline)) __m512 ld_half(const uint16_t *p, zrt_dtype dt,
+                                                            __mmask16 k) {
+  __m256i h = _mm256_maskz_loadu_epi16(k, p);
+  if (dt == ZRT_F16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* Round-to-nearest-even fp32 -> bf16 with quiet NaN, like zrt_f32_to_bf16. */
+static inline __attribute__((always_inline)) __m256i bf16_shift(__m512 x) {
+  __m512i u = _mm512_castps_si512(x);
+  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
+  __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
+  r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+}
+
+static inline __attribute__((always_inline)) __m256i bf16_insn(__m512 x) {
+  __m256i r = (__m256i)_mm512_cvtneps_pbh(x);
+  __m512i a = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff));
+  __mmask16 den =
+      _mm512_test_epi32_mask(a, a) & _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(0x00800000));
+  if (__builtin_expect(den != 0, 0)) r = _mm256_mask_blend_epi16(den, r, bf16_shift(x));
+  return r;
+}
+
+static inline __attribute__((always_inline)) __m256i narrow(__m512 x, zrt_dtype dt, int insn) {
+  if (dt == ZRT_F16) return _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return insn ? bf16_insn(x) : bf16_shift(x);
+}
+
+static inline __attribute__((always_inline)) __mmask16 tail_mask(size_t left) {
+  return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+}
+
+/* vcvtph2ps quiets a signalling fp16 NaN; the reference widening keeps
+ * the pattern (sign, all-ones exponent, payload << 13), so NaN lanes are
+ * rebuilt with integer ops (rare: a branch that is almost never taken). The
+ * reduction kernel below needs no such fix-up: an add quiets the NaN in
+ * both paths and MAX/MIN select 16-bit patterns. */
+static inline __attribute__((always_inline)) __m512 widen_f16_exact(__m256i h) {
+  __m512 f = _mm512_cvtph_ps(h);
+  __m512i w = _mm512_cvtepu16_epi32(h);
+  __m512i a = _mm512_and_si512(w, _mm512_set1_epi32(0x7fff));
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7c00));
+  if (__builtin_expect(nan != 0, 0)) {
+    __m512i sign = _mm512_slli_epi32(_mm512_and_si512(w, _mm512_set1_epi32(0x8000)), 16);
+    __m512i mant = _mm512_slli_epi32(_mm512_and_si512(w, _mm512_set1_epi32(0x3ff)), 13);
+    __m512i bits = _mm512_or_si512(_mm512_or_si512(sign, mant), _mm512_set1_epi32(0x7f800000));
+    f = _mm512_mask_mov_ps(f, nan, _mm512_castsi512_ps(bits));
+  }
+  return f;
+}
+
+void zrt_dtype_widen_avx512(float *dst, const uint16_t *src, zrt_dtype dt, size_t n) {
+  for (size_t i = 0; i < n; i += 16) {
+    __mmask16 k = tail_mask(n - i);
+    __m512 f = dt == ZRT_F16 ? widen_f16_exact(_mm256_maskz_loadu_epi16(k, src + i))
+                             : ld_half(src + i, ZRT_BF16, k);
+    _mm512_mask_storeu_ps(dst + i, k, f);
+  }
+}
+
+/* Front to back, one whole vector loaded before its store: dst == src
+ * (narrowing in place) is safe, as amp/dtype_kernels.h promises. */
+void zrt_dtype_narrow_avx512(uint16_t *dst, const float *src, zrt_dtype dt, size_t n,
+                             int bf16_insn_ok) {
+  if (dt == ZRT_BF16 && bf16_insn_ok) {
+    for (size_t i = 0; i < n; i += 16) {
+      __mmask16 k = tail_mask(n - i);
+      _mm256_mask_storeu_epi16(dst + i, k, narrow(_mm512_maskz_loadu_ps(k, src + i), ZRT_BF16, 1));
+    }
+  } else {
+    for (size_t i = 0; i < n; i += 16) {
+      __mmask16 k = tail_mask(n - i);
+      _mm256_mask_storeu_epi16(dst + i, k, narrow(_mm512_maskz_loadu_ps(k, src + i), dt, 0));
+    }
+  }
+}
+
+/* The selection for MAX/MIN happens on the 16-bit patterns, so the result
+ * is one of the inputs bit for bit (NaN payloads kept); the fp32 compare
+ * decides which, a NaN in either operand winning. */
+static inline __attribute__((always_inline)) __m256i pick(__m256i ha, __m256i hb, __m512 a,
+                                                          __m512 b, zrt_half_op op) {
+  __mmask16 take_b = op == ZRT_HALF_MAX ? _mm512_cmp_ps_mask(b, a, _CMP_GT_OQ)
+                                        : _mm512_cmp_ps_mask(b, a, _CMP_LT_OQ);
+  take_b |= _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q);
+  take_b &= ~_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
+  return _mm256_mask_blend_epi16(take_b, ha, hb);
+}
+
+static inline __attribute__((always_inline)) void
+reduce_body(uint16_t *inout, const uint16_t *in, zrt_dtype dt, size_t n, zrt_half_op op, int insn) {
+  for (size_t i = 0; i < n; i += 16) {
+    __mmask16 k = tail_mask(n - i);
+    __m256i ha = _mm256_maskz_loadu_epi16(k, inout + i);
+    __m256i hb = _mm256_maskz_loadu_epi16(k, in + i);
+    __m512 a = dt == ZRT_F16
+                   ? _mm512_cvtph_ps(ha)
+                   : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ha), 16));
+    __m512 b = dt == ZRT_F16
+                   ? _mm512_cvtph_ps(hb)
+                   : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hb), 16));
+    __m256i r = op == ZRT_HALF_SUM ? narrow(_mm512_add_ps(a, b), dt, insn) : pick(ha, hb, a, b, op);
+    _mm256_mask_storeu_epi16(inout + i, k, r);
+  }
+}
+
+void zrt_half_reduce_avx512(uint16_t *inout, const uint16_t *in, zrt_dtype dt, size_t n,
+                            zrt_half_op op, int bf16_insn_ok) {
+  /* Constant arguments per call so each loop is specialised. */
+  if (op == ZRT_HALF_SUM) {
+    if (dt == ZRT_F16)
+      reduce_body(inout, in, ZRT_F16, n, ZRT_HALF_SUM, 0);
+    else if (bf16_insn_ok)
+      reduce_body(inout, in, ZRT_BF16, n, ZRT_HALF_SUM, 1);
+    else
+      reduce_body(inout, in, ZRT_BF16, n, ZRT_HALF_SUM, 0);
+  } else if (op == ZRT_HALF_MAX) {
+    reduce_body(inout, in, dt, n, ZRT_HALF_MAX, 0);
+  } else {
+    reduce_body(inout, in, dt, n, ZRT_HALF_MIN, 0);
+  }
+}
