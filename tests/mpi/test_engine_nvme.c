@@ -17,7 +17,9 @@
  *  - checkpoint: nvme stage 2 trains 2 steps, saves, trains 2 more; a new
  *    nvme engine at stage 2 and one at stage 3 (resharding) load it and
  *    train the same 2 steps: masters equal the uninterrupted run bitwise
- *    (stage 2) / the cpu-offload stage-3 resume bitwise (stage 3);
+ *    (stage 2) / the cpu-offload stage-3 resume bitwise (stage 3); `zrt
+ *    consolidate` of the nvme checkpoint and of the same step saved by a
+ *    cpu-offload run gives the same tensors, byte for byte;
  *  - errors: nvme_path missing names zero_optimization.offload_optimizer.
  *    nvme_path and the path; a file instead of a directory likewise.
  * Swap directory: mkdtemp under $ZRT_BUILD_DIR (real disk, O_DIRECT) or
@@ -36,6 +38,7 @@
 #include "amp/dtype.h"
 #include "runtime/engine_internal.h"
 #include "runtime/memest.h"
+#include "runtime/safetensors.h"
 #include "ztest.h"
 
 #define NMOD 3
@@ -276,6 +279,49 @@ static void equivalence(const run_opts *base, const char *what) {
   snap_free(&s[1]);
 }
 
+/* rank 0: consolidates both checkpoints with the zrt command and compares
+ * every tensor's bytes */
+static void consolidate_same(const char *dir, const char *ck_nvme, const char *ck_cpu) {
+  const char *bd = getenv("ZRT_BUILD_DIR");
+  char zrt[1200], cmd[4000], out[2][1200];
+  snprintf(zrt, sizeof zrt, "%s/bin/zrt", bd ? bd : ".");
+  if (access(zrt, X_OK)) {
+    printf("consolidate: %s not built, skipped\n", zrt);
+    return;
+  }
+  const char *ck[2] = {ck_nvme, ck_cpu};
+  for (int i = 0; i < 2; i++) {
+    snprintf(out[i], sizeof out[i], "%s/cons%d.safetensors", dir, i);
+    snprintf(cmd, sizeof cmd, "'%s' consolidate '%s' '%s' >/dev/null", zrt, ck[i], out[i]);
+    ZT_CHECK(system(cmd) == 0);
+  }
+  zrt_st_file *f[2] = {NULL, NULL};
+  ZT_OK(zrt_st_open(out[0], &f[0]));
+  ZT_OK(zrt_st_open(out[1], &f[1]));
+  if (!f[0] || !f[1]) return;
+  size_t n = zrt_st_count(f[0]), differ = 0;
+  ZT_CHECK(n == NPAR && zrt_st_count(f[1]) == n);
+  for (size_t i = 0; i < n; i++) {
+    const zrt_st_tensor *a = zrt_st_get(f[0], i), *b = zrt_st_find(f[1], a->name);
+    ZT_CHECK(b != NULL);
+    if (!b) continue;
+    size_t bytes = (size_t)zrt_st_numel(a) * zrt_st_dtype_size(a->dtype);
+    ZT_CHECK(bytes == (size_t)zrt_st_numel(b) * zrt_st_dtype_size(b->dtype));
+    char *x = malloc(bytes), *y = malloc(bytes);
+    ZT_OK(zrt_st_read(f[0], a, 0, x, bytes));
+    ZT_OK(zrt_st_read(f[1], b, 0, y, bytes));
+    if (memcmp(x, y, bytes)) differ++;
+    free(x);
+    free(y);
+  }
+  printf("zrt consolidate: nvme checkpoint vs cpu-offload checkpoint: %zu tensors, %zu differ "
+         "(bitwise)\n",
+         n, differ);
+  ZT_CHECK(differ == 0);
+  zrt_st_close(f[0]);
+  zrt_st_close(f[1]);
+}
+
 static void checkpoint_resume(const char *dir, const char *ckdir) {
   run_opts o = {.stage = 2, .nvme = 1, .dtype = "bf16", .optim = "AdamW", .dir = dir};
   model m;
@@ -312,6 +358,18 @@ static void checkpoint_resume(const char *dir, const char *ckdir) {
   compare("checkpoint stage 2 -> stage 3 resume: nvme vs cpu offload", &s3[1], &s3[0], rank);
   snap_free(&s3[0]);
   snap_free(&s3[1]);
+
+  /* the same 2 steps with cpu offload, saved beside: consolidate equal */
+  char ck_cpu[1200];
+  snprintf(ck_cpu, sizeof ck_cpu, "%s/ckpt_cpu", dir);
+  run_opts c = o;
+  c.nvme = 0;
+  ZT_OK(model_create(&m, &c));
+  for (int step = 1; step <= 2; step++) model_step(&m, step);
+  ZT_OK(zrt_engine_save(m.eng, ck_cpu, NULL));
+  zrt_engine_destroy(m.eng);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) consolidate_same(dir, ckdir, ck_cpu);
 }
 
 static void errors(const char *dir, int rank) {
