@@ -26,6 +26,9 @@
  * Adam/AdamW) At stages 0-2 the rank's 16-bit shard is full16 + r*S. Stage 0 keeps master and
  * optimizer state replicated (every rank runs the whole update). 16-bit means the working dtype
  * (fp32 when neither fp16 nor bf16).
+ * With offload_optimizer nvme, master / s1 / s2 are NULL: the rank's extents
+ * live back to back in one swap-file set (module m at nvme_off), read and
+ * written through zrt_engine_state_io.
  */
 #ifndef ZRT_ENGINE_INTERNAL_H
 #define ZRT_ENGINE_INTERNAL_H
