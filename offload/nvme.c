@@ -44,8 +44,14 @@ void zrt_nvme_destroy(zrt_nvme *nv) {
 
 zrt_status zrt_nvme_create(const char *dir, size_t n, int narrays, int queue_depth,
                            zrt_nvme **out) {
+  return zrt_nvme_create_named(dir, NULL, n, narrays, queue_depth, out);
+}
+
+zrt_status zrt_nvme_create_named(const char *dir, const char *prefix, size_t n, int narrays,
+                                 int queue_depth, zrt_nvme **out) {
   zrt_status st = ZRT_OK;
   static int counter; /* distinct file names within one process */
+  if (!prefix || !*prefix) prefix = "zrt_swap";
   if (!dir || !out || narrays < 1 || narrays > ZRT_NVME_MAX_ARRAYS)
     return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_nvme_create: bad arguments");
   *out = NULL;
@@ -66,7 +72,7 @@ zrt_status zrt_nvme_create(const char *dir, size_t n, int narrays, int queue_dep
   for (int a = 0; a < ZRT_NVME_MAX_ARRAYS; a++) nv->fd[a] = -1;
   int id = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
   for (int a = 0; a < narrays; a++) {
-    snprintf(nv->path[a], sizeof nv->path[a], "%s/zrt_swap_%d_%d_%s.bin", dir, (int)getpid(), id,
+    snprintf(nv->path[a], sizeof nv->path[a], "%s/%s_%d_%d_%s.bin", dir, prefix, (int)getpid(), id,
              zrt_nvme_names[a]);
     int flags = O_RDWR | O_CREAT | O_TRUNC;
     int fd = nv->direct ? open(nv->path[a], flags | O_DIRECT, 0600) : -1;
@@ -79,8 +85,10 @@ zrt_status zrt_nvme_create(const char *dir, size_t n, int narrays, int queue_dep
     }
     if (fd < 0) fd = open(nv->path[a], flags, 0600);
     if (fd < 0) {
-      st = zrt_error(ZRT_ERR_IO, "nvme swap: cannot create %s: %s — check nvme_path permissions",
-                     nv->path[a], strerror(errno));
+      st = zrt_error(ZRT_ERR_IO,
+                     "nvme swap: cannot create %s: %s — nvme_path '%s' must be a writable "
+                     "directory (zero_optimization.offload_optimizer.nvme_path)",
+                     nv->path[a], strerror(errno), dir);
       nv->path[a][0] = 0;
       goto fail;
     }
@@ -174,8 +182,9 @@ zrt_status zrt_nvme_commit(zrt_nvme *nv) {
 }
 
 /* Whole-array transfer of the current generation through an aligned bounce
- * buffer (plain pread/pwrite: used once at registration and by tests). */
-static zrt_status zrt_nvme_whole(zrt_nvme *nv, int a, float *dst, const float *src) {
+ * buffer (plain pread/pwrite: used once at registration and by tests).
+ * zero = 1 writes zeros (dst and src unused). */
+static zrt_status zrt_nvme_whole(zrt_nvme *nv, int a, float *dst, const float *src, int zero) {
   if (!nv || a < 0 || a >= nv->narrays)
     return zrt_error(ZRT_ERR_INVALID_ARG, "nvme swap: array %d out of range", a);
   size_t step = 4u << 20;
@@ -187,9 +196,9 @@ static zrt_status zrt_nvme_whole(zrt_nvme *nv, int a, float *dst, const float *s
     size_t sz = ZRT_MIN(step, nv->region - o);
     size_t valid = o < nv->n * 4 ? ZRT_MIN(sz, nv->n * 4 - o) : 0;
     off_t fo = (off_t)(nv->cur * nv->region + o);
-    if (src) {
+    if (src || zero) {
       memset(bounce, 0, sz);
-      memcpy(bounce, (const char *)src + o, valid);
+      if (src) memcpy(bounce, (const char *)src + o, valid);
       ssize_t r = pwrite(nv->fd[a], bounce, sz, fo);
       if (r != (ssize_t)sz) {
         st = zrt_nvme_io_error(nv, a, 1, fo, r < 0 ? -errno : r, sz);
@@ -205,14 +214,74 @@ static zrt_status zrt_nvme_whole(zrt_nvme *nv, int a, float *dst, const float *s
     }
   }
   free(bounce);
-  if (st == ZRT_OK && src && fsync(nv->fd[a]) != 0)
+  if (st == ZRT_OK && (src || zero) && fsync(nv->fd[a]) != 0)
     st = zrt_error(ZRT_ERR_IO, "nvme swap: fsync of %s failed: %s", nv->path[a], strerror(errno));
   return st;
 }
 
 zrt_status zrt_nvme_store(zrt_nvme *nv, int array, const float *src) {
-  return zrt_nvme_whole(nv, array, NULL, src);
+  return zrt_nvme_whole(nv, array, NULL, src, 0);
 }
 zrt_status zrt_nvme_load(zrt_nvme *nv, int array, float *dst) {
-  return zrt_nvme_whole(nv, array, dst, NULL);
+  return zrt_nvme_whole(nv, array, dst, NULL, 0);
+}
+zrt_status zrt_nvme_zero(zrt_nvme *nv, int array) {
+  return zrt_nvme_whole(nv, array, NULL, NULL, 1);
+}
+
+/* Element range of the current generation through an aligned bounce buffer:
+ * the covering 4096-byte blocks are read, patched and (write) written back,
+ * so edges that are not block aligned keep their neighbours' bytes. */
+zrt_status zrt_nvme_range(zrt_nvme *nv, int array, int write, size_t off, size_t len, float *buf) {
+  if (!nv || array < 0 || array >= nv->narrays || (len && !buf) || off + len > nv->n)
+    return zrt_error(ZRT_ERR_INVALID_ARG,
+                     "nvme swap: range [%zu, +%zu) of array %d is outside the %zu-element file",
+                     off, len, array, nv ? nv->n : 0);
+  if (len == 0) return ZRT_OK;
+  const size_t step = 4u << 20;
+  void *bounce = NULL;
+  if (posix_memalign(&bounce, ZRT_NVME_ALIGN, step) != 0)
+    return zrt_error(ZRT_ERR_OOM, "nvme swap: out of host memory");
+  zrt_status st = ZRT_OK;
+  size_t b0 = off * 4, b1 = (off + len) * 4; /* bytes wanted, in the region */
+  for (size_t blk = b0 / ZRT_NVME_ALIGN * ZRT_NVME_ALIGN; blk < b1; blk += step) {
+    size_t sz = ZRT_MIN(step, ZRT_ALIGN_UP(b1, (size_t)ZRT_NVME_ALIGN) - blk);
+    size_t lo = ZRT_MAX(blk, b0), hi = ZRT_MIN(blk + sz, b1);
+    off_t fo = (off_t)(nv->cur * nv->region + blk);
+    int whole = write && lo == blk && hi == blk + sz;
+    if (!whole) {
+      ssize_t r = pread(nv->fd[array], bounce, sz, fo);
+      if (r < 0) {
+        st = zrt_nvme_io_error(nv, array, 0, fo, -errno, sz);
+        break;
+      }
+      /* past the end of a file that was never written there: zeros */
+      if ((size_t)r < sz) memset((char *)bounce + r, 0, sz - (size_t)r);
+    }
+    char *user = (char *)buf + (lo - b0);
+    if (!write) {
+      memcpy(user, (char *)bounce + (lo - blk), hi - lo);
+      continue;
+    }
+    memcpy((char *)bounce + (lo - blk), user, hi - lo);
+    ssize_t r = pwrite(nv->fd[array], bounce, sz, fo);
+    if (r != (ssize_t)sz) {
+      st = zrt_nvme_io_error(nv, array, 1, fo, r < 0 ? -errno : r, sz);
+      break;
+    }
+  }
+  free(bounce);
+  return st;
+}
+
+zrt_status zrt_nvme_sync(zrt_nvme *nv) {
+  for (int a = 0; a < nv->narrays; a++)
+    if (fsync(nv->fd[a]) != 0)
+      return zrt_error(ZRT_ERR_IO, "nvme swap: fsync of %s failed: %s", nv->path[a],
+                       strerror(errno));
+  return ZRT_OK;
+}
+
+size_t zrt_nvme_disk_bytes(const zrt_nvme *nv) {
+  return nv ? 2 * nv->region * (size_t)nv->narrays : 0;
 }

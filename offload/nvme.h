@@ -25,6 +25,11 @@ typedef struct zrt_nvme zrt_nvme;
 /* Files for narrays arrays of n fp32 elements under dir (must exist).
  * queue_depth: requests in flight per tile I/O (buffer_count; >= 1). */
 zrt_status zrt_nvme_create(const char *dir, size_t n, int narrays, int queue_depth, zrt_nvme **out);
+/* Same, with file names "<dir>/<prefix>_<pid>_<id>_<array>.bin" (prefix
+ * NULL = "zrt_swap"): the engine passes "zrt_rank<R>" so the files of ranks
+ * sharing a drive are told apart by name. */
+zrt_status zrt_nvme_create_named(const char *dir, const char *prefix, size_t n, int narrays,
+                                 int queue_depth, zrt_nvme **out);
 void zrt_nvme_destroy(zrt_nvme *nv); /* removes the files; NULL ok */
 
 /* Reads elements [off, off+len) of every array from the current generation
@@ -38,5 +43,19 @@ zrt_status zrt_nvme_commit(zrt_nvme *nv);
 zrt_status zrt_nvme_store(zrt_nvme *nv, int array, const float *src);
 zrt_status zrt_nvme_load(zrt_nvme *nv, int array, float *dst);
 int zrt_nvme_direct(const zrt_nvme *nv); /* 1 when O_DIRECT is in use */
+/* Zeros the whole current generation of one array (initial states). */
+zrt_status zrt_nvme_zero(zrt_nvme *nv, int array);
+/* Elements [off, off+len) of one array of the current generation: read into
+ * buf (write = 0) or overwritten from buf (write = 1) in place, any offset
+ * and length (unaligned edges go through a read-modify-write of their 4096
+ * byte block). Not atomic across a crash: for get/set master and checkpoint
+ * loads, which replace the state outright. Blocking; no fsync (see
+ * zrt_nvme_sync). */
+zrt_status zrt_nvme_range(zrt_nvme *nv, int array, int write, size_t off, size_t len, float *buf);
+/* fsync every file without flipping the generation. */
+zrt_status zrt_nvme_sync(zrt_nvme *nv);
+/* Bytes the files take on disk once both generations are written:
+ * 2 generations x narrays x n*4 rounded up to 4096. */
+size_t zrt_nvme_disk_bytes(const zrt_nvme *nv);
 
 #endif

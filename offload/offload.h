@@ -22,6 +22,9 @@ typedef struct zrt_offload_opts {
   int nvme;          /* 1 = master/state live in files under nvme_path */
   const char *nvme_path;
   int buffer_count; /* NVMe buffers in flight */
+  /* file-name prefix of the swap files (NULL = "zrt_swap"); the engine uses
+   * "zrt_rank<R>" */
+  const char *nvme_prefix;
 } zrt_offload_opts;
 
 zrt_status zrt_offload_pipe_create(zrt_backend *be, zrt_hostpool *hp, const zrt_offload_opts *opts,
@@ -46,6 +49,49 @@ zrt_status zrt_offload_pipe_nvme_register(zrt_offload_pipe *p, size_t n, int nst
 /* Reads the current (last committed) master or state back from the files
  * (which: 0 master, 1 s1, 2 s2) into dst[n] — for checkpoints and tests. */
 zrt_status zrt_offload_pipe_nvme_read(zrt_offload_pipe *p, int which, float *dst);
+
+/* ---- NVMe file set stepped by segments (the engine's ZeRO-Infinity path)
+ *
+ * One file set of n elements holds every module's master (and states) back
+ * to back; the caller picks each module's element offset in it. A step
+ * covers the whole file set in tiles (read tile k+1 / update tile k / write
+ * tile k-1, buffer_count requests in flight per tile I/O): elements outside
+ * every segment (gaps, padding) are carried into the new generation
+ * unchanged, and one commit (fsync + generation flip) ends the step, so a
+ * failed step leaves the whole previous step on disk. */
+
+/* Creates the files for n elements with nstates optimizer states and
+ * zeroes master and states (the caller writes the initial master ranges
+ * with zrt_offload_pipe_nvme_range). Needs opts.nvme. Blocking. */
+zrt_status zrt_offload_pipe_nvme_open(zrt_offload_pipe *p, size_t n, int nstates);
+/* Reads (write = 0) or overwrites (write = 1) elements [off, off+len) of
+ * array `which` (0 master, 1 s1, 2 s2) of the last committed generation,
+ * in place, any offset. Works on a file set from nvme_open or
+ * nvme_register. Blocking; call zrt_offload_pipe_nvme_sync after writes
+ * that must be durable. */
+zrt_status zrt_offload_pipe_nvme_range(zrt_offload_pipe *p, int which, int write, size_t off,
+                                       size_t len, float *buf);
+zrt_status zrt_offload_pipe_nvme_sync(zrt_offload_pipe *p);
+/* Bytes of the swap files on disk (both generations), 0 without a file set. */
+size_t zrt_offload_pipe_nvme_disk_bytes(const zrt_offload_pipe *p);
+
+/* One piece of the file set stepped with its own hyper-parameters. */
+typedef struct zrt_offload_segment {
+  size_t file_off;             /* element offset in the file set */
+  size_t n;                    /* elements */
+  const void *grad_dev;        /* n grads (gdt), backend memory */
+  void *param16_dev;           /* n new params (pdt) written here, backend memory; NULL = none */
+  const zrt_optim_hparams *hp; /* NULL = the step's hp (e.g. weight_decay 0 for NO_DECAY) */
+} zrt_offload_segment;
+
+/* One optimizer step over the whole file set: segs sorted by file_off, not
+ * overlapping, inside [0, n). Each element of a segment gets exactly the
+ * update zrt_offload_pipe_step would give it for a call over that segment
+ * alone (bitwise: same ISA body/tail split), so an engine that switches
+ * from per-piece host steps to this gets identical results. Blocking. */
+zrt_status zrt_offload_pipe_nvme_step_segments(zrt_offload_pipe *p, const zrt_optim_hparams *hp,
+                                               const zrt_offload_segment *segs, int nsegs,
+                                               zrt_dtype gdt, zrt_dtype pdt);
 
 /* Time of the last step: total, and how much of the copies hid behind the update. */
 typedef struct zrt_offload_timing {

@@ -9,6 +9,12 @@
  * written) over the whole step; disk_bytes_per_s is the mean of the
  * sequential write and read rates. The step also includes the fsync that
  * makes the new generation durable.
+ *
+ * Engine level ("engine" in the JSON): train_gpt2 (the training benches'
+ * model options, default --model tiny) at stage 2 on --ranks ranks with
+ * offload_optimizer cpu and then nvme (nvme_path = --dir), in the same run:
+ * median engine step_time_s (the boundary: reductions, optimizer, gather)
+ * and wall step time of each, and their ratio. Skipped with --engine 0.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -17,8 +23,44 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_train_util.h"
 #include "offload/offload.h"
 #include "perf.h"
+
+/* train_gpt2 with the optimizer offloaded to cpu, then to nvme under dir. */
+static void zrt_bench_nvme_engine(const zrt_perf_args *a, const char *dir, cJSON *r) {
+  zrt_pt_model pm;
+  zrt_pt_model_from_args(a, &pm);
+  zrt_pt_opts po;
+  zrt_pt_opts_default(a, &po);
+  po.stage = 2;
+  po.offload = ZRT_PT_OFFLOAD_OPT;
+  const zrt_pt_run *cpu = zrt_pt_train(&pm, &po);
+  zrt_pt_model pn = pm;
+  size_t used = strlen(pn.extra);
+  snprintf(pn.extra + used, sizeof pn.extra - used,
+           " --set zero_optimization.offload_optimizer.device=nvme"
+           " --set zero_optimization.offload_optimizer.nvme_path=%s",
+           dir);
+  const zrt_pt_run *nv = zrt_pt_train(&pn, &po);
+  cJSON *e = cJSON_AddObjectToObject(r, "engine");
+  cJSON_AddItemToObject(e, "cpu", zrt_pt_run_json(cpu));
+  cJSON_AddItemToObject(e, "nvme", zrt_pt_run_json(nv));
+  if (!cpu->ok || !nv->ok) {
+    zrt_perf_note("nvme engine: a run failed: %s", !cpu->ok ? cpu->error : nv->error);
+    return;
+  }
+  double ratio = cpu->engine_step_s > 0 ? nv->engine_step_s / cpu->engine_step_s : 0;
+  cJSON_AddNumberToObject(e, "engine_step_s_cpu", cpu->engine_step_s);
+  cJSON_AddNumberToObject(e, "engine_step_s_nvme", nv->engine_step_s);
+  cJSON_AddNumberToObject(e, "wall_step_s_cpu", cpu->wall_step_s);
+  cJSON_AddNumberToObject(e, "wall_step_s_nvme", nv->wall_step_s);
+  cJSON_AddNumberToObject(e, "engine_step_ratio_nvme_over_cpu", ratio);
+  zrt_perf_note("nvme engine: train_gpt2 %s stage 2 x %d ranks, optimizer offload: engine step "
+                "%.4f s (cpu) vs %.4f s (nvme under %s), ratio %.2f; wall step %.4f s vs %.4f s",
+                pm.model, po.ranks, cpu->engine_step_s, nv->engine_step_s, dir, ratio,
+                cpu->wall_step_s, nv->wall_step_s);
+}
 
 static double zrt_bench_disk(const char *dir, size_t bytes, double *wr, double *rd) {
   char path[1024];
@@ -126,6 +168,8 @@ static int zrt_bench_nvme(const zrt_perf_args *a, cJSON *r) {
       zrt_perf_plot(r, "nvme_bandwidth", "NVMe swap: 1 = disk write, 2 = disk read, 3 = swap step",
                     "measurement", "GB/s", 0);
   zrt_perf_series(pl, "GB/s", x, y, 3);
+  const char *eng = zrt_perf_opt(a, "engine");
+  if (!eng || strcmp(eng, "0")) zrt_bench_nvme_engine(a, dir, r);
   rc = 0;
 done:
   zrt_offload_pipe_destroy(p);
@@ -141,5 +185,6 @@ done:
 
 ZRT_PERF_BENCH(nvme,
                "NVMe swap bandwidth of the offloaded AdamW step vs the disk's sequential "
-               "O_DIRECT bandwidth [--elements N] [--dir PATH]",
+               "O_DIRECT bandwidth [--elements N] [--dir PATH]; engine step time with "
+               "offload_optimizer nvme vs cpu (train_gpt2, stage 2) [--engine 0 skips it]",
                zrt_bench_nvme)

@@ -116,17 +116,16 @@ static zrt_status zrt_ckpt_fetch_state(zrt_engine *eng, int module, int kind, vo
     return zrt_backend_memcpy(eng->backend, dst, me->shard16,
                               (size_t)me->part * zrt_dtype_size(eng->dtype),
                               me->shard16_host ? ZRT_COPY_H2H : ZRT_COPY_D2H, NULL);
-  const float *src = kind == ZRT_CKPT_EXP_AVG ? me->s1 : me->s2;
-  return zrt_backend_memcpy(eng->backend, dst, src, (size_t)len * 4,
-                            me->optim_host ? ZRT_COPY_H2H : ZRT_COPY_D2H, NULL);
+  (void)len;
+  return zrt_engine_state_io(eng, module, kind == ZRT_CKPT_EXP_AVG ? 1 : 2, 0, dst);
 }
 
 static int zrt_ckpt_engine_has(const zrt_engine *eng, int kind) {
   const zrt_module_entry *me = &eng->modules[0];
   switch (kind) {
   case ZRT_CKPT_MASTER: return 1;
-  case ZRT_CKPT_EXP_AVG: return me->s1 != NULL;
-  case ZRT_CKPT_EXP_AVG_SQ: return me->s2 != NULL;
+  case ZRT_CKPT_EXP_AVG: return zrt_engine_optim_states(eng) >= 1;
+  case ZRT_CKPT_EXP_AVG_SQ: return zrt_engine_optim_states(eng) >= 2;
   default: return eng->stage == 3 && me->shard16 != NULL;
   }
 }
@@ -604,16 +603,10 @@ agree2:
 
   /* 3. commit: everything validated on every rank */
   for (int m = 0; m < eng->nmodules; m++) {
-    zrt_module_entry *me = &eng->modules[m];
-    int64_t foff, len;
-    zrt_engine_master_extent(eng, m, &foff, &len);
     ZRT_CHECK_GOTO(zrt_engine_set_master(eng, m, stg[m].buf[0]), st, commit_failed);
-    float *dst[3] = {NULL, me->s1, me->s2};
     for (int k = 1; k < 3; k++)
       if (stg[m].buf[k])
-        ZRT_CHECK_GOTO(zrt_backend_memcpy(eng->backend, dst[k], stg[m].buf[k], (size_t)len * 4,
-                                          me->optim_host ? ZRT_COPY_H2H : ZRT_COPY_H2D, NULL),
-                       st, commit_failed);
+        ZRT_CHECK_GOTO(zrt_engine_state_io(eng, m, k, 1, stg[m].buf[k]), st, commit_failed);
   }
   ZRT_CHECK_GOTO(zrt_backend_synchronize(eng->backend, NULL), st, commit_failed);
   {

@@ -296,6 +296,7 @@ static void zrt_engine_layout_totals(const zrt_engine *eng, zrt_memest_layout *l
   lay->stage = eng->stage;
   lay->offload_optimizer = eng->offload_opt != ZRT_OFFLOAD_NONE;
   lay->offload_param = eng->offload_par != ZRT_OFFLOAD_NONE;
+  lay->offload_nvme = eng->offload_opt == ZRT_OFFLOAD_NVME;
   lay->activation_bytes = eng->activation_bytes;
 }
 
@@ -452,15 +453,17 @@ static zrt_status zrt_engine_alloc_module(zrt_engine *eng, int m, float *tmp, si
   me->persistent = eng->stage == 3 && me->numel <= eng->cfg->stage3_param_persistence_threshold;
   int oh = me->optim_host;
 
-  /* fp32 master and optimizer states */
-  ZRT_CHECK(
-      zrt_engine_alloc_state(eng, oh, (size_t)len * 4, ZRT_MEM_MASTER32, 0, (void **)&me->master));
-  if (nstates >= 1)
-    ZRT_CHECK(
-        zrt_engine_alloc_state(eng, oh, (size_t)len * 4, ZRT_MEM_OPTIM_STATE, 1, (void **)&me->s1));
-  if (nstates >= 2)
-    ZRT_CHECK(
-        zrt_engine_alloc_state(eng, oh, (size_t)len * 4, ZRT_MEM_OPTIM_STATE, 1, (void **)&me->s2));
+  /* fp32 master and optimizer states (NVMe: in the files, zeroed at setup) */
+  if (!me->optim_nvme) {
+    ZRT_CHECK(zrt_engine_alloc_state(eng, oh, (size_t)len * 4, ZRT_MEM_MASTER32, 0,
+                                     (void **)&me->master));
+    if (nstates >= 1)
+      ZRT_CHECK(zrt_engine_alloc_state(eng, oh, (size_t)len * 4, ZRT_MEM_OPTIM_STATE, 1,
+                                       (void **)&me->s1));
+    if (nstates >= 2)
+      ZRT_CHECK(zrt_engine_alloc_state(eng, oh, (size_t)len * 4, ZRT_MEM_OPTIM_STATE, 1,
+                                       (void **)&me->s2));
+  }
   ZRT_CHECK(
       zrt_engine_alloc_state(eng, 0, (size_t)len * 4, ZRT_MEM_GRADS, 1, (void **)&me->grad_acc));
 
@@ -484,7 +487,10 @@ static zrt_status zrt_engine_alloc_module(zrt_engine *eng, int m, float *tmp, si
     int64_t n = ZRT_MIN((int64_t)tmp_elems, len - t0);
     zrt_shard_init_values(eng, m, foff + t0, n, tmp);
     void *dst16 = (char *)w16 + (size_t)t0 * ws;
-    if (oh) {
+    if (me->optim_nvme) {
+      ZRT_CHECK(zrt_offload_pipe_nvme_range(eng->offload, 0, 1, (size_t)(me->nvme_off + t0),
+                                            (size_t)n, tmp));
+    } else if (oh) {
       memcpy(me->master + t0, tmp, (size_t)n * 4);
     } else {
       ZRT_CHECK(zrt_backend_memcpy(be, me->master + t0, tmp, (size_t)n * 4, ZRT_COPY_H2D, NULL));
@@ -536,6 +542,7 @@ zrt_status zrt_engine_build(zrt_engine *eng) {
   for (int m = 0; m < eng->nmodules; m++) {
     ZRT_CHECK_GOTO(zrt_engine_alloc_module(eng, m, tmp, tmp_elems), st, done);
   }
+  ZRT_CHECK_GOTO(zrt_engine_offload_built(eng), st, done);
   eng->built = 1;
   zrt_engine_timing_open(eng, zrt_now_s());
   {
@@ -677,19 +684,12 @@ zrt_status zrt_engine_loss_scale(const zrt_engine *eng, float *scale) {
 /* ------------------------------------------------- master access */
 
 zrt_status zrt_engine_get_master(zrt_engine *eng, int module, float *dst) {
-  int64_t off, len;
-  zrt_engine_master_extent(eng, module, &off, &len);
-  zrt_module_entry *me = &eng->modules[module];
-  return zrt_backend_memcpy(eng->backend, dst, me->master, (size_t)len * 4,
-                            me->optim_host ? ZRT_COPY_H2H : ZRT_COPY_D2H, NULL);
+  return zrt_engine_state_io(eng, module, 0, 0, dst);
 }
 
 zrt_status zrt_engine_set_master(zrt_engine *eng, int module, const float *src) {
-  int64_t off, len;
-  zrt_engine_master_extent(eng, module, &off, &len);
-  zrt_module_entry *me = &eng->modules[module];
-  return zrt_backend_memcpy(eng->backend, me->master, src, (size_t)len * 4,
-                            me->optim_host ? ZRT_COPY_H2H : ZRT_COPY_H2D, NULL);
+  /* state_io only reads src when writing */
+  return zrt_engine_state_io(eng, module, 0, 1, (float *)src);
 }
 
 zrt_status zrt_engine_refresh_params(zrt_engine *eng) {
@@ -698,7 +698,10 @@ zrt_status zrt_engine_refresh_params(zrt_engine *eng) {
     zrt_module_entry *me = &eng->modules[m];
     int64_t off, len;
     zrt_engine_master_extent(eng, m, &off, &len);
-    if (eng->stage == 3) {
+    if (me->optim_nvme) {
+      ZRT_CHECK(zrt_engine_nvme_refresh_module(eng, m));
+      if (eng->stage == 1 || eng->stage == 2) ZRT_CHECK(zrt_engine_gather_module(eng, m));
+    } else if (eng->stage == 3) {
       if (me->shard16_host) {
         /* host shard: convert on the host (host pool memory) */
         for (int64_t i = 0; i < len; i++)

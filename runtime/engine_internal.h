@@ -26,6 +26,9 @@
  * Adam/AdamW) At stages 0-2 the rank's 16-bit shard is full16 + r*S. Stage 0 keeps master and
  * optimizer state replicated (every rank runs the whole update). 16-bit means the working dtype
  * (fp32 when neither fp16 nor bf16).
+ * With offload_optimizer nvme, master / s1 / s2 are NULL: the rank's extents
+ * live back to back in one swap-file set (module m at nvme_off), read and
+ * written through zrt_engine_state_io.
  */
 #ifndef ZRT_ENGINE_INTERNAL_H
 #define ZRT_ENGINE_INTERNAL_H
@@ -82,7 +85,10 @@ typedef struct zrt_module_entry {
   float *grad_acc;  /* fp32 reduced-gradient accumulation (shard; full at stage 0) */
   float *master;    /* fp32 master (shard; full at stage 0) */
   float *s1, *s2;   /* optimizer moments, like master */
-  int optim_host;   /* 1 when master/s1/s2 live in the host pool (offload_optimizer) */
+  int optim_host;   /* 1 when master/s1/s2 live in the host pool (offload_optimizer cpu) */
+  int optim_nvme;   /* 1 when master/s1/s2 live in the NVMe file set (offload_optimizer nvme):
+                       master/s1/s2 are NULL, the extent is at nvme_off in the files */
+  int64_t nvme_off; /* element offset of this module's extent in the NVMe file set */
 
   /* stage-3 state */
   int persistent;           /* numel <= stage3_param_persistence_threshold: stays gathered */
@@ -135,6 +141,11 @@ struct zrt_engine {
    * device (ZRT_OFFLOAD_*), or what stage "auto" picked */
   int offload_opt, offload_par;
   int built;
+  /* offload_optimizer nvme: the segment table of one step (one entry per
+   * parameter piece this rank owns; metadata, refilled every step) */
+  zrt_offload_segment *nvme_segs;
+  int nvme_nsegs;
+  int64_t nvme_elems; /* elements of the file set (sum of master extents) */
 
   zrt_param_entry *params;
   int nparams, cap_params;
@@ -237,6 +248,21 @@ zrt_status zrt_engine_offload_step(zrt_engine *eng, const zrt_optim_hparams *hp,
                                    size_t n);
 void zrt_engine_offload_free(zrt_engine *eng, void *host_ptr);
 void zrt_engine_offload_teardown(zrt_engine *eng);
+/* offload_optimizer nvme: the whole optimizer step of every module in one
+ * segmented pipe step (one commit), NO_DECAY pieces with weight_decay 0. */
+zrt_status zrt_engine_offload_step_nvme(zrt_engine *eng, const zrt_optim_hparams *hp);
+/* Build finished writing the initial masters: make the files durable. */
+zrt_status zrt_engine_offload_built(zrt_engine *eng);
+/* Optimizer state arrays of the configured optimizer (2 Adam/AdamW, 1
+ * SGD-momentum/Lion, 0 plain SGD). */
+int zrt_engine_optim_states(const zrt_engine *eng);
+/* Reads (write = 0) or writes (write = 1) a module's whole master extent
+ * of `which` (0 master, 1 s1, 2 s2) from/to host memory buf, wherever it
+ * lives (device, host pool, NVMe files). No 16-bit refresh. */
+zrt_status zrt_engine_state_io(zrt_engine *eng, int module, int which, int write, float *buf);
+/* offload_optimizer nvme: rewrites module m's 16-bit extent (this rank's
+ * shard) from the master in the files (host conversion). No gather. */
+zrt_status zrt_engine_nvme_refresh_module(zrt_engine *eng, int module);
 
 /* Elements of a module's master/state buffers on this rank (part, or
  * padded at stage 0) and the element offset of element 0 in the flat

@@ -6,19 +6,54 @@
  * shard live there, and runs the offloaded optimizer step of one piece.
  *
  * The choice (eng->offload_opt / offload_par) comes from the config or from
- * stage "auto". NVMe for the optimizer state is accepted but the engine
- * keeps the state in the pinned host pool (logged once): the pipe's NVMe
- * mode swaps ONE registered shard per pipe and steps it with one set of
- * hyper-parameters, while the engine steps per parameter piece (no weight
- * decay on NO_DECAY params) across many modules.
+ * stage "auto". With offload_optimizer cpu the master and states of every
+ * module are host-pool buffers stepped per parameter piece. With nvme
+ * (ZeRO-Infinity) they live in ONE file set per rank under nvme_path
+ * (files "zrt_rank<R>_*"): module m's master extent at element nvme_off,
+ * the extents back to back in module order (each a multiple of 32
+ * elements; no further alignment, so the file size is exactly what memest
+ * predicts). The host pool then holds only the pipe's staging, and one
+ * segmented pipe step per optimizer step updates every piece with its own
+ * hyper-parameters (weight_decay 0 for NO_DECAY) and commits once, so the
+ * files always hold a whole completed step. offload_param nvme still keeps
+ * the 16-bit shards in the host pool (logged once).
  * The pipe's tile is zrt_memest_offload_tile so its host staging matches
  * the memory model. Invariant: eng->host_pool != NULL exactly when some
- * module is offloaded.
+ * module is offloaded; a module has at most one of optim_host / optim_nvme.
  */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "amp/dtype.h"
 
 #include "engine_internal.h"
 #include "memest.h"
+
+/* nvme_path must be an existing, writable directory: checked here so the
+ * error names the config key rather than a swap file. */
+static zrt_status zrt_engine_nvme_check_path(const char *path) {
+  struct stat sb;
+  const char *why = NULL;
+  if (!path || !*path)
+    why = "is not set";
+  else if (stat(path, &sb) != 0)
+    why = strerror(errno);
+  else if (!S_ISDIR(sb.st_mode))
+    why = "is not a directory";
+  else if (access(path, W_OK | X_OK) != 0)
+    why = "is not writable";
+  if (!why) return ZRT_OK;
+  return zrt_error(ZRT_ERR_CONFIG,
+                   "zero_optimization.offload_optimizer.nvme_path '%s': %s — with "
+                   "offload_optimizer.device nvme the optimizer state lives in swap files there; "
+                   "create the directory on the NVMe drive (writable by this user) or set "
+                   "nvme_path to an existing one",
+                   path ? path : "", why);
+}
 
 zrt_status zrt_engine_offload_setup(zrt_engine *eng) {
   const zrt_cfg *c = eng->cfg;
@@ -50,25 +85,146 @@ zrt_status zrt_engine_offload_setup(zrt_engine *eng) {
   lay.sub_group_size = c->sub_group_size;
   for (int m = 0; m < eng->nmodules; m++)
     lay.max_module_padded = ZRT_MAX(lay.max_module_padded, eng->modules[m].padded);
+  char prefix[32];
+  snprintf(prefix, sizeof prefix, "zrt_rank%d", eng->rank);
   zrt_offload_opts oo_opts = {.tile_elems = (size_t)zrt_memest_offload_tile(&lay),
-                              .nvme = 0,
+                              .nvme = nvme,
                               .nvme_path = c->offload_optimizer.nvme_path,
-                              .buffer_count = (int)c->offload_optimizer.buffer_count};
-  if (nvme)
-    zrt_log_once("engine.nvme", ZRT_LOG_WARN,
-                 "offload_optimizer.device nvme: optimizer state is kept in the pinned host pool, "
-                 "not on NVMe (the engine steps per parameter piece; the pipe's NVMe mode swaps "
-                 "one shard per pipe), nvme_path is not used");
+                              .buffer_count = (int)c->offload_optimizer.buffer_count,
+                              .nvme_prefix = prefix};
+  if (nvme) ZRT_CHECK(zrt_engine_nvme_check_path(c->offload_optimizer.nvme_path));
   ZRT_CHECK(zrt_offload_pipe_create(eng->backend, eng->hostpool, &oo_opts, &eng->offload));
+  int64_t total = 0, pieces = 0;
   for (int m = 0; m < eng->nmodules; m++) {
-    eng->modules[m].optim_host = 1;
-    eng->modules[m].shard16_host = op;
+    zrt_module_entry *me = &eng->modules[m];
+    me->optim_host = !nvme;
+    me->optim_nvme = nvme;
+    me->shard16_host = op;
+    int64_t off, len;
+    zrt_engine_master_extent(eng, m, &off, &len);
+    me->nvme_off = total;
+    total += len;
+    for (int i = 0; i < me->nparams; i++) {
+      const zrt_param_entry *p = &eng->params[me->params[i]];
+      if (ZRT_MAX(p->offset, off) < ZRT_MIN(p->offset + p->numel, off + len)) pieces++;
+    }
+  }
+  if (nvme) {
+    eng->nvme_elems = total;
+    eng->nvme_segs = calloc((size_t)ZRT_MAX(pieces, 1), sizeof *eng->nvme_segs);
+    if (!eng->nvme_segs) return zrt_error(ZRT_ERR_OOM, "offload: out of host memory");
+    zrt_status st =
+        zrt_offload_pipe_nvme_open(eng->offload, (size_t)total, zrt_engine_optim_states(eng));
+    if (st != ZRT_OK)
+      return zrt_error_context(st,
+                               "zero_optimization.offload_optimizer.device nvme (nvme_path "
+                               "'%s'): ",
+                               c->offload_optimizer.nvme_path);
+    char b[32];
+    zrt_log(ZRT_LOG_INFO,
+            "offload: optimizer state in NVMe files under %s (%s on disk for this rank), "
+            "staging in host memory (NUMA node %d, %s)%s",
+            c->offload_optimizer.nvme_path,
+            zrt_format_size(zrt_offload_pipe_nvme_disk_bytes(eng->offload), b, sizeof b),
+            zrt_hostpool_node(eng->hostpool),
+            zrt_hostpool_pinned(eng->hostpool) ? "pinned" : "unpinned",
+            op ? ", 16-bit parameter shards in host memory" : "");
+    return ZRT_OK;
   }
   zrt_log(ZRT_LOG_INFO, "offload: optimizer state in host memory (NUMA node %d, %s)%s",
           zrt_hostpool_node(eng->hostpool),
           zrt_hostpool_pinned(eng->hostpool) ? "pinned" : "unpinned",
           op ? ", 16-bit parameter shards too" : "");
   return ZRT_OK;
+}
+
+int zrt_engine_optim_states(const zrt_engine *eng) {
+  zrt_optim_type ot = eng->cfg->optimizer_type;
+  if (ot == ZRT_OPTIM_ADAM || ot == ZRT_OPTIM_ADAMW) return 2;
+  return ot == ZRT_OPTIM_SGD && eng->cfg->momentum == 0 ? 0 : 1;
+}
+
+zrt_status zrt_engine_offload_built(zrt_engine *eng) {
+  if (eng->offload_opt != ZRT_OFFLOAD_NVME || !eng->offload) return ZRT_OK;
+  return zrt_offload_pipe_nvme_sync(eng->offload);
+}
+
+zrt_status zrt_engine_state_io(zrt_engine *eng, int module, int which, int write, float *buf) {
+  if (which < 0 || which > zrt_engine_optim_states(eng))
+    return zrt_error(ZRT_ERR_INVALID_ARG,
+                     "engine: optimizer state %d does not exist for this optimizer", which);
+  zrt_module_entry *me = &eng->modules[module];
+  int64_t off, len;
+  zrt_engine_master_extent(eng, module, &off, &len);
+  if (me->optim_nvme)
+    return zrt_offload_pipe_nvme_range(eng->offload, which, write, (size_t)me->nvme_off,
+                                       (size_t)len, buf);
+  float *p = which == 0 ? me->master : which == 1 ? me->s1 : me->s2;
+  if (write)
+    return zrt_backend_memcpy(eng->backend, p, buf, (size_t)len * 4,
+                              me->optim_host ? ZRT_COPY_H2H : ZRT_COPY_H2D, NULL);
+  return zrt_backend_memcpy(eng->backend, buf, p, (size_t)len * 4,
+                            me->optim_host ? ZRT_COPY_H2H : ZRT_COPY_D2H, NULL);
+}
+
+zrt_status zrt_engine_nvme_refresh_module(zrt_engine *eng, int module) {
+  zrt_module_entry *me = &eng->modules[module];
+  size_t ws = zrt_dtype_size(eng->dtype);
+  int64_t off, len;
+  zrt_engine_master_extent(eng, module, &off, &len);
+  char *dst = eng->stage == 3 ? (char *)me->shard16 : (char *)me->full16 + (size_t)off * ws;
+  int host = eng->stage == 3 && me->shard16_host;
+  const int64_t chunk = 1 << 20;
+  /* transient staging of one chunk, not model state */
+  float *tmp = malloc((size_t)ZRT_MIN(chunk, len) * sizeof(float));
+  if (!tmp) return zrt_error(ZRT_ERR_OOM, "engine: out of host memory refreshing '%s'", me->name);
+  zrt_status st = ZRT_OK;
+  for (int64_t t0 = 0; t0 < len; t0 += chunk) {
+    int64_t n = ZRT_MIN(chunk, len - t0);
+    ZRT_CHECK_GOTO(zrt_offload_pipe_nvme_range(eng->offload, 0, 0, (size_t)(me->nvme_off + t0),
+                                               (size_t)n, tmp),
+                   st, done);
+    /* in place: 16-bit element i lands at or before float i */
+    for (int64_t i = 0; i < n; i++) zrt_store_f(tmp, eng->dtype, (size_t)i, tmp[i]);
+    if (host)
+      memcpy(dst + (size_t)t0 * ws, tmp, (size_t)n * ws);
+    else
+      ZRT_CHECK_GOTO(zrt_backend_memcpy(eng->backend, dst + (size_t)t0 * ws, tmp, (size_t)n * ws,
+                                        ZRT_COPY_H2D, NULL),
+                     st, done);
+  }
+done:
+  free(tmp);
+  return st;
+}
+
+zrt_status zrt_engine_offload_step_nvme(zrt_engine *eng, const zrt_optim_hparams *hp) {
+  size_t ws = zrt_dtype_size(eng->dtype);
+  zrt_optim_hparams nd = *hp;
+  nd.weight_decay = 0;
+  int ns = 0;
+  for (int m = 0; m < eng->nmodules; m++) {
+    zrt_module_entry *me = &eng->modules[m];
+    int64_t off, len;
+    zrt_engine_master_extent(eng, m, &off, &len);
+    char *w16 = eng->stage == 3 ? (char *)me->shard16 - (size_t)off * ws : (char *)me->full16;
+    for (int i = 0; i < me->nparams; i++) {
+      const zrt_param_entry *p = &eng->params[me->params[i]];
+      int64_t lo = ZRT_MAX(p->offset, off), hi = ZRT_MIN(p->offset + p->numel, off + len);
+      if (lo >= hi) continue;
+      size_t k = (size_t)(lo - off);
+      eng->nvme_segs[ns++] = (zrt_offload_segment){
+          .file_off = (size_t)me->nvme_off + k,
+          .n = (size_t)(hi - lo),
+          .grad_dev = me->grad_acc + k,
+          .param16_dev = w16 + (size_t)lo * ws,
+          .hp = (p->flags & ZRT_PARAM_NO_DECAY) ? &nd : NULL,
+      };
+    }
+  }
+  eng->nvme_nsegs = ns;
+  return zrt_offload_pipe_nvme_step_segments(eng->offload, hp, eng->nvme_segs, ns, ZRT_F32,
+                                             eng->dtype);
 }
 
 zrt_status zrt_engine_offload_step(zrt_engine *eng, const zrt_optim_hparams *hp, float *master,
@@ -83,6 +239,8 @@ void zrt_engine_offload_free(zrt_engine *eng, void *host_ptr) {
 }
 
 void zrt_engine_offload_teardown(zrt_engine *eng) {
+  free(eng->nvme_segs);
+  eng->nvme_segs = NULL;
   zrt_offload_pipe_destroy(eng->offload);
   eng->offload = NULL;
   zrt_hostpool_destroy(eng->hostpool);

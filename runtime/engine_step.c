@@ -58,6 +58,14 @@ static zrt_status zrt_engine_apply(zrt_engine *eng, float grad_mul) {
       .step = eng->applied_steps + 1,
       .grad_mul = grad_mul,
   };
+  if (eng->offload_opt == ZRT_OFFLOAD_NVME && eng->nmodules > 0 && eng->modules[0].optim_nvme) {
+    /* ZeRO-Infinity: every module in one segmented NVMe step, one commit */
+    ZRT_CHECK(zrt_engine_offload_step_nvme(eng, &hp));
+    for (int m = 0; m < eng->nmodules; m++)
+      if (eng->stage == 1 || eng->stage == 2) ZRT_CHECK(zrt_engine_gather_module(eng, m));
+    if (eng->stage == 3) zrt_stage3_invalidate(eng);
+    return ZRT_OK;
+  }
   for (int m = 0; m < eng->nmodules; m++) {
     zrt_module_entry *me = &eng->modules[m];
     int64_t off, len;

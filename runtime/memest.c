@@ -33,8 +33,16 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
   uint64_t ext = l->stage == 0 ? P : S;
   uint64_t big = (uint64_t)l->max_module_padded;
   uint64_t *opt = l->offload_optimizer ? o->host : o->device;
-  opt[ZRT_MEM_MASTER32] = 4 * ext;
-  opt[ZRT_MEM_OPTIM_STATE] = 4 * (uint64_t)l->optim_states * ext;
+  uint64_t k = (uint64_t)l->optim_states;
+  if (l->offload_optimizer && l->offload_nvme) {
+    uint64_t stage_buf = 4 * (uint64_t)zrt_memest_offload_tile(l) + 4096;
+    o->host[ZRT_MEM_MASTER32] = 2 * stage_buf;
+    o->host[ZRT_MEM_OPTIM_STATE] = 2 * k * stage_buf;
+    o->nvme_bytes = 2 * (1 + k) * ZRT_ALIGN_UP(4 * ext, (uint64_t)4096);
+  } else {
+    opt[ZRT_MEM_MASTER32] = 4 * ext;
+    opt[ZRT_MEM_OPTIM_STATE] = 4 * k * ext;
+  }
   if (l->stage <= 2) {
     o->device[ZRT_MEM_PARAMS16] = w * P;
   } else {

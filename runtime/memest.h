@@ -22,7 +22,13 @@
  * terms, stage 3 = 18P/N + gathered modules (ZeRO paper: 4Ψ+12Ψ/N,
  * 2Ψ+14Ψ/N, 16Ψ/N plus zrt's fp32 accumulation shard 4Ψ/N). Offloading
  * the optimizer moves master32 + optim_state to the host; offloading params
- * (stage 3) moves the 16-bit shard to the host.
+ * (stage 3) moves the 16-bit shard to the host. With offload_nvme the
+ * host keeps only the pipe's staging: comm 4 tiles of 4 bytes (grads and
+ * params, double-buffered), master32 2 (4 t + 4096), optim_state
+ * 2 k (4 t + 4096) (t = zrt_memest_offload_tile, two buffers per array, 4096
+ * for O_DIRECT alignment), and the disk holds (1 + k) files of two
+ * generations of the rank's extent: nvme_bytes = 2 (1 + k) align4096(4 E),
+ * E = P (stage 0) or P/N.
  *
  * Activations of the GPT example (examples/gpt2, fp32 whatever the working
  * dtype; N = B*T tokens, width C, layers L, heads h, vocab V):
@@ -53,6 +59,7 @@ typedef struct zrt_memest_layout {
   int64_t reuse_elems;    /* stage3_max_reuse_distance: released modules kept gathered */
   int64_t max_live_elems; /* stage3_max_live_parameters (0 = unlimited) */
   int offload_optimizer, offload_param;
+  int offload_nvme;       /* with offload_optimizer: master + states in NVMe files */
   int64_t sub_group_size; /* zero_optimization.sub_group_size (offload tile cap) */
   uint64_t activation_bytes;
 } zrt_memest_layout;
@@ -62,6 +69,7 @@ typedef struct zrt_memest_result {
   uint64_t host[ZRT_MEM_NCAT];
   uint64_t device_total, host_total;
   uint64_t model_states; /* device params16 + grads + master32 + optim_state */
+  uint64_t nvme_bytes;   /* offload_nvme: bytes of this rank's swap files on disk */
 } zrt_memest_result;
 
 void zrt_memest_predict(const zrt_memest_layout *lay, zrt_memest_result *out);

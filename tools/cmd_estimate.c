@@ -6,7 +6,10 @@
  * preset of examples/gpt2 (--model, activations included) or a bare
  * parameter count (--params, one module of --largest_module elements
  * bounds the stage-2/3 transient terms; activations only with
- * --activation_bytes). Pure arithmetic: no MPI, no device.
+ * --activation_bytes). With --offload_device nvme the optimizer-offload
+ * rows keep master + states in NVMe swap files: host = the pipe's staging
+ * only, and the swap files' bytes per rank are reported (nvme column /
+ * "nvme_bytes"). Pure arithmetic: no MPI, no device.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +36,8 @@ static void est_usage(FILE *f) {
              "  --persistence N        stage3_param_persistence_threshold (default 1e5)\n"
              "  --max_reuse N          stage3_max_reuse_distance (default 1e9; 0 = gather every "
              "use)\n"
+             "  --offload_device cpu|nvme  where offloaded optimizer state lives (default cpu; "
+             "nvme: host holds staging only, swap file bytes reported)\n"
              "  --device_memory SIZE   mark configurations whose device total fits (e.g. 16GiB)\n"
              "  --json                 one JSON document instead of the table\n");
 }
@@ -60,7 +65,7 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
   int64_t params = -1, largest = -1, act_bytes = 0, batch = 1, seq = -1;
   int64_t bucket = 500000000, prefetch = 50000000, persist = 100000, reuse = 1000000000;
   uint64_t devmem = 0;
-  int json = 0;
+  int json = 0, nvme = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -108,7 +113,13 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       bad = est_num(a, v, &persist);
     else if (!strcmp(a, "--max_reuse"))
       bad = est_num(a, v, &reuse);
-    else if (!strcmp(a, "--device_memory")) {
+    else if (!strcmp(a, "--offload_device")) {
+      if (strcmp(v, "cpu") && strcmp(v, "nvme")) {
+        fprintf(stderr, "zrt estimate-memory: --offload_device '%s' is not cpu or nvme\n", v);
+        return 2;
+      }
+      nvme = !strcmp(v, "nvme");
+    } else if (!strcmp(a, "--device_memory")) {
       if (!zrt_parse_size(v, &devmem) || devmem == 0) {
         fprintf(stderr,
                 "zrt estimate-memory: --device_memory '%s' is not a size (e.g. 16GiB, 8e9)\n", v);
@@ -220,6 +231,7 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       lay.sub_group_size = 1000000000;
       lay.offload_optimizer = cand[k].oo;
       lay.offload_param = cand[k].op;
+      lay.offload_nvme = nvme;
       lay.activation_bytes = acts;
       est_row *r = &rows[nrows++];
       r->world = wl[i];
@@ -251,6 +263,9 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
         printf("%s\"%s\":%llu", c ? "," : "", zrt_mem_category_name((zrt_mem_category)c),
                (unsigned long long)r->r.host[c]);
       printf("}");
+      if (r->oo)
+        printf(",\"optimizer_device\":\"%s\",\"nvme_bytes\":%llu", nvme ? "nvme" : "cpu",
+               (unsigned long long)r->r.nvme_bytes);
       if (devmem) printf(",\"fits\":%s", r->fits ? "true" : "false");
       printf("}");
     }
@@ -264,18 +279,25 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
              (long long)seq, zrt_format_size(acts, a, sizeof a));
     printf("\n");
     if (devmem) printf("device memory per rank: %s\n", zrt_format_size(devmem, a, sizeof a));
-    printf("%-6s %-6s %-16s %14s %14s %14s%s\n", "world", "stage", "offload", "model states",
-           "device total", "host", devmem ? "  fits" : "");
+    printf("%-6s %-6s %-16s %14s %14s %14s%s%s\n", "world", "stage", "offload", "model states",
+           "device total", "host", nvme ? "  nvme (disk)" : "", devmem ? "  fits" : "");
     for (int i = 0; i < nrows; i++) {
       const est_row *r = &rows[i];
-      printf("%-6d %-6d %-16s %14s %14s %14s%s\n", r->world, r->stage, off_name[r->oo + r->op],
+      char e[32] = "";
+      if (nvme)
+        snprintf(e, sizeof e, "  %12s",
+                 r->oo ? zrt_format_size(r->r.nvme_bytes, a, sizeof a) : "-");
+      printf("%-6d %-6d %-16s %14s %14s %14s%s%s\n", r->world, r->stage, off_name[r->oo + r->op],
              zrt_format_size(r->r.model_states, b, sizeof b),
              zrt_format_size(r->r.device_total, c, sizeof c),
-             zrt_format_size(r->r.host_total, d, sizeof d),
+             zrt_format_size(r->r.host_total, d, sizeof d), e,
              devmem ? (r->fits ? "  yes" : "  no") : "");
     }
     printf("(per rank; device total = model states + reduction buckets + activations; host = "
-           "offloaded states + offload staging)\n");
+           "offloaded states + offload staging%s)\n",
+           nvme ? "; with nvme the optimizer state is on disk (both generations of the swap "
+                  "files) and the host holds only staging"
+                : "");
   }
   free(rows);
   return 0;

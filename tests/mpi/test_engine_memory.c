@@ -1,7 +1,10 @@
 /*
  * test_engine_memory.c — measured per-rank pool peaks vs the memory model
  * (runtime/memest.c) and vs the ZeRO paper's formulas, at stages 0-3 and
- * with optimizer / parameter offload to cpu (run at -n 2 and -n 4).
+ * with optimizer / parameter offload to cpu, and with optimizer offload to
+ * nvme (host keeps only the pipe's staging: its host peaks must equal the
+ * model exactly, and the swap files' bytes equal memest's nvme_bytes)
+ * (run at -n 2 and -n 4).
  *
  * Program: NMOD modules of uneven sizes (padding exercised), bf16, AdamW,
  * trained for 2 optimizer steps with the usual fetch / release / grad /
@@ -27,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/engine_internal.h"
 #include "runtime/memest.h"
@@ -35,6 +39,8 @@
 #define NMOD 6
 
 static const char *cat_name[4] = {"params16", "grads", "master32", "optim_state"};
+
+static char nvme_dir[1024]; /* swap directory of the oo = 2 (nvme) runs */
 
 static double rel(double got, double want) {
   return want == 0 ? fabs(got) : fabs(got - want) / want;
@@ -57,7 +63,10 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
     ZT_OK(zrt_config_set(cfg, "zero_optimization.stage3_max_reuse_distance", "0", "test"));
   ZT_OK(zrt_config_set(cfg, "zrt.comm", "mpi", "test"));
   if (oo) {
-    ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_optimizer.device", "cpu", "test"));
+    ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_optimizer.device",
+                         oo == 2 ? "nvme" : "cpu", "test"));
+    if (oo == 2)
+      ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_optimizer.nvme_path", nvme_dir, "test"));
     ZT_OK(zrt_config_set(cfg, "zrt.pin_memory_fallback", "true", "test"));
   }
   if (op) ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_param.device", "cpu", "test"));
@@ -118,7 +127,8 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
   lay.sub_group_size = eng->cfg->sub_group_size;
   lay.max_live_elems = eng->cfg->stage3_max_live_parameters;
   lay.reuse_elems = eng->cfg->stage3_max_reuse_distance;
-  lay.offload_optimizer = oo;
+  lay.offload_optimizer = oo != 0;
+  lay.offload_nvme = oo == 2;
   lay.offload_param = op;
   zrt_memest_result want;
   zrt_memest_predict(&lay, &want);
@@ -138,6 +148,15 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
              (unsigned long long)want.device[c], host.peak[c], (unsigned long long)want.host[c]);
     ZT_CHECK(e1 <= 0.05);
     ZT_CHECK(e2 <= 0.05);
+    if (oo == 2) ZT_CHECK(host.peak[c] == want.host[c]); /* staging only: exact */
+  }
+  if (oo == 2) {
+    size_t disk = zrt_offload_pipe_nvme_disk_bytes(eng->offload);
+    if (rank == 0)
+      printf("stage %d nvme N %d swap files %zu bytes, predicted %llu\n", stage, world, disk,
+             (unsigned long long)want.nvme_bytes);
+    ZT_CHECK(disk == want.nvme_bytes);
+    ZT_CHECK(host.peak[ZRT_MEM_COMM] == want.host[ZRT_MEM_COMM]);
   }
   if (oo) {
     double e = rel((double)host.peak[ZRT_MEM_COMM], (double)want.host[ZRT_MEM_COMM]);
@@ -183,6 +202,18 @@ int main(int argc, char **argv) {
   run(3, 1, 1, 0, world, rank);
   run(3, 0, 0, 1, world, rank);
   run(3, 1, 1, 1, world, rank);
+  if (rank == 0) {
+    const char *base = getenv("ZRT_BUILD_DIR");
+    if (!base || access(base, W_OK)) base = getenv("TMPDIR");
+    if (!base || access(base, W_OK)) base = "/tmp";
+    snprintf(nvme_dir, sizeof nvme_dir, "%s/zrt_memtest_XXXXXX", base);
+    ZT_CHECK(mkdtemp(nvme_dir) != NULL);
+  }
+  MPI_Bcast(nvme_dir, sizeof nvme_dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  for (int s = 1; s <= 3; s++) run(s, 2, 0, 0, world, rank);
+  run(3, 2, 1, 0, world, rank);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) ZT_CHECK(rmdir(nvme_dir) == 0); /* the engines removed their files */
   int fails = zt_failures, all = 0;
   MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   MPI_Finalize();
