@@ -43,6 +43,16 @@ static zrt_status zrt_engine_grad_stats(zrt_engine *eng, float inv, double *sums
   return ZRT_OK;
 }
 
+/* Stage 1/2: the all-gather of module m's new 16-bit params, timed for
+ * the step breakdown (gather_s). */
+static zrt_status zrt_engine_step_gather(zrt_engine *eng, int m) {
+  if (eng->stage != 1 && eng->stage != 2) return ZRT_OK;
+  double t0 = zrt_now_s();
+  zrt_status st = zrt_engine_gather_module(eng, m);
+  eng->ph.gather_s += zrt_now_s() - t0;
+  return st;
+}
+
 static zrt_status zrt_engine_apply(zrt_engine *eng, float grad_mul) {
   const zrt_cfg *c = eng->cfg;
   size_t ws = zrt_dtype_size(eng->dtype);
@@ -61,8 +71,7 @@ static zrt_status zrt_engine_apply(zrt_engine *eng, float grad_mul) {
   if (eng->offload_opt == ZRT_OFFLOAD_NVME && eng->nmodules > 0 && eng->modules[0].optim_nvme) {
     /* ZeRO-Infinity: every module in one segmented NVMe step, one commit */
     ZRT_CHECK(zrt_engine_offload_step_nvme(eng, &hp));
-    for (int m = 0; m < eng->nmodules; m++)
-      if (eng->stage == 1 || eng->stage == 2) ZRT_CHECK(zrt_engine_gather_module(eng, m));
+    for (int m = 0; m < eng->nmodules; m++) ZRT_CHECK(zrt_engine_step_gather(eng, m));
     if (eng->stage == 3) zrt_stage3_invalidate(eng);
     return ZRT_OK;
   }
@@ -86,11 +95,7 @@ static zrt_status zrt_engine_apply(zrt_engine *eng, float grad_mul) {
         ZRT_CHECK(zrt_backend_optim_step(eng->backend, &h, me->master + k, s1, s2, me->grad_acc + k,
                                          ZRT_F32, w16 + (size_t)lo * ws, eng->dtype, n, NULL));
     }
-    if (eng->stage == 1 || eng->stage == 2) {
-      double t0 = zrt_now_s();
-      ZRT_CHECK(zrt_engine_gather_module(eng, m));
-      eng->ph.gather_s += zrt_now_s() - t0;
-    }
+    ZRT_CHECK(zrt_engine_step_gather(eng, m));
   }
   if (eng->stage == 3) zrt_stage3_invalidate(eng);
   return ZRT_OK;
