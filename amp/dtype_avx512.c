@@ -17,6 +17,7 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+#include "amp/bf16_avx512.h"
 #include "amp/dtype_kernels.h"
 
 static inline __attribute__((always_inline)) __m512 ld_half(const uint16_t *p, zrt_dtype dt,
@@ -26,29 +27,9 @@ static inline __attribute__((always_inline)) __m512 ld_half(const uint16_t *p, z
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* Round-to-nearest-even fp32 -> bf16 with quiet NaN, like zrt_f32_to_bf16. */
-static inline __attribute__((always_inline)) __m256i bf16_shift(__m512 x) {
-  __m512i u = _mm512_castps_si512(x);
-  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
-  __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-  __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
-  r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
-}
-
-static inline __attribute__((always_inline)) __m256i bf16_insn(__m512 x) {
-  __m256i r = (__m256i)_mm512_cvtneps_pbh(x);
-  __m512i a = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff));
-  __mmask16 den =
-      _mm512_test_epi32_mask(a, a) & _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(0x00800000));
-  if (__builtin_expect(den != 0, 0)) r = _mm256_mask_blend_epi16(den, r, bf16_shift(x));
-  return r;
-}
-
 static inline __attribute__((always_inline)) __m256i narrow(__m512 x, zrt_dtype dt, int insn) {
   if (dt == ZRT_F16) return _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  return insn ? bf16_insn(x) : bf16_shift(x);
+  return insn ? zrt_bf16_insn(x) : zrt_bf16_shift(x);
 }
 
 static inline __attribute__((always_inline)) __mmask16 tail_mask(size_t left) {

@@ -269,4 +269,19 @@ zrt_status zrt_engine_nvme_refresh_module(zrt_engine *eng, int module);
  * buffer (rank*part, or 0 at stage 0). */
 void zrt_engine_master_extent(const zrt_engine *eng, int module, int64_t *flat_off, int64_t *len);
 
+/* One parameter's piece of module `module`'s master extent on this rank:
+ * the unit the optimizer steps (NO_DECAY params get weight decay 0). */
+typedef struct zrt_engine_piece {
+  int module;
+  const zrt_param_entry *param;
+  size_t k;  /* element offset of the piece inside the module's master extent */
+  size_t n;  /* elements */
+  void *w16; /* the piece's working weights (full16, or shard16 at stage 3) */
+} zrt_engine_piece;
+/* Calls fn on every piece of module m in parameter order; stops at the
+ * first status that is not ZRT_OK and returns it. */
+zrt_status zrt_engine_each_piece(zrt_engine *eng, int m,
+                                 zrt_status (*fn)(zrt_engine *, const zrt_engine_piece *, void *),
+                                 void *arg);
+
 #endif

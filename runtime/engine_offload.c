@@ -198,33 +198,28 @@ done:
   return st;
 }
 
+/* Appends one piece as a segment of the NVMe step (arg: the no-decay
+ * hyper-parameters the NO_DECAY pieces point at). */
+static zrt_status zrt_engine_nvme_segment(zrt_engine *eng, const zrt_engine_piece *pc, void *arg) {
+  zrt_module_entry *me = &eng->modules[pc->module];
+  eng->nvme_segs[eng->nvme_nsegs++] = (zrt_offload_segment){
+      .file_off = (size_t)me->nvme_off + pc->k,
+      .n = pc->n,
+      .grad_dev = me->grad_acc + pc->k,
+      .param16_dev = pc->w16,
+      .hp = (pc->param->flags & ZRT_PARAM_NO_DECAY) ? (const zrt_optim_hparams *)arg : NULL,
+  };
+  return ZRT_OK;
+}
+
 zrt_status zrt_engine_offload_step_nvme(zrt_engine *eng, const zrt_optim_hparams *hp) {
-  size_t ws = zrt_dtype_size(eng->dtype);
   zrt_optim_hparams nd = *hp;
   nd.weight_decay = 0;
-  int ns = 0;
-  for (int m = 0; m < eng->nmodules; m++) {
-    zrt_module_entry *me = &eng->modules[m];
-    int64_t off, len;
-    zrt_engine_master_extent(eng, m, &off, &len);
-    char *w16 = eng->stage == 3 ? (char *)me->shard16 - (size_t)off * ws : (char *)me->full16;
-    for (int i = 0; i < me->nparams; i++) {
-      const zrt_param_entry *p = &eng->params[me->params[i]];
-      int64_t lo = ZRT_MAX(p->offset, off), hi = ZRT_MIN(p->offset + p->numel, off + len);
-      if (lo >= hi) continue;
-      size_t k = (size_t)(lo - off);
-      eng->nvme_segs[ns++] = (zrt_offload_segment){
-          .file_off = (size_t)me->nvme_off + k,
-          .n = (size_t)(hi - lo),
-          .grad_dev = me->grad_acc + k,
-          .param16_dev = w16 + (size_t)lo * ws,
-          .hp = (p->flags & ZRT_PARAM_NO_DECAY) ? &nd : NULL,
-      };
-    }
-  }
-  eng->nvme_nsegs = ns;
-  return zrt_offload_pipe_nvme_step_segments(eng->offload, hp, eng->nvme_segs, ns, ZRT_F32,
-                                             eng->dtype);
+  eng->nvme_nsegs = 0;
+  for (int m = 0; m < eng->nmodules; m++)
+    ZRT_CHECK(zrt_engine_each_piece(eng, m, zrt_engine_nvme_segment, &nd));
+  return zrt_offload_pipe_nvme_step_segments(eng->offload, hp, eng->nvme_segs, eng->nvme_nsegs,
+                                             ZRT_F32, eng->dtype);
 }
 
 zrt_status zrt_engine_offload_step(zrt_engine *eng, const zrt_optim_hparams *hp, float *master,

@@ -53,9 +53,23 @@ static zrt_status zrt_engine_step_gather(zrt_engine *eng, int m) {
   return st;
 }
 
+/* The optimizer update of one piece, on the backend or through the
+ * offload pipe (arg: the step's hyper-parameters). */
+static zrt_status zrt_engine_step_piece(zrt_engine *eng, const zrt_engine_piece *pc, void *arg) {
+  zrt_module_entry *me = &eng->modules[pc->module];
+  zrt_optim_hparams h = *(const zrt_optim_hparams *)arg;
+  if (pc->param->flags & ZRT_PARAM_NO_DECAY) h.weight_decay = 0;
+  size_t k = pc->k;
+  float *s1 = me->s1 ? me->s1 + k : NULL, *s2 = me->s2 ? me->s2 + k : NULL;
+  if (me->optim_host)
+    return zrt_engine_offload_step(eng, &h, me->master + k, s1, s2, me->grad_acc + k, pc->w16,
+                                   pc->n);
+  return zrt_backend_optim_step(eng->backend, &h, me->master + k, s1, s2, me->grad_acc + k, ZRT_F32,
+                                pc->w16, eng->dtype, pc->n, NULL);
+}
+
 static zrt_status zrt_engine_apply(zrt_engine *eng, float grad_mul) {
   const zrt_cfg *c = eng->cfg;
-  size_t ws = zrt_dtype_size(eng->dtype);
   zrt_optim_hparams hp = {
       .type = c->optimizer_type,
       .lr = (float)eng->sched.cur_lr,
@@ -76,25 +90,7 @@ static zrt_status zrt_engine_apply(zrt_engine *eng, float grad_mul) {
     return ZRT_OK;
   }
   for (int m = 0; m < eng->nmodules; m++) {
-    zrt_module_entry *me = &eng->modules[m];
-    int64_t off, len;
-    zrt_engine_master_extent(eng, m, &off, &len);
-    char *w16 = eng->stage == 3 ? (char *)me->shard16 - (size_t)off * ws : (char *)me->full16;
-    for (int i = 0; i < me->nparams; i++) {
-      const zrt_param_entry *p = &eng->params[me->params[i]];
-      int64_t lo = ZRT_MAX(p->offset, off), hi = ZRT_MIN(p->offset + p->numel, off + len);
-      if (lo >= hi) continue;
-      zrt_optim_hparams h = hp;
-      if (p->flags & ZRT_PARAM_NO_DECAY) h.weight_decay = 0;
-      size_t k = (size_t)(lo - off), n = (size_t)(hi - lo);
-      float *s1 = me->s1 ? me->s1 + k : NULL, *s2 = me->s2 ? me->s2 + k : NULL;
-      if (me->optim_host)
-        ZRT_CHECK(zrt_engine_offload_step(eng, &h, me->master + k, s1, s2, me->grad_acc + k,
-                                          w16 + (size_t)lo * ws, n));
-      else
-        ZRT_CHECK(zrt_backend_optim_step(eng->backend, &h, me->master + k, s1, s2, me->grad_acc + k,
-                                         ZRT_F32, w16 + (size_t)lo * ws, eng->dtype, n, NULL));
-    }
+    ZRT_CHECK(zrt_engine_each_piece(eng, m, zrt_engine_step_piece, &hp));
     ZRT_CHECK(zrt_engine_step_gather(eng, m));
   }
   if (eng->stage == 3) zrt_stage3_invalidate(eng);

@@ -54,6 +54,29 @@ void zrt_engine_master_extent(const zrt_engine *eng, int module, int64_t *flat_o
   }
 }
 
+zrt_status zrt_engine_each_piece(zrt_engine *eng, int m,
+                                 zrt_status (*fn)(zrt_engine *, const zrt_engine_piece *, void *),
+                                 void *arg) {
+  zrt_module_entry *me = &eng->modules[m];
+  size_t ws = zrt_dtype_size(eng->dtype);
+  int64_t off, len;
+  zrt_engine_master_extent(eng, m, &off, &len);
+  /* stage 3 keeps only the owned shard; index it as if it were the full buffer */
+  char *w16 = eng->stage == 3 ? (char *)me->shard16 - (size_t)off * ws : (char *)me->full16;
+  for (int i = 0; i < me->nparams; i++) {
+    const zrt_param_entry *p = &eng->params[me->params[i]];
+    int64_t lo = ZRT_MAX(p->offset, off), hi = ZRT_MIN(p->offset + p->numel, off + len);
+    if (lo >= hi) continue;
+    zrt_engine_piece pc = {.module = m,
+                           .param = p,
+                           .k = (size_t)(lo - off),
+                           .n = (size_t)(hi - lo),
+                           .w16 = w16 + (size_t)lo * ws};
+    ZRT_CHECK(fn(eng, &pc, arg));
+  }
+  return ZRT_OK;
+}
+
 int zrt_engine_param_at(const zrt_engine *eng, int module, int64_t elem) {
   const zrt_module_entry *me = &eng->modules[module];
   for (int i = 0; i < me->nparams; i++) {
