@@ -6,7 +6,7 @@
  * would get), its core binding; and it fails on demand (exit status,
  * SIGKILL) or sleeps so the tests can interrupt the launcher.
  *
- * usage: rank_probe [--key K]... [--affinity] [--exit-rank R --code C]
+ * usage: rank_probe [--key K]... [--env NAME]... [--affinity] [--exit-rank R --code C]
  *                   [--kill-rank R] [--hang-rank R] [--sleep S] [--tag WORD]
  * --hang-rank R: every rank joins one all-reduce over the MPI comm, then
  * rank R sleeps while the others start a second one with a 1 s watchdog
@@ -38,12 +38,15 @@ static void sleep_s(double s) {
 }
 
 int main(int argc, char **argv) {
-  const char *keys[32];
+  const char *keys[32], *envs[32];
+  int nenvs = 0;
   int nkeys = 0, affinity = 0, exit_rank = -1, code = 0, kill_rank = -1, hang_rank = -1;
   double sleep_for = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--key") && i + 1 < argc && nkeys < 32)
       keys[nkeys++] = argv[++i];
+    else if (!strcmp(argv[i], "--env") && i + 1 < argc && nenvs < 32)
+      envs[nenvs++] = argv[++i];
     else if (!strcmp(argv[i], "--affinity"))
       affinity = 1;
     else if (!strcmp(argv[i], "--exit-rank") && i + 1 < argc)
@@ -84,6 +87,8 @@ int main(int argc, char **argv) {
     }
     zrt_config_destroy(cfg);
   }
+  for (int k = 0; k < nenvs; k++)
+    printf("probe rank=%s %s=%s\n", rank_s, envs[k], env_or(envs[k], "(unset)"));
   if (affinity) {
     cpu_set_t set;
     char list[1024] = "";
