@@ -21,21 +21,20 @@
 
 #include "bench_train_util.h"
 
-/* Metrics fields of the breakdown, and which of them partition the step. */
+/* Metrics fields of the breakdown (the first four partition the step). */
 static const struct {
   const char *key, *label;
-  int part; /* 1: one of other/forward/backward/boundary */
 } zrt_step_fields[] = {
-    {"other_s", "other (data, eval)", 1},
-    {"forward_s", "forward", 1},
-    {"backward_s", "backward", 1},
-    {"boundary_s", "boundary step", 1},
-    {"fetch_s", "  blocked in fetch (gathers)", 0},
-    {"reduce_s", "  gradient reduction", 0},
-    {"optimizer_s", "  norm + optimizer", 0},
-    {"gather_s", "  parameter all-gather", 0},
-    {"comm_busy_s", "collectives in flight", 0},
-    {"comm_wait_s", "  of which blocked", 0},
+    {"other_s", "other (data, eval)"},
+    {"forward_s", "forward"},
+    {"backward_s", "backward"},
+    {"boundary_s", "boundary step"},
+    {"fetch_s", "  blocked in fetch (gathers)"},
+    {"reduce_s", "  gradient reduction"},
+    {"optimizer_s", "  norm + optimizer"},
+    {"gather_s", "  parameter all-gather"},
+    {"comm_busy_s", "collectives in flight"},
+    {"comm_wait_s", "  of which blocked"},
 };
 #define ZRT_STEP_NFIELDS (sizeof zrt_step_fields / sizeof zrt_step_fields[0])
 
@@ -110,6 +109,7 @@ static int zrt_bench_step(const zrt_perf_args *a, cJSON *r) {
                           o.ranks, o.stage, m.model, m.dtype, run->wall_step_s, run->wall_tok_s,
                           run->comm_bytes, zrt_pt_metric(run, "device_peak_bytes") / 1048576.0);
     double x[ZRT_STEP_NFIELDS], y[ZRT_STEP_NFIELDS];
+    const char *lab[ZRT_STEP_NFIELDS];
     int np = 0;
     cJSON *missing = cJSON_AddArrayToObject(bd, "fields_missing");
     for (size_t i = 0; i < ZRT_STEP_NFIELDS; i++) {
@@ -121,10 +121,9 @@ static int zrt_bench_step(const zrt_perf_args *a, cJSON *r) {
       cJSON_AddNumberToObject(bd, zrt_step_fields[i].key, v);
       n += (size_t)snprintf(md + n, sizeof md - n, "| %s | %.4f | %.1f%% |\n",
                             zrt_step_fields[i].label, v, step > 0 ? 100 * v / step : 0);
-      if (zrt_step_fields[i].part) {
-        x[np] = np + 1;
-        y[np++] = v;
-      }
+      x[np] = np + 1;
+      lab[np] = zrt_step_fields[i].key;
+      y[np++] = v;
     }
     double ov = zrt_pt_metric_median(run, "overlap_fraction");
     cJSON_AddNumberToObject(bd, "overlap_fraction", ov);
@@ -133,10 +132,9 @@ static int zrt_bench_step(const zrt_perf_args *a, cJSON *r) {
                           "compute (1 - blocked / in flight): %.0f%%.\n\n",
                           step, 100 * ov);
     if (np) {
-      cJSON *p =
-          zrt_perf_plot(r, "step_breakdown",
-                        "Step breakdown, rank 0 (1 other, 2 forward, 3 backward, 4 boundary)",
-                        "phase", "seconds", 0);
+      cJSON *p = zrt_perf_plot(r, "step_breakdown", "Step breakdown, rank 0, median step", "",
+                               "seconds", 0);
+      zrt_perf_plot_bars(p, lab, np);
       zrt_perf_series(p, "median", x, y, np);
     }
   }

@@ -51,6 +51,8 @@ size_t zrt_perf_mem_available(void);
 /* A plot object added to result's "plots" array; returns it. */
 cJSON *zrt_perf_plot(cJSON *result, const char *file, const char *title, const char *xlabel,
                      const char *ylabel, int logx);
+/* Makes a plot a bar chart over categories: x = 1..n, labelled. */
+void zrt_perf_plot_bars(cJSON *plot, const char *const *labels, int n);
 /* Adds a series {name, x, y} to a plot. */
 void zrt_perf_series(cJSON *plot, const char *name, const double *x, const double *y, int n);
 

@@ -70,6 +70,10 @@ cJSON *zrt_perf_plot(cJSON *result, const char *file, const char *title, const c
   return p;
 }
 
+void zrt_perf_plot_bars(cJSON *plot, const char *const *labels, int n) {
+  cJSON_AddItemToObject(plot, "bars", cJSON_CreateStringArray(labels, n));
+}
+
 void zrt_perf_series(cJSON *plot, const char *name, const double *x, const double *y, int n) {
   cJSON *s = cJSON_CreateObject();
   cJSON_AddStringToObject(s, "name", name);
@@ -116,6 +120,14 @@ static void zrt_perf_render(const cJSON *result, const char *dir, FILE *md) {
             cJSON_GetStringValue(cJSON_GetObjectItem(p, "xlabel")),
             cJSON_GetStringValue(cJSON_GetObjectItem(p, "ylabel")));
     if (cJSON_IsTrue(cJSON_GetObjectItem(p, "logx"))) fprintf(g, "set logscale x 2\n");
+    const cJSON *bars = cJSON_GetObjectItem(p, "bars");
+    if (bars) {
+      fprintf(g, "set style fill solid 0.6\nset boxwidth 0.6\nset yrange [0:*]\nset xtics (");
+      for (int k = 0; k < cJSON_GetArraySize(bars); k++)
+        fprintf(g, "%s'%s' %d", k ? ", " : "", cJSON_GetStringValue(cJSON_GetArrayItem(bars, k)),
+                k + 1);
+      fprintf(g, ") rotate by -30\nset xrange [0.4:%d.6]\n", cJSON_GetArraySize(bars));
+    }
     const cJSON *s;
     int i = 0;
     fprintf(g, "plot ");
@@ -127,8 +139,8 @@ static void zrt_perf_render(const cJSON *result, const char *dir, FILE *md) {
         fprintf(d, "%.9g %.9g\n", cJSON_GetArrayItem(x, k)->valuedouble,
                 cJSON_GetArrayItem(y, k)->valuedouble);
       if (d) fclose(d);
-      fprintf(g, "%s'%s' using 1:2 with linespoints title '%s'", i ? ", " : "", dat,
-              cJSON_GetStringValue(cJSON_GetObjectItem(s, "name")));
+      fprintf(g, "%s'%s' using 1:2 with %s title '%s'", i ? ", " : "", dat,
+              bars ? "boxes" : "linespoints", cJSON_GetStringValue(cJSON_GetObjectItem(s, "name")));
       i++;
     }
     fprintf(g, "\n");
