@@ -257,8 +257,8 @@ zrt_status zrt_engine_gather_module(zrt_engine *eng, int m);
 zrt_status zrt_engine_reduce_pending(zrt_engine *eng, int m, int async);
 
 /* engine_offload.c: host pool + offload pipe creation (build), allocation
- * (marks modules optim_host / shard16_host), the offloaded optimizer step of one piece, and
- * teardown. */
+ * (marks modules optim_host / shard16_host / shard16_nvme), the offloaded optimizer step of one
+ * piece, and teardown. */
 zrt_status zrt_engine_offload_setup(zrt_engine *eng);
 zrt_status zrt_engine_offload_step(zrt_engine *eng, const zrt_optim_hparams *hp, float *master,
                                    float *s1, float *s2, const float *grad, void *param16,
