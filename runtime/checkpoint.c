@@ -112,6 +112,8 @@ static zrt_status zrt_ckpt_fetch_state(zrt_engine *eng, int module, int kind, vo
                                        int64_t len) {
   zrt_module_entry *me = &eng->modules[module];
   if (kind == ZRT_CKPT_MASTER) return zrt_engine_get_master(eng, module, dst);
+  if (kind == ZRT_CKPT_PARAM16 && me->shard16_nvme)
+    return zrt_engine_param_nvme_read(eng, module, dst, 0);
   if (kind == ZRT_CKPT_PARAM16)
     return zrt_backend_memcpy(eng->backend, dst, me->shard16,
                               (size_t)me->part * zrt_dtype_size(eng->dtype),
@@ -126,7 +128,7 @@ static int zrt_ckpt_engine_has(const zrt_engine *eng, int kind) {
   case ZRT_CKPT_MASTER: return 1;
   case ZRT_CKPT_EXP_AVG: return zrt_engine_optim_states(eng) >= 1;
   case ZRT_CKPT_EXP_AVG_SQ: return zrt_engine_optim_states(eng) >= 2;
-  default: return eng->stage == 3 && me->shard16 != NULL;
+  default: return eng->stage == 3 && (me->shard16 != NULL || me->shard16_nvme);
   }
 }
 

@@ -121,9 +121,13 @@ const zrt_cfg_row zrt_cfg_rows[] = {
     OFFLOAD("offload_optimizer", offload_optimizer, "4"),
     OFFLOAD("offload_param", offload_param, "5"),
     R("zero_optimization.offload_param.buffer_size", I, 0, "1e8", NULL, 1, BIG, NULL,
-      "elements per parameter staging buffer", offload_param.buffer_size),
+      "device nvme: caps the host staging buffer of the param swap file (fp32 elements; "
+      "min(offload tile, buffer_size) rounded up to 2048)",
+      offload_param.buffer_size),
     R("zero_optimization.offload_param.max_in_cpu", I, 0, "1e9", NULL, 0, BIG, NULL,
-      "parameter elements kept in host memory when offloading to nvme", offload_param.max_in_cpu),
+      "accepted for DeepSpeed compatibility, not used: with device nvme the host keeps only "
+      "the staging buffer, never parameter shards",
+      offload_param.max_in_cpu),
 
     /* ------------------------------------------------------------- optimizer */
     RE("optimizer.type", NC, "Adam", "Adam|AdamW|SGD|Lion", optim_vals,

@@ -297,6 +297,8 @@ static void zrt_engine_layout_totals(const zrt_engine *eng, zrt_memest_layout *l
   lay->offload_optimizer = eng->offload_opt != ZRT_OFFLOAD_NONE;
   lay->offload_param = eng->offload_par != ZRT_OFFLOAD_NONE;
   lay->offload_nvme = eng->offload_opt == ZRT_OFFLOAD_NVME;
+  lay->offload_param_nvme = eng->offload_par == ZRT_OFFLOAD_NVME;
+  lay->param_buffer_size = eng->cfg->offload_param.buffer_size;
   lay->activation_bytes = eng->activation_bytes;
 }
 
@@ -469,7 +471,9 @@ static zrt_status zrt_engine_alloc_module(zrt_engine *eng, int m, float *tmp, si
 
   /* working weights */
   void *w16 = NULL; /* where this rank's extent of 16-bit weights goes */
-  if (eng->stage == 3) {
+  if (eng->stage == 3 && me->shard16_nvme) {
+    /* written from the masters by zrt_engine_offload_built */
+  } else if (eng->stage == 3) {
     ZRT_CHECK(zrt_engine_alloc_state(eng, me->shard16_host, (size_t)me->part * ws, ZRT_MEM_PARAMS16,
                                      0, &me->shard16));
     w16 = me->shard16;
@@ -495,6 +499,7 @@ static zrt_status zrt_engine_alloc_module(zrt_engine *eng, int m, float *tmp, si
     } else {
       ZRT_CHECK(zrt_backend_memcpy(be, me->master + t0, tmp, (size_t)n * 4, ZRT_COPY_H2D, NULL));
     }
+    if (!w16) continue;
     /* host conversion in place (16-bit element i lands at or before float i) */
     for (int64_t i = 0; i < n; i++) zrt_store_f(tmp, eng->dtype, (size_t)i, tmp[i]);
     if (eng->stage == 3 && me->shard16_host)
@@ -698,7 +703,9 @@ zrt_status zrt_engine_refresh_params(zrt_engine *eng) {
     zrt_module_entry *me = &eng->modules[m];
     int64_t off, len;
     zrt_engine_master_extent(eng, m, &off, &len);
-    if (me->optim_nvme) {
+    if (me->shard16_nvme) {
+      continue; /* the whole param file is rewritten below */
+    } else if (me->optim_nvme) {
       ZRT_CHECK(zrt_engine_nvme_refresh_module(eng, m));
       if (eng->stage == 1 || eng->stage == 2) ZRT_CHECK(zrt_engine_gather_module(eng, m));
     } else if (eng->stage == 3) {
@@ -716,6 +723,7 @@ zrt_status zrt_engine_refresh_params(zrt_engine *eng) {
       if (eng->stage > 0) ZRT_CHECK(zrt_engine_gather_module(eng, m));
     }
   }
+  if (eng->par_nvme) ZRT_CHECK(zrt_engine_param_nvme_write(eng));
   if (eng->stage == 3) {
     ZRT_CHECK(zrt_stage3_quiesce(eng));
     zrt_stage3_invalidate(eng);

@@ -28,7 +28,10 @@
  * (fp32 when neither fp16 nor bf16).
  * With offload_optimizer nvme, master / s1 / s2 are NULL: the rank's extents
  * live back to back in one swap-file set (module m at nvme_off), read and
- * written through zrt_engine_state_io.
+ * written through zrt_engine_state_io. With offload_param nvme, shard16 is
+ * NULL: the 16-bit shards live in one param swap file (par_nvme, module m at
+ * 16-bit element nvme_off), read into this rank's slot of full16 at each
+ * stage-3 gather and rewritten from the masters after each step.
  */
 #ifndef ZRT_ENGINE_INTERNAL_H
 #define ZRT_ENGINE_INTERNAL_H
@@ -37,6 +40,7 @@
 #include "comm.h"
 #include "config.h"
 #include "offload/hostpool.h"
+#include "offload/nvme.h"
 #include "offload/offload.h"
 #include "runtime/lr_sched.h"
 
@@ -80,7 +84,9 @@ typedef struct zrt_module_entry {
 
   void *full16;     /* working weights, full flat buffer (see table above) */
   void *shard16;    /* stage 3 owned shard of the working weights */
-  int shard16_host; /* 1 when shard16 lives in the host pool (offload_param) */
+  int shard16_host; /* 1 when shard16 lives in the host pool (offload_param cpu) */
+  int shard16_nvme; /* 1 when the shard lives in the param swap file at 16-bit element
+                       nvme_off (offload_param nvme): shard16 is NULL */
   void *grad16;     /* working-dtype grads the program adds into */
   float *grad_acc;  /* fp32 reduced-gradient accumulation (shard; full at stage 0) */
   float *master;    /* fp32 master (shard; full at stage 0) */
@@ -146,6 +152,17 @@ struct zrt_engine {
   zrt_offload_segment *nvme_segs;
   int nvme_nsegs;
   int64_t nvme_elems; /* elements of the file set (sum of master extents) */
+  /* offload_param nvme: the 16-bit shards of every module back to back in
+   * one two-generation swap file (module m at 16-bit element nvme_off, the
+   * same order as the master file set), staged through par_stage
+   * (par_stage_elems fp32 elements, 4096-aligned, host pool). par_dirty:
+   * the file's current generation does not yet hold round(master) (a failed
+   * write-back); the next fetch / save / step writes it first. */
+  zrt_nvme *par_nvme;
+  void *par_stage_raw;
+  float *par_stage;
+  int64_t par_stage_elems;
+  int par_dirty;
 
   zrt_param_entry *params;
   int nparams, cap_params;
@@ -240,8 +257,8 @@ zrt_status zrt_engine_gather_module(zrt_engine *eng, int m);
 zrt_status zrt_engine_reduce_pending(zrt_engine *eng, int m, int async);
 
 /* engine_offload.c: host pool + offload pipe creation (build), allocation
- * (marks modules optim_host / shard16_host), the offloaded optimizer step of one piece, and
- * teardown. */
+ * (marks modules optim_host / shard16_host / shard16_nvme), the offloaded optimizer step of one
+ * piece, and teardown. */
 zrt_status zrt_engine_offload_setup(zrt_engine *eng);
 zrt_status zrt_engine_offload_step(zrt_engine *eng, const zrt_optim_hparams *hp, float *master,
                                    float *s1, float *s2, const float *grad, void *param16,
@@ -263,6 +280,15 @@ zrt_status zrt_engine_state_io(zrt_engine *eng, int module, int which, int write
 /* offload_optimizer nvme: rewrites module m's 16-bit extent (this rank's
  * shard) from the master in the files (host conversion). No gather. */
 zrt_status zrt_engine_nvme_refresh_module(zrt_engine *eng, int module);
+/* offload_param nvme: rewrites the whole param swap file's next generation
+ * from the committed masters (16-bit = round(master), what the optimizer
+ * step writes) and commits it. Called after build, after every optimizer
+ * step and by zrt_engine_refresh_params. */
+zrt_status zrt_engine_param_nvme_write(zrt_engine *eng);
+/* offload_param nvme: copies module m's 16-bit shard (part elements) from
+ * the file's current generation into dst, host memory (dev = 0) or backend
+ * memory (dev = 1, staged through par_stage). Blocking. */
+zrt_status zrt_engine_param_nvme_read(zrt_engine *eng, int module, void *dst, int dev);
 
 /* Elements of a module's master/state buffers on this rank (part, or
  * padded at stage 0) and the element offset of element 0 in the flat

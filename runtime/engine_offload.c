@@ -15,8 +15,18 @@
  * predicts). The host pool then holds only the pipe's staging, and one
  * segmented pipe step per optimizer step updates every piece with its own
  * hyper-parameters (weight_decay 0 for NO_DECAY) and commits once, so the
- * files always hold a whole completed step. offload_param nvme still keeps
- * the 16-bit shards in the host pool (logged once).
+ * files always hold a whole completed step. With offload_param nvme the
+ * 16-bit shards live in one more swap file per rank ("zrt_rank<R>_param_*"
+ * under offload_param.nvme_path): module m's shard at 16-bit element
+ * nvme_off, the same back-to-back order, two generations. The host keeps
+ * one staging buffer of zrt_memest_param_stage fp32 elements. A stage-3
+ * gather reads the shard through it into this rank's slot of full16; after
+ * every optimizer step the whole file's next generation is rewritten from
+ * the committed masters (round(master) is exactly the 16-bit value the
+ * optimizer step produces) and committed right after the optimizer files.
+ * A write-back that fails leaves the file's previous generation and sets
+ * par_dirty, so the next reader rewrites it first: what is read is always
+ * round(current master).
  * The pipe's tile is zrt_memest_offload_tile so its host staging matches
  * the memory model. Invariant: eng->host_pool != NULL exactly when some
  * module is offloaded; a module has at most one of optim_host / optim_nvme.
@@ -34,8 +44,10 @@
 #include "memest.h"
 
 /* nvme_path must be an existing, writable directory: checked here so the
- * error names the config key rather than a swap file. */
-static zrt_status zrt_engine_nvme_check_path(const char *path) {
+ * error names the config key rather than a swap file. which: "optimizer" or
+ * "param"; what: what lives there. */
+static zrt_status zrt_engine_nvme_check_path(const char *path, const char *which,
+                                             const char *what) {
   struct stat sb;
   const char *why = NULL;
   if (!path || !*path)
@@ -48,11 +60,11 @@ static zrt_status zrt_engine_nvme_check_path(const char *path) {
     why = "is not writable";
   if (!why) return ZRT_OK;
   return zrt_error(ZRT_ERR_CONFIG,
-                   "zero_optimization.offload_optimizer.nvme_path '%s': %s — with "
-                   "offload_optimizer.device nvme the optimizer state lives in swap files there; "
+                   "zero_optimization.offload_%s.nvme_path '%s': %s — with "
+                   "offload_%s.device nvme %s lives in swap files there; "
                    "create the directory on the NVMe drive (writable by this user) or set "
                    "nvme_path to an existing one",
-                   path ? path : "", why);
+                   which, path ? path : "", why, which, what);
 }
 
 zrt_status zrt_engine_offload_setup(zrt_engine *eng) {
@@ -68,10 +80,10 @@ zrt_status zrt_engine_offload_setup(zrt_engine *eng) {
     return zrt_error(ZRT_ERR_CONFIG,
                      "zero_optimization.offload_param without offload_optimizer is not supported; "
                      "set zero_optimization.offload_optimizer.device to cpu as well");
-  if (op && eng->offload_par == ZRT_OFFLOAD_NVME)
-    zrt_log_once("engine.nvme_param", ZRT_LOG_WARN,
-                 "offload_param.device nvme: parameter shards are kept in the pinned host pool "
-                 "(NVMe swap of parameters is not supported)");
+  int pnvme = op && eng->offload_par == ZRT_OFFLOAD_NVME;
+  if (pnvme)
+    ZRT_CHECK(zrt_engine_nvme_check_path(c->offload_param.nvme_path, "param",
+                                         "the 16-bit parameter shard"));
   zrt_hostpool_opts ho = {.numa_node = c->numa_node,
                           .pin = c->offload_optimizer.pin_memory || c->offload_param.pin_memory,
                           .allow_fallback = c->pin_memory_fallback,
@@ -92,14 +104,17 @@ zrt_status zrt_engine_offload_setup(zrt_engine *eng) {
                               .nvme_path = c->offload_optimizer.nvme_path,
                               .buffer_count = (int)c->offload_optimizer.buffer_count,
                               .nvme_prefix = prefix};
-  if (nvme) ZRT_CHECK(zrt_engine_nvme_check_path(c->offload_optimizer.nvme_path));
+  if (nvme)
+    ZRT_CHECK(zrt_engine_nvme_check_path(c->offload_optimizer.nvme_path, "optimizer",
+                                         "the optimizer state"));
   ZRT_CHECK(zrt_offload_pipe_create(eng->backend, eng->hostpool, &oo_opts, &eng->offload));
   int64_t total = 0, pieces = 0;
   for (int m = 0; m < eng->nmodules; m++) {
     zrt_module_entry *me = &eng->modules[m];
     me->optim_host = !nvme;
     me->optim_nvme = nvme;
-    me->shard16_host = op;
+    me->shard16_host = op && !pnvme;
+    me->shard16_nvme = pnvme;
     int64_t off, len;
     zrt_engine_master_extent(eng, m, &off, &len);
     me->nvme_off = total;
@@ -109,6 +124,33 @@ zrt_status zrt_engine_offload_setup(zrt_engine *eng) {
       if (ZRT_MAX(p->offset, off) < ZRT_MIN(p->offset + p->numel, off + len)) pieces++;
     }
   }
+  if (pnvme) {
+    size_t ws = zrt_dtype_size(eng->dtype);
+    char pprefix[48];
+    snprintf(pprefix, sizeof pprefix, "zrt_rank%d_param", eng->rank);
+    lay.param_buffer_size = c->offload_param.buffer_size;
+    eng->par_stage_elems = zrt_memest_param_stage(&lay);
+    ZRT_CHECK(zrt_pool_alloc(eng->host_pool, (size_t)eng->par_stage_elems * 4 + ZRT_NVME_ALIGN,
+                             ZRT_MEM_PARAMS16, &eng->par_stage_raw));
+    eng->par_stage =
+        (float *)ZRT_ALIGN_UP((uintptr_t)eng->par_stage_raw, (uintptr_t)ZRT_NVME_ALIGN);
+    /* total is a multiple of 32 elements: whole floats of 16-bit data */
+    zrt_status st =
+        zrt_nvme_create_named(c->offload_param.nvme_path, pprefix, (size_t)total * ws / 4, 1,
+                              (int)ZRT_MAX(c->offload_param.buffer_count, 1), &eng->par_nvme);
+    if (st != ZRT_OK)
+      return zrt_error_context(st, "zero_optimization.offload_param.device nvme (nvme_path '%s'): ",
+                               c->offload_param.nvme_path);
+    char b[32];
+    zrt_log(ZRT_LOG_INFO,
+            "offload: 16-bit parameter shards in an NVMe file under %s (%s on disk for this "
+            "rank), %lld elements of host staging",
+            c->offload_param.nvme_path,
+            zrt_format_size(zrt_nvme_disk_bytes(eng->par_nvme), b, sizeof b),
+            (long long)eng->par_stage_elems);
+  }
+  const char *pwhere =
+      pnvme ? ", 16-bit parameter shards in NVMe" : ", 16-bit parameter shards in host memory";
   if (nvme) {
     eng->nvme_elems = total;
     eng->nvme_segs = calloc((size_t)ZRT_MAX(pieces, 1), sizeof *eng->nvme_segs);
@@ -127,14 +169,13 @@ zrt_status zrt_engine_offload_setup(zrt_engine *eng) {
             c->offload_optimizer.nvme_path,
             zrt_format_size(zrt_offload_pipe_nvme_disk_bytes(eng->offload), b, sizeof b),
             zrt_hostpool_node(eng->hostpool),
-            zrt_hostpool_pinned(eng->hostpool) ? "pinned" : "unpinned",
-            op ? ", 16-bit parameter shards in host memory" : "");
+            zrt_hostpool_pinned(eng->hostpool) ? "pinned" : "unpinned", op ? pwhere : "");
     return ZRT_OK;
   }
   zrt_log(ZRT_LOG_INFO, "offload: optimizer state in host memory (NUMA node %d, %s)%s",
           zrt_hostpool_node(eng->hostpool),
           zrt_hostpool_pinned(eng->hostpool) ? "pinned" : "unpinned",
-          op ? ", 16-bit parameter shards too" : "");
+          op ? (pnvme ? pwhere : ", 16-bit parameter shards too") : "");
   return ZRT_OK;
 }
 
@@ -145,8 +186,67 @@ int zrt_engine_optim_states(const zrt_engine *eng) {
 }
 
 zrt_status zrt_engine_offload_built(zrt_engine *eng) {
-  if (eng->offload_opt != ZRT_OFFLOAD_NVME || !eng->offload) return ZRT_OK;
-  return zrt_offload_pipe_nvme_sync(eng->offload);
+  if (eng->offload_opt == ZRT_OFFLOAD_NVME && eng->offload)
+    ZRT_CHECK(zrt_offload_pipe_nvme_sync(eng->offload));
+  if (eng->par_nvme) ZRT_CHECK(zrt_engine_param_nvme_write(eng));
+  return ZRT_OK;
+}
+
+/* Master elements [e0, e0+n) of the file-set order into dst: from the
+ * optimizer swap files, or gathered from the host-pool masters. */
+static zrt_status zrt_engine_master_span(zrt_engine *eng, int64_t e0, int64_t n, float *dst) {
+  if (eng->offload_opt == ZRT_OFFLOAD_NVME)
+    return zrt_offload_pipe_nvme_range(eng->offload, 0, 0, (size_t)e0, (size_t)n, dst);
+  for (int m = 0; m < eng->nmodules; m++) {
+    const zrt_module_entry *me = &eng->modules[m];
+    int64_t off, len;
+    zrt_engine_master_extent(eng, m, &off, &len);
+    int64_t lo = ZRT_MAX(e0, me->nvme_off), hi = ZRT_MIN(e0 + n, me->nvme_off + len);
+    if (lo < hi) memcpy(dst + (lo - e0), me->master + (lo - me->nvme_off), (size_t)(hi - lo) * 4);
+  }
+  return ZRT_OK;
+}
+
+zrt_status zrt_engine_param_nvme_write(zrt_engine *eng) {
+  size_t ws = zrt_dtype_size(eng->dtype);
+  int64_t total = 0, b = eng->par_stage_elems;
+  for (int m = 0; m < eng->nmodules; m++) {
+    int64_t off, len;
+    zrt_engine_master_extent(eng, m, &off, &len);
+    total += len;
+  }
+  eng->par_dirty = 1;
+  /* b is a multiple of 2048: every chunk starts a whole 4096-byte block of
+   * the 16-bit file, so each is one aligned tile write */
+  for (int64_t e0 = 0; e0 < total; e0 += b) {
+    int64_t n = ZRT_MIN(b, total - e0);
+    ZRT_CHECK(zrt_engine_master_span(eng, e0, n, eng->par_stage));
+    /* in place: 16-bit element i lands at or before float i */
+    for (int64_t i = 0; i < n; i++)
+      zrt_store_f(eng->par_stage, eng->dtype, (size_t)i, eng->par_stage[i]);
+    float *bufs[1] = {eng->par_stage};
+    ZRT_CHECK(zrt_nvme_tile_io(eng->par_nvme, 1, (size_t)e0 * ws / 4, (size_t)n * ws / 4, bufs));
+  }
+  ZRT_CHECK(zrt_nvme_commit(eng->par_nvme));
+  eng->par_dirty = 0;
+  return ZRT_OK;
+}
+
+zrt_status zrt_engine_param_nvme_read(zrt_engine *eng, int module, void *dst, int dev) {
+  if (eng->par_dirty) ZRT_CHECK(zrt_engine_param_nvme_write(eng));
+  const zrt_module_entry *me = &eng->modules[module];
+  size_t ws = zrt_dtype_size(eng->dtype);
+  /* part and nvme_off are multiples of 32 elements: whole floats */
+  size_t f0 = (size_t)me->nvme_off * ws / 4, nf = (size_t)me->part * ws / 4;
+  if (!dev) return zrt_nvme_range(eng->par_nvme, 0, 0, f0, nf, dst);
+  size_t chunk = (size_t)eng->par_stage_elems;
+  for (size_t k = 0; k < nf; k += chunk) {
+    size_t n = ZRT_MIN(chunk, nf - k);
+    ZRT_CHECK(zrt_nvme_range(eng->par_nvme, 0, 0, f0 + k, n, eng->par_stage));
+    ZRT_CHECK(zrt_backend_memcpy(eng->backend, (char *)dst + k * 4, eng->par_stage, n * 4,
+                                 ZRT_COPY_H2D, NULL));
+  }
+  return ZRT_OK;
 }
 
 zrt_status zrt_engine_state_io(zrt_engine *eng, int module, int which, int write, float *buf) {
@@ -172,6 +272,7 @@ zrt_status zrt_engine_nvme_refresh_module(zrt_engine *eng, int module) {
   size_t ws = zrt_dtype_size(eng->dtype);
   int64_t off, len;
   zrt_engine_master_extent(eng, module, &off, &len);
+  if (me->shard16_nvme) return zrt_engine_param_nvme_write(eng);
   char *dst = eng->stage == 3 ? (char *)me->shard16 : (char *)me->full16 + (size_t)off * ws;
   int host = eng->stage == 3 && me->shard16_host;
   const int64_t chunk = 1 << 20;
@@ -234,6 +335,11 @@ void zrt_engine_offload_free(zrt_engine *eng, void *host_ptr) {
 }
 
 void zrt_engine_offload_teardown(zrt_engine *eng) {
+  zrt_nvme_destroy(eng->par_nvme);
+  eng->par_nvme = NULL;
+  if (eng->par_stage_raw) zrt_pool_free(eng->host_pool, eng->par_stage_raw);
+  eng->par_stage_raw = NULL;
+  eng->par_stage = NULL;
   free(eng->nvme_segs);
   eng->nvme_segs = NULL;
   zrt_offload_pipe_destroy(eng->offload);

@@ -85,6 +85,7 @@ static zrt_status zrt_engine_apply(zrt_engine *eng, float grad_mul) {
   if (eng->offload_opt == ZRT_OFFLOAD_NVME && eng->nmodules > 0 && eng->modules[0].optim_nvme) {
     /* ZeRO-Infinity: every module in one segmented NVMe step, one commit */
     ZRT_CHECK(zrt_engine_offload_step_nvme(eng, &hp));
+    if (eng->par_nvme) ZRT_CHECK(zrt_engine_param_nvme_write(eng));
     for (int m = 0; m < eng->nmodules; m++) ZRT_CHECK(zrt_engine_step_gather(eng, m));
     if (eng->stage == 3) zrt_stage3_invalidate(eng);
     return ZRT_OK;
@@ -93,6 +94,7 @@ static zrt_status zrt_engine_apply(zrt_engine *eng, float grad_mul) {
     ZRT_CHECK(zrt_engine_each_piece(eng, m, zrt_engine_step_piece, &hp));
     ZRT_CHECK(zrt_engine_step_gather(eng, m));
   }
+  if (eng->par_nvme) ZRT_CHECK(zrt_engine_param_nvme_write(eng));
   if (eng->stage == 3) zrt_stage3_invalidate(eng);
   return ZRT_OK;
 }

@@ -26,6 +26,12 @@ int64_t zrt_memest_offload_tile(const zrt_memest_layout *l) {
   return ZRT_ALIGN_UP(ZRT_MAX(t, (int64_t)1), (int64_t)1024);
 }
 
+int64_t zrt_memest_param_stage(const zrt_memest_layout *l) {
+  int64_t t = zrt_memest_offload_tile(l);
+  if (l->param_buffer_size > 0) t = ZRT_MIN(t, l->param_buffer_size);
+  return ZRT_ALIGN_UP(ZRT_MAX(t, (int64_t)1), (int64_t)2048);
+}
+
 void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
   memset(o, 0, sizeof *o);
   uint64_t P = (uint64_t)l->padded_total, N = (uint64_t)l->world, w = (uint64_t)l->dtype_bytes;
@@ -60,9 +66,12 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
     }
     if (live > np) live = np;
     o->device[ZRT_MEM_PARAMS16] = w * ((uint64_t)l->persistent_padded + live);
-    if (l->offload_param)
+    if (l->offload_param && l->offload_param_nvme) {
+      o->host[ZRT_MEM_PARAMS16] = 4 * (uint64_t)zrt_memest_param_stage(l) + 4096;
+      o->nvme_bytes += 2 * ZRT_ALIGN_UP(w * S, (uint64_t)4096);
+    } else if (l->offload_param) {
       o->host[ZRT_MEM_PARAMS16] = w * S;
-    else
+    } else
       o->device[ZRT_MEM_PARAMS16] += w * S;
   }
   if (l->stage <= 1)

@@ -28,7 +28,10 @@
  * 2 k (4 t + 4096) (t = zrt_memest_offload_tile, two buffers per array, 4096
  * for O_DIRECT alignment), and the disk holds (1 + k) files of two
  * generations of the rank's extent: nvme_bytes = 2 (1 + k) align4096(4 E),
- * E = P (stage 0) or P/N.
+ * E = P (stage 0) or P/N. With offload_param_nvme (stage 3) the 16-bit
+ * shards move to one more file (2 generations of align4096(w P/N) bytes,
+ * added to nvme_bytes) and the host keeps only its staging buffer,
+ * params16 = 4 b + 4096 with b = zrt_memest_param_stage.
  *
  * Activations of the GPT example (examples/gpt2, fp32 whatever the working
  * dtype; N = B*T tokens, width C, layers L, heads h, vocab V):
@@ -59,8 +62,10 @@ typedef struct zrt_memest_layout {
   int64_t reuse_elems;    /* stage3_max_reuse_distance: released modules kept gathered */
   int64_t max_live_elems; /* stage3_max_live_parameters (0 = unlimited) */
   int offload_optimizer, offload_param;
-  int offload_nvme;       /* with offload_optimizer: master + states in NVMe files */
-  int64_t sub_group_size; /* zero_optimization.sub_group_size (offload tile cap) */
+  int offload_nvme;          /* with offload_optimizer: master + states in NVMe files */
+  int offload_param_nvme;    /* with offload_param: 16-bit shards in an NVMe file */
+  int64_t param_buffer_size; /* offload_param.buffer_size (0 = no cap) */
+  int64_t sub_group_size;    /* zero_optimization.sub_group_size (offload tile cap) */
   uint64_t activation_bytes;
 } zrt_memest_layout;
 
@@ -78,6 +83,12 @@ void zrt_memest_predict(const zrt_memest_layout *lay, zrt_memest_result *out);
  * min(sub_group_size, 4 Mi, largest master extent), rounded up to 1024. The
  * pipe holds 4 tiles of fp32 staging in the host pool (host comm bytes). */
 int64_t zrt_memest_offload_tile(const zrt_memest_layout *lay);
+
+/* fp32 elements of the param swap file's host staging buffer (offload_param
+ * nvme): min(offload tile, buffer_size) rounded up to 2048, so that a chunk
+ * of that many master elements converts to a 16-bit tile the file takes at a
+ * 4096-byte boundary. */
+int64_t zrt_memest_param_stage(const zrt_memest_layout *lay);
 
 /* GPT presets of examples/gpt2 (gpt2_config_preset): "tiny", "gpt2",
  * "gpt2-medium", "gpt2-large", "gpt2-xl"; byte-level vocab of 256. */

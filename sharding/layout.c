@@ -62,7 +62,9 @@ zrt_status zrt_engine_each_piece(zrt_engine *eng, int m,
   int64_t off, len;
   zrt_engine_master_extent(eng, m, &off, &len);
   /* stage 3 keeps only the owned shard; index it as if it were the full buffer */
+  /* (no working weights to write with offload_param nvme: w16 NULL) */
   char *w16 = eng->stage == 3 ? (char *)me->shard16 - (size_t)off * ws : (char *)me->full16;
+  if (eng->stage == 3 && !me->shard16) w16 = NULL;
   for (int i = 0; i < me->nparams; i++) {
     const zrt_param_entry *p = &eng->params[me->params[i]];
     int64_t lo = ZRT_MAX(p->offset, off), hi = ZRT_MIN(p->offset + p->numel, off + len);
@@ -71,7 +73,7 @@ zrt_status zrt_engine_each_piece(zrt_engine *eng, int m,
                            .param = p,
                            .k = (size_t)(lo - off),
                            .n = (size_t)(hi - lo),
-                           .w16 = w16 + (size_t)lo * ws};
+                           .w16 = w16 ? w16 + (size_t)lo * ws : NULL};
     ZRT_CHECK(fn(eng, &pc, arg));
   }
   return ZRT_OK;

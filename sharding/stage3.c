@@ -23,6 +23,10 @@
  * fetched again while gathered (embedding reused as the LM head) is neither
  * re-gathered nor freed under its other user. Every gather is logged at
  * debug level (module, elements, blocking or prefetch).
+ * With offload_param the owned shard is first copied into this rank's slot
+ * of full16: from the host pool (cpu), or read from the param swap file
+ * (nvme; a blocking read, also for prefetches, whose all-gather alone is
+ * asynchronous).
  * Invariants: `fetched` means full16 holds the current weights; a module
  * with gather_req != NULL has full16 allocated and is not yet fetched; a
  * retained module is fetched, not in use and not persistent; every rank
@@ -103,7 +107,16 @@ static zrt_status zrt_stage3_start_gather(zrt_engine *eng, int m, int async) {
   for (int r = 0; r < eng->world; r++) cnt[r] = (size_t)me->part;
   const void *src = me->shard16;
   zrt_status st;
-  if (me->shard16_host) {
+  if (me->shard16_nvme) {
+    /* param swap file: read the shard into this rank's slot (blocking) */
+    void *own = (char *)me->full16 + (size_t)eng->rank * me->part * ws;
+    st = zrt_engine_param_nvme_read(eng, m, own, 1);
+    if (st != ZRT_OK) {
+      free(cnt);
+      return st;
+    }
+    src = own;
+  } else if (me->shard16_host) {
     /* offloaded shard: stage it into this rank's slot of full16 first */
     void *own = (char *)me->full16 + (size_t)eng->rank * me->part * ws;
     st = zrt_backend_memcpy(eng->backend, own, me->shard16, (size_t)me->part * ws, ZRT_COPY_H2D,

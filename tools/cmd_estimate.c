@@ -9,7 +9,9 @@
  * --activation_bytes). With --offload_device nvme the optimizer-offload
  * rows keep master + states in NVMe swap files: host = the pipe's staging
  * only, and the swap files' bytes per rank are reported (nvme column /
- * "nvme_bytes"). Pure arithmetic: no MPI, no device.
+ * "nvme_bytes"). With --offload_param_device nvme the optimizer+param rows
+ * keep the 16-bit shards in a swap file too (host: its staging buffer;
+ * the file's bytes join nvme_bytes). Pure arithmetic: no MPI, no device.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +40,8 @@ static void est_usage(FILE *f) {
              "use)\n"
              "  --offload_device cpu|nvme  where offloaded optimizer state lives (default cpu; "
              "nvme: host holds staging only, swap file bytes reported)\n"
+             "  --offload_param_device cpu|nvme  where offloaded 16-bit parameter shards live "
+             "(stage 3 rows with param offload; default cpu)\n"
              "  --device_memory SIZE   mark configurations whose device total fits (e.g. 16GiB)\n"
              "  --json                 one JSON document instead of the table\n");
 }
@@ -65,7 +69,7 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
   int64_t params = -1, largest = -1, act_bytes = 0, batch = 1, seq = -1;
   int64_t bucket = 500000000, prefetch = 50000000, persist = 100000, reuse = 1000000000;
   uint64_t devmem = 0;
-  int json = 0, nvme = 0;
+  int json = 0, nvme = 0, pnvme = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -119,6 +123,12 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
         return 2;
       }
       nvme = !strcmp(v, "nvme");
+    } else if (!strcmp(a, "--offload_param_device")) {
+      if (strcmp(v, "cpu") && strcmp(v, "nvme")) {
+        fprintf(stderr, "zrt estimate-memory: --offload_param_device '%s' is not cpu or nvme\n", v);
+        return 2;
+      }
+      pnvme = !strcmp(v, "nvme");
     } else if (!strcmp(a, "--device_memory")) {
       if (!zrt_parse_size(v, &devmem) || devmem == 0) {
         fprintf(stderr,
@@ -232,6 +242,7 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       lay.offload_optimizer = cand[k].oo;
       lay.offload_param = cand[k].op;
       lay.offload_nvme = nvme;
+      lay.offload_param_nvme = pnvme && cand[k].op;
       lay.activation_bytes = acts;
       est_row *r = &rows[nrows++];
       r->world = wl[i];
@@ -266,6 +277,7 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       if (r->oo)
         printf(",\"optimizer_device\":\"%s\",\"nvme_bytes\":%llu", nvme ? "nvme" : "cpu",
                (unsigned long long)r->r.nvme_bytes);
+      if (r->op) printf(",\"param_device\":\"%s\"", pnvme ? "nvme" : "cpu");
       if (devmem) printf(",\"fits\":%s", r->fits ? "true" : "false");
       printf("}");
     }
@@ -280,13 +292,13 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
     printf("\n");
     if (devmem) printf("device memory per rank: %s\n", zrt_format_size(devmem, a, sizeof a));
     printf("%-6s %-6s %-16s %14s %14s %14s%s%s\n", "world", "stage", "offload", "model states",
-           "device total", "host", nvme ? "  nvme (disk)" : "", devmem ? "  fits" : "");
+           "device total", "host", nvme || pnvme ? "  nvme (disk)" : "", devmem ? "  fits" : "");
     for (int i = 0; i < nrows; i++) {
       const est_row *r = &rows[i];
       char e[32] = "";
-      if (nvme)
+      if (nvme || pnvme)
         snprintf(e, sizeof e, "  %12s",
-                 r->oo ? zrt_format_size(r->r.nvme_bytes, a, sizeof a) : "-");
+                 r->r.nvme_bytes ? zrt_format_size(r->r.nvme_bytes, a, sizeof a) : "-");
       printf("%-6d %-6d %-16s %14s %14s %14s%s%s\n", r->world, r->stage, off_name[r->oo + r->op],
              zrt_format_size(r->r.model_states, b, sizeof b),
              zrt_format_size(r->r.device_total, c, sizeof c),
@@ -294,10 +306,13 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
              devmem ? (r->fits ? "  yes" : "  no") : "");
     }
     printf("(per rank; device total = model states + reduction buckets + activations; host = "
-           "offloaded states + offload staging%s)\n",
+           "offloaded states + offload staging%s%s)\n",
            nvme ? "; with nvme the optimizer state is on disk (both generations of the swap "
                   "files) and the host holds only staging"
-                : "");
+                : "",
+           pnvme ? "; with param nvme the 16-bit shards of the optimizer+param rows are on disk "
+                   "too (two generations)"
+                 : "");
   }
   free(rows);
   return 0;

@@ -3,8 +3,10 @@
  * (runtime/memest.c) and vs the ZeRO paper's formulas, at stages 0-3 and
  * with optimizer / parameter offload to cpu, and with optimizer offload to
  * nvme (host keeps only the pipe's staging: its host peaks must equal the
- * model exactly, and the swap files' bytes equal memest's nvme_bytes)
- * (run at -n 2 and -n 4).
+ * model exactly, and the swap files' bytes equal memest's nvme_bytes), and
+ * at stage 3 with parameter offload to nvme under optimizer offload to nvme
+ * and to cpu (host params16 = the param file's staging buffer, exactly;
+ * param file bytes added to nvme_bytes) (run at -n 2 and -n 4).
  *
  * Program: NMOD modules of uneven sizes (padding exercised), bf16, AdamW,
  * trained for 2 optimizer steps with the usual fetch / release / grad /
@@ -40,13 +42,14 @@
 
 static const char *cat_name[4] = {"params16", "grads", "master32", "optim_state"};
 
-static char nvme_dir[1024]; /* swap directory of the oo = 2 (nvme) runs */
+static char nvme_dir[1024]; /* swap directory of the oo = 2 / op = 2 (nvme) runs */
 
 static double rel(double got, double want) {
   return want == 0 ? fabs(got) : fabs(got - want) / want;
 }
 
-/* one configuration; returns the measured device model-state total */
+/* one configuration (oo / op: 0 none, 1 cpu, 2 nvme); returns the
+ * measured device model-state total */
 static double run(int stage, int oo, int op, int reuse, int world, int rank) {
   zrt_config *cfg;
   ZT_OK(zrt_config_create(&cfg));
@@ -69,7 +72,11 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
       ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_optimizer.nvme_path", nvme_dir, "test"));
     ZT_OK(zrt_config_set(cfg, "zrt.pin_memory_fallback", "true", "test"));
   }
-  if (op) ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_param.device", "cpu", "test"));
+  if (op)
+    ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_param.device", op == 2 ? "nvme" : "cpu",
+                         "test"));
+  if (op == 2)
+    ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_param.nvme_path", nvme_dir, "test"));
   zrt_engine *eng;
   ZT_OK(zrt_engine_create(cfg, &eng));
   int mod[NMOD], par[NMOD];
@@ -129,7 +136,9 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
   lay.reuse_elems = eng->cfg->stage3_max_reuse_distance;
   lay.offload_optimizer = oo != 0;
   lay.offload_nvme = oo == 2;
-  lay.offload_param = op;
+  lay.offload_param = op != 0;
+  lay.offload_param_nvme = op == 2;
+  lay.param_buffer_size = eng->cfg->offload_param.buffer_size;
   zrt_memest_result want;
   zrt_memest_predict(&lay, &want);
   zrt_mem_stats dev, host;
@@ -150,11 +159,20 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
     ZT_CHECK(e2 <= 0.05);
     if (oo == 2) ZT_CHECK(host.peak[c] == want.host[c]); /* staging only: exact */
   }
-  if (oo == 2) {
-    size_t disk = zrt_offload_pipe_nvme_disk_bytes(eng->offload);
+  if (op == 2) {
+    /* the param file's staging buffer only: exact */
     if (rank == 0)
-      printf("stage %d nvme N %d swap files %zu bytes, predicted %llu\n", stage, world, disk,
-             (unsigned long long)want.nvme_bytes);
+      printf("stage %d oo %d param nvme N %d host params16 measured %zu predicted %llu\n", stage,
+             oo, world, host.peak[ZRT_MEM_PARAMS16],
+             (unsigned long long)want.host[ZRT_MEM_PARAMS16]);
+    ZT_CHECK(host.peak[ZRT_MEM_PARAMS16] == want.host[ZRT_MEM_PARAMS16]);
+  }
+  if (oo == 2 || op == 2) {
+    size_t disk = zrt_offload_pipe_nvme_disk_bytes(eng->offload) +
+                  (eng->par_nvme ? zrt_nvme_disk_bytes(eng->par_nvme) : 0);
+    if (rank == 0)
+      printf("stage %d oo %d op %d nvme N %d swap files %zu bytes, predicted %llu\n", stage, oo, op,
+             world, disk, (unsigned long long)want.nvme_bytes);
     ZT_CHECK(disk == want.nvme_bytes);
     ZT_CHECK(host.peak[ZRT_MEM_COMM] == want.host[ZRT_MEM_COMM]);
   }
@@ -212,6 +230,8 @@ int main(int argc, char **argv) {
   MPI_Bcast(nvme_dir, sizeof nvme_dir, MPI_CHAR, 0, MPI_COMM_WORLD);
   for (int s = 1; s <= 3; s++) run(s, 2, 0, 0, world, rank);
   run(3, 2, 1, 0, world, rank);
+  run(3, 2, 2, 0, world, rank);
+  run(3, 1, 2, 0, world, rank);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) ZT_CHECK(rmdir(nvme_dir) == 0); /* the engines removed their files */
   int fails = zt_failures, all = 0;
