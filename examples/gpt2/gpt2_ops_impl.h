@@ -388,9 +388,36 @@ static zrt_status S(cpu_gemm)(void *ctx, int ta, int tb, int64_t m, int64_t n, i
                               float alpha, const R *a, int64_t lda, const R *b, int64_t ldb,
                               float beta, R *c, int64_t ldc) {
 #if GPT2_IS_FLOAT
-  if (ctx)
-    return zrt_engine_gemm((zrt_engine *)ctx, ta, tb, m, n, k, alpha, a, lda, b, ldb, ZRT_F32, beta,
-                           c, ldc, ZRT_F32);
+  if (ctx) {
+    zrt_engine *e = ctx;
+    int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+    /* Split the larger of m / n into 16-aligned slabs, one per thread. */
+    int by_rows = m >= n;
+    int64_t dim = by_rows ? m : n;
+    if (nt > 1 && (double)m * (double)n * (double)k >= GPT2_GEMM_SPLIT_MIN && dim >= 32 * nt) {
+      int64_t slab = ((dim + nt - 1) / nt + 15) / 16 * 16;
+      int failed = 0;
+#pragma omp parallel num_threads(nt) reduction(| : failed)
+      {
+        zrt_status st = ZRT_OK;
+        int64_t lo = omp_get_thread_num() * slab, hi = lo + slab < dim ? lo + slab : dim;
+        if (lo < hi) {
+          if (by_rows)
+            st = zrt_engine_gemm(e, ta, tb, hi - lo, n, k, alpha, ta ? a + lo : a + lo * lda, lda,
+                                 b, ldb, ZRT_F32, beta, c + lo * ldc, ldc, ZRT_F32);
+          else
+            st =
+                zrt_engine_gemm(e, ta, tb, m, hi - lo, k, alpha, a, lda, tb ? b + lo * ldb : b + lo,
+                                ldb, ZRT_F32, beta, c + lo, ldc, ZRT_F32);
+        }
+        failed |= st != ZRT_OK;
+      }
+      if (!failed) return ZRT_OK;
+      /* The message lives in the failing thread; a whole call here reports it. */
+    }
+    return zrt_engine_gemm(e, ta, tb, m, n, k, alpha, a, lda, b, ldb, ZRT_F32, beta, c, ldc,
+                           ZRT_F32);
+  }
 #else
   (void)ctx;
 #endif
