@@ -276,15 +276,20 @@ uint16_t gpt2_float_to_bf16(float f) {
   return (uint16_t)(x >> 16);
 }
 
+/* Staging loops: simd always, the team only above ~32k elements (a tiny
+ * model's per-module arrays are far below, and waking the team for them
+ * cost more than the copy). */
+#define GPT2_STAGE_PAR_MIN ((int64_t)1 << 15)
+
 void gpt2_to_f32(float *dst, const void *src, zrt_dtype dt, int64_t n) {
   const uint16_t *s = src;
   if (dt == ZRT_F32) {
     memcpy(dst, src, (size_t)n * 4);
   } else if (dt == ZRT_BF16) {
-#pragma omp parallel for
+#pragma omp parallel for simd if (n >= GPT2_STAGE_PAR_MIN)
     for (int64_t i = 0; i < n; i++) dst[i] = gpt2_bf16_to_float(s[i]);
   } else {
-#pragma omp parallel for
+#pragma omp parallel for simd if (n >= GPT2_STAGE_PAR_MIN)
     for (int64_t i = 0; i < n; i++) dst[i] = gpt2_half_to_float(s[i]);
   }
 }
@@ -292,15 +297,15 @@ void gpt2_to_f32(float *dst, const void *src, zrt_dtype dt, int64_t n) {
 void gpt2_add_from_f32(void *dst, const float *src, zrt_dtype dt, int64_t n) {
   if (dt == ZRT_F32) {
     float *d = dst;
-#pragma omp parallel for
+#pragma omp parallel for simd if (n >= GPT2_STAGE_PAR_MIN)
     for (int64_t i = 0; i < n; i++) d[i] += src[i];
   } else if (dt == ZRT_BF16) {
     uint16_t *d = dst;
-#pragma omp parallel for
+#pragma omp parallel for simd if (n >= GPT2_STAGE_PAR_MIN)
     for (int64_t i = 0; i < n; i++) d[i] = gpt2_float_to_bf16(gpt2_bf16_to_float(d[i]) + src[i]);
   } else {
     uint16_t *d = dst;
-#pragma omp parallel for
+#pragma omp parallel for simd if (n >= GPT2_STAGE_PAR_MIN)
     for (int64_t i = 0; i < n; i++) d[i] = gpt2_float_to_half(gpt2_half_to_float(d[i]) + src[i]);
   }
 }
