@@ -1,8 +1,10 @@
 /*
  * gpt2_model.c — GPT-2 shape presets, the parameter table (Hugging Face
  * names and Conv1D shapes, GPT-2 initialisation), the activation layout, the
- * working-dtype conversions, and the float / double instantiations of the
- * CPU kernels and module passes (gpt2_ops_impl.h).
+ * working-dtype conversions, the vectorisable float exp / tanh, the CPU
+ * thread setup (one OpenMP pool, OpenBLAS single-threaded), and the float /
+ * double instantiations of the CPU kernels and module passes
+ * (gpt2_ops_impl.h).
  *
  * Invariant: the parameter table is the single source of the model's names,
  * shapes, init and weight-decay flags; the trainer registers exactly it and

@@ -8,7 +8,10 @@
  * The passes only touch memory through the ops table, so they run on the
  * CUDA kernels as well. Kernel parallelisation never lets two threads add
  * into the same element: reductions over rows (weight / bias gradients,
- * embedding gradients) are split over column blocks instead.
+ * embedding gradients) are split over column blocks instead, and GEMMs are
+ * split over output rows / columns only (never K). Inner loops are `omp
+ * simd`; their reductions have a fixed order set at compile time, so
+ * results do not depend on thread scheduling.
  */
 
 #define R GPT2_REAL
