@@ -412,6 +412,19 @@ zrt_status S(gpt2_embed_backward)(const S(gpt2_ops) * ops, const gpt2_config *cf
   return ops->check ? ops->check() : ZRT_OK;
 }
 
+#if GPT2_IS_FLOAT
+/* Rows [lo, hi) of C (by_rows) or its columns [lo, hi). */
+static zrt_status S(gemm_slab)(zrt_engine *e, int by_rows, int ta, int tb, int64_t m, int64_t n,
+                               int64_t k, float alpha, const R *a, int64_t lda, const R *b,
+                               int64_t ldb, float beta, R *c, int64_t ldc, int64_t lo, int64_t hi) {
+  if (by_rows)
+    return zrt_engine_gemm(e, ta, tb, hi - lo, n, k, alpha, ta ? a + lo : a + lo * lda, lda, b, ldb,
+                           ZRT_F32, beta, c + lo * ldc, ldc, ZRT_F32);
+  return zrt_engine_gemm(e, ta, tb, m, hi - lo, k, alpha, a, lda, tb ? b + lo * ldb : b + lo, ldb,
+                         ZRT_F32, beta, c + lo, ldc, ZRT_F32);
+}
+#endif
+
 /* GEMM: through the engine (OpenBLAS, fp32 accumulation) when the table
  * carries one, else the plain loops (accumulating in double) that the
  * gradient check and engine-less tests use. */
@@ -422,29 +435,29 @@ static zrt_status S(cpu_gemm)(void *ctx, int ta, int tb, int64_t m, int64_t n, i
   if (ctx) {
     zrt_engine *e = ctx;
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
-    /* Split the larger of m / n into 16-aligned slabs, one per thread. */
+    /* Split the larger of m / n into 16-aligned slabs, one per thread of
+     * the team actually formed. */
     int by_rows = m >= n;
     int64_t dim = by_rows ? m : n;
     if (nt > 1 && (double)m * (double)n * (double)k >= GPT2_GEMM_SPLIT_MIN && dim >= 32 * nt) {
-      int64_t slab = ((dim + nt - 1) / nt + 15) / 16 * 16;
-      int failed = 0;
-#pragma omp parallel num_threads(nt) reduction(| : failed)
+      int64_t bad_lo = -1, bad_hi = -1;
+#pragma omp parallel num_threads(nt)
       {
-        zrt_status st = ZRT_OK;
+        int team = omp_get_num_threads();
+        int64_t slab = ((dim + team - 1) / team + 15) / 16 * 16;
         int64_t lo = omp_get_thread_num() * slab, hi = lo + slab < dim ? lo + slab : dim;
-        if (lo < hi) {
-          if (by_rows)
-            st = zrt_engine_gemm(e, ta, tb, hi - lo, n, k, alpha, ta ? a + lo : a + lo * lda, lda,
-                                 b, ldb, ZRT_F32, beta, c + lo * ldc, ldc, ZRT_F32);
-          else
-            st =
-                zrt_engine_gemm(e, ta, tb, m, hi - lo, k, alpha, a, lda, tb ? b + lo * ldb : b + lo,
-                                ldb, ZRT_F32, beta, c + lo, ldc, ZRT_F32);
+        if (lo < hi && S(gemm_slab)(e, by_rows, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                                    ldc, lo, hi) != ZRT_OK) {
+#pragma omp critical(gpt2_gemm_error)
+          if (bad_lo < 0 || lo < bad_lo) bad_lo = lo, bad_hi = hi;
         }
-        failed |= st != ZRT_OK;
       }
-      if (!failed) return ZRT_OK;
-      /* The message lives in the failing thread; a whole call here reports it. */
+      if (bad_lo < 0) return ZRT_OK;
+      /* The engine's message is thread-local: a failed slab is re-run here so
+       * the caller's thread gets it. Argument checks fail before C is
+       * written, so the re-run sees C as the first attempt did. */
+      return S(gemm_slab)(e, by_rows, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bad_lo,
+                          bad_hi);
     }
     return zrt_engine_gemm(e, ta, tb, m, n, k, alpha, a, lda, b, ldb, ZRT_F32, beta, c, ldc,
                            ZRT_F32);
