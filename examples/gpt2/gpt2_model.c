@@ -1,8 +1,10 @@
 /*
  * gpt2_model.c — GPT-2 shape presets, the parameter table (Hugging Face
  * names and Conv1D shapes, GPT-2 initialisation), the activation layout, the
- * working-dtype conversions, and the float / double instantiations of the
- * CPU kernels and module passes (gpt2_ops_impl.h).
+ * working-dtype conversions, the vectorisable float exp / tanh, the CPU
+ * thread setup (one OpenMP pool, OpenBLAS single-threaded), and the float /
+ * double instantiations of the CPU kernels and module passes
+ * (gpt2_ops_impl.h).
  *
  * Invariant: the parameter table is the single source of the model's names,
  * shapes, init and weight-decay flags; the trainer registers exactly it and
@@ -10,10 +12,48 @@
  */
 #include "gpt2_model.h"
 
+#include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
+/* exp and tanh of the float kernels, branch-free so that the `omp simd`
+ * loops vectorise them (libm's are scalar calls and were a tenth of a
+ * step). exp: n = round(x log2 e) by the 1.5 * 2^23 trick, r = x - n ln2
+ * with ln2 in two parts, Cephes' polynomial on |r| <= ln2 / 2, 2^n built as
+ * an exponent; about 1 ulp, 0 below -87.3 (the callers only pass x <= 0),
+ * NaN propagates. tanh from exp(-2|u|): absolute error ~1e-7 near 0, which
+ * is what GELU's 1 + tanh needs. The double kernels keep libm. */
+static inline float gpt2_expf(float x) {
+  float xc = x < -87.3f ? -87.3f : x > 88.0f ? 88.0f : x;
+  float t = xc * 1.44269504088896341f + 12582912.0f;
+  float n = t - 12582912.0f;
+  float r = xc - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t ti, ei;
+  memcpy(&ti, &t, 4);
+  ei = (ti - 0x4B400000 + 127) * (1 << 23);
+  float sc;
+  memcpy(&sc, &ei, 4);
+  float y = x < -87.3f ? 0.0f : p * sc;
+  return x != x ? x : y;
+}
+
+static inline float gpt2_tanhf(float u) {
+  float e = gpt2_expf(-2.0f * fabsf(u));
+  return copysignf((1.0f - e) / (1.0f + e), u);
+}
+
+/* Below ~2 MFLOP a GEMM is not worth a parallel region. */
+#define GPT2_GEMM_SPLIT_MIN 1e6
 #define GPT2_REAL float
 #define GPT2_SFX(n) n##_f32
 #define GPT2_IS_FLOAT 1
@@ -238,15 +278,20 @@ uint16_t gpt2_float_to_bf16(float f) {
   return (uint16_t)(x >> 16);
 }
 
+/* Staging loops: simd always, the team only above ~32k elements (a tiny
+ * model's per-module arrays are far below, and waking the team for them
+ * cost more than the copy). */
+#define GPT2_STAGE_PAR_MIN ((int64_t)1 << 15)
+
 void gpt2_to_f32(float *dst, const void *src, zrt_dtype dt, int64_t n) {
   const uint16_t *s = src;
   if (dt == ZRT_F32) {
     memcpy(dst, src, (size_t)n * 4);
   } else if (dt == ZRT_BF16) {
-#pragma omp parallel for
+#pragma omp parallel for simd if (n >= GPT2_STAGE_PAR_MIN)
     for (int64_t i = 0; i < n; i++) dst[i] = gpt2_bf16_to_float(s[i]);
   } else {
-#pragma omp parallel for
+#pragma omp parallel for simd if (n >= GPT2_STAGE_PAR_MIN)
     for (int64_t i = 0; i < n; i++) dst[i] = gpt2_half_to_float(s[i]);
   }
 }
@@ -254,15 +299,23 @@ void gpt2_to_f32(float *dst, const void *src, zrt_dtype dt, int64_t n) {
 void gpt2_add_from_f32(void *dst, const float *src, zrt_dtype dt, int64_t n) {
   if (dt == ZRT_F32) {
     float *d = dst;
-#pragma omp parallel for
+#pragma omp parallel for simd if (n >= GPT2_STAGE_PAR_MIN)
     for (int64_t i = 0; i < n; i++) d[i] += src[i];
   } else if (dt == ZRT_BF16) {
     uint16_t *d = dst;
-#pragma omp parallel for
+#pragma omp parallel for simd if (n >= GPT2_STAGE_PAR_MIN)
     for (int64_t i = 0; i < n; i++) d[i] = gpt2_float_to_bf16(gpt2_bf16_to_float(d[i]) + src[i]);
   } else {
     uint16_t *d = dst;
-#pragma omp parallel for
+#pragma omp parallel for simd if (n >= GPT2_STAGE_PAR_MIN)
     for (int64_t i = 0; i < n; i++) d[i] = gpt2_float_to_half(gpt2_half_to_float(d[i]) + src[i]);
   }
+}
+
+void gpt2_cpu_threads_setup(void) {
+  /* The CPU ops split each large GEMM over the OpenMP team themselves
+   * (cpu_gemm), so OpenBLAS runs single-threaded inside those slabs. Two
+   * pools on the same cores (OpenBLAS's pthread workers spin for ~0.1 s
+   * after each call) would fight every OpenMP kernel between the GEMMs. */
+  openblas_set_num_threads(1);
 }

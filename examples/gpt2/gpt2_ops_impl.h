@@ -8,16 +8,22 @@
  * The passes only touch memory through the ops table, so they run on the
  * CUDA kernels as well. Kernel parallelisation never lets two threads add
  * into the same element: reductions over rows (weight / bias gradients,
- * embedding gradients) are split over column blocks instead.
+ * embedding gradients) are split over column blocks instead, and GEMMs are
+ * split over output rows / columns only (never K). Inner loops are `omp
+ * simd`; their reductions have a fixed order set at compile time, so
+ * results do not depend on thread scheduling.
  */
 
 #define R GPT2_REAL
 #define S GPT2_SFX
-#define R_EXP(x) _Generic((x), float : expf, default : exp)(x)
+#define R_EXP(x) _Generic((x), float : gpt2_expf, default : exp)(x)
 #define R_LOG(x) _Generic((x), float : logf, default : log)(x)
-#define R_TANH(x) _Generic((x), float : tanhf, default : tanh)(x)
+#define R_TANH(x) _Generic((x), float : gpt2_tanhf, default : tanh)(x)
 #define R_SQRT(x) _Generic((x), float : sqrtf, default : sqrt)(x)
 #define COLBLK 64
+/* Elements (or multiply-adds) below which a kernel runs on the calling
+ * thread: waking the team costs more than the loop. */
+#define PAR_MIN ((size_t)1 << 15)
 
 static void S(cpu_zero)(R *p, size_t n) { memset(p, 0, n * sizeof(R)); }
 
@@ -42,10 +48,11 @@ static zrt_status S(cpu_gemm_naive)(int ta, int tb, int64_t m, int64_t n, int64_
 
 static void S(cpu_encoder_forward)(R *out, const int *tok, const R *wte, const R *wpe, int B, int T,
                                    int C) {
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)B * T * C >= PAR_MIN)
   for (int bt = 0; bt < B * T; bt++) {
     const R *e = wte + (size_t)tok[bt] * C, *p = wpe + (size_t)(bt % T) * C;
     R *o = out + (size_t)bt * C;
+#pragma omp simd
     for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
   }
 }
@@ -53,20 +60,22 @@ static void S(cpu_encoder_forward)(R *out, const int *tok, const R *wte, const R
 static void S(cpu_encoder_backward)(R *dwte, R *dwpe, const R *dout, const int *tok, int B, int T,
                                     int C) {
   /* Tokens repeat, so wte rows are owned by column block, not by position. */
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)B * T * C >= PAR_MIN)
   for (int c0 = 0; c0 < C; c0 += COLBLK) {
     int c1 = c0 + COLBLK < C ? c0 + COLBLK : C;
     for (int bt = 0; bt < B * T; bt++) {
       const R *d = dout + (size_t)bt * C;
       R *w = dwte + (size_t)tok[bt] * C;
+#pragma omp simd
       for (int c = c0; c < c1; c++) w[c] += d[c];
     }
   }
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)B * T * C >= PAR_MIN)
   for (int t = 0; t < T; t++) {
     R *w = dwpe + (size_t)t * C;
     for (int b = 0; b < B; b++) {
       const R *d = dout + ((size_t)b * T + t) * C;
+#pragma omp simd
       for (int c = 0; c < C; c++) w[c] += d[c];
     }
   }
@@ -74,16 +83,19 @@ static void S(cpu_encoder_backward)(R *dwte, R *dwpe, const R *dout, const int *
 
 static void S(cpu_layernorm_forward)(R *out, R *mean, R *rstd, const R *inp, const R *w, const R *b,
                                      int N, int C) {
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)N * C >= PAR_MIN)
   for (int i = 0; i < N; i++) {
     const R *x = inp + (size_t)i * C;
     R m = 0, v = 0;
+#pragma omp simd reduction(+ : m)
     for (int c = 0; c < C; c++) m += x[c];
     m /= C;
+#pragma omp simd reduction(+ : v)
     for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
     v /= C;
     R s = (R)1 / R_SQRT(v + (R)1e-5);
     R *o = out + (size_t)i * C;
+#pragma omp simd
     for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
     mean[i] = m;
     rstd[i] = s;
@@ -92,10 +104,11 @@ static void S(cpu_layernorm_forward)(R *out, R *mean, R *rstd, const R *inp, con
 
 static void S(cpu_layernorm_backward)(R *dinp, R *dw, R *db, const R *dout, const R *inp,
                                       const R *w, const R *mean, const R *rstd, int N, int C) {
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)N * C >= PAR_MIN)
   for (int i = 0; i < N; i++) {
     const R *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
     R m = mean[i], s = rstd[i], dn_mean = 0, dn_norm_mean = 0;
+#pragma omp simd reduction(+ : dn_mean, dn_norm_mean)
     for (int c = 0; c < C; c++) {
       R dn = w[c] * d[c];
       dn_mean += dn;
@@ -104,19 +117,22 @@ static void S(cpu_layernorm_backward)(R *dinp, R *dw, R *db, const R *dout, cons
     dn_mean /= C;
     dn_norm_mean /= C;
     R *di = dinp + (size_t)i * C;
+#pragma omp simd
     for (int c = 0; c < C; c++) {
       R norm = (x[c] - m) * s;
       di[c] += (w[c] * d[c] - dn_mean - norm * dn_norm_mean) * s;
     }
   }
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)N * C >= PAR_MIN)
   for (int c0 = 0; c0 < C; c0 += COLBLK) {
     int c1 = c0 + COLBLK < C ? c0 + COLBLK : C;
     R aw[COLBLK] = {0}, ab[COLBLK] = {0};
     for (int i = 0; i < N; i++) {
       const R *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
+      R m = mean[i], s = rstd[i];
+#pragma omp simd
       for (int c = c0; c < c1; c++) {
-        aw[c - c0] += (x[c] - mean[i]) * rstd[i] * d[c];
+        aw[c - c0] += (x[c] - m) * s * d[c];
         ab[c - c0] += d[c];
       }
     }
@@ -128,20 +144,22 @@ static void S(cpu_layernorm_backward)(R *dinp, R *dw, R *db, const R *dout, cons
 }
 
 static void S(cpu_bias_add)(R *out, const R *bias, int N, int OC) {
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)N * OC >= PAR_MIN)
   for (int i = 0; i < N; i++) {
     R *o = out + (size_t)i * OC;
+#pragma omp simd
     for (int c = 0; c < OC; c++) o[c] += bias[c];
   }
 }
 
 static void S(cpu_bias_backward)(R *db, const R *dout, int N, int OC) {
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)N * OC >= PAR_MIN)
   for (int c0 = 0; c0 < OC; c0 += COLBLK) {
     int c1 = c0 + COLBLK < OC ? c0 + COLBLK : OC;
     R acc[COLBLK] = {0};
     for (int i = 0; i < N; i++) {
       const R *d = dout + (size_t)i * OC;
+#pragma omp simd
       for (int c = c0; c < c1; c++) acc[c - c0] += d[c];
     }
     for (int c = c0; c < c1; c++) db[c] += acc[c - c0];
@@ -149,36 +167,46 @@ static void S(cpu_bias_backward)(R *db, const R *dout, int N, int OC) {
 }
 
 /* Causal softmax attention; one (b, h) pair per iteration so each thread
- * owns its head's columns of out / dqkv. */
+ * owns its head's columns of out / dqkv. Every inner loop runs over the head
+ * dimension or a row of att with `omp simd`, the dot products as simd
+ * reductions (a fixed, schedule-independent order). */
 static void S(cpu_attention_forward)(R *out, R *att, const R *qkv, int B, int T, int C, int NH) {
   int hs = C / NH;
   R scale = (R)1 / R_SQRT((R)hs);
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)B * NH * T * T * hs >= PAR_MIN)
   for (int bh = 0; bh < B * NH; bh++) {
     int b = bh / NH, h = bh % NH;
+    const R *kv0 = qkv + (size_t)b * T * 3 * C + h * hs;
     for (int t = 0; t < T; t++) {
-      const R *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+      const R *q = kv0 + (size_t)t * 3 * C;
       R *a = att + ((size_t)bh * T + t) * T;
       R mx = -INFINITY;
       for (int t2 = 0; t2 <= t; t2++) {
-        const R *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+        const R *k = kv0 + (size_t)t2 * 3 * C + C;
         R dot = 0;
+#pragma omp simd reduction(+ : dot)
         for (int i = 0; i < hs; i++) dot += q[i] * k[i];
         a[t2] = dot * scale;
-        if (a[t2] > mx) mx = a[t2];
+        mx = a[t2] > mx ? a[t2] : mx;
       }
       R sum = 0;
+#pragma omp simd reduction(+ : sum)
       for (int t2 = 0; t2 <= t; t2++) {
         a[t2] = R_EXP(a[t2] - mx);
         sum += a[t2];
       }
-      for (int t2 = 0; t2 <= t; t2++) a[t2] /= sum;
+      R inv = (R)1 / sum;
+#pragma omp simd
+      for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
       for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0;
       R *o = out + ((size_t)b * T + t) * C + h * hs;
+#pragma omp simd
       for (int i = 0; i < hs; i++) o[i] = 0;
       for (int t2 = 0; t2 <= t; t2++) {
-        const R *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-        for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
+        const R *v = kv0 + (size_t)t2 * 3 * C + 2 * C;
+        R p = a[t2];
+#pragma omp simd
+        for (int i = 0; i < hs; i++) o[i] += p * v[i];
       }
     }
   }
@@ -188,34 +216,34 @@ static void S(cpu_attention_backward)(R *dqkv, const R *dout, const R *qkv, cons
                                       int T, int C, int NH) {
   int hs = C / NH;
   R scale = (R)1 / R_SQRT((R)hs);
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)B * NH * T * T * hs >= PAR_MIN)
   for (int bh = 0; bh < B * NH; bh++) {
     int b = bh / NH, h = bh % NH;
+    R datt[T]; /* d(att[t, :]) = dy . v[t2], kept for the softmax backward */
+    const R *kv0 = qkv + (size_t)b * T * 3 * C + h * hs;
+    R *dkv0 = dqkv + (size_t)b * T * 3 * C + h * hs;
     for (int t = 0; t < T; t++) {
       const R *a = att + ((size_t)bh * T + t) * T;
       const R *dy = dout + ((size_t)b * T + t) * C + h * hs;
-      const R *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-      R *dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
-      /* d(att[t2]) = dy . v[t2]; softmax backward needs sum_j att_j datt_j
-       * first, so datt is computed twice rather than stored. */
+      const R *q = kv0 + (size_t)t * 3 * C;
+      R *dq = dkv0 + (size_t)t * 3 * C;
       R sum = 0;
       for (int t2 = 0; t2 <= t; t2++) {
-        const R *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+        const R *v = kv0 + (size_t)t2 * 3 * C + 2 * C;
         R da = 0;
+#pragma omp simd reduction(+ : da)
         for (int i = 0; i < hs; i++) da += dy[i] * v[i];
+        datt[t2] = da;
         sum += a[t2] * da;
       }
       for (int t2 = 0; t2 <= t; t2++) {
-        size_t row2 = ((size_t)b * T + t2) * 3 * C;
-        const R *k = qkv + row2 + C + h * hs, *v = qkv + row2 + 2 * C + h * hs;
-        R *dk = dqkv + row2 + C + h * hs, *dv = dqkv + row2 + 2 * C + h * hs;
-        R da = 0;
+        size_t row2 = (size_t)t2 * 3 * C;
+        const R *k = kv0 + row2 + C;
+        R *dk = dkv0 + row2 + C, *dv = dkv0 + row2 + 2 * C;
+        R p = a[t2], dpre = p * (datt[t2] - sum) * scale;
+#pragma omp simd
         for (int i = 0; i < hs; i++) {
-          da += dy[i] * v[i];
-          dv[i] += a[t2] * dy[i];
-        }
-        R dpre = a[t2] * (da - sum) * scale;
-        for (int i = 0; i < hs; i++) {
+          dv[i] += p * dy[i];
           dq[i] += dpre * k[i];
           dk[i] += dpre * q[i];
         }
@@ -226,7 +254,7 @@ static void S(cpu_attention_backward)(R *dqkv, const R *dout, const R *qkv, cons
 
 #define GELU_S 0.7978845608028654 /* sqrt(2/pi) */
 static void S(cpu_gelu_forward)(R *out, const R *inp, size_t n) {
-#pragma omp parallel for
+#pragma omp parallel for simd if (n >= PAR_MIN)
   for (size_t i = 0; i < n; i++) {
     R x = inp[i];
     out[i] = (R)0.5 * x * ((R)1 + R_TANH((R)GELU_S * (x + (R)0.044715 * x * x * x)));
@@ -234,7 +262,7 @@ static void S(cpu_gelu_forward)(R *out, const R *inp, size_t n) {
 }
 
 static void S(cpu_gelu_backward)(R *dinp, const R *inp, const R *dout, size_t n) {
-#pragma omp parallel for
+#pragma omp parallel for simd if (n >= PAR_MIN)
   for (size_t i = 0; i < n; i++) {
     R x = inp[i];
     R th = R_TANH((R)GELU_S * (x + (R)0.044715 * x * x * x));
@@ -246,21 +274,24 @@ static void S(cpu_gelu_backward)(R *dinp, const R *inp, const R *dout, size_t n)
 }
 
 static void S(cpu_residual_forward)(R *out, const R *a, const R *b, size_t n) {
-#pragma omp parallel for
+#pragma omp parallel for simd if (n >= PAR_MIN)
   for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 static void S(cpu_crossentropy)(R *losses, R *logits, const int *targets, int N, int V, R dloss) {
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)N * V >= PAR_MIN)
   for (int i = 0; i < N; i++) {
     R *l = logits + (size_t)i * V;
     R mx = l[0], sum = 0;
-    for (int v = 1; v < V; v++)
-      if (l[v] > mx) mx = l[v];
+#pragma omp simd reduction(max : mx)
+    for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+#pragma omp simd reduction(+ : sum)
     for (int v = 0; v < V; v++) sum += R_EXP(l[v] - mx);
     losses[i] = R_LOG(sum) + mx - l[targets[i]];
     if (dloss != 0) {
-      for (int v = 0; v < V; v++) l[v] = R_EXP(l[v] - mx) / sum * dloss;
+      R k = dloss / sum;
+#pragma omp simd
+      for (int v = 0; v < V; v++) l[v] = R_EXP(l[v] - mx) * k;
       l[targets[i]] -= dloss;
     }
   }
@@ -381,6 +412,19 @@ zrt_status S(gpt2_embed_backward)(const S(gpt2_ops) * ops, const gpt2_config *cf
   return ops->check ? ops->check() : ZRT_OK;
 }
 
+#if GPT2_IS_FLOAT
+/* Rows [lo, hi) of C (by_rows) or its columns [lo, hi). */
+static zrt_status S(gemm_slab)(zrt_engine *e, int by_rows, int ta, int tb, int64_t m, int64_t n,
+                               int64_t k, float alpha, const R *a, int64_t lda, const R *b,
+                               int64_t ldb, float beta, R *c, int64_t ldc, int64_t lo, int64_t hi) {
+  if (by_rows)
+    return zrt_engine_gemm(e, ta, tb, hi - lo, n, k, alpha, ta ? a + lo : a + lo * lda, lda, b, ldb,
+                           ZRT_F32, beta, c + lo * ldc, ldc, ZRT_F32);
+  return zrt_engine_gemm(e, ta, tb, m, hi - lo, k, alpha, a, lda, tb ? b + lo * ldb : b + lo, ldb,
+                         ZRT_F32, beta, c + lo, ldc, ZRT_F32);
+}
+#endif
+
 /* GEMM: through the engine (OpenBLAS, fp32 accumulation) when the table
  * carries one, else the plain loops (accumulating in double) that the
  * gradient check and engine-less tests use. */
@@ -388,9 +432,36 @@ static zrt_status S(cpu_gemm)(void *ctx, int ta, int tb, int64_t m, int64_t n, i
                               float alpha, const R *a, int64_t lda, const R *b, int64_t ldb,
                               float beta, R *c, int64_t ldc) {
 #if GPT2_IS_FLOAT
-  if (ctx)
-    return zrt_engine_gemm((zrt_engine *)ctx, ta, tb, m, n, k, alpha, a, lda, b, ldb, ZRT_F32, beta,
-                           c, ldc, ZRT_F32);
+  if (ctx) {
+    zrt_engine *e = ctx;
+    int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+    /* Split the larger of m / n into 16-aligned slabs, one per thread of
+     * the team actually formed. */
+    int by_rows = m >= n;
+    int64_t dim = by_rows ? m : n;
+    if (nt > 1 && (double)m * (double)n * (double)k >= GPT2_GEMM_SPLIT_MIN && dim >= 32 * nt) {
+      int64_t bad_lo = -1, bad_hi = -1;
+#pragma omp parallel num_threads(nt)
+      {
+        int team = omp_get_num_threads();
+        int64_t slab = ((dim + team - 1) / team + 15) / 16 * 16;
+        int64_t lo = omp_get_thread_num() * slab, hi = lo + slab < dim ? lo + slab : dim;
+        if (lo < hi && S(gemm_slab)(e, by_rows, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                                    ldc, lo, hi) != ZRT_OK) {
+#pragma omp critical(gpt2_gemm_error)
+          if (bad_lo < 0 || lo < bad_lo) bad_lo = lo, bad_hi = hi;
+        }
+      }
+      if (bad_lo < 0) return ZRT_OK;
+      /* The engine's message is thread-local: a failed slab is re-run here so
+       * the caller's thread gets it. Argument checks fail before C is
+       * written, so the re-run sees C as the first attempt did. */
+      return S(gemm_slab)(e, by_rows, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bad_lo,
+                          bad_hi);
+    }
+    return zrt_engine_gemm(e, ta, tb, m, n, k, alpha, a, lda, b, ldb, ZRT_F32, beta, c, ldc,
+                           ZRT_F32);
+  }
 #else
   (void)ctx;
 #endif
@@ -423,5 +494,6 @@ const S(gpt2_ops) S(gpt2_cpu_ops) = {
 #undef R_TANH
 #undef R_SQRT
 #undef COLBLK
+#undef PAR_MIN
 #undef GELU_S
 #undef GPT2_PASS_CHECK

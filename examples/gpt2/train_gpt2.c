@@ -672,6 +672,8 @@ int main(int argc, char **argv) {
                     "rebuild with -DZRT_CUDA=ON or set zrt.backend=cpu\n");
     goto fail;
 #endif
+  } else {
+    gpt2_cpu_threads_setup();
   }
   tr.ops.ctx = tr.eng;
 
