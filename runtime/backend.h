@@ -115,6 +115,8 @@ void zrt_backend_destroy(zrt_backend *b);
  * none or not built). */
 int zrt_backend_cuda_built(void);
 int zrt_backend_cuda_device_count(void);
+/* Threads OpenBLAS uses in the CPU backend's GEMM (process-wide; n >= 1). */
+void zrt_backend_cpu_blas_threads(int n);
 /* Versions of the CUDA runtime, driver and cuBLAS this process loaded
  * ("not built" without CUDA). No device needed. */
 void zrt_backend_cuda_versions(char *buf, size_t n);

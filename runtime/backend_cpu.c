@@ -37,6 +37,9 @@
  * a weak reference lets the same binary use it where it exists. */
 #pragma weak cblas_sbgemm
 
+void zrt_backend_cpu_blas_threads(int n) {
+  if (n >= 1) openblas_set_num_threads(n);
+}
 /* Elements per OpenMP chunk below which threading costs more than it saves. */
 #define ZRT_CPU_PAR_MIN 65536
 /* fp32 elements of one GEMM workspace panel pair (16 MiB). */

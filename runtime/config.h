@@ -107,6 +107,7 @@ typedef struct zrt_cfg {
   char comm[32];    /* auto|self|mpi|nccl */
   int numa_node;    /* -1 = auto */
   int bind_cores_to_rank;
+  int blas_threads;        /* zrt.blas_threads: 0 = OpenBLAS's default */
   int pin_memory_fallback; /* allow unpinned host memory when pinning fails (logged) */
 
   /* launch (launch YAML / zrt launch flags) */

@@ -195,6 +195,11 @@ const zrt_cfg_row zrt_cfg_rows[] = {
      NULL},
     R("zrt.numa_node", I, Z, "-1", NULL, -1, 1023, "ZRT_NUMA_NODE",
       "NUMA node of host buffers (-1 = the node local to the rank's device)", numa_node),
+    R("zrt.blas_threads", I, Z, "0", NULL, 0, 4096, "ZRT_BLAS_THREADS",
+      "OpenBLAS threads of the CPU backend's GEMM (0 = OpenBLAS's own default); a program that "
+      "splits its GEMMs over its OpenMP team sets 1 so two thread pools do not fight for the "
+      "cores",
+      blas_threads),
     R("zrt.bind_cores_to_rank", B, Z, "false", NULL, 1, 0, "ZRT_BIND_CORES_TO_RANK",
       "pin each rank's threads to its share of the cores", bind_cores_to_rank),
     R("zrt.pin_memory_fallback", B, Z, "true", NULL, 1, 0, "ZRT_PIN_MEMORY_FALLBACK",

@@ -70,6 +70,8 @@ zrt_status zrt_engine_create(const zrt_config *cfg, zrt_engine **out) {
   ZRT_CHECK_GOTO(
       zrt_backend_create(c->backend, (size_t)c->device_memory_limit, local_rank, &eng->backend), st,
       fail);
+  if (c->blas_threads > 0 && !strcmp(eng->backend->iface->name, "cpu"))
+    zrt_backend_cpu_blas_threads((int)c->blas_threads);
   ZRT_CHECK_GOTO(zrt_comm_create(c->comm, eng->backend, c->comm_timeout_s, &eng->comm), st, fail);
   eng->rank = eng->comm->rank;
   eng->world = eng->comm->world;

@@ -12,7 +12,6 @@
  */
 #include "gpt2_model.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -310,12 +309,4 @@ void gpt2_add_from_f32(void *dst, const float *src, zrt_dtype dt, int64_t n) {
 #pragma omp parallel for simd if (n >= GPT2_STAGE_PAR_MIN)
     for (int64_t i = 0; i < n; i++) d[i] = gpt2_float_to_half(gpt2_half_to_float(d[i]) + src[i]);
   }
-}
-
-void gpt2_cpu_threads_setup(void) {
-  /* The CPU ops split each large GEMM over the OpenMP team themselves
-   * (cpu_gemm), so OpenBLAS runs single-threaded inside those slabs. Two
-   * pools on the same cores (OpenBLAS's pthread workers spin for ~0.1 s
-   * after each call) would fight every OpenMP kernel between the GEMMs. */
-  openblas_set_num_threads(1);
 }

@@ -107,11 +107,6 @@ void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B);
 extern const gpt2_ops_f32 gpt2_cpu_ops_f32; /* gemm: the engine in ctx, else loops */
 extern const gpt2_ops_f64 gpt2_cpu_ops_f64;
 
-/* Makes the OpenMP team the only thread pool of the CPU ops: large GEMMs
- * are split over it by gpt2_cpu_ops_f32 and OpenBLAS is set to one thread
- * (process-wide). Call once before training on the CPU backend. */
-void gpt2_cpu_threads_setup(void);
-
 /* fp16 / bf16 <-> fp32 conversions of the working dtype (round to nearest
  * even), used to stage 16-bit weights and gradients through fp32 buffers. */
 float gpt2_half_to_float(uint16_t h);

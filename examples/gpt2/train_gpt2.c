@@ -637,6 +637,10 @@ int main(int argc, char **argv) {
   if (a.config) CHECK(zrt_config_load_file(zc, a.config));
   snprintf(msg, sizeof msg, "%d", tr.B);
   CHECK(zrt_config_set(zc, "train_micro_batch_size_per_gpu", msg, "program"));
+  /* the CPU ops split large GEMMs over the OpenMP team themselves (cpu_gemm
+   * in gpt2_ops_impl.h): OpenBLAS runs single-threaded inside each slab,
+   * or its spinning workers would fight every OpenMP kernel for the cores */
+  CHECK(zrt_config_set(zc, "zrt.blas_threads", "1", "program"));
   if (a.metrics) CHECK(zrt_config_set(zc, "zrt.metrics_path", a.metrics, "program"));
   if (a.lr >= 0) {
     snprintf(msg, sizeof msg, "%.9g", a.lr);
@@ -672,8 +676,6 @@ int main(int argc, char **argv) {
                     "rebuild with -DZRT_CUDA=ON or set zrt.backend=cpu\n");
     goto fail;
 #endif
-  } else {
-    gpt2_cpu_threads_setup();
   }
   tr.ops.ctx = tr.eng;
 

@@ -55,8 +55,8 @@ int main(void) {
   zrt_config *zc = NULL;
   zrt_engine *eng = NULL;
   ZT_OK(zrt_config_from_env(&zc));
+  ZT_OK(zrt_config_set(zc, "zrt.blas_threads", "1", "test"));
   ZT_OK(zrt_engine_create(zc, &eng));
-  gpt2_cpu_threads_setup();
   omp_set_num_threads(2);
   gpt2_ops_f32 ops = gpt2_cpu_ops_f32;
   ops.ctx = eng;
