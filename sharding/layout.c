@@ -61,10 +61,11 @@ zrt_status zrt_engine_each_piece(zrt_engine *eng, int m,
   size_t ws = zrt_dtype_size(eng->dtype);
   int64_t off, len;
   zrt_engine_master_extent(eng, m, &off, &len);
-  /* stage 3 keeps only the owned shard; index it as if it were the full buffer */
-  /* (no working weights to write with offload_param nvme: w16 NULL) */
-  char *w16 = eng->stage == 3 ? (char *)me->shard16 - (size_t)off * ws : (char *)me->full16;
-  if (eng->stage == 3 && !me->shard16) w16 = NULL;
+  /* stage 3 keeps only the owned shard, indexed below as if it were the
+   * full buffer; with offload_param nvme there is none (w16 NULL: the
+   * weights are rewritten from the masters) */
+  char *base = eng->stage == 3 ? (char *)me->shard16 : (char *)me->full16;
+  int64_t base_at = eng->stage == 3 ? off : 0; /* flat element at base[0] */
   for (int i = 0; i < me->nparams; i++) {
     const zrt_param_entry *p = &eng->params[me->params[i]];
     int64_t lo = ZRT_MAX(p->offset, off), hi = ZRT_MIN(p->offset + p->numel, off + len);
@@ -73,7 +74,7 @@ zrt_status zrt_engine_each_piece(zrt_engine *eng, int m,
                            .param = p,
                            .k = (size_t)(lo - off),
                            .n = (size_t)(hi - lo),
-                           .w16 = w16 ? w16 + (size_t)lo * ws : NULL};
+                           .w16 = base ? base + (size_t)(lo - base_at) * ws : NULL};
     ZRT_CHECK(fn(eng, &pc, arg));
   }
   return ZRT_OK;

@@ -37,9 +37,11 @@ static inline float gpt2_expf(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  int32_t ti, ei;
+  /* 2^n from t's mantissa bits; unsigned so that out-of-range and NaN
+   * lanes (discarded below) wrap instead of overflowing */
+  uint32_t ti, ei;
   memcpy(&ti, &t, 4);
-  ei = (ti - 0x4B400000 + 127) * (1 << 23);
+  ei = (ti - 0x4B400000u + 127u) << 23;
   float sc;
   memcpy(&sc, &ei, 4);
   float y = x < -87.3f ? 0.0f : p * sc;
