@@ -306,6 +306,8 @@ const char *zrt_nvme_path(const zrt_nvme *nv, int array) {
   return nv && array >= 0 && array < nv->narrays ? nv->path[array] : "";
 }
 
+int zrt_nvme_generation(const zrt_nvme *nv) { return nv ? nv->cur : 0; }
+
 int zrt_nvme_reads_in_flight(const zrt_nvme *nv) { return nv ? nv->ainflight : 0; }
 
 zrt_status zrt_nvme_read_submit(zrt_nvme *nv, int array, size_t off, size_t bytes, void *buf,

@@ -73,6 +73,8 @@ int zrt_nvme_reads_in_flight(const zrt_nvme *nv);
 /* Waits for every in-flight asynchronous read and discards the results
  * (their buffers may be reused once it returns). */
 void zrt_nvme_read_drain(zrt_nvme *nv);
+/* Generation (0 or 1) the reads see: the last committed one. */
+int zrt_nvme_generation(const zrt_nvme *nv);
 /* Path of one array's file (error messages, tests). */
 const char *zrt_nvme_path(const zrt_nvme *nv, int array);
 /* Bytes the files take on disk once both generations are written:
