@@ -8,11 +8,16 @@
  * the generation of the last committed step and is never written by a
  * step. A failed step leaves nv->cur untouched, so the state on disk is the
  * last completed step's (the next step simply rewrites the other region).
+ * Asynchronous reads use a second ring (aring, created at the first
+ * submit) and a table of qd request records (the cqe's user_data is the
+ * record index), so reaping never consumes a tile I/O completion and a
+ * failure names the file and offset of the very request.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +33,14 @@ struct zrt_nvme {
   size_t n, region; /* elements; bytes per generation (aligned) */
   struct io_uring ring;
   int ring_ok;
+  struct io_uring aring; /* asynchronous reads */
+  int aring_ok, ainflight;
+  struct zrt_nvme_areq {
+    uint64_t tag;
+    off_t off; /* absolute file offset */
+    size_t bytes;
+    int array, busy;
+  } * areq; /* qd records */
 };
 
 static const char *zrt_nvme_names[ZRT_NVME_MAX_ARRAYS] = {"master", "state1", "state2"};
@@ -35,6 +48,9 @@ static const char *zrt_nvme_names[ZRT_NVME_MAX_ARRAYS] = {"master", "state1", "s
 void zrt_nvme_destroy(zrt_nvme *nv) {
   if (!nv) return;
   if (nv->ring_ok) io_uring_queue_exit(&nv->ring);
+  zrt_nvme_read_drain(nv);
+  if (nv->aring_ok) io_uring_queue_exit(&nv->aring);
+  free(nv->areq);
   for (int a = 0; a < nv->narrays; a++) {
     if (nv->fd[a] >= 0) close(nv->fd[a]);
     if (nv->path[a][0]) unlink(nv->path[a]);
@@ -284,4 +300,97 @@ zrt_status zrt_nvme_sync(zrt_nvme *nv) {
 
 size_t zrt_nvme_disk_bytes(const zrt_nvme *nv) {
   return nv ? 2 * nv->region * (size_t)nv->narrays : 0;
+}
+
+const char *zrt_nvme_path(const zrt_nvme *nv, int array) {
+  return nv && array >= 0 && array < nv->narrays ? nv->path[array] : "";
+}
+
+int zrt_nvme_generation(const zrt_nvme *nv) { return nv ? nv->cur : 0; }
+
+int zrt_nvme_reads_in_flight(const zrt_nvme *nv) { return nv ? nv->ainflight : 0; }
+
+zrt_status zrt_nvme_read_submit(zrt_nvme *nv, int array, size_t off, size_t bytes, void *buf,
+                                uint64_t tag) {
+  if (!nv || array < 0 || array >= nv->narrays || !buf || off % ZRT_NVME_ALIGN ||
+      bytes % ZRT_NVME_ALIGN || (uintptr_t)buf % ZRT_NVME_ALIGN || off + bytes > nv->region ||
+      bytes == 0 || bytes > UINT_MAX)
+    return zrt_error(ZRT_ERR_INVALID_ARG,
+                     "zrt_nvme_read_submit: bad arguments (array %d, offset %zu, %zu bytes; "
+                     "offset, size and buffer must be %d-aligned and within the %zu-byte region)",
+                     array, off, bytes, ZRT_NVME_ALIGN, nv ? nv->region : 0);
+  if (!nv->aring_ok) {
+    nv->areq = calloc((size_t)nv->qd, sizeof *nv->areq);
+    if (!nv->areq) return zrt_error(ZRT_ERR_OOM, "nvme swap: out of host memory");
+    int rc = io_uring_queue_init((unsigned)ZRT_MIN(4096, nv->qd), &nv->aring, 0);
+    if (rc < 0) {
+      free(nv->areq);
+      nv->areq = NULL;
+      return zrt_error(ZRT_ERR_IO, "nvme swap: io_uring_queue_init failed: %s", strerror(-rc));
+    }
+    nv->aring_ok = 1;
+  }
+  int slot = -1;
+  for (int i = 0; i < nv->qd && slot < 0; i++)
+    if (!nv->areq[i].busy) slot = i;
+  if (slot < 0)
+    return zrt_error(ZRT_ERR_INTERNAL,
+                     "nvme swap: %d asynchronous reads already in flight on %s (the queue depth); "
+                     "reap one first",
+                     nv->qd, nv->path[array]);
+  struct io_uring_sqe *sqe = io_uring_get_sqe(&nv->aring);
+  if (!sqe) return zrt_error(ZRT_ERR_INTERNAL, "nvme swap: io_uring queue full");
+  off_t fo = (off_t)(nv->cur * nv->region + off);
+  io_uring_prep_read(sqe, nv->fd[array], buf, (unsigned)bytes, fo);
+  io_uring_sqe_set_data64(sqe, (uint64_t)slot);
+  int rc = io_uring_submit(&nv->aring);
+  if (rc < 0) return zrt_error(ZRT_ERR_IO, "nvme swap: io_uring_submit: %s", strerror(-rc));
+  nv->areq[slot] =
+      (struct zrt_nvme_areq){.tag = tag, .off = fo, .bytes = bytes, .array = array, .busy = 1};
+  nv->ainflight++;
+  return ZRT_OK;
+}
+
+zrt_status zrt_nvme_read_reap(zrt_nvme *nv, int wait, uint64_t *tag, int *got) {
+  if (!nv || !tag || !got) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_nvme_read_reap: NULL");
+  *got = 0;
+  if (nv->ainflight == 0) return ZRT_OK;
+  struct io_uring_cqe *cqe = NULL;
+  int rc = wait ? io_uring_wait_cqe(&nv->aring, &cqe) : io_uring_peek_cqe(&nv->aring, &cqe);
+  if (rc == -EAGAIN && !wait) return ZRT_OK;
+  if (rc < 0) return zrt_error(ZRT_ERR_IO, "nvme swap: io_uring_wait_cqe: %s", strerror(-rc));
+  long res = cqe->res;
+  uint64_t slot = io_uring_cqe_get_data64(cqe);
+  io_uring_cqe_seen(&nv->aring, cqe);
+  if (slot >= (uint64_t)nv->qd || !nv->areq[slot].busy)
+    return zrt_error(ZRT_ERR_INTERNAL, "nvme swap: completion of an unknown read (%llu)",
+                     (unsigned long long)slot);
+  struct zrt_nvme_areq *r = &nv->areq[slot];
+  r->busy = 0;
+  nv->ainflight--;
+  *tag = r->tag;
+  *got = 1;
+  if (res < 0 || (size_t)res != r->bytes)
+    return zrt_nvme_io_error(nv, r->array, 0, r->off, res, r->bytes);
+  return ZRT_OK;
+}
+
+void zrt_nvme_read_drain(zrt_nvme *nv) {
+  while (nv && nv->ainflight > 0) {
+    struct io_uring_cqe *cqe = NULL;
+    int rc;
+    do rc = io_uring_wait_cqe(&nv->aring, &cqe);
+    while (rc == -EINTR);
+    if (rc < 0) {
+      /* the ring is unusable: nothing more can complete into the buffers */
+      nv->ainflight = 0;
+      break;
+    }
+    uint64_t slot = io_uring_cqe_get_data64(cqe);
+    io_uring_cqe_seen(&nv->aring, cqe);
+    if (slot < (uint64_t)nv->qd && nv->areq[slot].busy) {
+      nv->areq[slot].busy = 0;
+      nv->ainflight--;
+    }
+  }
 }

@@ -11,6 +11,9 @@
  * intact. I/O goes through liburing with O_DIRECT (4096-aligned offsets,
  * sizes and buffers); where the filesystem refuses O_DIRECT (tmpfs) the
  * files are reopened buffered and that is logged once.
+ * Asynchronous reads (zrt_nvme_read_submit / _reap) have a ring of their
+ * own, so they stay in flight across the blocking calls; the caller drains
+ * them before it commits (a commit flips the generation they read).
  */
 #ifndef ZRT_NVME_H
 #define ZRT_NVME_H
@@ -54,6 +57,26 @@ zrt_status zrt_nvme_zero(zrt_nvme *nv, int array);
 zrt_status zrt_nvme_range(zrt_nvme *nv, int array, int write, size_t off, size_t len, float *buf);
 /* fsync every file without flipping the generation. */
 zrt_status zrt_nvme_sync(zrt_nvme *nv);
+/* Submits an asynchronous read of bytes [off, off+bytes) of one array's
+ * current generation into buf (off, bytes and buf 4096-aligned); tag comes
+ * back from zrt_nvme_read_reap. At most queue_depth reads are in flight. */
+zrt_status zrt_nvme_read_submit(zrt_nvme *nv, int array, size_t off, size_t bytes, void *buf,
+                                uint64_t tag);
+/* Reaps one completed asynchronous read (completion order, not submission
+ * order): *got = 1 and *tag set, or *got = 0 when none has completed (wait =
+ * 0) or none is in flight. wait = 1 blocks until one completes. A failed or
+ * short read is reaped too (no longer in flight) and returns ZRT_ERR_IO
+ * naming the file and offset, with *got = 1 and its tag. */
+zrt_status zrt_nvme_read_reap(zrt_nvme *nv, int wait, uint64_t *tag, int *got);
+/* Asynchronous reads submitted and not yet reaped. */
+int zrt_nvme_reads_in_flight(const zrt_nvme *nv);
+/* Waits for every in-flight asynchronous read and discards the results
+ * (their buffers may be reused once it returns). */
+void zrt_nvme_read_drain(zrt_nvme *nv);
+/* Generation (0 or 1) the reads see: the last committed one. */
+int zrt_nvme_generation(const zrt_nvme *nv);
+/* Path of one array's file (error messages, tests). */
+const char *zrt_nvme_path(const zrt_nvme *nv, int array);
 /* Bytes the files take on disk once both generations are written:
  * 2 generations x narrays x n*4 rounded up to 4096. */
 size_t zrt_nvme_disk_bytes(const zrt_nvme *nv);

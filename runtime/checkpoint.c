@@ -113,7 +113,7 @@ static zrt_status zrt_ckpt_fetch_state(zrt_engine *eng, int module, int kind, vo
   zrt_module_entry *me = &eng->modules[module];
   if (kind == ZRT_CKPT_MASTER) return zrt_engine_get_master(eng, module, dst);
   if (kind == ZRT_CKPT_PARAM16 && me->shard16_nvme)
-    return zrt_engine_param_nvme_read(eng, module, dst, 0);
+    return zrt_engine_param_nvme_read(eng, module, dst);
   if (kind == ZRT_CKPT_PARAM16)
     return zrt_backend_memcpy(eng->backend, dst, me->shard16,
                               (size_t)me->part * zrt_dtype_size(eng->dtype),

@@ -301,6 +301,7 @@ static void zrt_engine_layout_totals(const zrt_engine *eng, zrt_memest_layout *l
   lay->offload_nvme = eng->offload_opt == ZRT_OFFLOAD_NVME;
   lay->offload_param_nvme = eng->offload_par == ZRT_OFFLOAD_NVME;
   lay->param_buffer_size = eng->cfg->offload_param.buffer_size;
+  lay->param_buffer_count = eng->cfg->offload_param.buffer_count;
   lay->activation_bytes = eng->activation_bytes;
 }
 

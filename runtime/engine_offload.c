@@ -19,8 +19,14 @@
  * 16-bit shards live in one more swap file per rank ("zrt_rank<R>_param_*"
  * under offload_param.nvme_path): module m's shard at 16-bit element
  * nvme_off, the same back-to-back order, two generations. The host keeps
- * one staging buffer of zrt_memest_param_stage fp32 elements. A stage-3
- * gather reads the shard through it into this rank's slot of full16; after
+ * offload_param.buffer_count staging slots of zrt_memest_param_stage fp32
+ * elements. A stage-3 fetch or prefetch queues the shard's read (par_q):
+ * chunks of the module's 4096-aligned file span, one slot each, read with
+ * liburing asynchronously and copied into this rank's slot of full16 as
+ * they complete (zrt_engine_param_nvme_poll, called by stage3.c at every
+ * fetch and release), so prefetch reads overlap compute; stage3.c launches
+ * the all-gathers in queue order. Before any write-back the queue is
+ * dropped (its reads would be of the old generation). After
  * every optimizer step the whole file's next generation is rewritten from
  * the committed masters (round(master) is exactly the 16-bit value the
  * optimizer step produces) and committed right after the optimizer files.
@@ -42,6 +48,7 @@
 
 #include "engine_internal.h"
 #include "memest.h"
+#include "sharding/sharding.h"
 
 /* nvme_path must be an existing, writable directory: checked here so the
  * error names the config key rather than a swap file. which: "optimizer" or
@@ -129,9 +136,21 @@ zrt_status zrt_engine_offload_setup(zrt_engine *eng) {
     char pprefix[48];
     snprintf(pprefix, sizeof pprefix, "zrt_rank%d_param", eng->rank);
     lay.param_buffer_size = c->offload_param.buffer_size;
+    lay.param_buffer_count = c->offload_param.buffer_count;
     eng->par_stage_elems = zrt_memest_param_stage(&lay);
-    ZRT_CHECK(zrt_pool_alloc(eng->host_pool, (size_t)eng->par_stage_elems * 4 + ZRT_NVME_ALIGN,
-                             ZRT_MEM_PARAMS16, &eng->par_stage_raw));
+    eng->par_nslots = (int)ZRT_MAX(c->offload_param.buffer_count, 1);
+    eng->par_slot_mod = malloc((size_t)eng->par_nslots * sizeof(int));
+    eng->par_slot_chunk = calloc((size_t)eng->par_nslots, sizeof(int64_t));
+    eng->par_q = malloc((size_t)ZRT_MAX(eng->nmodules, 1) * sizeof(int));
+    if (!eng->par_slot_mod || !eng->par_slot_chunk || !eng->par_q)
+      return zrt_error(ZRT_ERR_OOM, "offload: out of host memory");
+    for (int k = 0; k < eng->par_nslots; k++) eng->par_slot_mod[k] = -1;
+    eng->par_qn = 0;
+    /* the slots back to back: par_stage_elems is a multiple of 2048, so
+     * every slot starts 4096-aligned */
+    ZRT_CHECK(zrt_pool_alloc(
+        eng->host_pool, (size_t)eng->par_nslots * (size_t)eng->par_stage_elems * 4 + ZRT_NVME_ALIGN,
+        ZRT_MEM_PARAMS16, &eng->par_stage_raw));
     eng->par_stage =
         (float *)ZRT_ALIGN_UP((uintptr_t)eng->par_stage_raw, (uintptr_t)ZRT_NVME_ALIGN);
     /* total is a multiple of 32 elements: whole floats of 16-bit data */
@@ -144,9 +163,9 @@ zrt_status zrt_engine_offload_setup(zrt_engine *eng) {
     char b[32];
     zrt_log(ZRT_LOG_INFO,
             "offload: 16-bit parameter shards in an NVMe file under %s (%s on disk for this "
-            "rank), %lld elements of host staging",
+            "rank), %d staging buffers of %lld elements",
             c->offload_param.nvme_path,
-            zrt_format_size(zrt_nvme_disk_bytes(eng->par_nvme), b, sizeof b),
+            zrt_format_size(zrt_nvme_disk_bytes(eng->par_nvme), b, sizeof b), eng->par_nslots,
             (long long)eng->par_stage_elems);
   }
   const char *pwhere =
@@ -215,6 +234,8 @@ zrt_status zrt_engine_param_nvme_write(zrt_engine *eng) {
     zrt_engine_master_extent(eng, m, &off, &len);
     total += len;
   }
+  /* queued reads are of the generation this replaces */
+  zrt_stage3_drop_reads(eng);
   eng->par_dirty = 1;
   /* b is a multiple of 2048: every chunk starts a whole 4096-byte block of
    * the 16-bit file, so each is one aligned tile write */
@@ -232,21 +253,139 @@ zrt_status zrt_engine_param_nvme_write(zrt_engine *eng) {
   return ZRT_OK;
 }
 
-zrt_status zrt_engine_param_nvme_read(zrt_engine *eng, int module, void *dst, int dev) {
+zrt_status zrt_engine_param_nvme_read(zrt_engine *eng, int module, void *dst) {
   if (eng->par_dirty) ZRT_CHECK(zrt_engine_param_nvme_write(eng));
   const zrt_module_entry *me = &eng->modules[module];
   size_t ws = zrt_dtype_size(eng->dtype);
   /* part and nvme_off are multiples of 32 elements: whole floats */
-  size_t f0 = (size_t)me->nvme_off * ws / 4, nf = (size_t)me->part * ws / 4;
-  if (!dev) return zrt_nvme_range(eng->par_nvme, 0, 0, f0, nf, dst);
-  size_t chunk = (size_t)eng->par_stage_elems;
-  for (size_t k = 0; k < nf; k += chunk) {
-    size_t n = ZRT_MIN(chunk, nf - k);
-    ZRT_CHECK(zrt_nvme_range(eng->par_nvme, 0, 0, f0 + k, n, eng->par_stage));
-    ZRT_CHECK(zrt_backend_memcpy(eng->backend, (char *)dst + k * 4, eng->par_stage, n * 4,
-                                 ZRT_COPY_H2D, NULL));
+  return zrt_nvme_range(eng->par_nvme, 0, 0, (size_t)me->nvme_off * ws / 4,
+                        (size_t)me->part * ws / 4, dst);
+}
+
+/* Chunk k of module m's read: file bytes [*c0, *c0 + *cb) of the current
+ * generation (4096-aligned, at most one slot), of which the shard's bytes
+ * [*lo, *hi) (offsets from the shard's first byte) are wanted. The chunks
+ * tile the shard's 4096-aligned span, so shards that share a block with
+ * their neighbours are read whole. */
+static void zrt_engine_par_chunk(const zrt_engine *eng, const zrt_module_entry *me, int64_t k,
+                                 size_t *c0, size_t *cb, size_t *lo, size_t *hi) {
+  size_t ws = zrt_dtype_size(eng->dtype), A = ZRT_NVME_ALIGN;
+  size_t b0 = (size_t)me->nvme_off * ws, b1 = b0 + (size_t)me->part * ws;
+  size_t a0 = b0 / A * A, a1 = ZRT_ALIGN_UP(b1, A), S = (size_t)eng->par_stage_elems * 4;
+  *c0 = a0 + (size_t)k * S;
+  *cb = ZRT_MIN(S, a1 - *c0);
+  *lo = ZRT_MAX(b0, *c0) - b0;
+  *hi = ZRT_MIN(b1, *c0 + *cb) - b0;
+}
+
+static int64_t zrt_engine_par_nchunks(const zrt_engine *eng, const zrt_module_entry *me) {
+  size_t ws = zrt_dtype_size(eng->dtype), A = ZRT_NVME_ALIGN;
+  size_t b0 = (size_t)me->nvme_off * ws, b1 = b0 + (size_t)me->part * ws;
+  size_t span = ZRT_ALIGN_UP(b1, A) - b0 / A * A;
+  return (int64_t)ZRT_DIV_UP(span, (size_t)eng->par_stage_elems * 4);
+}
+
+/* Submits chunks in par_q order while slots are free. */
+static zrt_status zrt_engine_par_pump(zrt_engine *eng) {
+  int slot = 0;
+  for (int q = 0; q < eng->par_qn; q++) {
+    zrt_module_entry *me = &eng->modules[eng->par_q[q]];
+    while (me->par_next < me->par_nchunks) {
+      while (slot < eng->par_nslots && eng->par_slot_mod[slot] >= 0) slot++;
+      if (slot == eng->par_nslots) return ZRT_OK;
+      size_t c0, cb, lo, hi;
+      zrt_engine_par_chunk(eng, me, me->par_next, &c0, &cb, &lo, &hi);
+      ZRT_CHECK(zrt_nvme_read_submit(eng->par_nvme, 0, c0, cb,
+                                     eng->par_stage + (size_t)slot * eng->par_stage_elems,
+                                     (uint64_t)slot));
+      eng->par_slot_mod[slot] = eng->par_q[q];
+      eng->par_slot_chunk[slot] = me->par_next++;
+    }
   }
   return ZRT_OK;
+}
+
+/* Copies the chunk read into slot s to its module's dst; frees the slot. */
+static zrt_status zrt_engine_par_land(zrt_engine *eng, int s) {
+  zrt_module_entry *me = &eng->modules[eng->par_slot_mod[s]];
+  size_t c0, cb, lo, hi;
+  zrt_engine_par_chunk(eng, me, eng->par_slot_chunk[s], &c0, &cb, &lo, &hi);
+  size_t b0 = (size_t)me->nvme_off * zrt_dtype_size(eng->dtype);
+  const char *src = (const char *)(eng->par_stage + (size_t)s * eng->par_stage_elems);
+  eng->par_slot_mod[s] = -1;
+  me->par_left--;
+  return zrt_backend_memcpy(eng->backend, (char *)me->par_dst + lo, src + (b0 + lo - c0), hi - lo,
+                            ZRT_COPY_H2D, NULL);
+}
+
+void zrt_engine_param_nvme_cancel(zrt_engine *eng) {
+  if (!eng->par_nvme) return;
+  zrt_nvme_read_drain(eng->par_nvme);
+  for (int k = 0; k < eng->par_nslots; k++) eng->par_slot_mod[k] = -1;
+  for (int q = 0; q < eng->par_qn; q++) {
+    zrt_module_entry *me = &eng->modules[eng->par_q[q]];
+    me->par_queued = 0;
+    me->par_next = me->par_nchunks = me->par_left = 0;
+    me->par_dst = NULL;
+  }
+  eng->par_qn = 0;
+}
+
+zrt_status zrt_engine_param_nvme_submit(zrt_engine *eng, int m, void *dst, int front) {
+  if (eng->par_dirty) ZRT_CHECK(zrt_engine_param_nvme_write(eng));
+  zrt_module_entry *me = &eng->modules[m];
+  if (me->par_queued)
+    return zrt_error(ZRT_ERR_INTERNAL, "param nvme: '%s' is already being read", me->name);
+  me->par_dst = dst;
+  me->par_next = 0;
+  me->par_nchunks = me->par_left = zrt_engine_par_nchunks(eng, me);
+  me->par_queued = 1;
+  if (front) {
+    memmove(eng->par_q + 1, eng->par_q, (size_t)eng->par_qn * sizeof(int));
+    eng->par_q[0] = m;
+  } else {
+    eng->par_q[eng->par_qn] = m;
+  }
+  eng->par_qn++;
+  return zrt_engine_param_nvme_poll(eng, -1);
+}
+
+zrt_status zrt_engine_param_nvme_poll(zrt_engine *eng, int wait_m) {
+  if (!eng->par_nvme) return ZRT_OK;
+  zrt_status st = ZRT_OK;
+  for (;;) {
+    /* land whatever has completed, refill the freed slots */
+    for (;;) {
+      uint64_t tag;
+      int got = 0;
+      ZRT_CHECK_GOTO(zrt_nvme_read_reap(eng->par_nvme, 0, &tag, &got), st, fail);
+      if (!got) break;
+      ZRT_CHECK_GOTO(zrt_engine_par_land(eng, (int)tag), st, fail);
+    }
+    ZRT_CHECK_GOTO(zrt_engine_par_pump(eng), st, fail);
+    if (wait_m < 0 || eng->modules[wait_m].par_left == 0) return ZRT_OK;
+    uint64_t tag;
+    int got = 0;
+    ZRT_CHECK_GOTO(zrt_nvme_read_reap(eng->par_nvme, 1, &tag, &got), st, fail);
+    if (!got)
+      return zrt_error(ZRT_ERR_INTERNAL, "param nvme: waiting for '%s' with no read in flight",
+                       eng->modules[wait_m].name);
+    ZRT_CHECK_GOTO(zrt_engine_par_land(eng, (int)tag), st, fail);
+  }
+fail:
+  /* nothing may stay in flight into slots the caller is about to free */
+  zrt_nvme_read_drain(eng->par_nvme);
+  for (int k = 0; k < eng->par_nslots; k++) eng->par_slot_mod[k] = -1;
+  return zrt_error_context(st, "offload_param nvme (shard read of this rank): ");
+}
+
+void zrt_engine_param_nvme_dequeue(zrt_engine *eng, int m) {
+  int k = 0;
+  for (int q = 0; q < eng->par_qn; q++)
+    if (eng->par_q[q] != m) eng->par_q[k++] = eng->par_q[q];
+  eng->par_qn = k;
+  eng->modules[m].par_queued = 0;
+  eng->modules[m].par_dst = NULL;
 }
 
 zrt_status zrt_engine_state_io(zrt_engine *eng, int module, int which, int write, float *buf) {
@@ -337,6 +476,13 @@ void zrt_engine_offload_free(zrt_engine *eng, void *host_ptr) {
 void zrt_engine_offload_teardown(zrt_engine *eng) {
   zrt_nvme_destroy(eng->par_nvme);
   eng->par_nvme = NULL;
+  free(eng->par_slot_mod);
+  free(eng->par_slot_chunk);
+  free(eng->par_q);
+  eng->par_slot_mod = NULL;
+  eng->par_slot_chunk = NULL;
+  eng->par_q = NULL;
+  eng->par_qn = 0;
   if (eng->par_stage_raw) zrt_pool_free(eng->host_pool, eng->par_stage_raw);
   eng->par_stage_raw = NULL;
   eng->par_stage = NULL;

@@ -67,7 +67,9 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
     if (live > np) live = np;
     o->device[ZRT_MEM_PARAMS16] = w * ((uint64_t)l->persistent_padded + live);
     if (l->offload_param && l->offload_param_nvme) {
-      o->host[ZRT_MEM_PARAMS16] = 4 * (uint64_t)zrt_memest_param_stage(l) + 4096;
+      o->host[ZRT_MEM_PARAMS16] = 4 * (uint64_t)zrt_memest_param_stage(l) *
+                                      (uint64_t)ZRT_MAX(l->param_buffer_count, (int64_t)1) +
+                                  4096;
       o->nvme_bytes += 2 * ZRT_ALIGN_UP(w * S, (uint64_t)4096);
     } else if (l->offload_param) {
       o->host[ZRT_MEM_PARAMS16] = w * S;

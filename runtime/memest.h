@@ -30,8 +30,9 @@
  * generations of the rank's extent: nvme_bytes = 2 (1 + k) align4096(4 E),
  * E = P (stage 0) or P/N. With offload_param_nvme (stage 3) the 16-bit
  * shards move to one more file (2 generations of align4096(w P/N) bytes,
- * added to nvme_bytes) and the host keeps only its staging buffer,
- * params16 = 4 b + 4096 with b = zrt_memest_param_stage.
+ * added to nvme_bytes) and the host keeps only its staging slots,
+ * params16 = 4 b c + 4096 with b = zrt_memest_param_stage and c =
+ * offload_param.buffer_count (the asynchronous shard reads in flight).
  *
  * Activations of the GPT example (examples/gpt2, fp32 whatever the working
  * dtype; N = B*T tokens, width C, layers L, heads h, vocab V):
@@ -62,10 +63,11 @@ typedef struct zrt_memest_layout {
   int64_t reuse_elems;    /* stage3_max_reuse_distance: released modules kept gathered */
   int64_t max_live_elems; /* stage3_max_live_parameters (0 = unlimited) */
   int offload_optimizer, offload_param;
-  int offload_nvme;          /* with offload_optimizer: master + states in NVMe files */
-  int offload_param_nvme;    /* with offload_param: 16-bit shards in an NVMe file */
-  int64_t param_buffer_size; /* offload_param.buffer_size (0 = no cap) */
-  int64_t sub_group_size;    /* zero_optimization.sub_group_size (offload tile cap) */
+  int offload_nvme;           /* with offload_optimizer: master + states in NVMe files */
+  int offload_param_nvme;     /* with offload_param: 16-bit shards in an NVMe file */
+  int64_t param_buffer_size;  /* offload_param.buffer_size (0 = no cap) */
+  int64_t param_buffer_count; /* offload_param.buffer_count: staging slots (0 = 1) */
+  int64_t sub_group_size;     /* zero_optimization.sub_group_size (offload tile cap) */
   uint64_t activation_bytes;
 } zrt_memest_layout;
 

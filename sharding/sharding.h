@@ -36,7 +36,12 @@ zrt_status zrt_stage3_fetch(zrt_engine *eng, int m);
 zrt_status zrt_stage3_release(zrt_engine *eng, int m);
 /* After an optimizer step: gathered copies are stale. */
 void zrt_stage3_invalidate(zrt_engine *eng);
-/* Waits for all pending gathers (before freeing, at destroy). */
+/* Waits for all pending gathers (before freeing, at destroy); drops the
+ * pending shard reads (zrt_stage3_drop_reads). */
 zrt_status zrt_stage3_quiesce(zrt_engine *eng);
+/* offload_param nvme: cancels the shard reads whose gathers are not yet
+ * launched (waits for those in flight) and frees their gathered copies.
+ * Before a write-back / generation flip and after a failed read. */
+void zrt_stage3_drop_reads(zrt_engine *eng);
 
 #endif

@@ -25,16 +25,29 @@
  * debug level (module, elements, blocking or prefetch).
  * With offload_param the owned shard is first copied into this rank's slot
  * of full16: from the host pool (cpu), or read from the param swap file
- * (nvme; a blocking read, also for prefetches, whose all-gather alone is
- * asynchronous).
+ * (nvme). With nvme a prefetch only queues the read (eng->par_q, liburing,
+ * in flight while the caller computes; runtime/engine_offload.c) and the
+ * module's all-gather is launched later, in queue (= trace) order: at the
+ * fetch of trace position p every queued module up to position p + 1 (and
+ * up to the fetched module itself) has its read waited for and its gather
+ * started. When the gathers start never depends on when a read completes,
+ * only the waiting does, so disk timing cannot reorder collectives across
+ * ranks. Every fetch and release also polls the reads (lands completed
+ * chunks, submits more), so reads keep flowing when a shard is larger than
+ * the staging slots. A blocking fetch reads through the same queue (at its
+ * head) and waits. A failed read drops every queued read (nothing stays in
+ * flight) and the fetch or release returns the error.
  * Invariants: `fetched` means full16 holds the current weights; a module
  * with gather_req != NULL has full16 allocated and is not yet fetched; a
- * retained module is fetched, not in use and not persistent; every rank
- * issues the same gathers in the same order (same program, same trace,
- * decisions that depend only on them and the config).
+ * queued module (par_queued) has full16 allocated, no gather_req, is not
+ * fetched and not in use; a retained module is fetched, not in use and
+ * not persistent; every rank issues the same gathers in the same order
+ * (same program, same trace, decisions that depend only on them and the
+ * config).
  */
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "sharding.h"
 
@@ -87,7 +100,7 @@ static void zrt_stage3_evict(zrt_engine *eng, int64_t need) {
   }
 }
 
-static zrt_status zrt_stage3_start_gather(zrt_engine *eng, int m, int async) {
+static zrt_status zrt_stage3_alloc(zrt_engine *eng, int m, int async) {
   zrt_module_entry *me = &eng->modules[m];
   size_t ws = zrt_dtype_size(eng->dtype);
   if (!me->full16) {
@@ -99,6 +112,14 @@ static zrt_status zrt_stage3_start_gather(zrt_engine *eng, int m, int async) {
       eng->live_elems += me->padded;
     }
   }
+  return ZRT_OK;
+}
+
+/* The all-gather of m into full16 (asynchronous: gather_req). own_ready:
+ * with offload_param the shard is already in this rank's slot (nvme). */
+static zrt_status zrt_stage3_launch(zrt_engine *eng, int m, int async, int own_ready) {
+  zrt_module_entry *me = &eng->modules[m];
+  size_t ws = zrt_dtype_size(eng->dtype);
   size_t *cnt = malloc((size_t)eng->world * sizeof(size_t));
   if (!cnt) return zrt_error(ZRT_ERR_OOM, "stage 3 gather: out of host memory");
   zrt_log(ZRT_LOG_DEBUG, "stage 3: gather '%s' (%lld elements, %s, trace position %d)", me->name,
@@ -107,15 +128,8 @@ static zrt_status zrt_stage3_start_gather(zrt_engine *eng, int m, int async) {
   for (int r = 0; r < eng->world; r++) cnt[r] = (size_t)me->part;
   const void *src = me->shard16;
   zrt_status st;
-  if (me->shard16_nvme) {
-    /* param swap file: read the shard into this rank's slot (blocking) */
-    void *own = (char *)me->full16 + (size_t)eng->rank * me->part * ws;
-    st = zrt_engine_param_nvme_read(eng, m, own, 1);
-    if (st != ZRT_OK) {
-      free(cnt);
-      return st;
-    }
-    src = own;
+  if (own_ready) {
+    src = (char *)me->full16 + (size_t)eng->rank * me->part * ws;
   } else if (me->shard16_host) {
     /* offloaded shard: stage it into this rank's slot of full16 first */
     void *own = (char *)me->full16 + (size_t)eng->rank * me->part * ws;
@@ -138,6 +152,63 @@ static zrt_status zrt_stage3_start_gather(zrt_engine *eng, int m, int async) {
   }
   if (st == ZRT_OK && !async) me->fetched = 1;
   return st;
+}
+
+void zrt_stage3_drop_reads(zrt_engine *eng) {
+  if (!eng->par_nvme || eng->par_qn == 0) return;
+  int n = eng->par_qn;
+  int *q = malloc((size_t)n * sizeof(int));
+  if (q) memcpy(q, eng->par_q, (size_t)n * sizeof(int));
+  zrt_engine_param_nvme_cancel(eng);
+  for (int k = 0; q && k < n; k++) {
+    zrt_module_entry *me = &eng->modules[q[k]];
+    if (me->full16 && !me->persistent) zrt_stage3_free_copy(eng, me);
+  }
+  free(q);
+}
+
+/* A failed read: nothing queued survives (zrt_stage3_drop_reads). */
+static zrt_status zrt_stage3_poll(zrt_engine *eng, int wait_m) {
+  zrt_status st = zrt_engine_param_nvme_poll(eng, wait_m);
+  if (st != ZRT_OK) zrt_stage3_drop_reads(eng);
+  return st;
+}
+
+/* Reads (nvme) then gathers m; async = 1 for a prefetch, which with nvme
+ * only queues the read (zrt_stage3_launch_due starts the gather). */
+static zrt_status zrt_stage3_start_gather(zrt_engine *eng, int m, int async) {
+  zrt_module_entry *me = &eng->modules[m];
+  ZRT_CHECK(zrt_stage3_alloc(eng, m, async));
+  if (!me->shard16_nvme) return zrt_stage3_launch(eng, m, async, 0);
+  void *own = (char *)me->full16 + (size_t)eng->rank * me->part * zrt_dtype_size(eng->dtype);
+  zrt_status st = zrt_engine_param_nvme_submit(eng, m, own, !async);
+  if (st != ZRT_OK) {
+    zrt_stage3_drop_reads(eng);
+    if (me->full16 && !me->persistent) zrt_stage3_free_copy(eng, me);
+    return st;
+  }
+  if (async) {
+    me->par_pos = -1; /* set by the prefetch loop */
+    return ZRT_OK;
+  }
+  ZRT_CHECK(zrt_stage3_poll(eng, m));
+  zrt_engine_param_nvme_dequeue(eng, m);
+  return zrt_stage3_launch(eng, m, 0, 1);
+}
+
+/* Starts, in queue order, the gathers of the queued modules due now: those
+ * prefetched for trace positions up to upto, and every one queued before
+ * module m (when m is queued itself). Waits for their reads. */
+static zrt_status zrt_stage3_launch_due(zrt_engine *eng, int upto, int m) {
+  while (eng->par_qn > 0) {
+    int h = eng->par_q[0];
+    zrt_module_entry *he = &eng->modules[h];
+    if (!(eng->modules[m].par_queued || (he->par_pos >= 0 && he->par_pos <= upto))) break;
+    ZRT_CHECK(zrt_stage3_poll(eng, h));
+    zrt_engine_param_nvme_dequeue(eng, h);
+    ZRT_CHECK(zrt_stage3_launch(eng, h, 1, 1));
+  }
+  return ZRT_OK;
 }
 
 static zrt_status zrt_stage3_wait(zrt_engine *eng, int m) {
@@ -169,11 +240,12 @@ static void zrt_stage3_prefetch(zrt_engine *eng, int pos) {
     int i = pos + k;
     if (i >= eng->ntrace) break; /* do not prefetch across the optimizer step */
     zrt_module_entry *nx = &eng->modules[eng->trace[i]];
-    if (nx->fetched || nx->gather_req) continue;
+    if (nx->fetched || nx->gather_req || nx->par_queued) continue;
     if (nx->numel > budget) break;
     if (eng->live_elems + nx->padded > eng->cfg->stage3_max_live_parameters) break;
     if (zrt_stage3_start_gather(eng, eng->trace[i], 1) != ZRT_OK)
       break; /* blocking fetch retries */
+    nx->par_pos = i;
     budget -= nx->numel;
   }
 }
@@ -195,6 +267,7 @@ zrt_status zrt_stage3_fetch(zrt_engine *eng, int m) {
     if (pos >= 0) eng->trace_pos = pos;
   }
   me->trace_at = pos;
+  if (eng->par_nvme) ZRT_CHECK(zrt_stage3_launch_due(eng, pos < 0 ? -1 : pos + 1, m));
   ZRT_CHECK(zrt_stage3_wait(eng, m));
   if (!me->fetched) ZRT_CHECK(zrt_stage3_start_gather(eng, m, 0));
   me->retained = 0;
@@ -206,6 +279,8 @@ zrt_status zrt_stage3_fetch(zrt_engine *eng, int m) {
 zrt_status zrt_stage3_release(zrt_engine *eng, int m) {
   zrt_module_entry *me = &eng->modules[m];
   if (me->in_use > 0) me->in_use--;
+  /* keep the reads flowing while the caller computes */
+  if (eng->par_qn > 0) ZRT_CHECK(zrt_stage3_poll(eng, -1));
   /* a nested use (a tied module fetched again inside its own fetch) keeps
    * the gathered copy until the outermost release */
   if (me->persistent || me->in_use > 0) return ZRT_OK;
@@ -229,6 +304,7 @@ zrt_status zrt_stage3_release(zrt_engine *eng, int m) {
 }
 
 zrt_status zrt_stage3_quiesce(zrt_engine *eng) {
+  zrt_stage3_drop_reads(eng);
   zrt_status st = ZRT_OK;
   for (int m = 0; m < eng->nmodules; m++) {
     zrt_status s2 = zrt_stage3_wait(eng, m);
@@ -238,6 +314,7 @@ zrt_status zrt_stage3_quiesce(zrt_engine *eng) {
 }
 
 void zrt_stage3_invalidate(zrt_engine *eng) {
+  zrt_stage3_drop_reads(eng);
   for (int m = 0; m < eng->nmodules; m++) {
     zrt_module_entry *me = &eng->modules[m];
     /* stale copies nobody holds (retained, or prefetched and never used):

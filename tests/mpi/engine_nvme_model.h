@@ -49,6 +49,9 @@ typedef struct run_opts {
   const char *dtype; /* "bf16" or "fp32" */
   const char *optim; /* "AdamW" or "SGD" */
   const char *dir;   /* nvme_path of both */
+  /* optional (NULL: the config's default): stage3_prefetch_bucket_size,
+   * stage3_max_reuse_distance, offload_param.buffer_count */
+  const char *prefetch, *reuse, *buffer_count;
 } run_opts;
 
 typedef struct model {
@@ -88,6 +91,14 @@ static zrt_status model_create(model *m, const run_opts *o) {
                          "test"));
   if (o->op == 2)
     ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_param.nvme_path", o->dir, "test"));
+  if (o->prefetch)
+    ZT_OK(
+        zrt_config_set(cfg, "zero_optimization.stage3_prefetch_bucket_size", o->prefetch, "test"));
+  if (o->reuse)
+    ZT_OK(zrt_config_set(cfg, "zero_optimization.stage3_max_reuse_distance", o->reuse, "test"));
+  if (o->buffer_count)
+    ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_param.buffer_count", o->buffer_count,
+                         "test"));
   zrt_status st = zrt_engine_create(cfg, &m->eng);
   zrt_config_destroy(cfg);
   if (st) return st;

@@ -139,6 +139,7 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
   lay.offload_param = op != 0;
   lay.offload_param_nvme = op == 2;
   lay.param_buffer_size = eng->cfg->offload_param.buffer_size;
+  lay.param_buffer_count = eng->cfg->offload_param.buffer_count;
   zrt_memest_result want;
   zrt_memest_predict(&lay, &want);
   zrt_mem_stats dev, host;

@@ -22,8 +22,16 @@
  *    resumed from the param-cpu checkpoint of the same step; `zrt
  *    consolidate` of both checkpoints gives the same tensors byte for byte
  *    (checkpoint saves read the 16-bit sections from the file);
+ *  - asynchronous prefetch reads: stage3_prefetch_bucket_size 1e8 and
+ *    stage3_max_reuse_distance 0 (every fetch after the first step reads
+ *    the shard again, several reads in flight) with offload_param
+ *    buffer_count 1 and 4: bitwise equal to param cpu as above;
  *  - errors: a missing offload_param.nvme_path and an unset one name
- *    zero_optimization.offload_param.nvme_path.
+ *    zero_optimization.offload_param.nvme_path; the param file truncated
+ *    after step 1 (module 0's shard intact, the prefetched ones cut): a
+ *    fetch or release of step 2 fails with "short read" naming the file and
+ *    an offset in the current generation, on every rank before any further collective, with no read
+ *    left in flight and nothing queued.
  */
 #define _GNU_SOURCE
 #include "engine_nvme_model.h"
@@ -126,6 +134,54 @@ static void checkpoint_resume(const char *dir) {
     consolidate_same("param-nvme checkpoint vs param-cpu checkpoint", dir, ck[1], ck[0]);
 }
 
+/* The param file truncated behind zrt's back while prefetches are on. */
+static void truncated(const char *dir, const char *bc) {
+  run_opts o = {.stage = 3,
+                .oo = 1,
+                .op = 2,
+                .dtype = "bf16",
+                .optim = "AdamW",
+                .dir = dir,
+                .prefetch = "100000000",
+                .reuse = "0",
+                .buffer_count = bc};
+  model m;
+  ZT_OK(model_create(&m, &o));
+  model_step(&m, 1); /* records the trace: step 2 prefetches */
+  zrt_engine *e = m.eng;
+  size_t ws = zrt_dtype_size(e->dtype);
+  /* module 0's shard lies in the first block of the current generation;
+   * the prefetched modules' reads run past the cut */
+  ZT_CHECK((size_t)e->modules[0].part * ws <= 4096);
+  size_t total = 0; /* the shards back to back */
+  for (int k = 0; k < NMOD; k++) total += (size_t)e->modules[k].part;
+  size_t region = ZRT_ALIGN_UP(total * ws, (size_t)4096);
+  size_t cut = (size_t)zrt_nvme_generation(e->par_nvme) * region + 4096;
+  const char *path = zrt_nvme_path(e->par_nvme, 0);
+  ZT_CHECK(truncate(path, (off_t)cut) == 0);
+  zrt_status st = ZRT_OK;
+  for (int k = 0; k < NMOD && st == ZRT_OK; k++) {
+    st = zrt_module_fetch(e, m.mod[k]);
+    if (st == ZRT_OK) st = zrt_module_release(e, m.mod[k]);
+  }
+  if (m.rank == 0)
+    printf("param file truncated (buffer_count %s): status %d: %s\n", bc, (int)st,
+           zrt_last_error());
+  ZT_CHECK(st == ZRT_ERR_IO);
+  ZT_CONTAINS(zrt_last_error(), "short read");
+  ZT_CONTAINS(zrt_last_error(), path);
+  /* which chunk fails first is the disk's timing: any block of the
+   * current generation */
+  const char *at = strstr(zrt_last_error(), "short read at offset ");
+  ZT_CHECK(at != NULL);
+  unsigned long long fo = at ? strtoull(at + 21, NULL, 10) : 1;
+  ZT_CHECK(fo % 4096 == 0 && fo >= cut - 4096 && fo < cut - 4096 + region);
+  ZT_CHECK(zrt_nvme_reads_in_flight(e->par_nvme) == 0);
+  ZT_CHECK(e->par_qn == 0);
+  for (int k = 0; k < NMOD; k++) ZT_CHECK(!e->modules[k].par_queued);
+  zrt_engine_destroy(e);
+}
+
 static void errors(const char *dir, int rank) {
   char missing[1200];
   snprintf(missing, sizeof missing, "%s/does_not_exist", dir);
@@ -170,8 +226,27 @@ int main(int argc, char **argv) {
   equivalence(&b, "stage 3 bf16 AdamW, optimizer cpu: param nvme vs param cpu");
   run_opts c = {.stage = 3, .oo = 2, .dtype = "fp32", .optim = "SGD", .dir = dir};
   equivalence(&c, "stage 3 fp32 SGD momentum, optimizer nvme: param nvme vs param cpu");
+  const char *bcs[] = {"1", "4"};
+  for (int k = 0; k < 2; k++) {
+    run_opts p = {.stage = 3,
+                  .oo = 1,
+                  .dtype = "bf16",
+                  .optim = "AdamW",
+                  .dir = dir,
+                  .prefetch = "100000000",
+                  .reuse = "0",
+                  .buffer_count = bcs[k]};
+    char what[160];
+    snprintf(what, sizeof what,
+             "stage 3 bf16 AdamW, prefetch 1e8, reuse 0, param buffer_count %s: param nvme vs "
+             "param cpu",
+             bcs[k]);
+    equivalence(&p, what);
+  }
   checkpoint_resume(dir);
   errors(dir, rank);
+  truncated(dir, "1");
+  truncated(dir, "4");
 
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) {
