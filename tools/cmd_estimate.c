@@ -42,6 +42,8 @@ static void est_usage(FILE *f) {
              "nvme: host holds staging only, swap file bytes reported)\n"
              "  --offload_param_device cpu|nvme  where offloaded 16-bit parameter shards live "
              "(stage 3 rows with param offload; default cpu)\n"
+             "  --param_buffer_count N offload_param.buffer_count: host staging slots of the "
+             "param-nvme reads (default 5, the config's default)\n"
              "  --device_memory SIZE   mark configurations whose device total fits (e.g. 16GiB)\n"
              "  --json                 one JSON document instead of the table\n");
 }
@@ -70,6 +72,7 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
   int64_t bucket = 500000000, prefetch = 50000000, persist = 100000, reuse = 1000000000;
   uint64_t devmem = 0;
   int json = 0, nvme = 0, pnvme = 0;
+  int64_t pbufs = 5;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -129,6 +132,12 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
         return 2;
       }
       pnvme = !strcmp(v, "nvme");
+    } else if (!strcmp(a, "--param_buffer_count")) {
+      bad = est_num(a, v, &pbufs);
+      if (!bad && pbufs < 1) {
+        fprintf(stderr, "zrt estimate-memory: --param_buffer_count '%s' must be at least 1\n", v);
+        return 2;
+      }
     } else if (!strcmp(a, "--device_memory")) {
       if (!zrt_parse_size(v, &devmem) || devmem == 0) {
         fprintf(stderr,
@@ -243,6 +252,7 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       lay.offload_param = cand[k].op;
       lay.offload_nvme = nvme;
       lay.offload_param_nvme = pnvme && cand[k].op;
+      lay.param_buffer_count = pbufs;
       lay.activation_bytes = acts;
       est_row *r = &rows[nrows++];
       r->world = wl[i];
