@@ -191,6 +191,22 @@ static zrt_status zrt_pipe_wait(zrt_offload_pipe *p, double *copy_s) {
   return ZRT_OK;
 }
 
+/* The epilogue of a step: post the last tile's write-back (job j with
+ * j->k = tiles), meet the copy thread, commit the NVMe generation (NVMe
+ * mode) and record the step's timing (t0: its start). */
+static zrt_status zrt_pipe_finish(zrt_offload_pipe *p, zrt_pipe_job *j, double t0, double copy_s,
+                                  double upd_s) {
+  zrt_pipe_post(p, j);
+  ZRT_CHECK(zrt_pipe_wait(p, &copy_s));
+  if (p->nv) ZRT_CHECK(zrt_nvme_commit(p->nv));
+  p->timing.total_s = zrt_now_s() - t0;
+  p->timing.copy_s = copy_s;
+  p->timing.update_s = upd_s;
+  double hidden = copy_s + upd_s - p->timing.total_s;
+  p->timing.hidden_fraction = copy_s > 0 ? ZRT_MAX(0.0, ZRT_MIN(1.0, hidden / copy_s)) : 1.0;
+  return ZRT_OK;
+}
+
 static void zrt_pipe_free_buffers(zrt_offload_pipe *p) {
   zrt_pool *pool = zrt_hostpool_pool(p->hpool);
   for (int b = 0; b < 2; b++) {
@@ -392,16 +408,8 @@ zrt_status zrt_offload_pipe_step(zrt_offload_pipe *p, const zrt_optim_hparams *h
     if (st != ZRT_OK) return st;
   }
   j.k = (int)tiles; /* epilogue: last tile out */
-  zrt_pipe_post(p, &j);
-  ZRT_CHECK(zrt_pipe_wait(p, &copy_s));
-  if (p->nv) ZRT_CHECK(zrt_nvme_commit(p->nv));
   (void)gsz, (void)psz;
-  p->timing.total_s = zrt_now_s() - t0;
-  p->timing.copy_s = copy_s;
-  p->timing.update_s = upd_s;
-  double hidden = copy_s + upd_s - p->timing.total_s;
-  p->timing.hidden_fraction = copy_s > 0 ? ZRT_MAX(0.0, ZRT_MIN(1.0, hidden / copy_s)) : 1.0;
-  return ZRT_OK;
+  return zrt_pipe_finish(p, &j, t0, copy_s, upd_s);
 }
 
 void zrt_offload_pipe_timing(const zrt_offload_pipe *p, zrt_offload_timing *out) {
@@ -557,13 +565,5 @@ zrt_status zrt_offload_pipe_nvme_step_segments(zrt_offload_pipe *p, const zrt_op
     if (st != ZRT_OK) return st;
   }
   j.k = (int)tiles; /* epilogue: last tile out */
-  zrt_pipe_post(p, &j);
-  ZRT_CHECK(zrt_pipe_wait(p, &copy_s));
-  ZRT_CHECK(zrt_nvme_commit(p->nv));
-  p->timing.total_s = zrt_now_s() - t0;
-  p->timing.copy_s = copy_s;
-  p->timing.update_s = upd_s;
-  double hidden = copy_s + upd_s - p->timing.total_s;
-  p->timing.hidden_fraction = copy_s > 0 ? ZRT_MAX(0.0, ZRT_MIN(1.0, hidden / copy_s)) : 1.0;
-  return ZRT_OK;
+  return zrt_pipe_finish(p, &j, t0, copy_s, upd_s);
 }

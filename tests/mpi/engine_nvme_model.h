@@ -277,4 +277,19 @@ static void consolidate_same(const char *what, const char *dir, const char *ck_n
   zrt_st_close(f[1]);
 }
 
+/* End of a test: every rank done, rank 0 removes the swap directory, the
+ * failures of all ranks are summed into zt_failures, MPI finalised. */
+static void nvme_test_end(const char *dir, int rank) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ZT_CHECK(system(cmd) == 0);
+  }
+  int fails = zt_failures, all = 0;
+  MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Finalize();
+  zt_failures = all;
+}
+
 #endif

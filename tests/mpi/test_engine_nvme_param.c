@@ -248,15 +248,6 @@ int main(int argc, char **argv) {
   truncated(dir, "1");
   truncated(dir, "4");
 
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 0) {
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ZT_CHECK(system(cmd) == 0);
-  }
-  int fails = zt_failures, all = 0;
-  MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Finalize();
-  zt_failures = all;
+  nvme_test_end(dir, rank);
   ZT_DONE();
 }
