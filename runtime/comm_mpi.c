@@ -29,6 +29,12 @@
  *    once per process, which is the one piece of process-global state
  *    (mpi_live, mpi_we_init) this file keeps. A program that initialised
  *    MPI itself also finalises it.
+ *  - Local rank / local world size come from an all-gather of a hash of
+ *    the host name and the kernel's boot id (ranks with equal hashes share
+ *    a machine), not from
+ *    MPI_Comm_split_type(SHARED): that split is the only thing they were
+ *    for, and Open MPI 4.1.4 crashes in it when two of its daemons run on
+ *    one host (tests/cli/test_launch_multinode.sh).
  *  - A request that timed out stays in flight (MPI forbids freeing an
  *    active collective request); destroy then skips MPI_Comm_free and
  *    MPI_Finalize rather than hang in them.
@@ -38,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "amp/dtype.h"
 #include "comm_impl.h"
@@ -142,6 +149,39 @@ ZRT_MPI_HALF_OP(half_f16_min, ZRT_F16, ZRT_HALF_MIN)
 ZRT_MPI_HALF_OP(half_bf16_sum, ZRT_BF16, ZRT_HALF_SUM)
 ZRT_MPI_HALF_OP(half_bf16_max, ZRT_BF16, ZRT_HALF_MAX)
 ZRT_MPI_HALF_OP(half_bf16_min, ZRT_BF16, ZRT_HALF_MIN)
+
+/* c->local_rank / local_world: ranks whose host name + boot id hash alike
+ * share a machine; the local rank counts the lower world ranks among them. */
+static zrt_status mpi_local_ranks(mpi_ctx *m, zrt_comm *c) {
+  /* host name + kernel boot id: two machines that happen to share a name
+   * still differ, containers of one machine (same kernel) still match */
+  char host[512] = "";
+  if (gethostname(host, 255) != 0) snprintf(host, sizeof host, "unknown");
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    size_t n = strlen(host);
+    if (!fgets(host + n, (int)(sizeof host - n), f)) host[n] = 0;
+    fclose(f);
+  }
+  uint64_t h = 1469598103934665603ull; /* FNV-1a 64 */
+  for (const char *p = host; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  uint64_t *all = malloc((size_t)m->nranks * sizeof *all);
+  if (!all) return zrt_error(ZRT_ERR_OOM, "MPI comm: out of host memory for the host table");
+  int rc = MPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, m->world);
+  if (rc != MPI_SUCCESS) {
+    free(all);
+    return zrt_error(ZRT_ERR_COMM, "MPI_Allgather(host names) failed (MPI error %d)", rc);
+  }
+  c->local_rank = 0;
+  c->local_world = 0;
+  for (int r = 0; r < m->nranks; r++)
+    if (all[r] == h) {
+      if (r < m->rank) c->local_rank++;
+      c->local_world++;
+    }
+  free(all);
+  return ZRT_OK;
+}
 
 static zrt_status half_ops_create(mpi_ctx *m) {
   static MPI_User_function *const fns[2][3] = {
@@ -478,12 +518,7 @@ zrt_status zrt_comm_mpi_init(zrt_comm *c, zrt_backend *backend) {
   MPI_Comm_set_errhandler(m->world, MPI_ERRORS_RETURN);
   MPI_TRY_GOTO(MPI_Comm_rank(m->world, &m->rank), "MPI_Comm_rank", st, fail);
   MPI_TRY_GOTO(MPI_Comm_size(m->world, &m->nranks), "MPI_Comm_size", st, fail);
-  MPI_TRY_GOTO(
-      MPI_Comm_split_type(m->world, MPI_COMM_TYPE_SHARED, m->rank, MPI_INFO_NULL, &m->local),
-      "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)", st, fail);
-  MPI_Comm_set_errhandler(m->local, MPI_ERRORS_RETURN);
-  MPI_TRY_GOTO(MPI_Comm_rank(m->local, &c->local_rank), "MPI_Comm_rank(local)", st, fail);
-  MPI_TRY_GOTO(MPI_Comm_size(m->local, &c->local_world), "MPI_Comm_size(local)", st, fail);
+  ZRT_CHECK_GOTO(mpi_local_ranks(m, c), st, fail);
   ZRT_CHECK_GOTO(half_ops_create(m), st, fail);
   ZRT_CHECK_GOTO(
       zrt_pool_create("comm host staging", 0, host_raw_alloc, host_raw_free, NULL, &m->host_stage),
