@@ -191,11 +191,35 @@ static zrt_status zrt_pipe_wait(zrt_offload_pipe *p, double *copy_s) {
   return ZRT_OK;
 }
 
-/* The epilogue of a step: post the last tile's write-back (job j with
- * j->k = tiles), meet the copy thread, commit the NVMe generation (NVMe
- * mode) and record the step's timing (t0: its start). */
-static zrt_status zrt_pipe_finish(zrt_offload_pipe *p, zrt_pipe_job *j, double t0, double copy_s,
-                                  double upd_s) {
+/* The optimizer update of tile k (elements [off, off + len) of the step)
+ * on the main thread, while the copy thread moves tiles k+1 in and k-1 out. */
+typedef zrt_status (*zrt_pipe_update_fn)(zrt_offload_pipe *p, const zrt_pipe_job *j, size_t k,
+                                         size_t off, size_t len, void *arg);
+
+/* One pipelined step over j->n elements: prologue (tile 0 in), then per
+ * tile the copy thread's job posted while update() runs, the copy thread
+ * always met before an error returns; epilogue (last tile out), the NVMe
+ * commit (NVMe mode) and the step's timing. */
+static zrt_status zrt_pipe_run(zrt_offload_pipe *p, zrt_pipe_job *j, zrt_pipe_update_fn update,
+                               void *arg) {
+  double t0 = zrt_now_s(), copy_s = 0, upd_s = 0;
+  size_t n = j->n, tiles = zrt_pipe_tiles(p, n);
+  j->k = -1;
+  zrt_pipe_post(p, j); /* prologue: tile 0 in */
+  ZRT_CHECK(zrt_pipe_wait(p, &copy_s));
+  for (size_t k = 0; k < tiles; k++) {
+    j->k = (int)k;
+    zrt_pipe_post(p, j);
+    size_t off = k * p->tile, len = ZRT_MIN(p->tile, n - off);
+    double u0 = zrt_now_s();
+    zrt_status ust = update(p, j, k, off, len, arg);
+    upd_s += zrt_now_s() - u0;
+    /* always meet the copy thread before returning, even on error */
+    zrt_status st = zrt_pipe_wait(p, &copy_s);
+    if (ust != ZRT_OK) return ust;
+    if (st != ZRT_OK) return st;
+  }
+  j->k = (int)tiles; /* epilogue: last tile out */
   zrt_pipe_post(p, j);
   ZRT_CHECK(zrt_pipe_wait(p, &copy_s));
   if (p->nv) ZRT_CHECK(zrt_nvme_commit(p->nv));
@@ -345,6 +369,26 @@ zrt_status zrt_offload_pipe_nvme_read(zrt_offload_pipe *p, int which, float *dst
   return zrt_nvme_load(p->nv, which, dst);
 }
 
+/* Master / states of a plain step in host memory (NULL in NVMe mode,
+ * where the copy thread swaps tiles into p->sbuf). */
+typedef struct zrt_pipe_host_state {
+  float *master, *s1, *s2;
+} zrt_pipe_host_state;
+
+static zrt_status zrt_pipe_update_plain(zrt_offload_pipe *p, const zrt_pipe_job *j, size_t k,
+                                        size_t off, size_t len, void *arg) {
+  const zrt_pipe_host_state *hs = arg;
+  void *p16 = j->param16_dev ? p->pstage[k % 2] : NULL;
+  if (p->nv) {
+    float **sb = p->sbuf[k % 2];
+    return zrt_cpu_optim_step(j->hp, sb[0], p->nv_states >= 1 ? sb[1] : NULL,
+                              p->nv_states >= 2 ? sb[2] : NULL, p->gstage[k % 2], j->gdt, p16,
+                              j->pdt, len);
+  }
+  return zrt_cpu_optim_step(j->hp, hs->master + off, hs->s1 ? hs->s1 + off : NULL,
+                            hs->s2 ? hs->s2 + off : NULL, p->gstage[k % 2], j->gdt, p16, j->pdt,
+                            len);
+}
 zrt_status zrt_offload_pipe_step(zrt_offload_pipe *p, const zrt_optim_hparams *hp, float *master,
                                  float *s1, float *s2, const void *grad_dev, zrt_dtype gdt,
                                  void *param16_dev, zrt_dtype pdt, size_t n) {
@@ -359,9 +403,7 @@ zrt_status zrt_offload_pipe_step(zrt_offload_pipe *p, const zrt_optim_hparams *h
       return zrt_error(ZRT_ERR_INVALID_ARG,
                        "offload pipe: step over %zu elements but the NVMe shard has %zu", n,
                        p->nv_n);
-    int need = (hp->type == ZRT_OPTIM_ADAM || hp->type == ZRT_OPTIM_ADAMW) ? 2
-               : (hp->type == ZRT_OPTIM_SGD && hp->momentum == 0.0f)       ? 0
-                                                                           : 1;
+    int need = zrt_optim_nstates(hp->type, hp->momentum);
     if (need != p->nv_states)
       return zrt_error(ZRT_ERR_INVALID_ARG,
                        "offload pipe: optimizer needs %d state array(s) but the NVMe shard "
@@ -372,44 +414,10 @@ zrt_status zrt_offload_pipe_step(zrt_offload_pipe *p, const zrt_optim_hparams *h
   }
   memset(&p->timing, 0, sizeof p->timing);
   if (n == 0) return ZRT_OK;
-  double t0 = zrt_now_s(), copy_s = 0, upd_s = 0;
-  size_t tiles = zrt_pipe_tiles(p, n);
-  size_t gsz = zrt_dtype_size(gdt), psz = zrt_dtype_size(pdt);
-  zrt_pipe_job j = {.k = -1,
-                    .hp = hp,
-                    .grad_dev = grad_dev,
-                    .gdt = gdt,
-                    .param16_dev = param16_dev,
-                    .pdt = pdt,
-                    .n = n};
-  zrt_status st = ZRT_OK;
-  zrt_pipe_post(p, &j); /* prologue: tile 0 in */
-  ZRT_CHECK(zrt_pipe_wait(p, &copy_s));
-  for (size_t k = 0; k < tiles; k++) {
-    j.k = (int)k;
-    zrt_pipe_post(p, &j);
-    size_t off = k * p->tile, len = ZRT_MIN(p->tile, n - off);
-    double u0 = zrt_now_s();
-    zrt_status ust;
-    if (p->nv) {
-      float **sb = p->sbuf[k % 2];
-      ust = zrt_cpu_optim_step(hp, sb[0], p->nv_states >= 1 ? sb[1] : NULL,
-                               p->nv_states >= 2 ? sb[2] : NULL, p->gstage[k % 2], gdt,
-                               param16_dev ? p->pstage[k % 2] : NULL, pdt, len);
-    } else {
-      ust = zrt_cpu_optim_step(hp, master + off, s1 ? s1 + off : NULL, s2 ? s2 + off : NULL,
-                               p->gstage[k % 2], gdt, param16_dev ? p->pstage[k % 2] : NULL, pdt,
-                               len);
-    }
-    upd_s += zrt_now_s() - u0;
-    /* always meet the copy thread before returning, even on error */
-    st = zrt_pipe_wait(p, &copy_s);
-    if (ust != ZRT_OK) return ust;
-    if (st != ZRT_OK) return st;
-  }
-  j.k = (int)tiles; /* epilogue: last tile out */
-  (void)gsz, (void)psz;
-  return zrt_pipe_finish(p, &j, t0, copy_s, upd_s);
+  zrt_pipe_job j = {
+      .hp = hp, .grad_dev = grad_dev, .gdt = gdt, .param16_dev = param16_dev, .pdt = pdt, .n = n};
+  zrt_pipe_host_state hs = {master, s1, s2};
+  return zrt_pipe_run(p, &j, zrt_pipe_update_plain, &hs);
 }
 
 void zrt_offload_pipe_timing(const zrt_offload_pipe *p, zrt_offload_timing *out) {
@@ -511,15 +519,35 @@ static zrt_status zrt_pipe_seg_check(const zrt_offload_pipe *p, const zrt_optim_
                        "offload pipe: segment %d [%zu, +%zu) overlaps the previous one, is not "
                        "sorted, leaves the %zu-element file set or has no grads",
                        i, s->file_off, s->n, p->nv_n);
-    int need = (h->type == ZRT_OPTIM_ADAM || h->type == ZRT_OPTIM_ADAMW) ? 2
-               : (h->type == ZRT_OPTIM_SGD && h->momentum == 0.0f)       ? 0
-                                                                         : 1;
+    int need = zrt_optim_nstates(h->type, h->momentum);
     if (need > p->nv_states)
       return zrt_error(ZRT_ERR_INVALID_ARG,
                        "offload pipe: segment %d's optimizer needs %d state array(s) but the "
                        "NVMe file set has %d",
                        i, need, p->nv_states);
     end = s->file_off + s->n;
+  }
+  return ZRT_OK;
+}
+
+/* Tile k of a segmented step: each segment's part of the tile with the
+ * segment's hyper-parameters (or the step's); gaps are carried unchanged. */
+static zrt_status zrt_pipe_update_segments(zrt_offload_pipe *p, const zrt_pipe_job *j, size_t k,
+                                           size_t tl, size_t len, void *arg) {
+  (void)arg;
+  size_t th = tl + len, gsz = zrt_dtype_size(j->gdt), psz = zrt_dtype_size(j->pdt);
+  float **sb = p->sbuf[k % 2];
+  for (int i = zrt_pipe_seg_first(j->segs, j->nsegs, tl); i < j->nsegs && j->segs[i].file_off < th;
+       i++) {
+    const zrt_offload_segment *sg = &j->segs[i];
+    size_t lo = ZRT_MAX(tl, sg->file_off), hi = ZRT_MIN(th, sg->file_off + sg->n);
+    if (lo >= hi) continue;
+    size_t r = lo - tl;
+    ZRT_CHECK(zrt_pipe_seg_update(
+        sg->hp ? sg->hp : j->hp, sg->n, lo - sg->file_off, hi - sg->file_off, sb[0] + r,
+        p->nv_states >= 1 ? sb[1] + r : NULL, p->nv_states >= 2 ? sb[2] + r : NULL,
+        (char *)p->gstage[k % 2] + r * gsz, j->gdt,
+        sg->param16_dev ? (char *)p->pstage[k % 2] + r * psz : NULL, j->pdt));
   }
   return ZRT_OK;
 }
@@ -531,39 +559,6 @@ zrt_status zrt_offload_pipe_nvme_step_segments(zrt_offload_pipe *p, const zrt_op
     return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_offload_pipe_nvme_step_segments: NULL argument");
   ZRT_CHECK(zrt_pipe_seg_check(p, hp, segs, nsegs));
   memset(&p->timing, 0, sizeof p->timing);
-  double t0 = zrt_now_s(), copy_s = 0, upd_s = 0;
-  size_t n = p->nv_n, tiles = zrt_pipe_tiles(p, n);
-  size_t gsz = zrt_dtype_size(gdt), psz = zrt_dtype_size(pdt);
-  zrt_pipe_job j = {
-      .k = -1, .hp = hp, .gdt = gdt, .pdt = pdt, .n = n, .segs = segs, .nsegs = nsegs};
-  zrt_status st = ZRT_OK;
-  zrt_pipe_post(p, &j); /* prologue: tile 0 in */
-  ZRT_CHECK(zrt_pipe_wait(p, &copy_s));
-  for (size_t k = 0; k < tiles; k++) {
-    j.k = (int)k;
-    zrt_pipe_post(p, &j);
-    size_t tl = k * p->tile, th = ZRT_MIN(tl + p->tile, n);
-    float **sb = p->sbuf[k % 2];
-    double u0 = zrt_now_s();
-    zrt_status ust = ZRT_OK;
-    for (int i = zrt_pipe_seg_first(segs, nsegs, tl);
-         ust == ZRT_OK && i < nsegs && segs[i].file_off < th; i++) {
-      const zrt_offload_segment *sg = &segs[i];
-      size_t lo = ZRT_MAX(tl, sg->file_off), hi = ZRT_MIN(th, sg->file_off + sg->n);
-      if (lo >= hi) continue;
-      size_t r = lo - tl;
-      ust = zrt_pipe_seg_update(sg->hp ? sg->hp : hp, sg->n, lo - sg->file_off, hi - sg->file_off,
-                                sb[0] + r, p->nv_states >= 1 ? sb[1] + r : NULL,
-                                p->nv_states >= 2 ? sb[2] + r : NULL,
-                                (char *)p->gstage[k % 2] + r * gsz, gdt,
-                                sg->param16_dev ? (char *)p->pstage[k % 2] + r * psz : NULL, pdt);
-    }
-    upd_s += zrt_now_s() - u0;
-    /* always meet the copy thread before returning, even on error */
-    st = zrt_pipe_wait(p, &copy_s);
-    if (ust != ZRT_OK) return ust;
-    if (st != ZRT_OK) return st;
-  }
-  j.k = (int)tiles; /* epilogue: last tile out */
-  return zrt_pipe_finish(p, &j, t0, copy_s, upd_s);
+  zrt_pipe_job j = {.hp = hp, .gdt = gdt, .pdt = pdt, .n = p->nv_n, .segs = segs, .nsegs = nsegs};
+  return zrt_pipe_run(p, &j, zrt_pipe_update_segments, NULL);
 }

@@ -42,6 +42,13 @@ typedef struct zrt_optim_hparams {
   float grad_mul;      /* multiply raw grads by this first: unscale * clip coefficient */
 } zrt_optim_hparams;
 
+/* State arrays (fp32, one per element) the optimizer keeps beside the
+ * master: Adam/AdamW 2 (m, v), SGD with momentum and Lion 1, plain SGD 0. */
+static inline int zrt_optim_nstates(zrt_optim_type type, float momentum) {
+  if (type == ZRT_OPTIM_ADAM || type == ZRT_OPTIM_ADAMW) return 2;
+  return type == ZRT_OPTIM_SGD && momentum == 0.0f ? 0 : 1;
+}
+
 typedef struct zrt_backend_iface {
   const char *name; /* "cpu", "cuda" */
 

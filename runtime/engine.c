@@ -279,10 +279,7 @@ static void zrt_engine_layout_totals(const zrt_engine *eng, zrt_memest_layout *l
   lay->world = eng->world;
   lay->dtype_bytes = (int)zrt_dtype_size(eng->dtype);
   lay->comm_bytes = (int)zrt_dtype_size(eng->comm_dtype);
-  lay->optim_states =
-      eng->cfg->optimizer_type == ZRT_OPTIM_ADAM || eng->cfg->optimizer_type == ZRT_OPTIM_ADAMW
-          ? 2
-          : (eng->cfg->optimizer_type == ZRT_OPTIM_SGD && eng->cfg->momentum == 0 ? 0 : 1);
+  lay->optim_states = zrt_engine_optim_states(eng);
   for (int m = 0; m < eng->nmodules; m++) {
     const zrt_module_entry *me = &eng->modules[m];
     lay->padded_total += me->padded;
@@ -452,9 +449,7 @@ static zrt_status zrt_engine_alloc_module(zrt_engine *eng, int m, float *tmp, si
   size_t ws = zrt_dtype_size(eng->dtype);
   int64_t foff, len;
   zrt_engine_master_extent(eng, m, &foff, &len);
-  zrt_optim_type ot = eng->cfg->optimizer_type;
-  int nstates = (ot == ZRT_OPTIM_ADAM || ot == ZRT_OPTIM_ADAMW) ? 2 : 1;
-  if (ot == ZRT_OPTIM_SGD && eng->cfg->momentum == 0) nstates = 0;
+  int nstates = zrt_engine_optim_states(eng);
   me->persistent = eng->stage == 3 && me->numel <= eng->cfg->stage3_param_persistence_threshold;
   int oh = me->optim_host;
 

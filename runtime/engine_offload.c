@@ -199,9 +199,7 @@ zrt_status zrt_engine_offload_setup(zrt_engine *eng) {
 }
 
 int zrt_engine_optim_states(const zrt_engine *eng) {
-  zrt_optim_type ot = eng->cfg->optimizer_type;
-  if (ot == ZRT_OPTIM_ADAM || ot == ZRT_OPTIM_ADAMW) return 2;
-  return ot == ZRT_OPTIM_SGD && eng->cfg->momentum == 0 ? 0 : 1;
+  return zrt_optim_nstates(eng->cfg->optimizer_type, (float)eng->cfg->momentum);
 }
 
 zrt_status zrt_engine_offload_built(zrt_engine *eng) {

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "offload/hostpool.h"
+#include "zt_child.h"
 #include "ztest.h"
 
 static long vmlck_kb(void) {
@@ -87,30 +88,6 @@ static void test_placement(void) {
   zrt_hostpool_destroy(NULL);
 }
 
-/* Runs fn in a child with stderr going to a file; returns the child's exit
- * code and the captured stderr in buf. */
-static int in_child(int (*fn)(void *), void *arg, char *buf, size_t len) {
-  char path[] = "/tmp/zrt_hostpool_XXXXXX";
-  int fd = mkstemp(path);
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fd, 2);
-    int rc = fn(arg);
-    fflush(stdout);
-    fflush(stderr);
-    _exit(rc);
-  }
-  int ws = 0;
-  waitpid(pid, &ws, 0);
-  ssize_t n = pread(fd, buf, len - 1, 0);
-  buf[n > 0 ? n : 0] = 0;
-  close(fd);
-  unlink(path);
-  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 100;
-}
-
 static void drop_ipc_lock(void) {
   struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
   struct __user_cap_data_struct d[2];
@@ -155,7 +132,7 @@ static void test_memlock(void) {
   char buf[8192];
   /* 8 MiB: the arena's metadata fits, the 16 MiB allocation does not */
   memlock_arg a = {.fallback = 0, .limit = 8u << 20};
-  int rc = in_child(memlock_child, &a, buf, sizeof buf);
+  int rc = zt_in_child(memlock_child, &a, buf, sizeof buf);
   printf("RLIMIT_MEMLOCK 8 MiB, no fallback: rc %d, stderr: %s", rc, buf);
   ZT_CHECK(rc == 3);
   ZT_CONTAINS(buf, "cannot pin");
@@ -164,14 +141,14 @@ static void test_memlock(void) {
   ZT_CONTAINS(buf, "zrt.pin_memory_fallback: true");
 
   a.limit = 0; /* nothing lockable: creation itself fails */
-  rc = in_child(memlock_child, &a, buf, sizeof buf);
+  rc = zt_in_child(memlock_child, &a, buf, sizeof buf);
   printf("RLIMIT_MEMLOCK 0, no fallback: rc %d, stderr: %s", rc, buf);
   ZT_CHECK(rc == 2);
   ZT_CONTAINS(buf, "RLIMIT_MEMLOCK");
 
   a.fallback = 1;
   a.limit = 8u << 20;
-  rc = in_child(memlock_child, &a, buf, sizeof buf);
+  rc = zt_in_child(memlock_child, &a, buf, sizeof buf);
   printf("RLIMIT_MEMLOCK 8 MiB, fallback: rc %d, stderr: %s", rc, buf);
   ZT_CHECK(rc == 1); /* worked, and says it is unpinned */
   ZT_CONTAINS(buf, "pin_memory_fallback is set");
@@ -206,7 +183,7 @@ static void test_bad_node(void) {
   ZT_CONTAINS(zrt_last_error(), want);
   ZT_CONTAINS(zrt_last_error(), "zrt.pin_memory_fallback: true");
   char buf[4096];
-  int rc = in_child(badnode_child, NULL, buf, sizeof buf);
+  int rc = zt_in_child(badnode_child, NULL, buf, sizeof buf);
   printf("numa_node %d with fallback: rc %d, stderr: %s", bad, rc, buf);
   ZT_CHECK(rc == 0);
   ZT_CONTAINS(buf, "continuing with unbound pages");

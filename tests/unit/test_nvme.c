@@ -26,6 +26,7 @@
 
 #include "amp/dtype.h"
 #include "offload/offload.h"
+#include "zt_child.h"
 #include "ztest.h"
 
 #define N (3 * 4096 + 100)
@@ -103,28 +104,6 @@ static int run_steps(const char *dir, zrt_optim_type t, int steps) {
   zrt_backend_free(be, pdev);
   zrt_offload_pipe_destroy(p);
   return ok;
-}
-
-static int in_child(int (*fn)(void *), void *arg, char *buf, size_t len) {
-  char path[] = "/tmp/zrt_nvme_log_XXXXXX";
-  int fd = mkstemp(path);
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fd, 2);
-    int rc = fn(arg);
-    fflush(stdout);
-    fflush(stderr);
-    _exit(rc);
-  }
-  int ws = 0;
-  waitpid(pid, &ws, 0);
-  ssize_t n = pread(fd, buf, len - 1, 0);
-  buf[n > 0 ? n : 0] = 0;
-  close(fd);
-  unlink(path);
-  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 100;
 }
 
 /* exit 0: the step failed with the disk-full error and the files still hold
@@ -207,7 +186,7 @@ int main(void) {
   zrt_offload_pipe_destroy(p);
 
   char buf[8192];
-  int rc = in_child(full_disk_child, dir, buf, sizeof buf);
+  int rc = zt_in_child(full_disk_child, dir, buf, sizeof buf);
   printf("full disk (RLIMIT_FSIZE): rc %d, %s", rc, buf);
   ZT_CHECK(rc == 0);
   ZT_CONTAINS(buf, "File too large");
@@ -219,7 +198,7 @@ int main(void) {
   int tmpfs_direct = probe >= 0;
   if (probe >= 0) close(probe);
   unlink("/dev/shm/zrt_nvme_probe");
-  rc = in_child(tmpfs_child, NULL, buf, sizeof buf);
+  rc = zt_in_child(tmpfs_child, NULL, buf, sizeof buf);
   printf("tmpfs (O_DIRECT %s here): rc %d, log: %s\n",
          tmpfs_direct ? "supported, fallback not reachable" : "refused", rc, buf);
   ZT_CHECK(rc == 0);
