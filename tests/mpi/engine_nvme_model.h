@@ -24,6 +24,7 @@
 #include "runtime/engine_internal.h"
 #include "runtime/memest.h"
 #include "runtime/safetensors.h"
+#include "zt_mpi.h"
 #include "ztest.h"
 
 #define NMOD 3
@@ -277,19 +278,15 @@ static void consolidate_same(const char *what, const char *dir, const char *ck_n
   zrt_st_close(f[1]);
 }
 
-/* End of a test: every rank done, rank 0 removes the swap directory, the
- * failures of all ranks are summed into zt_failures, MPI finalised. */
-static void nvme_test_end(const char *dir, int rank) {
+/* Every rank done, rank 0 removes the swap directory (the test then ends
+ * with ZT_MPI_DONE). */
+static void nvme_test_cleanup(const char *dir, int rank) {
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) {
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     ZT_CHECK(system(cmd) == 0);
   }
-  int fails = zt_failures, all = 0;
-  MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Finalize();
-  zt_failures = all;
 }
 
 #endif

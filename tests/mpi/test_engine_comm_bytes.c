@@ -50,6 +50,7 @@
 
 #include "amp/dtype.h"
 #include "runtime/engine_internal.h"
+#include "zt_mpi.h"
 #include "ztest.h"
 
 #define NMOD 3
@@ -303,9 +304,5 @@ int main(int argc, char **argv) {
     prev = m;
   }
   free(prev);
-  int fails = zt_failures, all = 0;
-  MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Finalize();
-  zt_failures = all ? (zt_failures ? zt_failures : 1) : 0;
-  ZT_DONE();
+  ZT_MPI_DONE();
 }

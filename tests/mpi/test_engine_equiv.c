@@ -27,6 +27,7 @@
 #include "examples/mlp/mlp_model.h"
 #include "runtime/engine_internal.h"
 #include "runtime/rng.h"
+#include "zt_mpi.h"
 #include "ztest.h"
 
 #define STEPS 6
@@ -285,9 +286,5 @@ int main(int argc, char **argv) {
     }
     for (int l = 0; l < MLP_LAYERS; l++) free(s0[l]);
   }
-  int fails = zt_failures, total = 0;
-  MPI_Allreduce(&fails, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Finalize();
-  zt_failures = total;
-  ZT_DONE();
+  ZT_MPI_DONE();
 }

@@ -36,6 +36,7 @@
 
 #include "runtime/engine_internal.h"
 #include "runtime/memest.h"
+#include "zt_mpi.h"
 #include "ztest.h"
 
 #define NMOD 6
@@ -235,9 +236,5 @@ int main(int argc, char **argv) {
   run(3, 1, 2, 0, world, rank);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) ZT_CHECK(rmdir(nvme_dir) == 0); /* the engines removed their files */
-  int fails = zt_failures, all = 0;
-  MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Finalize();
-  zt_failures = all;
-  ZT_DONE();
+  ZT_MPI_DONE();
 }

@@ -186,6 +186,6 @@ int main(int argc, char **argv) {
   checkpoint_resume(dir, ckdir);
   errors(dir, rank);
 
-  nvme_test_end(dir, rank);
-  ZT_DONE();
+  nvme_test_cleanup(dir, rank);
+  ZT_MPI_DONE();
 }

@@ -248,6 +248,6 @@ int main(int argc, char **argv) {
   truncated(dir, "1");
   truncated(dir, "4");
 
-  nvme_test_end(dir, rank);
-  ZT_DONE();
+  nvme_test_cleanup(dir, rank);
+  ZT_MPI_DONE();
 }

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "runtime/engine_internal.h"
+#include "zt_mpi.h"
 #include "ztest.h"
 
 #define NMOD 2
@@ -211,9 +212,5 @@ int main(int argc, char **argv) {
   for (int stage = 0; stage <= 3; stage++) run(stage, 0);
   run(2, 1);
   run(3, 1);
-  int fails = zt_failures, all = 0;
-  MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Finalize();
-  zt_failures = all ? (zt_failures ? zt_failures : 1) : 0;
-  ZT_DONE();
+  ZT_MPI_DONE();
 }
