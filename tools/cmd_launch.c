@@ -355,9 +355,13 @@ static int cli_scan_exits(cli_run *run) {
   return newfail;
 }
 
-/* Kills every rank process recorded in rank<R>.pid whose start time still
- * matches (wrappers and programs). */
-static void cli_kill_recorded(const cli_run *run, int sig) {
+/* Sends `sig` (0: none) to every rank process recorded in rank<R>.pid
+ * whose start time still matches (wrappers and programs) and returns how
+ * many of them are still there. The wrapper counts: it writes the exit
+ * record after reaping the program, so a program that is gone does not
+ * mean its record is written. */
+static int cli_signal_recorded(const cli_run *run, int sig) {
+  int alive = 0;
   for (int r = 0; r < run->nranks; r++) {
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/rank%d.pid", run->dir, r);
@@ -373,33 +377,18 @@ static void cli_kill_recorded(const cli_run *run, int sig) {
       if (!cJSON_IsNumber(p) || !cJSON_IsNumber(s) || p->valueint <= 1) continue;
       pid_t pid = (pid_t)p->valueint;
       unsigned long long st = cli_proc_start(pid);
-      if (st && (double)st == s->valuedouble) kill(pid, sig);
+      if (!st || (double)st != s->valuedouble) continue;
+      alive++;
+      if (sig) kill(pid, sig);
     }
     cJSON_Delete(j);
   }
+  return alive;
 }
 
-static int cli_any_recorded_alive(const cli_run *run) {
-  for (int r = 0; r < run->nranks; r++) {
-    char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/rank%d.pid", run->dir, r);
-    char *txt = cli_slurp(path);
-    if (!txt) continue;
-    cJSON *j = cJSON_Parse(txt);
-    free(txt);
-    if (!j) continue;
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "pid");
-    const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "start");
-    int alive = 0;
-    if (cJSON_IsNumber(p) && cJSON_IsNumber(s) && p->valueint > 1) {
-      unsigned long long st = cli_proc_start((pid_t)p->valueint);
-      alive = st && (double)st == s->valuedouble;
-    }
-    cJSON_Delete(j);
-    if (alive) return 1;
-  }
-  return 0;
-}
+static void cli_kill_recorded(const cli_run *run, int sig) { (void)cli_signal_recorded(run, sig); }
+
+static int cli_any_recorded_alive(const cli_run *run) { return cli_signal_recorded(run, 0) > 0; }
 
 /* Prints the comm watchdog's rank<R>.status files (format: runtime/comm.h)
  * and which rank is behind: a rank that wrote none never timed out in a
@@ -782,6 +771,7 @@ int zrt_cmd_launch(int argc, char **argv) {
   sigprocmask(SIG_BLOCK, &mask, &old);
   fflush(stdout);
   fflush(stderr);
+  double grace = cli_env_double("ZRT_LAUNCH_GRACE_S", 3.0);
   pid_t mp = fork();
   if (mp < 0) {
     fprintf(stderr, "zrt launch: fork failed: %s\n", strerror(errno));
@@ -797,6 +787,15 @@ int zrt_cmd_launch(int argc, char **argv) {
     signal(SIGTERM, SIG_DFL);
     signal(SIGHUP, SIG_DFL);
     sigprocmask(SIG_SETMASK, &old, NULL);
+    /* Open MPI's own abort sends SIGTERM, then SIGKILL after
+     * odls_base_sigkill_timeout (1 s): on a loaded machine a rank wrapper
+     * may not get to write its exit record in 1 s. Give mpiexec the same
+     * grace as the launcher (a user's own setting wins; 4.x reads OMPI_MCA_,
+     * 5.x's PRRTE PRTE_MCA_). */
+    char gbuf[32];
+    snprintf(gbuf, sizeof gbuf, "%d", (int)(grace + 0.999));
+    setenv("OMPI_MCA_odls_base_sigkill_timeout", gbuf, 0);
+    setenv("PRTE_MCA_odls_base_sigkill_timeout", gbuf, 0);
     execvp(av[0], av);
     fprintf(stderr, "zrt launch: cannot run '%s': %s (install Open MPI or set ZRT_MPIEXEC)\n",
             av[0], strerror(errno));
@@ -804,7 +803,6 @@ int zrt_cmd_launch(int argc, char **argv) {
   }
   setpgid(mp, mp); /* either side may win the race; both set the same */
 
-  double grace = cli_env_double("ZRT_LAUNCH_GRACE_S", 3.0);
   double abort_wait = cli_env_double("ZRT_LAUNCH_ABORT_WAIT_S", 1.0);
   int user_sig = 0, mp_status = 0, mp_done = 0;
   double t_user_wall = 0;
@@ -876,6 +874,17 @@ int zrt_cmd_launch(int argc, char **argv) {
     }
     for (int r = 0; r < run.nranks; r++) {
       const cli_exit_rec *o = &run.rec[r];
+      if (r != run.first_fail && !o->have && !user_sig) {
+        char pp[PATH_MAX + 32];
+        snprintf(pp, sizeof pp, "%s/rank%d.pid", run.dir, r);
+        if (access(pp, F_OK) == 0)
+          fprintf(stderr,
+                  "zrt launch:   then rank %d ended without an exit record (its wrapper was "
+                  "killed, by mpiexec or after the %g s grace, before it could write one)\n",
+                  r, grace);
+        else
+          fprintf(stderr, "zrt launch:   rank %d never started (no %s)\n", r, pp);
+      }
       if (r == run.first_fail || !o->have || (!o->sig && !o->code)) continue;
       if (user_sig && o->time >= t_user_wall) continue;
       if (o->sig)

@@ -158,7 +158,8 @@ const char *cli_signame(int sig, char *buf, size_t len) {
 
 /* Start time of a process in clock ticks since boot (field 22 of
  * /proc/PID/stat), so the launcher can tell a recorded pid from a reused
- * one before it kills it. */
+ * one before it kills it. A zombie (state Z: it has exited, its parent has
+ * not reaped it yet) counts as gone. */
 unsigned long long cli_proc_start(pid_t pid) {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
@@ -168,7 +169,7 @@ unsigned long long cli_proc_start(pid_t pid) {
   fclose(f);
   buf[n] = '\0';
   char *p = strrchr(buf, ')');
-  if (!p) return 0;
+  if (!p || p[1] != ' ' || p[2] == 'Z') return 0;
   unsigned long long st = 0;
   /* after ") " come fields 3.. ; starttime is field 22 */
   int field = 2;

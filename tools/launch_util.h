@@ -14,17 +14,6 @@
 
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
-/* Start time of a process in clock ticks since boot (/proc/PID/stat field
- * 22); 0 when it does not exist. A pid is only killed when its start time
- * still matches the recorded one (pids get reused). */
-unsigned long long cli_proc_start(pid_t pid);
-
-/* Writes text to dir/name atomically (temporary file + rename). 0 or -1. */
-int cli_write_atomic(const char *dir, const char *name, const char *text);
-
-/* The hidden per-rank wrapper (launch_rank.c): `zrt launch __rank PROG...`. */
-int cli_rank_main(int argc, char **argv);
-
 #endif
 #include <sched.h>
 #include <stddef.h>
@@ -71,7 +60,7 @@ int cli_numa_node_of(const cpu_set_t *set);
 const char *cli_signame(int sig, char *buf, size_t len);
 
 /* Start time of a process in clock ticks since boot (/proc/PID/stat field
- * 22); 0 when it does not exist. A pid is only killed when its start time
+ * 22); 0 when it does not exist or is a zombie. A pid is only killed when its start time
  * still matches the recorded one (pids get reused). */
 unsigned long long cli_proc_start(pid_t pid);
 

@@ -17,6 +17,32 @@ expect_grep 'rank 0 was killed by signal 15 \(SIGTERM\)' out.txt
 no_leftovers "rank 1 exited 3"
 pass "rank exit status"
 
+# mpiexec itself dies while it aborts the job (Open MPI 4.1.4 can segfault in
+# PMIx_Finalize there) and leaves rank 0 running: the launcher ends it and
+# still reports how every rank ended. The stand-in mpiexec kills the real
+# one (SIGKILL) once rank 1's exit record exists, then crashes itself.
+cat >crashy-mpiexec <<'EOS'
+#!/bin/bash
+mpiexec "$@" &
+m=$!
+while [ ! -e "$ZRT_RUN_DIR/rank1.exit" ]; do
+  kill -0 $m 2>/dev/null || exit 1
+  sleep 0.05
+done
+kill -KILL $m
+kill -SEGV $$
+EOS
+chmod +x crashy-mpiexec
+ZRT_MPIEXEC=$T/crashy-mpiexec timeout 60 "$ZRT" launch --num_processes 2 "$PROBE" --exit-rank 1 \
+  --code 3 --sleep 120 --tag "$TAG" >out1b.txt 2>&1
+rc=$?
+[ $rc -ne 124 ] || fail "launcher hung after mpiexec crashed"
+expect_status 3 $rc "launch where rank 1 exits 3 and mpiexec crashes"
+expect_grep '^zrt launch: rank 1 exited with status 3$' out1b.txt
+expect_grep 'rank 0 was killed by signal 15 \(SIGTERM\)' out1b.txt
+no_leftovers "mpiexec crashed"
+pass "mpiexec crash during abort"
+
 timeout 60 "$ZRT" launch --num_processes 2 "$PROBE" --kill-rank 0 --sleep 120 \
   --tag "$TAG" >out2.txt 2>&1
 rc=$?
