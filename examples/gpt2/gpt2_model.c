@@ -15,6 +15,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* exp and tanh of the float kernels, branch-free so that the `omp simd`

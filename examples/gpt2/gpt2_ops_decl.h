@@ -27,11 +27,14 @@ typedef struct GPT2_SFX(gpt2_ops) {
                              const GPT2_REAL *rstd, int N, int C);
   void (*bias_add)(GPT2_REAL *out, const GPT2_REAL *bias, int N, int OC);
   void (*bias_backward)(GPT2_REAL *db, const GPT2_REAL *dout, int N, int OC);
-  /* qkv [B,T,3C] -> out [B,T,C]; att [B,NH,T,T] keeps the softmax. */
-  void (*attention_forward)(GPT2_REAL *out, GPT2_REAL *att, const GPT2_REAL *qkv, int B, int T,
-                            int C, int NH);
-  void (*attention_backward)(GPT2_REAL *dqkv, const GPT2_REAL *dout, const GPT2_REAL *qkv,
-                             const GPT2_REAL *att, int B, int T, int C, int NH);
+  /* qkv [B,T,3C] -> out [B,T,C]; att [B,NH,T,T] keeps the softmax (its
+   * upper triangle is zero). ctx as for gemm. */
+  zrt_status (*attention_forward)(void *ctx, GPT2_REAL *out, GPT2_REAL *att, const GPT2_REAL *qkv,
+                                  int B, int T, int C, int NH);
+  /* ADDs into dqkv. */
+  zrt_status (*attention_backward)(void *ctx, GPT2_REAL *dqkv, const GPT2_REAL *dout,
+                                   const GPT2_REAL *qkv, const GPT2_REAL *att, int B, int T, int C,
+                                   int NH);
   void (*gelu_forward)(GPT2_REAL *out, const GPT2_REAL *inp, size_t n);
   /* dinp = dout * gelu'(inp) (writes, may alias dout). */
   void (*gelu_backward)(GPT2_REAL *dinp, const GPT2_REAL *inp, const GPT2_REAL *dout, size_t n);

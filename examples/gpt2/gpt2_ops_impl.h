@@ -166,90 +166,162 @@ static void S(cpu_bias_backward)(R *db, const R *dout, int N, int OC) {
   }
 }
 
-/* Causal softmax attention; one (b, h) pair per iteration so each thread
- * owns its head's columns of out / dqkv. Every inner loop runs over the head
- * dimension or a row of att with `omp simd`, the dot products as simd
- * reductions (a fixed, schedule-independent order). */
-static void S(cpu_attention_forward)(R *out, R *att, const R *qkv, int B, int T, int C, int NH) {
-  int hs = C / NH;
-  R scale = (R)1 / R_SQRT((R)hs);
-#pragma omp parallel for if ((size_t)B * NH * T * T * hs >= PAR_MIN)
-  for (int bh = 0; bh < B * NH; bh++) {
-    int b = bh / NH, h = bh % NH;
-    const R *kv0 = qkv + (size_t)b * T * 3 * C + h * hs;
-    for (int t = 0; t < T; t++) {
-      const R *q = kv0 + (size_t)t * 3 * C;
-      R *a = att + ((size_t)bh * T + t) * T;
-      R mx = -INFINITY;
-      for (int t2 = 0; t2 <= t; t2++) {
-        const R *k = kv0 + (size_t)t2 * 3 * C + C;
-        R dot = 0;
-#pragma omp simd reduction(+ : dot)
-        for (int i = 0; i < hs; i++) dot += q[i] * k[i];
-        a[t2] = dot * scale;
-        mx = a[t2] > mx ? a[t2] : mx;
-      }
-      R sum = 0;
-#pragma omp simd reduction(+ : sum)
-      for (int t2 = 0; t2 <= t; t2++) {
-        a[t2] = R_EXP(a[t2] - mx);
-        sum += a[t2];
-      }
-      R inv = (R)1 / sum;
-#pragma omp simd
-      for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
-      for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0;
-      R *o = out + ((size_t)b * T + t) * C + h * hs;
-#pragma omp simd
-      for (int i = 0; i < hs; i++) o[i] = 0;
-      for (int t2 = 0; t2 <= t; t2++) {
-        const R *v = kv0 + (size_t)t2 * 3 * C + 2 * C;
-        R p = a[t2];
-#pragma omp simd
-        for (int i = 0; i < hs; i++) o[i] += p * v[i];
-      }
-    }
-  }
+/* Causal softmax attention as GEMMs. One (b, h) pair per thread (so each
+ * thread owns its head's columns of out / dqkv; the GEMMs run
+ * single-threaded inside), its queries in row blocks of ATT_BLK: for the
+ * block [r0, r1) only the keys [0, r1) exist, so S = Q K^T is one
+ * m x r1 x hs GEMM, the causal softmax runs per row in place (scaled there,
+ * upper triangle zeroed: att keeps exact zeros there), and O = P V one
+ * m x hs x r1 GEMM. The backward per block: dV += P^T dO, dP = dO V^T into
+ * a per-thread scratch, dS = P (dP - rowsum(P dP)) scale in place,
+ * dQ += dS K, dK += dS^T Q. Work above the diagonal is at most one block per
+ * row (12.5% at T = 1024). The GEMMs are the engine's (OpenBLAS) when the
+ * table carries one, else the double-accumulating loops; a GEMM's order of
+ * summation is fixed by its shape, so results do not depend on which
+ * thread ran which head. */
+#define ATT_BLK 64
+
+typedef struct S(att_gemm) {
+  int ta, tb;
+  int64_t m, n, k;
+  const R *a;
+  int64_t lda;
+  const R *b;
+  int64_t ldb;
+  float beta;
+  R *c;
+  int64_t ldc;
+} S(att_gemm);
+
+/* Runs one GEMM (alpha 1) on the calling thread. */
+static zrt_status S(att_gemm_run)(void *ctx, const S(att_gemm) * g) {
+#if GPT2_IS_FLOAT
+  if (ctx)
+    return zrt_engine_gemm(ctx, g->ta, g->tb, g->m, g->n, g->k, 1.0f, g->a, g->lda, g->b, g->ldb,
+                           ZRT_F32, g->beta, g->c, g->ldc, ZRT_F32);
+#else
+  (void)ctx;
+#endif
+  return S(cpu_gemm_naive)(g->ta, g->tb, g->m, g->n, g->k, 1.0f, g->a, g->lda, g->b, g->ldb,
+                           g->beta, g->c, g->ldc);
 }
 
-static void S(cpu_attention_backward)(R *dqkv, const R *dout, const R *qkv, const R *att, int B,
-                                      int T, int C, int NH) {
+/* Shared failure record of a parallel attention pass: the first failing
+ * GEMM's arguments, re-run on the caller's thread afterwards so that its
+ * message (thread-local) reaches the caller. Argument checks fail before C
+ * is written, so the re-run sees what the first attempt saw. */
+typedef struct S(att_fail) {
+  zrt_status st;
+  S(att_gemm) g;
+} S(att_fail);
+
+static int S(att_call)(void *ctx, const S(att_gemm) * g, S(att_fail) * f) {
+  zrt_status st = S(att_gemm_run)(ctx, g);
+  if (st == ZRT_OK) return 0;
+#pragma omp critical(gpt2_att_fail)
+  if (f->st == ZRT_OK) f->st = st, f->g = *g;
+  return 1;
+}
+
+static zrt_status S(att_finish)(void *ctx, const S(att_fail) * f) {
+  if (f->st == ZRT_OK) return ZRT_OK;
+  zrt_status again = S(att_gemm_run)(ctx, &f->g);
+  return again != ZRT_OK ? again : f->st;
+}
+
+static zrt_status S(cpu_attention_forward)(void *ctx, R *out, R *att, const R *qkv, int B, int T,
+                                           int C, int NH) {
   int hs = C / NH;
+  int64_t C3 = 3 * (int64_t)C;
   R scale = (R)1 / R_SQRT((R)hs);
-#pragma omp parallel for if ((size_t)B * NH * T * T * hs >= PAR_MIN)
+  S(att_fail) fail = {.st = ZRT_OK};
+#pragma omp parallel for schedule(dynamic) if ((size_t)B * NH * T * T * hs >= PAR_MIN)
   for (int bh = 0; bh < B * NH; bh++) {
     int b = bh / NH, h = bh % NH;
-    R datt[T]; /* d(att[t, :]) = dy . v[t2], kept for the softmax backward */
-    const R *kv0 = qkv + (size_t)b * T * 3 * C + h * hs;
-    R *dkv0 = dqkv + (size_t)b * T * 3 * C + h * hs;
-    for (int t = 0; t < T; t++) {
-      const R *a = att + ((size_t)bh * T + t) * T;
-      const R *dy = dout + ((size_t)b * T + t) * C + h * hs;
-      const R *q = kv0 + (size_t)t * 3 * C;
-      R *dq = dkv0 + (size_t)t * 3 * C;
-      R sum = 0;
-      for (int t2 = 0; t2 <= t; t2++) {
-        const R *v = kv0 + (size_t)t2 * 3 * C + 2 * C;
-        R da = 0;
-#pragma omp simd reduction(+ : da)
-        for (int i = 0; i < hs; i++) da += dy[i] * v[i];
-        datt[t2] = da;
-        sum += a[t2] * da;
-      }
-      for (int t2 = 0; t2 <= t; t2++) {
-        size_t row2 = (size_t)t2 * 3 * C;
-        const R *k = kv0 + row2 + C;
-        R *dk = dkv0 + row2 + C, *dv = dkv0 + row2 + 2 * C;
-        R p = a[t2], dpre = p * (datt[t2] - sum) * scale;
-#pragma omp simd
-        for (int i = 0; i < hs; i++) {
-          dv[i] += p * dy[i];
-          dq[i] += dpre * k[i];
-          dk[i] += dpre * q[i];
+    const R *q0 = qkv + (size_t)b * T * C3 + h * hs, *k0 = q0 + C, *v0 = q0 + 2 * C;
+    R *abh = att + (size_t)bh * T * T, *o0 = out + (size_t)b * T * C + h * hs;
+    for (int r0 = 0; r0 < T; r0 += ATT_BLK) {
+      int r1 = r0 + ATT_BLK < T ? r0 + ATT_BLK : T, m = r1 - r0;
+      R *ablk = abh + (size_t)r0 * T;
+      S(att_gemm) qk = {0, 1, m, r1, hs, q0 + (size_t)r0 * C3, C3, k0, C3, 0.0f, ablk, T};
+      if (S(att_call)(ctx, &qk, &fail)) break;
+      for (int t = r0; t < r1; t++) {
+        R *a = abh + (size_t)t * T, mx = -INFINITY, sum = 0;
+#pragma omp simd reduction(max : mx)
+        for (int t2 = 0; t2 <= t; t2++) {
+          a[t2] *= scale;
+          mx = a[t2] > mx ? a[t2] : mx;
         }
+#pragma omp simd reduction(+ : sum)
+        for (int t2 = 0; t2 <= t; t2++) {
+          a[t2] = R_EXP(a[t2] - mx);
+          sum += a[t2];
+        }
+        R inv = (R)1 / sum;
+#pragma omp simd
+        for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
+        for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0;
       }
+      S(att_gemm) pv = {0, 0, m, hs, r1, ablk, T, v0, C3, 0.0f, o0 + (size_t)r0 * C, C};
+      if (S(att_call)(ctx, &pv, &fail)) break;
     }
   }
+  return S(att_finish)(ctx, &fail);
+}
+
+static zrt_status S(cpu_attention_backward)(void *ctx, R *dqkv, const R *dout, const R *qkv,
+                                            const R *att, int B, int T, int C, int NH) {
+  int hs = C / NH;
+  int64_t C3 = 3 * (int64_t)C;
+  R scale = (R)1 / R_SQRT((R)hs);
+  S(att_fail) fail = {.st = ZRT_OK};
+  int oom = 0;
+  size_t scratch = (size_t)(T < ATT_BLK ? T : ATT_BLK) * (size_t)T * sizeof(R);
+#pragma omp parallel if ((size_t)B * NH * T * T * hs >= PAR_MIN)
+  {
+    R *ds = malloc(scratch); /* dP, then dS, of one row block (ld r1) */
+    if (!ds) {
+#pragma omp atomic write
+      oom = 1;
+    }
+#pragma omp for schedule(dynamic)
+    for (int bh = 0; bh < B * NH; bh++) {
+      if (!ds) continue;
+      int b = bh / NH, h = bh % NH;
+      const R *q0 = qkv + (size_t)b * T * C3 + h * hs, *k0 = q0 + C, *v0 = q0 + 2 * C;
+      R *dq0 = dqkv + (size_t)b * T * C3 + h * hs, *dk0 = dq0 + C, *dv0 = dq0 + 2 * C;
+      const R *abh = att + (size_t)bh * T * T, *do0 = dout + (size_t)b * T * C + h * hs;
+      for (int r0 = 0; r0 < T; r0 += ATT_BLK) {
+        int r1 = r0 + ATT_BLK < T ? r0 + ATT_BLK : T, m = r1 - r0;
+        const R *pblk = abh + (size_t)r0 * T, *doblk = do0 + (size_t)r0 * C;
+        S(att_gemm) dv = {1, 0, r1, hs, m, pblk, T, doblk, C, 1.0f, dv0, C3};
+        S(att_gemm) dp = {0, 1, m, r1, hs, doblk, C, v0, C3, 0.0f, ds, r1};
+        if (S(att_call)(ctx, &dv, &fail) || S(att_call)(ctx, &dp, &fail)) break;
+        for (int i = 0; i < m; i++) {
+          const R *p = pblk + (size_t)i * T;
+          R *d = ds + (size_t)i * r1, sum = 0;
+          int t = r0 + i;
+#pragma omp simd reduction(+ : sum)
+          for (int t2 = 0; t2 <= t; t2++) sum += p[t2] * d[t2];
+#pragma omp simd
+          for (int t2 = 0; t2 <= t; t2++) d[t2] = p[t2] * (d[t2] - sum) * scale;
+          for (int t2 = t + 1; t2 < r1; t2++) d[t2] = 0;
+        }
+        S(att_gemm) dq = {0, 0, m, hs, r1, ds, r1, k0, C3, 1.0f, dq0 + (size_t)r0 * C3, C3};
+        S(att_gemm) dk = {1, 0, r1, hs, m, ds, r1, q0 + (size_t)r0 * C3, C3, 1.0f, dk0, C3};
+        if (S(att_call)(ctx, &dq, &fail) || S(att_call)(ctx, &dk, &fail)) break;
+      }
+    }
+    free(ds);
+  }
+  if (oom) {
+    fprintf(stderr,
+            "train_gpt2: attention backward: out of host memory for %zu bytes of scratch per "
+            "thread (seq_len %d)\n",
+            scratch, T);
+    return ZRT_ERR_OOM;
+  }
+  return S(att_finish)(ctx, &fail);
 }
 
 #define GELU_S 0.7978845608028654 /* sqrt(2/pi) */
@@ -332,7 +404,7 @@ zrt_status S(gpt2_block_forward)(const S(gpt2_ops) * ops, const gpt2_config *cfg
                          w[GPT2_LN1_B], N, C);
   GPT2_PASS_CHECK(ops->gemm(x, 0, 0, N, 3 * C, C, 1, ln1, C, w[GPT2_ATTN_W], 3 * C, 0, qkv, 3 * C));
   ops->bias_add(qkv, w[GPT2_ATTN_B], N, 3 * C);
-  ops->attention_forward(atty, base + L->att, qkv, B, T, C, NH);
+  GPT2_PASS_CHECK(ops->attention_forward(x, atty, base + L->att, qkv, B, T, C, NH));
   GPT2_PASS_CHECK(ops->gemm(x, 0, 0, N, C, C, 1, atty, C, w[GPT2_ATTNPROJ_W], C, 0, tmp, C));
   ops->bias_add(tmp, w[GPT2_ATTNPROJ_B], N, C);
   ops->residual_forward(res2, res, tmp, NC);
@@ -395,7 +467,7 @@ zrt_status S(gpt2_block_backward)(const S(gpt2_ops) * ops, const gpt2_config *cf
   GPT2_PASS_CHECK(ops->gemm(x, 1, 0, C, C, N, 1, atty, C, dres, C, 1, g[GPT2_ATTNPROJ_W], C));
   ops->bias_backward(g[GPT2_ATTNPROJ_B], dres, N, C);
   ops->zero(d4C, (size_t)N * 3 * C);
-  ops->attention_backward(d4C, dC, qkv, base + L->att, B, T, C, NH);
+  GPT2_PASS_CHECK(ops->attention_backward(x, d4C, dC, qkv, base + L->att, B, T, C, NH));
   GPT2_PASS_CHECK(ops->gemm(x, 0, 1, N, C, 3 * C, 1, d4C, 3 * C, w[GPT2_ATTN_W], 3 * C, 0, dC, C));
   GPT2_PASS_CHECK(ops->gemm(x, 1, 0, C, 3 * C, N, 1, ln1, C, d4C, 3 * C, 1, g[GPT2_ATTN_W], 3 * C));
   ops->bias_backward(g[GPT2_ATTN_B], d4C, N, 3 * C);
@@ -494,6 +566,7 @@ const S(gpt2_ops) S(gpt2_cpu_ops) = {
 #undef R_TANH
 #undef R_SQRT
 #undef COLBLK
+#undef ATT_BLK
 #undef PAR_MIN
 #undef GELU_S
 #undef GPT2_PASS_CHECK
