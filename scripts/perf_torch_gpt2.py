@@ -98,7 +98,7 @@ def main():
     med = times[len(times) // 2]
     print(json.dumps({"tokens_per_s": a.batch_size * T / med, "step_s": med, "threads":
                       torch.get_num_threads(), "params": sum(p.numel() for p in model.parameters()),
-                      "loss": float(loss), "torch": torch.__version__}))
+                      "loss": float(loss.detach()), "torch": torch.__version__}))
 
 
 if __name__ == "__main__":
