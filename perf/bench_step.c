@@ -13,13 +13,22 @@
  * collectives' in-flight time hid behind compute. Each figure is the median
  * over the run's steps, the first (warm-up) dropped. No torch: the result
  * says "torch not installed".
+ *
+ * Compute bound (CPU backend): train_gpt2's banner gives the model's FLOPs
+ * per rank per step (6 per matmul weight per token plus causal attention);
+ * forward + backward of each run is set against the peak of the engine's
+ * own fp32 GEMM measured in the same process just before: every OpenMP
+ * thread of the machine runs a single-threaded 512x768 . 768x3072 product
+ * (GPT-2's MLP shape at 512 tokens) at once, best of 5.
  */
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "bench_train_util.h"
+#include "zrt.h"
 
 /* Metrics fields of the breakdown (the first four partition the step). */
 static const struct {
@@ -77,6 +86,57 @@ static void zrt_step_torch(const zrt_pt_model *m, int global_batch, int threads,
   }
   int rc = p ? pclose(p) : -1;
   if (rc != 0 || *tps <= 0) snprintf(why, wlen, "torch run failed (%d): %s", rc, last);
+}
+
+/* GFLOP/s of nt threads each running its own engine GEMM at once (see the
+ * file comment); 0 and a reason when no CPU engine can be built. */
+static double zrt_step_gemm_peak(int nt, char *why, size_t wlen) {
+  enum { GM = 512, GK = 768, GN = 3072 };
+  zrt_config *zc = NULL;
+  zrt_engine *eng = NULL;
+  if (zrt_config_create(&zc) != ZRT_OK || zrt_config_set(zc, "zrt.backend", "cpu", "perf") ||
+      zrt_config_set(zc, "zrt.comm", "self", "perf") ||
+      zrt_config_set(zc, "zrt.blas_threads", "1", "perf") || zrt_engine_create(zc, &eng)) {
+    snprintf(why, wlen, "no CPU engine for the GEMM peak: %s", zrt_last_error());
+    zrt_config_destroy(zc);
+    return 0;
+  }
+  double best = 1e30;
+  int bad = 0;
+#pragma omp parallel num_threads(nt)
+  {
+    float *a = malloc(sizeof(float) * GM * GK), *b = malloc(sizeof(float) * GK * GN);
+    float *c = malloc(sizeof(float) * GM * GN);
+    if (!a || !b || !c) {
+#pragma omp atomic write
+      bad = 1;
+    } else {
+      for (size_t i = 0; i < (size_t)GM * GK; i++) a[i] = (float)(i % 7) * 1e-3f;
+      for (size_t i = 0; i < (size_t)GK * GN; i++) b[i] = (float)(i % 5) * 1e-3f;
+    }
+    for (int rep = 0; rep < 6; rep++) {
+      double t0 = 0;
+#pragma omp barrier
+#pragma omp master
+      t0 = omp_get_wtime();
+      if (a && b && c &&
+          zrt_engine_gemm(eng, 0, 0, GM, GN, GK, 1, a, GK, b, GN, ZRT_F32, 0, c, GN, ZRT_F32)) {
+#pragma omp atomic write
+        bad = 1;
+      }
+#pragma omp barrier
+#pragma omp master
+      if (rep > 0 && omp_get_wtime() - t0 < best) best = omp_get_wtime() - t0;
+    }
+    free(a), free(b), free(c);
+  }
+  zrt_engine_destroy(eng);
+  zrt_config_destroy(zc);
+  if (bad) {
+    snprintf(why, wlen, "GEMM peak measurement failed (allocation or GEMM error)");
+    return 0;
+  }
+  return 2.0 * GM * GN * GK * nt / best / 1e9;
 }
 
 static int zrt_bench_step(const zrt_perf_args *a, cJSON *r) {
@@ -145,6 +205,34 @@ static int zrt_bench_step(const zrt_perf_args *a, cJSON *r) {
                           "Baseline 1 rank stage 0 (%d OpenMP threads): %.0f tokens/s; %d ranks / "
                           "1 rank = %.2f.\n\n",
                           one.threads, b->wall_tok_s, o.ranks, sc);
+  }
+  if (run->ok && b->ok && run->step_gflop > 0 && !strcmp(run->backend, "cpu")) {
+    char pwhy[512] = "";
+    int nt = one.threads;
+    double peak = zrt_step_gemm_peak(nt, pwhy, sizeof pwhy);
+    double fb1 = zrt_pt_metric_median(b, "forward_s") + zrt_pt_metric_median(b, "backward_s");
+    double fbn = zrt_pt_metric_median(run, "forward_s") + zrt_pt_metric_median(run, "backward_s");
+    cJSON *cj = cJSON_AddObjectToObject(r, "compute");
+    if (peak > 0 && fb1 > 0 && fbn > 0) {
+      /* per rank micro-batch is the same in both runs: rank 0's FLOPs */
+      double g1 = b->step_gflop / fb1, gn = run->step_gflop * o.ranks / fbn;
+      cJSON_AddNumberToObject(cj, "gemm_peak_gflops", peak);
+      cJSON_AddNumberToObject(cj, "gemm_peak_threads", nt);
+      cJSON_AddNumberToObject(cj, "gflop_per_rank_per_step", run->step_gflop);
+      cJSON_AddNumberToObject(cj, "baseline_gflops", g1);
+      cJSON_AddNumberToObject(cj, "baseline_fraction", g1 / peak);
+      cJSON_AddNumberToObject(cj, "run_gflops", gn);
+      cJSON_AddNumberToObject(cj, "run_fraction", gn / peak);
+      n += (size_t)snprintf(md + n, sizeof md - n,
+                            "Compute (forward + backward, %.4g GFLOP per rank per step): 1 rank "
+                            "%.1f GFLOP/s = %.0f%%, %d ranks %.1f GFLOP/s together = %.0f%% of "
+                            "the engine's fp32 GEMM peak measured in this run (%.1f GFLOP/s, %d "
+                            "threads).\n\n",
+                            run->step_gflop, g1, 100 * g1 / peak, o.ranks, gn, 100 * gn / peak,
+                            peak, nt);
+    } else {
+      cJSON_AddStringToObject(cj, "status", pwhy[0] ? pwhy : "no forward/backward timings");
+    }
   }
   double tps;
   char why[1200] = "";

@@ -169,6 +169,12 @@ static void zrt_pt_parse_stdout(zrt_pt_run *r, const char *out, int64_t tokens_p
       const char *q = p;
       while (q > l && q[-1] != ' ' && q[-1] != ':') q--;
       r->params = atof(q) * 1e6;
+      if ((p = strstr(l, " GFLOP per rank per step")) && p - l < 500) {
+        q = p;
+        while (q > l && q[-1] != ' ') q--;
+        r->step_gflop = atof(q);
+      }
+      if ((p = strstr(l, "; backend ")) && p - l < 600) sscanf(p + 10, "%15[a-z0-9]", r->backend);
     }
   }
   if (n > 1)
@@ -330,6 +336,7 @@ cJSON *zrt_pt_run_json(const zrt_pt_run *r) {
   cJSON_AddNumberToObject(j, "comm_bytes_rank0", r->comm_bytes);
   if (r->padded_elements > 0) cJSON_AddNumberToObject(j, "padded_elements", r->padded_elements);
   if (r->params > 0) cJSON_AddNumberToObject(j, "params_approx", r->params);
+  if (r->step_gflop > 0) cJSON_AddNumberToObject(j, "gflop_per_rank_per_step", r->step_gflop);
   const char *keys[] = {"device_peak_bytes", "host_pinned_peak_bytes",
                         "params16",          "grads",
                         "master32",          "optim_state",

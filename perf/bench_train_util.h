@@ -49,6 +49,8 @@ typedef struct zrt_pt_run {
   double comm_bytes;      /* median metrics comm_bytes (rank 0) */
   double padded_elements; /* from the engine's "built:" log line; 0 if absent */
   double params;          /* "X.XXM params" of train_gpt2's banner, in elements */
+  double step_gflop;      /* "X GFLOP per rank per step" of the banner; 0 if absent */
+  char backend[16];       /* "backend X" of the banner; "" if absent */
   cJSON *last;            /* last metrics record (owned by the cache) */
   cJSON *records;         /* every metrics record, in order (owned by the cache) */
 } zrt_pt_run;

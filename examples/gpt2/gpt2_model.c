@@ -179,6 +179,11 @@ int64_t gpt2_num_params(const gpt2_config *cfg) {
   return total;
 }
 
+double gpt2_flops_per_token(const gpt2_config *cfg) {
+  double L = cfg->n_layer, C = cfg->n_embd, T = cfg->seq_len, V = cfg->vocab;
+  return 6.0 * (L * 12.0 * C * C + V * C) + 6.0 * L * T * C;
+}
+
 void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B) {
   size_t T = (size_t)cfg->seq_len, C = (size_t)cfg->n_embd, NH = (size_t)cfg->n_head;
   size_t N = (size_t)B * T, off = 0;

@@ -77,6 +77,12 @@ int gpt2_module_params(const gpt2_config *cfg, int which, gpt2_param_spec *out);
 int64_t gpt2_param_numel(const gpt2_param_spec *p);
 /* Total parameter count (wte counted once). */
 int64_t gpt2_num_params(const gpt2_config *cfg);
+/* Floating-point operations of one training token (forward + backward):
+ * 6 per matmul weight (L * 12 C^2 in the blocks, V * C in the tied LM
+ * head) plus causal attention, 6 * T * C per layer (QK^T and PV over the
+ * T / 2 keys a query sees on average, times 3 for the backward).
+ * Element-wise kernels are not counted. */
+double gpt2_flops_per_token(const gpt2_config *cfg);
 
 /* Activation layout: offsets (in elements) into one buffer, so one
  * zrt_engine_alloc holds every activation and backward scratch. */

@@ -775,11 +775,13 @@ int main(int argc, char **argv) {
              (long long)start_row);
   }
   if (rank0) {
+    double step_gflop = gpt2_flops_per_token(&tr.cfg) * (double)T * (double)tr.info.micro_batch *
+                        (double)tr.info.grad_accum / 1e9;
     printf("train_gpt2: model %s (%d layers, %d heads, %d embd, seq %d, vocab %d bytes): %.2fM "
-           "params; backend %s, comm %s, dtype %s, ZeRO stage %d, %d rank(s), micro-batch %lld, "
-           "accum %lld, global batch %lld; data %s (%lld bytes)\n",
+           "params, %.4g GFLOP per rank per step; backend %s, comm %s, dtype %s, ZeRO stage %d, "
+           "%d rank(s), micro-batch %lld, accum %lld, global batch %lld; data %s (%lld bytes)\n",
            a.model, tr.cfg.n_layer, tr.cfg.n_head, tr.cfg.n_embd, T, tr.cfg.vocab,
-           (double)gpt2_num_params(&tr.cfg) / 1e6, tr.info.backend, tr.info.comm,
+           (double)gpt2_num_params(&tr.cfg) / 1e6, step_gflop, tr.info.backend, tr.info.comm,
            zrt_dtype_name(tr.info.dtype), tr.info.zero_stage, tr.info.world_size,
            (long long)tr.info.micro_batch, (long long)tr.info.grad_accum,
            (long long)tr.info.train_batch, a.data, (long long)data.n);
