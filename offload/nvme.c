@@ -35,6 +35,7 @@ struct zrt_nvme {
   int ring_ok;
   struct io_uring aring; /* asynchronous reads */
   int aring_ok, ainflight;
+  uint64_t rd_bytes, wr_bytes; /* moved by completed requests, for the metrics */
   struct zrt_nvme_areq {
     uint64_t tag;
     off_t off; /* absolute file offset */
@@ -182,6 +183,7 @@ zrt_status zrt_nvme_tile_io(zrt_nvme *nv, int write, size_t off, size_t len, flo
     int a = (int)(ud >> 56);
     off_t o = (off_t)(ud & ((1ull << 56) - 1));
     size_t want = ZRT_MIN(chunk, bytes - (size_t)(o - (off_t)(gen * nv->region + off * 4)));
+    if (res > 0) *(write ? &nv->wr_bytes : &nv->rd_bytes) += (uint64_t)res;
     if (st == ZRT_OK && (res < 0 || (size_t)res != want))
       st = zrt_nvme_io_error(nv, a, write, o, res, want);
   }
@@ -216,12 +218,14 @@ static zrt_status zrt_nvme_whole(zrt_nvme *nv, int a, float *dst, const float *s
       memset(bounce, 0, sz);
       if (src) memcpy(bounce, (const char *)src + o, valid);
       ssize_t r = pwrite(nv->fd[a], bounce, sz, fo);
+      if (r > 0) nv->wr_bytes += (uint64_t)r;
       if (r != (ssize_t)sz) {
         st = zrt_nvme_io_error(nv, a, 1, fo, r < 0 ? -errno : r, sz);
         break;
       }
     } else {
       ssize_t r = pread(nv->fd[a], bounce, sz, fo);
+      if (r > 0) nv->rd_bytes += (uint64_t)r;
       if (r != (ssize_t)sz) {
         st = zrt_nvme_io_error(nv, a, 0, fo, r < 0 ? -errno : r, sz);
         break;
@@ -267,6 +271,7 @@ zrt_status zrt_nvme_range(zrt_nvme *nv, int array, int write, size_t off, size_t
     int whole = write && lo == blk && hi == blk + sz;
     if (!whole) {
       ssize_t r = pread(nv->fd[array], bounce, sz, fo);
+      if (r > 0) nv->rd_bytes += (uint64_t)r;
       if (r < 0) {
         st = zrt_nvme_io_error(nv, array, 0, fo, -errno, sz);
         break;
@@ -281,6 +286,7 @@ zrt_status zrt_nvme_range(zrt_nvme *nv, int array, int write, size_t off, size_t
     }
     memcpy((char *)bounce + (lo - blk), user, hi - lo);
     ssize_t r = pwrite(nv->fd[array], bounce, sz, fo);
+    if (r > 0) nv->wr_bytes += (uint64_t)r;
     if (r != (ssize_t)sz) {
       st = zrt_nvme_io_error(nv, array, 1, fo, r < 0 ? -errno : r, sz);
       break;
@@ -370,6 +376,7 @@ zrt_status zrt_nvme_read_reap(zrt_nvme *nv, int wait, uint64_t *tag, int *got) {
   nv->ainflight--;
   *tag = r->tag;
   *got = 1;
+  if (res > 0) nv->rd_bytes += (uint64_t)res;
   if (res < 0 || (size_t)res != r->bytes)
     return zrt_nvme_io_error(nv, r->array, 0, r->off, res, r->bytes);
   return ZRT_OK;
@@ -393,4 +400,10 @@ void zrt_nvme_read_drain(zrt_nvme *nv) {
       nv->ainflight--;
     }
   }
+}
+
+void zrt_nvme_add_io_bytes(const zrt_nvme *nv, uint64_t *rd, uint64_t *wr) {
+  if (!nv) return;
+  *rd += nv->rd_bytes;
+  *wr += nv->wr_bytes;
 }

@@ -80,5 +80,9 @@ const char *zrt_nvme_path(const zrt_nvme *nv, int array);
 /* Bytes the files take on disk once both generations are written:
  * 2 generations x narrays x n*4 rounded up to 4096. */
 size_t zrt_nvme_disk_bytes(const zrt_nvme *nv);
+/* Adds the bytes this file set's completed requests have read / written
+ * since creation (tile I/O, async reads, ranges, whole-array transfers)
+ * into *rd / *wr; nv NULL adds nothing. */
+void zrt_nvme_add_io_bytes(const zrt_nvme *nv, uint64_t *rd, uint64_t *wr);
 
 #endif

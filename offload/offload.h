@@ -74,6 +74,9 @@ zrt_status zrt_offload_pipe_nvme_range(zrt_offload_pipe *p, int which, int write
 zrt_status zrt_offload_pipe_nvme_sync(zrt_offload_pipe *p);
 /* Bytes of the swap files on disk (both generations), 0 without a file set. */
 size_t zrt_offload_pipe_nvme_disk_bytes(const zrt_offload_pipe *p);
+/* Adds the swap files' bytes read / written so far (zrt_nvme_add_io_bytes);
+ * nothing without NVMe. */
+void zrt_offload_pipe_nvme_add_io_bytes(const zrt_offload_pipe *p, uint64_t *rd, uint64_t *wr);
 
 /* One piece of the file set stepped with its own hyper-parameters. */
 typedef struct zrt_offload_segment {

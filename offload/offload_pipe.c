@@ -464,6 +464,10 @@ size_t zrt_offload_pipe_nvme_disk_bytes(const zrt_offload_pipe *p) {
   return p ? zrt_nvme_disk_bytes(p->nv) : 0;
 }
 
+void zrt_offload_pipe_nvme_add_io_bytes(const zrt_offload_pipe *p, uint64_t *rd, uint64_t *wr) {
+  if (p) zrt_nvme_add_io_bytes(p->nv, rd, wr);
+}
+
 /* Updates elements [a, b) of a segment of n elements whose data sit at
  * ms/s1/s2/g/p16 (element a first). zrt_offload_pipe_step on the whole
  * segment sends element i through the ISA's vector body when i < n - n % 8

@@ -14,7 +14,13 @@
  * model options, default --model tiny) at stage 2 on --ranks ranks with
  * offload_optimizer cpu and then nvme (nvme_path = --dir), in the same run:
  * median engine step_time_s (the boundary: reductions, optimizer, gather)
- * and wall step time of each, and their ratio. Skipped with --engine 0.
+ * and wall step time of each, and their ratio. "engine_param": the same at
+ * stage 3 with optimizer + parameter offload to cpu, then offload_param
+ * nvme (the 16-bit shards read at every fetch, prefetched with liburing,
+ * and rewritten after each step). Both report the swap bytes per step from
+ * the metrics (nvme_read_bytes / nvme_write_bytes, rank 0) and that rate
+ * over the wall step against the disk bandwidth measured above. Skipped
+ * with --engine 0.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -27,39 +33,55 @@
 #include "offload/offload.h"
 #include "perf.h"
 
-/* train_gpt2 with the optimizer offloaded to cpu, then to nvme under dir. */
-static void zrt_bench_nvme_engine(const zrt_perf_args *a, const char *dir, cJSON *r) {
+/* One engine comparison: train_gpt2 at `stage` with `offload`, first as is
+ * (cpu) and then with `nvme_set` (which moves `what` to nvme under dir), in
+ * the same run. Reports engine / wall step times, their ratio, the swap
+ * files' bytes per step (metrics nvme_read_bytes / nvme_write_bytes, rank
+ * 0, median) and the disk rate the step asks for against the disk's mean
+ * sequential bandwidth measured by this bench (disk_bps). */
+static void zrt_bench_nvme_engine(const zrt_perf_args *a, const char *key, const char *what,
+                                  int stage, int offload, const char *nvme_set, const char *dir,
+                                  double disk_bps, cJSON *r) {
   zrt_pt_model pm;
   zrt_pt_model_from_args(a, &pm);
   zrt_pt_opts po;
   zrt_pt_opts_default(a, &po);
-  po.stage = 2;
-  po.offload = ZRT_PT_OFFLOAD_OPT;
+  po.stage = stage;
+  po.offload = offload;
   const zrt_pt_run *cpu = zrt_pt_train(&pm, &po);
   zrt_pt_model pn = pm;
   size_t used = strlen(pn.extra);
-  snprintf(pn.extra + used, sizeof pn.extra - used,
-           " --set zero_optimization.offload_optimizer.device=nvme"
-           " --set zero_optimization.offload_optimizer.nvme_path=%s",
-           dir);
+  snprintf(pn.extra + used, sizeof pn.extra - used, nvme_set, dir);
   const zrt_pt_run *nv = zrt_pt_train(&pn, &po);
-  cJSON *e = cJSON_AddObjectToObject(r, "engine");
+  cJSON *e = cJSON_AddObjectToObject(r, key);
   cJSON_AddItemToObject(e, "cpu", zrt_pt_run_json(cpu));
   cJSON_AddItemToObject(e, "nvme", zrt_pt_run_json(nv));
   if (!cpu->ok || !nv->ok) {
-    zrt_perf_note("nvme engine: a run failed: %s", !cpu->ok ? cpu->error : nv->error);
+    zrt_perf_note("nvme %s: a run failed: %s", key, !cpu->ok ? cpu->error : nv->error);
     return;
   }
   double ratio = cpu->engine_step_s > 0 ? nv->engine_step_s / cpu->engine_step_s : 0;
+  double wratio = cpu->wall_step_s > 0 ? nv->wall_step_s / cpu->wall_step_s : 0;
+  double rdb = zrt_pt_metric_median(nv, "nvme_read_bytes");
+  double wrb = zrt_pt_metric_median(nv, "nvme_write_bytes");
+  double rate = nv->wall_step_s > 0 && rdb >= 0 && wrb >= 0 ? (rdb + wrb) / nv->wall_step_s : 0;
   cJSON_AddNumberToObject(e, "engine_step_s_cpu", cpu->engine_step_s);
   cJSON_AddNumberToObject(e, "engine_step_s_nvme", nv->engine_step_s);
   cJSON_AddNumberToObject(e, "wall_step_s_cpu", cpu->wall_step_s);
   cJSON_AddNumberToObject(e, "wall_step_s_nvme", nv->wall_step_s);
   cJSON_AddNumberToObject(e, "engine_step_ratio_nvme_over_cpu", ratio);
-  zrt_perf_note("nvme engine: train_gpt2 %s stage 2 x %d ranks, optimizer offload: engine step "
-                "%.4f s (cpu) vs %.4f s (nvme under %s), ratio %.2f; wall step %.4f s vs %.4f s",
-                pm.model, po.ranks, cpu->engine_step_s, nv->engine_step_s, dir, ratio,
-                cpu->wall_step_s, nv->wall_step_s);
+  cJSON_AddNumberToObject(e, "wall_step_ratio_nvme_over_cpu", wratio);
+  cJSON_AddNumberToObject(e, "nvme_read_bytes_per_step", rdb);
+  cJSON_AddNumberToObject(e, "nvme_write_bytes_per_step", wrb);
+  cJSON_AddNumberToObject(e, "nvme_bytes_per_s", rate);
+  if (disk_bps > 0) cJSON_AddNumberToObject(e, "nvme_fraction_of_disk", rate / disk_bps);
+  zrt_perf_note("nvme %s: train_gpt2 %s stage %d x %d ranks, %s: engine step %.4f s (cpu) vs "
+                "%.4f s (nvme under %s), ratio %.2f; wall step %.4f s vs %.4f s, ratio %.2f; "
+                "swap %.1f MB read + %.1f MB written per step (rank 0) = %.2f GB/s, %.0f%% of "
+                "the disk's %.2f GB/s",
+                key, pm.model, stage, po.ranks, what, cpu->engine_step_s, nv->engine_step_s, dir,
+                ratio, cpu->wall_step_s, nv->wall_step_s, wratio, rdb / 1e6, wrb / 1e6, rate / 1e9,
+                disk_bps > 0 ? 100 * rate / disk_bps : 0, disk_bps / 1e9);
 }
 
 static double zrt_bench_disk(const char *dir, size_t bytes, double *wr, double *rd) {
@@ -169,7 +191,17 @@ static int zrt_bench_nvme(const zrt_perf_args *a, cJSON *r) {
                     "measurement", "GB/s", 0);
   zrt_perf_series(pl, "GB/s", x, y, 3);
   const char *eng = zrt_perf_opt(a, "engine");
-  if (!eng || strcmp(eng, "0")) zrt_bench_nvme_engine(a, dir, r);
+  if (!eng || strcmp(eng, "0")) {
+    zrt_bench_nvme_engine(a, "engine", "optimizer offload", 2, ZRT_PT_OFFLOAD_OPT,
+                          " --set zero_optimization.offload_optimizer.device=nvme"
+                          " --set zero_optimization.offload_optimizer.nvme_path=%s",
+                          dir, disk, r);
+    zrt_bench_nvme_engine(a, "engine_param", "optimizer + parameter offload (param to nvme)", 3,
+                          ZRT_PT_OFFLOAD_OPT_PARAM,
+                          " --set zero_optimization.offload_param.device=nvme"
+                          " --set zero_optimization.offload_param.nvme_path=%s",
+                          dir, disk, r);
+  }
   rc = 0;
 done:
   zrt_offload_pipe_destroy(p);

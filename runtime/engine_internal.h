@@ -122,6 +122,7 @@ typedef struct zrt_engine_stepstats {
   double loss_sum;      /* sum of per-micro-batch losses (this rank) */
   int64_t micro_count;  /* micro-batches in this step so far */
   uint64_t comm_bytes0; /* comm->bytes_moved at step start */
+  uint64_t nvme_rd0, nvme_wr0; /* NVMe swap bytes read / written at step start */
 } zrt_engine_stepstats;
 
 /* Accumulators of the step breakdown (zrt_step_timing) for the open

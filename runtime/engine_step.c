@@ -111,8 +111,14 @@ static uint64_t zrt_unpack_u64(const float *src) {
 
 #define ZRT_MEMREC (3 * (ZRT_MEM_NCAT + 2))
 
+/* What one step window moved: collective bytes and NVMe swap bytes (this
+ * rank's optimizer and parameter files). */
+typedef struct zrt_step_bytes {
+  uint64_t comm, nvme_read, nvme_write;
+} zrt_step_bytes;
+
 static zrt_status zrt_engine_write_metrics(zrt_engine *eng, const zrt_step_info *info,
-                                           double step_time, uint64_t comm_bytes) {
+                                           double step_time, const zrt_step_bytes *moved) {
   /* every rank contributes its peaks (collective even when only rank 0 writes) */
   float *all = calloc((size_t)eng->world * ZRT_MEMREC, sizeof(float));
   size_t *counts = calloc((size_t)eng->world, sizeof(size_t));
@@ -168,8 +174,11 @@ static zrt_status zrt_engine_write_metrics(zrt_engine *eng, const zrt_step_info 
           "\"comm_busy_s\":%.6g,\"comm_wait_s\":%.6g,\"overlap_fraction\":%.6g",
           t->other_s, t->forward_s, t->backward_s, t->boundary_s, t->fetch_s, t->reduce_s,
           t->optimizer_s, t->gather_s, t->comm_busy_s, t->comm_wait_s, t->overlap_fraction);
-  fprintf(f, ",\"comm_bytes\":%llu,\"zero_stage\":%d,\"world_size\":%d}\n",
-          (unsigned long long)comm_bytes, eng->stage, eng->world);
+  fprintf(f,
+          ",\"comm_bytes\":%llu,\"nvme_read_bytes\":%llu,\"nvme_write_bytes\":%llu,"
+          "\"zero_stage\":%d,\"world_size\":%d}\n",
+          (unsigned long long)moved->comm, (unsigned long long)moved->nvme_read,
+          (unsigned long long)moved->nvme_write, eng->stage, eng->world);
   fflush(f);
 done:
   free(all);
@@ -291,8 +300,15 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
   info->step = eng->global_step;
   info->skipped_total = eng->skipped_total;
   eng->last_grad_norm = info->grad_norm;
-  uint64_t comm_bytes = eng->comm->bytes_moved - eng->st.comm_bytes0;
+  zrt_step_bytes moved = {.comm = eng->comm->bytes_moved - eng->st.comm_bytes0};
   eng->st.comm_bytes0 = eng->comm->bytes_moved; /* the next window starts here */
+  uint64_t nrd = 0, nwr = 0;
+  zrt_offload_pipe_nvme_add_io_bytes(eng->offload, &nrd, &nwr);
+  zrt_nvme_add_io_bytes(eng->par_nvme, &nrd, &nwr);
+  moved.nvme_read = nrd - eng->st.nvme_rd0;
+  moved.nvme_write = nwr - eng->st.nvme_wr0;
+  eng->st.nvme_rd0 = nrd;
+  eng->st.nvme_wr0 = nwr;
   double now = zrt_now_s();
   zrt_engine_timing_close(eng, t_enter, now);
   double step_time = eng->timing.step_s;
@@ -300,7 +316,7 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
   eng->st.micro_count = 0;
   if (st != ZRT_OK && st != ZRT_ERR_OVERFLOW) return st;
   zrt_status mst = ZRT_OK;
-  if (c->metrics_path[0]) mst = zrt_engine_write_metrics(eng, info, step_time, comm_bytes);
+  if (c->metrics_path[0]) mst = zrt_engine_write_metrics(eng, info, step_time, &moved);
   if (st == ZRT_ERR_OVERFLOW) return st;
   if (c->steps_per_print > 0 && eng->global_step % c->steps_per_print == 0 && eng->rank == 0)
     zrt_log(ZRT_LOG_INFO, "step %lld loss %.6g lr %.3g scale %g grad_norm %.4g skipped %lld",

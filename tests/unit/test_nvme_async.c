@@ -9,6 +9,10 @@
  *     nothing in flight returns nothing;
  *   - reads follow the committed generation (written with tile I/O);
  *   - misaligned arguments are refused naming the offset;
+ *   - the I/O byte counters (zrt_nvme_add_io_bytes, the metrics'
+ *     nvme_read_bytes / nvme_write_bytes) count exactly what completed: the
+ *     whole-region store, the async reads' lengths, the tile write rounded
+ *     up to 4096;
  *   - a file truncated behind zrt's back: the reap of the read past the end
  *     fails with "short read" naming the file and the offset, the other
  *     reads still complete, and drain leaves nothing in flight.
@@ -29,6 +33,12 @@
 
 static float data[N], next[N];
 
+/* The file set's counters, read fresh. */
+static void io_bytes(const zrt_nvme *nv, uint64_t *rd, uint64_t *wr) {
+  *rd = *wr = 0;
+  zrt_nvme_add_io_bytes(nv, rd, wr);
+}
+
 int main(void) {
   char dir[] = "/tmp/zrt_nvme_async_XXXXXX";
   ZT_CHECK(mkdtemp(dir) != NULL);
@@ -39,6 +49,12 @@ int main(void) {
   zrt_nvme *nv = NULL;
   ZT_OK(zrt_nvme_create_named(dir, "zrt_async", N, 1, QD, &nv));
   ZT_OK(zrt_nvme_store(nv, 0, data));
+  const uint64_t region = ZRT_ALIGN_UP((uint64_t)N * 4, (uint64_t)4096);
+  uint64_t rd, wr;
+  io_bytes(nv, &rd, &wr);
+  printf("after store: read %llu, written %llu (region %llu)\n", (unsigned long long)rd,
+         (unsigned long long)wr, (unsigned long long)region);
+  ZT_CHECK(rd == 0 && wr == region);
   float *buf[QD];
   for (int k = 0; k < QD; k++) ZT_CHECK(posix_memalign((void **)&buf[k], 4096, 4 * 4096) == 0);
 
@@ -71,6 +87,8 @@ int main(void) {
   }
   printf("reads vs stored data: %zu mismatching buffers\n", bad);
   ZT_CHECK(bad == 0);
+  io_bytes(nv, &rd, &wr);
+  ZT_CHECK(rd == (4 + 2 + 3 + 1) * 4096 && wr == region);
   uint64_t tag = 7;
   int got = 1;
   ZT_OK(zrt_nvme_read_reap(nv, 0, &tag, &got));
@@ -91,6 +109,10 @@ int main(void) {
   ZT_OK(zrt_nvme_read_reap(nv, 1, &tag, &got));
   ZT_CHECK(got == 1 && tag == 1);
   ZT_CHECK(memcmp(buf[0], next + 8 * BLK, 4096) == 0);
+  io_bytes(nv, &rd, &wr);
+  printf("after tile write + read: read %llu, written %llu\n", (unsigned long long)rd,
+         (unsigned long long)wr);
+  ZT_CHECK(rd == (4 + 2 + 3 + 1 + 1) * 4096 && wr == 2 * region);
 
   st = zrt_nvme_read_submit(nv, 0, 100, 4096, buf[0], 1);
   printf("misaligned: %s\n", zrt_last_error());
@@ -99,7 +121,6 @@ int main(void) {
 
   /* truncated file: generation 1 starts at the region size; cut the file
    * in the middle of it so the read of its second block is short */
-  size_t region = ZRT_ALIGN_UP((size_t)N * 4, (size_t)4096);
   ZT_CHECK(truncate(zrt_nvme_path(nv, 0), (off_t)(region + 4096)) == 0);
   ZT_OK(zrt_nvme_read_submit(nv, 0, 0, 4096, buf[0], 10));
   ZT_OK(zrt_nvme_read_submit(nv, 0, 4096, 2 * 4096, buf[1], 11));
