@@ -14,6 +14,8 @@
  *    16-bit working weights equal the cpu-offload run's after 3 steps;
  *  - the swap files are per rank ("zrt_rank<R>_*" under nvme_path), their
  *    size on disk is memest's nvme_bytes, and they are removed at destroy;
+ *    the swap byte counters of the metrics (nvme_read_bytes /
+ *    nvme_write_bytes) add up to nvme_bytes each way over two steps;
  *  - checkpoint: nvme stage 2 trains 2 steps, saves, trains 2 more; a new
  *    nvme engine at stage 2 and one at stage 3 (resharding) load it and
  *    train the same 2 steps: masters equal the uninterrupted run bitwise
@@ -37,7 +39,12 @@ static void equivalence(const run_opts *base, const char *what) {
     model m;
     ZT_OK(model_create(&m, &o));
     rank = m.rank;
-    for (int step = 1; step <= 3; step++) model_step(&m, step);
+    uint64_t rd1 = 0, wr1 = 0;
+    for (int step = 1; step <= 3; step++) {
+      model_step(&m, step);
+      if (step == 1) rd1 = m.eng->st.nvme_rd0, wr1 = m.eng->st.nvme_wr0;
+    }
+    uint64_t rd23 = m.eng->st.nvme_rd0 - rd1, wr23 = m.eng->st.nvme_wr0 - wr1;
     s[nv] = take(&m);
     if (nv) {
       /* the file set on disk: per-rank names, size = memest's prediction */
@@ -62,6 +69,12 @@ static void equivalence(const run_opts *base, const char *what) {
                files, bytes, (unsigned long long)r.nvme_bytes);
       ZT_CHECK(files == 1 + lay.optim_states);
       ZT_CHECK((unsigned long long)bytes == r.nvme_bytes);
+      /* the metrics' swap bytes: each step reads one generation of every
+       * file and writes the other, so steps 2-3 moved nvme_bytes each way */
+      if (m.rank == 0)
+        printf("%s: rank 0 swap bytes over steps 2-3: read %llu, written %llu\n", what,
+               (unsigned long long)rd23, (unsigned long long)wr23);
+      ZT_CHECK(rd23 == r.nvme_bytes && wr23 == r.nvme_bytes);
     }
     zrt_engine_destroy(m.eng);
     if (nv) {
