@@ -118,10 +118,10 @@ typedef struct zrt_module_entry {
 
 /* Per-step measurements feeding metrics and zrt_step_info. */
 typedef struct zrt_engine_stepstats {
-  double t_start;       /* time of the first micro-step of this step */
-  double loss_sum;      /* sum of per-micro-batch losses (this rank) */
-  int64_t micro_count;  /* micro-batches in this step so far */
-  uint64_t comm_bytes0; /* comm->bytes_moved at step start */
+  double t_start;              /* time of the first micro-step of this step */
+  double loss_sum;             /* sum of per-micro-batch losses (this rank) */
+  int64_t micro_count;         /* micro-batches in this step so far */
+  uint64_t comm_bytes0;        /* comm->bytes_moved at step start */
   uint64_t nvme_rd0, nvme_wr0; /* NVMe swap bytes read / written at step start */
 } zrt_engine_stepstats;
 
