@@ -33,6 +33,7 @@
 #include <string.h>
 
 extern "C" {
+#include "amp/dtype_scalar.h"
 #include "runtime/backend.h"
 #include "runtime/backend_cuda.h"
 }
@@ -92,64 +93,20 @@ static unsigned zrt_cuda_blocks(const zrt_cuda_ctx *c, size_t n) {
 
 /* ------------------------------------------------ dtype (amp/dtype.h) */
 
-__device__ __forceinline__ float zrt_d_bits_f32(uint32_t u) { return __uint_as_float(u); }
-
-__device__ __forceinline__ float zrt_d_bf16_to_f32(uint16_t h) {
-  return __uint_as_float((uint32_t)h << 16);
-}
-
-__device__ __forceinline__ uint16_t zrt_d_f32_to_bf16(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-__device__ __forceinline__ float zrt_d_f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  if (exp == 0) {
-    if (mant == 0) return zrt_d_bits_f32(sign);
-    float v = __fmul_rn((float)mant, 5.9604644775390625e-8f); /* exact: mant * 2^-24 */
-    return sign ? -v : v;
-  }
-  if (exp == 31) return zrt_d_bits_f32(sign | 0x7f800000u | (mant << 13));
-  return zrt_d_bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
-}
-
-__device__ __forceinline__ uint16_t zrt_d_f32_to_f16(float f) {
-  uint32_t u = __float_as_uint(f);
-  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-  uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
-  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
-  if (a < 0x38800000u) {
-    if (a < 0x33000000u) return sign;
-    uint32_t e = a >> 23;
-    uint32_t m = (a & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126u - e;
-    uint32_t h = m >> shift;
-    uint32_t rem = m & ((1u << shift) - 1u);
-    uint32_t half = 1u << (shift - 1u);
-    if (rem > half || (rem == half && (h & 1u))) h++;
-    return (uint16_t)(sign | h);
-  }
-  uint32_t r = a + 0x0fffu + ((a >> 13) & 1u);
-  return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
-}
+/* The scalar conversions are amp/dtype_scalar.h's, compiled for the device
+ * too: the GPU rounds with the very code unit.test_dtype checks. */
 
 template <int DT> __device__ __forceinline__ float zrt_d_load(const void *p, size_t i) {
-  if (DT == ZRT_F16) return zrt_d_f16_to_f32(((const uint16_t *)p)[i]);
-  if (DT == ZRT_BF16) return zrt_d_bf16_to_f32(((const uint16_t *)p)[i]);
+  if (DT == ZRT_F16) return zrt_f16_to_f32(((const uint16_t *)p)[i]);
+  if (DT == ZRT_BF16) return zrt_bf16_to_f32(((const uint16_t *)p)[i]);
   return ((const float *)p)[i];
 }
 
 template <int DT> __device__ __forceinline__ void zrt_d_store(void *p, size_t i, float v) {
   if (DT == ZRT_F16)
-    ((uint16_t *)p)[i] = zrt_d_f32_to_f16(v);
+    ((uint16_t *)p)[i] = zrt_f32_to_f16(v);
   else if (DT == ZRT_BF16)
-    ((uint16_t *)p)[i] = zrt_d_f32_to_bf16(v);
+    ((uint16_t *)p)[i] = zrt_f32_to_bf16(v);
   else
     ((float *)p)[i] = v;
 }
