@@ -894,6 +894,14 @@ int zrt_cmd_launch(int argc, char **argv) {
         fprintf(stderr, "zrt launch:   then rank %d exited with status %d\n", r, o->code);
     }
     cli_report_status(&run);
+    int ms = WIFSIGNALED(mp_status) ? WTERMSIG(mp_status) : 0;
+    if (ms && ms != SIGTERM && ms != SIGKILL && ms != SIGINT && ms != SIGHUP)
+      /* not a signal the launcher sends: mpiexec crashed while aborting */
+      fprintf(stderr,
+              "zrt launch: note: mpiexec itself then died of %s while ending the job (Open MPI "
+              "4.1.x can crash in PMIx_Finalize there); the ranks' ends above are what the rank "
+              "wrappers recorded, and none is left running\n",
+              cli_signame(ms, sn, sizeof sn));
   }
   if (user_sig) {
     int nended = 0;

@@ -19,16 +19,19 @@ pass "rank exit status"
 
 # mpiexec itself dies while it aborts the job (Open MPI 4.1.4 can segfault in
 # PMIx_Finalize there) and leaves rank 0 running: the launcher ends it and
-# still reports how every rank ended. The stand-in mpiexec kills the real
-# one (SIGKILL) once rank 1's exit record exists, then crashes itself.
+# still reports how every rank ended. The stand-in mpiexec freezes the real
+# one (SIGSTOP) once both ranks run, so it cannot end rank 0 itself, kills
+# it (SIGKILL) once rank 1's exit record exists, then crashes itself.
 cat >crashy-mpiexec <<'EOS'
 #!/bin/bash
 mpiexec "$@" &
 m=$!
-while [ ! -e "$ZRT_RUN_DIR/rank1.exit" ]; do
+until [ -e "$ZRT_RUN_DIR/rank0.pid" ] && [ -e "$ZRT_RUN_DIR/rank1.pid" ]; do
   kill -0 $m 2>/dev/null || exit 1
-  sleep 0.05
+  sleep 0.01
 done
+kill -STOP $m
+until [ -e "$ZRT_RUN_DIR/rank1.exit" ]; do sleep 0.05; done
 kill -KILL $m
 kill -SEGV $$
 EOS
@@ -40,6 +43,7 @@ rc=$?
 expect_status 3 $rc "launch where rank 1 exits 3 and mpiexec crashes"
 expect_grep '^zrt launch: rank 1 exited with status 3$' out1b.txt
 expect_grep 'rank 0 was killed by signal 15 \(SIGTERM\)' out1b.txt
+expect_grep '^zrt launch: note: mpiexec itself then died of SIGSEGV while ending the job' out1b.txt
 no_leftovers "mpiexec crashed"
 pass "mpiexec crash during abort"
 
