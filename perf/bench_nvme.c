@@ -217,6 +217,7 @@ done:
 
 ZRT_PERF_BENCH(nvme,
                "NVMe swap bandwidth of the offloaded AdamW step vs the disk's sequential "
-               "O_DIRECT bandwidth [--elements N] [--dir PATH]; engine step time with "
-               "offload_optimizer nvme vs cpu (train_gpt2, stage 2) [--engine 0 skips it]",
+               "O_DIRECT bandwidth [--elements N] [--dir PATH]; engine step time and swap "
+               "bytes with offload_optimizer nvme vs cpu (train_gpt2, stage 2) and "
+               "offload_param nvme vs cpu (stage 3) [--engine 0 skips them]",
                zrt_bench_nvme)
