@@ -882,7 +882,7 @@ int zrt_cmd_launch(int argc, char **argv) {
                   "zrt launch:   then rank %d ended without an exit record (its wrapper was "
                   "killed, by mpiexec or after the %g s grace, before it could write one)\n",
                   r, grace);
-        else
+        else if (!hostfile && !hosts) /* other machines' ranks write their own run dirs */
           fprintf(stderr, "zrt launch:   rank %d never started (no %s)\n", r, pp);
       }
       if (r == run.first_fail || !o->have || (!o->sig && !o->code)) continue;
