@@ -193,17 +193,15 @@ typedef struct S(att_gemm) {
   int64_t ldc;
 } S(att_gemm);
 
-/* Runs one GEMM (alpha 1) on the calling thread. */
+static zrt_status S(cpu_gemm)(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                              float alpha, const R *a, int64_t lda, const R *b, int64_t ldb,
+                              float beta, R *c, int64_t ldc);
+
+/* Runs one GEMM (alpha 1) through the table's GEMM: inside the heads'
+ * parallel region cpu_gemm stays on the calling thread. */
 static zrt_status S(att_gemm_run)(void *ctx, const S(att_gemm) * g) {
-#if GPT2_IS_FLOAT
-  if (ctx)
-    return zrt_engine_gemm(ctx, g->ta, g->tb, g->m, g->n, g->k, 1.0f, g->a, g->lda, g->b, g->ldb,
-                           ZRT_F32, g->beta, g->c, g->ldc, ZRT_F32);
-#else
-  (void)ctx;
-#endif
-  return S(cpu_gemm_naive)(g->ta, g->tb, g->m, g->n, g->k, 1.0f, g->a, g->lda, g->b, g->ldb,
-                           g->beta, g->c, g->ldc);
+  return S(cpu_gemm)(ctx, g->ta, g->tb, g->m, g->n, g->k, 1.0f, g->a, g->lda, g->b, g->ldb, g->beta,
+                     g->c, g->ldc);
 }
 
 /* Shared failure record of a parallel attention pass: the first failing
