@@ -147,13 +147,31 @@ __global__ void zrt_k_accumulate(float *dst, const void *src, float alpha, size_
   ZRT_GRID_STRIDE(i, n) dst[i] = __fadd_rn(dst[i], __fmul_rn(zrt_d_load<S>(src, i), alpha));
 }
 
+/* Block-wide fixed-order tree reduction (blockDim.x a power of two, at
+ * most ZRT_CUDA_THREADS): on return every thread holds the block's sum of
+ * acc and OR of bad, folded in the same order on every run. */
+static __device__ void zrt_d_block_sum(double *acc, int *bad) {
+  __shared__ double ssum[ZRT_CUDA_THREADS];
+  __shared__ int sbad[ZRT_CUDA_THREADS];
+  ssum[threadIdx.x] = *acc;
+  sbad[threadIdx.x] = *bad;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      ssum[threadIdx.x] += ssum[threadIdx.x + s];
+      sbad[threadIdx.x] |= sbad[threadIdx.x + s];
+    }
+    __syncthreads();
+  }
+  *acc = ssum[0];
+  *bad = sbad[0];
+}
+
 /* Pass 1: each block writes its sum of (x*scale)^2 in double and whether
  * it saw a non-finite x. */
 template <int S>
 __global__ void zrt_k_sumsq_partial(const void *x, size_t n, float scale, double *partial,
                                     int *flags) {
-  __shared__ double ssum[ZRT_CUDA_THREADS];
-  __shared__ int sbad[ZRT_CUDA_THREADS];
   double acc = 0.0;
   int bad = 0;
   ZRT_GRID_STRIDE(i, n) {
@@ -162,46 +180,26 @@ __global__ void zrt_k_sumsq_partial(const void *x, size_t n, float scale, double
     double v = (double)g * (double)scale;
     acc += v * v;
   }
-  ssum[threadIdx.x] = acc;
-  sbad[threadIdx.x] = bad;
-  __syncthreads();
-  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) {
-      ssum[threadIdx.x] += ssum[threadIdx.x + s];
-      sbad[threadIdx.x] |= sbad[threadIdx.x + s];
-    }
-    __syncthreads();
-  }
+  zrt_d_block_sum(&acc, &bad);
   if (threadIdx.x == 0) {
-    partial[blockIdx.x] = ssum[0];
-    flags[blockIdx.x] = sbad[0];
+    partial[blockIdx.x] = acc;
+    flags[blockIdx.x] = bad;
   }
 }
 
 /* Pass 2 (one block): fold the partials in a fixed order. */
 __global__ void zrt_k_sumsq_fold(const double *partial, const int *flags, int nblocks, double *out,
                                  int *out_flag) {
-  __shared__ double ssum[ZRT_CUDA_THREADS];
-  __shared__ int sbad[ZRT_CUDA_THREADS];
   double acc = 0.0;
   int bad = 0;
   for (int i = threadIdx.x; i < nblocks; i += blockDim.x) {
     acc += partial[i];
     bad |= flags[i];
   }
-  ssum[threadIdx.x] = acc;
-  sbad[threadIdx.x] = bad;
-  __syncthreads();
-  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) {
-      ssum[threadIdx.x] += ssum[threadIdx.x + s];
-      sbad[threadIdx.x] |= sbad[threadIdx.x + s];
-    }
-    __syncthreads();
-  }
+  zrt_d_block_sum(&acc, &bad);
   if (threadIdx.x == 0) {
-    *out = ssum[0];
-    *out_flag = sbad[0];
+    *out = acc;
+    *out_flag = bad;
   }
 }
 
