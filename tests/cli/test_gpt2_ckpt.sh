@@ -16,19 +16,9 @@
 #     1e-6 (measured 0);
 #   * resuming with another model shape fails, naming the fields.
 set -uo pipefail
-BIN=${ZRT_BIN:-build/bin}
-SRC=${ZRT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-EXE=$BIN/train_gpt2
-Z=$BIN/zrt
-[ -x "$EXE" ] && [ -x "$Z" ] || { echo "SKIP: $EXE or $Z not built"; exit 77; }
-command -v mpiexec >/dev/null || { echo "SKIP: no mpiexec"; exit 77; }
+. "$(dirname "$0")/gpt2_lib.sh" gpt2ckpt
+[ -x "$Z" ] || { echo "SKIP: $Z not built"; exit 77; }
 command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
-D=$(mktemp -d "${TMPDIR:-/tmp}/zrt_gpt2ckpt.XXXXXX")
-trap 'rm -rf "$D"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-MPI=(mpiexec --oversubscribe --allow-run-as-root --bind-to none --mca btl self,vader)
-
-bash "$SRC/examples/gpt2/make_corpus.sh" "$D/corpus.txt" >/dev/null
 cat >"$D/ds.json" <<'JSON'
 {
   "train_micro_batch_size_per_gpu": 4,

@@ -11,17 +11,7 @@
 # checkpoint directory exactly as it was (sha256 of every file before and
 # after; a missing directory is not created).
 set -uo pipefail
-BIN=${ZRT_BIN:-build/bin}
-SRC=${ZRT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-EXE=$BIN/train_gpt2
-[ -x "$EXE" ] || { echo "SKIP: $EXE not built"; exit 77; }
-command -v mpiexec >/dev/null || { echo "SKIP: no mpiexec"; exit 77; }
-D=$(mktemp -d "${TMPDIR:-/tmp}/zrt_gpt2ckerr.XXXXXX")
-trap 'rm -rf "$D"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-MPI=(mpiexec --oversubscribe --allow-run-as-root --bind-to none --mca btl self,vader)
-
-bash "$SRC/examples/gpt2/make_corpus.sh" "$D/corpus.txt" >/dev/null
+. "$(dirname "$0")/gpt2_lib.sh" gpt2ckerr
 cat >"$D/ds.json" <<'JSON'
 {
   "train_micro_batch_size_per_gpu": 4,
