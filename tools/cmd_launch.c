@@ -880,7 +880,8 @@ int zrt_cmd_launch(int argc, char **argv) {
         if (access(pp, F_OK) == 0)
           fprintf(stderr,
                   "zrt launch:   then rank %d ended without an exit record (its wrapper was "
-                  "killed, by mpiexec or after the %g s grace, before it could write one)\n",
+                  "killed before it could write one, e.g. by mpiexec's abort or when the %g s "
+                  "grace ran out)\n",
                   r, grace);
         else if (!hostfile && !hosts) /* other machines' ranks write their own run dirs */
           fprintf(stderr, "zrt launch:   rank %d never started (no %s)\n", r, pp);

@@ -47,6 +47,31 @@ expect_grep '^zrt launch: note: mpiexec itself then died of SIGSEGV while ending
 no_leftovers "mpiexec crashed"
 pass "mpiexec crash during abort"
 
+# rank 0's wrapper is killed (SIGKILL) before it can write an exit record
+# (its program goes with it, PR_SET_PDEATHSIG): the launcher reports the
+# ranks that did record their end and names rank 0 as one without a record.
+cat >wrapkill-mpiexec <<'EOS'
+#!/bin/bash
+mpiexec "$@" &
+m=$!
+until [ -e "$ZRT_RUN_DIR/rank0.pid" ] && [ -e "$ZRT_RUN_DIR/rank1.pid" ]; do
+  kill -0 $m 2>/dev/null || exit 1
+  sleep 0.01
+done
+w=$(sed -n 's/.*"wrapper_pid":\([0-9]*\).*/\1/p' "$ZRT_RUN_DIR/rank0.pid")
+kill -KILL "$w"
+wait $m
+EOS
+chmod +x wrapkill-mpiexec
+ZRT_MPIEXEC=$T/wrapkill-mpiexec timeout 60 "$ZRT" launch --num_processes 2 "$PROBE" --sleep 120 \
+  --tag "$TAG" >out1c.txt 2>&1
+rc=$?
+[ $rc -ne 124 ] || fail "launcher hung after a rank wrapper was killed"
+[ $rc -ne 0 ] || fail "launch where rank 0's wrapper was killed exited 0"
+expect_grep '^zrt launch:   then rank 0 ended without an exit record \(its wrapper was killed' out1c.txt
+no_leftovers "rank 0 wrapper killed"
+pass "rank without an exit record"
+
 timeout 60 "$ZRT" launch --num_processes 2 "$PROBE" --kill-rank 0 --sleep 120 \
   --tag "$TAG" >out2.txt 2>&1
 rc=$?
