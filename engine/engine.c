@@ -429,8 +429,7 @@ static zrt_status zrt_engine_oom_hint(zrt_engine *eng, zrt_status st) {
   zrt_memest_result here, s3;
   zrt_memest_predict(&lay, &here);
   lay.stage = 3;
-  lay.offload_optimizer = 1;
-  lay.offload_param = 1;
+  lay.offload_optimizer = lay.offload_param = 1;
   /* what the engine would keep gathered there: the reuse it would fit */
   lay.reuse_elems =
       zrt_memest_fit_reuse(&lay, lay.device_capacity, eng->cfg->stage3_max_reuse_distance);
@@ -442,8 +441,9 @@ static zrt_status zrt_engine_oom_hint(zrt_engine *eng, zrt_status st) {
   return zrt_error_context(
       ZRT_ERR_OOM,
       "model states%s need %s per rank at stage %d; stage 3 with offload_optimizer and "
-      "offload_param on cpu needs %s; try a higher zero_optimization.stage, offload, more ranks or "
-      "a larger zrt.device_memory_limit (see `zrt estimate-memory`). Details: ",
+      "offload_param on cpu needs about %s (gathered modules follow the fetch order); try a "
+      "higher zero_optimization.stage, offload, more ranks or a larger zrt.device_memory_limit "
+      "(see `zrt estimate-memory`). Details: ",
       acts, zrt_format_size(here.device_total, a, sizeof a), eng->stage,
       zrt_format_size(s3.device_total, b, sizeof b));
 }

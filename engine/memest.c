@@ -7,8 +7,10 @@
  */
 #include "memest.h"
 
+#include <stdlib.h>
 #include <string.h>
 
+#include "coordinator_sim.h"
 #include "layout.h"
 
 static int64_t zrt_memest_chunk(const zrt_memest_layout *l) {
@@ -57,8 +59,8 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
     o->device[ZRT_MEM_PARAMS16] = w * P;
   } else {
     uint64_t np = P - (uint64_t)l->persistent_padded, live;
-    if (l->live_modules > 0) {
-      live = (uint64_t)l->live_modules * big;
+    if (l->live_known) {
+      live = (uint64_t)ZRT_MAX(l->live.live, (int64_t)0);
     } else {
       /* saturating: the two windows may each be near INT64_MAX */
       uint64_t pf = (uint64_t)ZRT_MAX(l->prefetch_elems, (int64_t)0);
@@ -83,7 +85,15 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
   /* the fp32 accumulator (master extent) lives with the offloaded optimizer */
   int grad_host = zrt_layout_grad_acc_host(l->offload_optimizer);
   (grad_host ? o->host : o->device)[ZRT_MEM_GRADS] = 4 * ext;
-  o->device[ZRT_MEM_GRADS] += pol->reduce_at_boundary ? w * P : w * big;
+  uint64_t g16 = pol->reduce_at_boundary ? P : big, apart = 0;
+  if (pol->shard_params && l->live_known) {
+    /* the replay knows both transients and when they meet */
+    g16 = (uint64_t)ZRT_MAX(l->live.grads, (int64_t)0);
+    uint64_t both = (uint64_t)ZRT_MAX(l->live.both, (int64_t)0);
+    uint64_t sum = (uint64_t)ZRT_MAX(l->live.live, (int64_t)0) + g16;
+    apart = w * (sum > both ? sum - both : 0);
+  }
+  o->device[ZRT_MEM_GRADS] += w * g16;
   uint64_t chunk = (uint64_t)zrt_memest_chunk(l), cb = (uint64_t)l->comm_bytes;
   o->device[ZRT_MEM_COMM] = 2 * (N + 1) * chunk * cb;
   o->device[ZRT_MEM_ACTIVATIONS] = l->activation_bytes;
@@ -97,6 +107,8 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
     o->device_total += o->device[k];
     o->host_total += o->host[k];
   }
+  o->device_total -= apart;
+  o->model_states -= apart;
 }
 
 uint64_t zrt_memest_plan_bytes(uint64_t capacity) {
@@ -155,12 +167,18 @@ const zrt_memest_gpt *zrt_memest_gpt_find(const char *name) {
   return NULL;
 }
 
+/* Elements of the example's three kinds of module. */
+static void zrt_memest_gpt_sizes(const zrt_memest_gpt *g, int64_t sizes[3]) {
+  int64_t d = g->d_model;
+  sizes[0] = g->vocab * d + g->max_seq * d; /* wte (tied lm head) + wpe */
+  sizes[1] = 12 * d * d + 13 * d;           /* ln1, qkv, proj, ln2, fc, fc proj */
+  sizes[2] = 2 * d;                         /* final layer norm */
+}
+
 void zrt_memest_gpt_layout(const zrt_memest_gpt *g, int world, int64_t persist_threshold,
                            zrt_memest_layout *lay, int64_t *params) {
-  int64_t d = g->d_model;
-  int64_t sizes[3] = {g->vocab * d + g->max_seq * d, /* wte (tied lm head) + wpe */
-                      12 * d * d + 13 * d,           /* ln1, qkv, proj, ln2, fc, fc proj */
-                      2 * d};                        /* final layer norm */
+  int64_t sizes[3];
+  zrt_memest_gpt_sizes(g, sizes);
   int64_t count[3] = {1, g->layers, 1};
   lay->world = world;
   lay->padded_total = lay->max_module_padded = lay->persistent_padded = 0;
@@ -171,6 +189,64 @@ void zrt_memest_gpt_layout(const zrt_memest_gpt *g, int world, int64_t persist_t
     if (sizes[k] <= persist_threshold) lay->persistent_padded += count[k] * pad;
   }
   *params = sizes[0] + g->layers * sizes[1] + sizes[2];
+}
+
+int zrt_memest_gpt_live(const zrt_memest_gpt *g, const zrt_memest_layout *lay,
+                        int64_t persist_threshold, int grad_accum, zrt_coord_sim_peaks *out) {
+  int nl = (int)g->layers, nmod = nl + 2, last = nl + 1;
+  int per = 2 * (nl + 1) + 6 + 4 * nl + 2, ga = ZRT_MAX(grad_accum, 1);
+  int64_t sizes[3];
+  zrt_memest_gpt_sizes(g, sizes);
+  int64_t *numel = malloc(2 * (size_t)nmod * sizeof(int64_t));
+  zrt_sim_event *ev = malloc((size_t)per * (size_t)ga * sizeof *ev);
+  if (!numel || !ev) {
+    free(numel);
+    free(ev);
+    return -1;
+  }
+  int64_t *padded = numel + nmod;
+  for (int m = 0; m < nmod; m++) {
+    numel[m] = sizes[m == 0 ? 0 : m == last ? 2 : 1];
+    padded[m] = zrt_layout_padded(numel[m], lay->world);
+  }
+  int n = 0;
+#define EV(k, m)                                                                                   \
+  ev[n++] = (zrt_sim_event) { (k), (m) }
+  for (int a = 0; a < ga; a++) {
+    for (int m = 0; m <= nl; m++) {
+      EV(ZRT_SIM_FETCH, m);
+      EV(ZRT_SIM_RELEASE, m);
+    }
+    EV(ZRT_SIM_FETCH, last);
+    EV(ZRT_SIM_FETCH, 0);
+    EV(ZRT_SIM_GRAD, last);
+    EV(ZRT_SIM_GRAD_DONE, last);
+    EV(ZRT_SIM_RELEASE, 0);
+    EV(ZRT_SIM_RELEASE, last);
+    for (int m = nl; m >= 1; m--) {
+      EV(ZRT_SIM_FETCH, m);
+      EV(ZRT_SIM_GRAD, m);
+      EV(ZRT_SIM_GRAD_DONE, m);
+      EV(ZRT_SIM_RELEASE, m);
+    }
+    EV(ZRT_SIM_GRAD, 0);
+    EV(ZRT_SIM_GRAD_DONE, 0);
+  }
+#undef EV
+  zrt_coord_sim s = {.nmodules = nmod,
+                     .numel = numel,
+                     .padded = padded,
+                     .persist_threshold = persist_threshold,
+                     .prefetch_elems = lay->prefetch_elems,
+                     .max_live_elems =
+                         lay->max_live_elems > 0 ? lay->max_live_elems : INT64_MAX / 4,
+                     .reuse_distance = lay->reuse_elems,
+                     .events = ev,
+                     .nevents = n};
+  int rc = zrt_coord_sim_run(&s, out);
+  free(numel);
+  free(ev);
+  return rc;
 }
 
 uint64_t zrt_memest_gpt_activations(const zrt_memest_gpt *g, int64_t B, int64_t T, int w) {

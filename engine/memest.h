@@ -9,6 +9,7 @@
 #ifndef ZRT_MEMEST_H
 #define ZRT_MEMEST_H
 
+#include "coordinator_sim.h"
 #include "internal.h"
 
 typedef struct zrt_memest_layout {
@@ -20,9 +21,11 @@ typedef struct zrt_memest_layout {
   int64_t max_module_padded; /* largest module */
   int64_t persistent_padded; /* stage 3 modules at or below the persistence threshold */
   int64_t reduce_bucket_size;
-  int live_modules;       /* gathered non-persistent modules at peak (stage 3); 0 = derive from
-                             the prefetch settings: largest module + prefetch elements, at most
-                             max_live elements and at most every non-persistent module */
+  int live_known; /* 1: live is the stage-3 replay over the program's fetch order
+                     (zrt_coord_sim_run); 0: derive a figure from the settings without
+                     the order: largest module + prefetch + reuse elements, at most
+                     max_live elements and at most every non-persistent module */
+  zrt_coord_sim_peaks live;
   int64_t prefetch_elems; /* stage3_prefetch_bucket_size */
   int64_t reuse_elems;    /* stage3_max_reuse_distance: released modules kept gathered */
   int64_t max_live_elems; /* stage3_max_live_parameters (0 = unlimited) */
@@ -40,9 +43,12 @@ typedef struct zrt_memest_layout {
 typedef struct zrt_memest_result {
   uint64_t device[ZRT_MEM_NCAT];
   uint64_t host[ZRT_MEM_NCAT];
-  uint64_t device_total, host_total;
-  uint64_t model_states; /* device params16 + grads + master32 + optim_state */
-  uint64_t nvme_bytes;   /* offload_nvme: bytes of this rank's swap files on disk */
+  uint64_t device_total, host_total; /* device_total: the peak of the sum, which with a
+                                        replayed stage 3 (live_known) is less than the sum of
+                                        the categories' peaks when the gathered copies and the
+                                        16-bit gradients peak at different moments */
+  uint64_t model_states;             /* device params16 + grads + master32 + optim_state */
+  uint64_t nvme_bytes;               /* offload_nvme: bytes of this rank's swap files on disk */
 } zrt_memest_result;
 
 void zrt_memest_predict(const zrt_memest_layout *lay, zrt_memest_result *out);
@@ -100,6 +106,13 @@ const zrt_memest_gpt *zrt_memest_gpt_find(const char *name);
  * world, padded_total, max_module_padded, persistent_padded. */
 void zrt_memest_gpt_layout(const zrt_memest_gpt *g, int world, int64_t persist_threshold,
                            zrt_memest_layout *lay, int64_t *params);
+/* The stage-3 replay (zrt_coord_sim_run) of train_gpt2 training preset g (lay: world, prefetch,
+ * reuse, max_live; persist_threshold as for the layout) with grad_accum micro-batches per step: its
+ * fetch order (embedding, blocks, then the head holding the final norm and the tied embedding at
+ * once, then the blocks in reverse; the embedding's backward fetches nothing; each module's 16-bit
+ * gradients from its backward to grads_ready) into *out. 0, or -1 when host memory runs out. */
+int zrt_memest_gpt_live(const zrt_memest_gpt *g, const zrt_memest_layout *lay,
+                        int64_t persist_threshold, int grad_accum, zrt_coord_sim_peaks *out);
 /* Bytes train_gpt2 allocates with zrt_engine_alloc (ZRT_MEM_ACTIVATIONS)
  * for micro batch `batch` and sequence `seq`: gpt2_acts_layout_init's fp32
  * arena, the fp32 wte gradient, the token/target ints, and for a 16-bit

@@ -47,6 +47,9 @@ static void est_usage(FILE *f) {
              "  --persistence N        stage3_param_persistence_threshold (default 1e5)\n"
              "  --max_reuse N          stage3_max_reuse_distance (default 1e9; 0 = gather every "
              "use)\n"
+             "  --grad_accum N         gradient_accumulation_steps (default 1): the micro-batches "
+             "of the\n"
+             "                         fetch order replayed for the stage-3 gathered copies\n"
              "  --offload_device cpu|nvme  where offloaded optimizer state lives (default cpu; "
              "nvme: host holds staging only, swap file bytes reported)\n"
              "  --offload_param_device cpu|nvme  where offloaded 16-bit parameter shards live "
@@ -202,7 +205,7 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
   int64_t bucket = 500000000, prefetch = 50000000, persist = 100000, reuse = 1000000000;
   uint64_t devmem = 0;
   int json = 0, nvme = 0, pnvme = 0;
-  int64_t pbufs = 5;
+  int64_t pbufs = 5, accum = 1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -252,7 +255,13 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       bad = est_num(a, v, &persist);
     else if (!strcmp(a, "--max_reuse"))
       bad = est_num(a, v, &reuse);
-    else if (!strcmp(a, "--offload_device")) {
+    else if (!strcmp(a, "--grad_accum")) {
+      bad = est_num(a, v, &accum);
+      if (!bad && (accum < 1 || accum > 1 << 16)) {
+        fprintf(stderr, "zrt estimate-memory: --grad_accum '%s' must be from 1 to 65536\n", v);
+        return 2;
+      }
+    } else if (!strcmp(a, "--offload_device")) {
       if (strcmp(v, "cpu") && strcmp(v, "nvme")) {
         fprintf(stderr, "zrt estimate-memory: --offload_device '%s' is not cpu or nvme\n", v);
         return 2;
@@ -396,6 +405,15 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       lay.device_capacity = devmem;
       /* stage 3 under a capacity: the reuse distance the engine fits at build */
       lay.reuse_elems = zrt_memest_fit_reuse(&lay, devmem, reuse);
+      if (g && lay.stage == 3) {
+        /* the gathered copies the coordinator holds over the example's fetch order */
+        if (zrt_memest_gpt_live(g, &lay, persist, (int)accum, &lay.live) != 0) {
+          free(rows);
+          fprintf(stderr, "zrt estimate-memory: out of host memory\n");
+          return 1;
+        }
+        lay.live_known = 1;
+      }
       est_row *r = &rows[nrows++];
       r->world = wl[i];
       r->stage = cand[k].stage;
@@ -483,6 +501,12 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
            "grads), its cpu figure is per node with a 1.5 buffer factor (zrt: exact bytes per "
            "rank))\n",
            (long long)ds_largest(g, params, largest));
+    printf("(stage 3: the gathered 16-bit copies are %s)\n",
+           g ? "the stage-3 coordinator's peak over train_gpt2's fetch order, replayed with these "
+               "prefetch, reuse and persistence settings: what the pools measure"
+             : "a figure from the settings alone (the largest module + the prefetch and reuse "
+               "windows): the program's fetch order decides the real peak; a program that holds "
+               "several modules at once can exceed it");
     printf("(per rank; device total = model states + reduction buckets + activations; host = "
            "offloaded states + offload staging%s%s)\n",
            nvme ? "; with nvme the optimizer state is on disk (both generations of the swap "

@@ -27,6 +27,7 @@ check 2 "--offload_param_device 'ram' is not cpu or nvme" "${E[@]}" --params 1e6
   --offload_param_device ram
 check 2 "--param_buffer_count '0' must be at least 1" "${E[@]}" --params 1e6 \
   --param_buffer_count 0
+check 2 "--grad_accum '0' must be from 1 to 65536" "${E[@]}" --model tiny --grad_accum 0
 check 2 "--device_memory 'lots' is not a size \(e.g. 16GiB, 8e9\)" "${E[@]}" --params 1e6 \
   --device_memory lots
 check 2 "--dtype 'fp8': expected fp32, fp16 or bf16" "${E[@]}" --params 1e6 --dtype fp8
