@@ -63,6 +63,11 @@ static const char *const unsupported[][2] = {
     {"data_efficiency", "data sampling and routing are the program's in zrt; remove the section"},
     {"curriculum_learning", "data sampling is the program's in zrt; remove the section"},
     {"hybrid_engine", "zrt trains only (no inference engine); remove the section"},
+    {"quantize_training", "zrt does not quantize during training (MoQ); remove the section"},
+    {"progressive_layer_drop", "the program's model decides which layers run in zrt; remove "
+                               "the section"},
+    {"torch_autocast", "zrt's working dtype comes from \"bf16\" / \"fp16\" {\"enabled\": true}; "
+                       "remove the section"},
     {"amp", "NVIDIA apex AMP is not used by zrt; use \"fp16\": {\"enabled\": true} or "
             "\"bf16\": {\"enabled\": true}"},
     {"sequence_parallel_size", "zrt has no sequence parallelism; remove the key"},

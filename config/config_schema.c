@@ -265,14 +265,17 @@ _Static_assert(sizeof zrt_cfg_rows / sizeof zrt_cfg_rows[0] <= ZRT_CFG_MAXKEYS,
  * one warning naming them). A name ending in ".*" covers its sub-tree; a
  * bare section name covers the section. */
 const char *const zrt_cfg_ignored[] = {
-    /* DeepSpeed top level */
-    "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "activation_checkpointing",
-    "flops_profiler", "wandb", "comet", "monitor_config", "elasticity", "aio", "dump_state",
-    "prescale_gradients", "gradient_predivide_factor", "sparse_gradients", "memory_breakdown",
-    "checkpoint", "data_types", "autotuning", "communication_data_type_reduce",
-    "seq_parallel_communication_data_type", "disable_allgather", "load_universal_checkpoint",
-    "use_node_local_storage", "graph_harvesting", "nebula", "timers", "weight_quantization",
-    "compile", "fp16.auto_cast", "bf16.immediate_grad_update", /* zero_optimization */
+    /* DeepSpeed top level (runtime/config.py's DeepSpeedConfig._initialize_params and the
+     * sections it hands to sub-configs, one by one) */
+    "comms_logger", "eigenvalue", "dataloader_drop_last", "vocabulary_size",
+    "use_data_before_expert_parallelism", "zero_allow_untested_optimizer",
+    "zero_force_ds_cpu_optimizer", "activation_checkpointing", "flops_profiler", "wandb", "comet",
+    "monitor_config", "elasticity", "aio", "dump_state", "prescale_gradients",
+    "gradient_predivide_factor", "sparse_gradients", "memory_breakdown", "checkpoint", "data_types",
+    "autotuning", "communication_data_type_reduce", "seq_parallel_communication_data_type",
+    "disable_allgather", "load_universal_checkpoint", "use_node_local_storage", "graph_harvesting",
+    "nebula", "timers", "weight_quantization", "compile", "fp16.auto_cast",
+    "bf16.immediate_grad_update", /* zero_optimization */
     "zero_optimization.round_robin_gradients", "zero_optimization.load_from_fp32_weights",
     "zero_optimization.elastic_checkpoint", "zero_optimization.ignore_unused_parameters",
     "zero_optimization.stage3_gather_16bit_weights_on_model_save",

@@ -226,11 +226,106 @@ static void duplicate_spellings(void) {
   ZT_OK(load("{\"zero_optimization.stage\": 2}", &msg));
 }
 
+/* Every top-level key DeepSpeed's config reads (runtime/config.py: the
+ * get_* helpers of DeepSpeedConfig._initialize_params, the sections handed
+ * to sub-configs — comms_logger, the monitors, flops_profiler, autotuning,
+ * nebula, aio, checkpoint, elasticity — and the keys read elsewhere),
+ * each with a value of the kind DeepSpeed expects, is known to zrt: used,
+ * accepted and ignored with a note, or refused as a feature zrt lacks with
+ * what to do; never the unknown-key warning meant for keys DeepSpeed
+ * itself ignores. */
+static void deepspeed_top_level(void) {
+  static const char *const keys[][2] = {
+      {"train_batch_size", "8"},
+      {"train_micro_batch_size_per_gpu", "2"},
+      {"gradient_accumulation_steps", "2"},
+      {"steps_per_print", "10"},
+      {"dump_state", "false"},
+      {"disable_allgather", "false"},
+      {"communication_data_type", "\"fp32\""},
+      {"seq_parallel_communication_data_type", "\"fp32\""},
+      {"prescale_gradients", "false"},
+      {"gradient_predivide_factor", "1.0"},
+      {"sparse_gradients", "false"},
+      {"zero_optimization", "{\"stage\": 1}"},
+      {"activation_checkpointing", "{}"},
+      {"comms_logger", "{\"enabled\": false}"},
+      {"tensorboard", "{\"enabled\": false}"},
+      {"wandb", "{\"enabled\": false}"},
+      {"csv_monitor", "{\"enabled\": false}"},
+      {"comet", "{\"enabled\": false}"},
+      {"gradient_clipping", "1.0"},
+      {"fp16", "{\"enabled\": false}"},
+      {"bf16", "{\"enabled\": false}"},
+      {"bfloat16", "{\"enabled\": false}"},
+      {"amp", "{\"enabled\": true}"},
+      {"compression_training", "{\"weight_quantization\": {}}"},
+      {"optimizer", "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}"},
+      {"zero_allow_untested_optimizer", "true"},
+      {"zero_force_ds_cpu_optimizer", "false"},
+      {"scheduler", "{\"type\": \"WarmupLR\", \"params\": {}}"},
+      {"flops_profiler", "{\"enabled\": false}"},
+      {"wall_clock_breakdown", "false"},
+      {"memory_breakdown", "false"},
+      {"autotuning", "{\"enabled\": false}"},
+      {"eigenvalue", "{\"enabled\": false}"},
+      {"quantize_training", "{\"enabled\": true}"},
+      {"hybrid_engine", "{\"enabled\": true}"},
+      {"sparse_attention", "{\"mode\": \"fixed\"}"},
+      {"pipeline", "{\"stages\": 2}"},
+      {"progressive_layer_drop", "{\"enabled\": true}"},
+      {"curriculum_learning", "{\"enabled\": true}"},
+      {"data_efficiency", "{\"enabled\": true}"},
+      {"checkpoint", "{\"tag_validation\": \"Warn\"}"},
+      {"data_types", "{}"},
+      {"aio", "{\"block_size\": 1048576}"},
+      {"dataloader_drop_last", "false"},
+      {"nebula", "{\"enabled\": false}"},
+      {"weight_quantization", "{}"},
+      {"elasticity", "{\"enabled\": false}"},
+      {"vocabulary_size", "50257"},
+      {"compile", "{\"deepcompile\": false}"},
+      {"timers", "{}"},
+      {"graph_harvesting", "false"},
+      {"tensor_parallel", "{\"autotp_size\": 2}"},
+      {"torch_autocast", "{\"enabled\": true}"},
+      {"use_data_before_expert_parallelism", "false"},
+  };
+  int bad = 0;
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    char json[512];
+    snprintf(json, sizeof json, "{\"%s\": %s}", keys[i][0], keys[i][1]);
+    zrt_config *c;
+    ZT_OK(zrt_config_create(&c));
+    zrt_status st = zrt_config_load_buffer(c, json, strlen(json), "t.json", NULL);
+    const char *how = "used";
+    int ok = 1;
+    if (st != ZRT_OK) {
+      how = strstr(zrt_last_error(), "is not supported by zrt: ") ? "refused, naming what to do"
+                                                                  : zrt_last_error();
+      ok = how[0] == 'r';
+    } else if (warned(c, "unknown top-level key")) {
+      how = "WARNED AS UNKNOWN";
+      ok = 0;
+    } else if (zrt_config_warning_count(c) > 0) {
+      how = "accepted, noted as not used";
+    }
+    if (!ok) {
+      bad++;
+      printf("  %-40s %s   <-- WRONG\n", keys[i][0], how);
+    }
+    zrt_config_destroy(c);
+  }
+  printf("  %zu DeepSpeed top-level keys: %d unknown to zrt\n", sizeof keys / sizeof keys[0], bad);
+  ZT_CHECK(bad == 0);
+}
+
 int main(void) {
   precision_config();
   spellings();
   batch_config();
   integer_edges();
   duplicate_spellings();
+  deepspeed_top_level();
   ZT_DONE();
 }
