@@ -1,5 +1,6 @@
 # gpt2_lib.sh — the set-up the GPT-2 example's multi-rank CLI tests share
-# (test_gpt2_ckpt.sh, test_gpt2_ckpt_errors.sh, test_gpt2_consolidate.sh).
+# (test_gpt2_ckpt.sh, test_gpt2_ckpt_errors.sh, test_gpt2_consolidate.sh,
+# test_memest_exact.sh).
 #
 # Usage: . "$(dirname "$0")/gpt2_lib.sh" TAG
 # Sets BIN, SRC, EXE (train_gpt2), Z (zrt); skips (exit 77) when train_gpt2

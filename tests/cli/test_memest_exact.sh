@@ -12,14 +12,8 @@
 #   d. a tighter limit that lowers the reuse distance to what keeps only the
 #      last block across the head.
 set -euo pipefail
-BIN=${ZRT_BIN:-build/bin}
-SRC=${ZRT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-EXE=$BIN/train_gpt2
-[ -x "$EXE" ] || { echo "FAIL: $EXE not built"; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-bash "$SRC/examples/gpt2/make_corpus.sh" "$tmp/corpus.txt" >/dev/null
-MPIEXEC=${MPIEXEC:-mpiexec}
+. "$(dirname "$0")/gpt2_lib.sh" memest
+tmp=$D
 
 # case: name limit(bytes or 0) offload(none|optimizer|optimizer+param) prefetch reuse persist accum
 check() {
@@ -42,12 +36,11 @@ check() {
   optimizer+param) sets+=(--set zero_optimization.offload_optimizer.device=cpu
     --set zero_optimization.offload_param.device=cpu) ;;
   esac
-  OMP_NUM_THREADS=1 "$MPIEXEC" --oversubscribe --allow-run-as-root --bind-to none \
-    --mca btl self,vader -n 2 "$EXE" --model tiny --batch_size 1 --seq_len 16 \
+  OMP_NUM_THREADS=1 "${MPI[@]}" -n 2 "$EXE" --model tiny --batch_size 1 --seq_len 16 \
     --data "$tmp/corpus.txt" --val_every 0 --sample 0 --steps 3 "${sets[@]}" \
     --metrics "$tmp/$name.jsonl" >"$tmp/$name.out" 2>&1 ||
     { echo "FAIL: case $name: train_gpt2 failed:"; cat "$tmp/$name.out"; exit 1; }
-  "$BIN/zrt" estimate-memory "${est[@]}" >"$tmp/$name.est" ||
+  "$Z" estimate-memory "${est[@]}" >"$tmp/$name.est" ||
     { echo "FAIL: case $name: estimate-memory failed"; exit 1; }
   python3 - "$name" "$off" "$tmp/$name.jsonl" "$tmp/$name.est" <<'PY'
 import json, sys
