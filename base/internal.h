@@ -53,6 +53,10 @@ zrt_status zrt_error_context(zrt_status st, const char *fmt, ...)
 void zrt_log_set_rank(int rank);
 int zrt_log_get_rank(void);
 zrt_log_level zrt_log_get_level(void);
+/* A message every rank logs alike (derived from the config and the
+ * layout): rank 0 prints it; every process does while its rank is not yet
+ * known. Keeps an N-rank launch from printing N copies. */
+void zrt_log0(zrt_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Logs once per process per key (e.g. the backend choice). */
 void zrt_log_once(const char *key, zrt_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

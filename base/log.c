@@ -64,6 +64,14 @@ void zrt_log(zrt_log_level level, const char *fmt, ...) {
   va_end(ap);
 }
 
+void zrt_log0(zrt_log_level level, const char *fmt, ...) {
+  if (zrt_log_rank > 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  zrt_vlog(level, fmt, ap);
+  va_end(ap);
+}
+
 void zrt_log_once(const char *key, zrt_log_level level, const char *fmt, ...) {
   pthread_mutex_lock(&zrt_log_mu);
   for (int i = 0; i < zrt_log_once_n; i++) {

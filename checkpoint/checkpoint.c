@@ -547,7 +547,7 @@ zrt_status zrt_engine_save(zrt_engine *eng, const char *dir, const char *user_js
   if (eng->rank == 0)
     st = zrt_ckpt_write_meta(eng, dir, root_fd, step_dir, step_fd, step_name, gen, user);
   ZRT_CHECK_GOTO(zrt_ckpt_agree(eng, st, NULL, 0), st, done);
-  zrt_log(ZRT_LOG_INFO, "checkpoint saved: %s", step_dir);
+  zrt_log0(ZRT_LOG_INFO, "checkpoint saved: %s", step_dir);
 done:
   if (root_fd >= 0) close(root_fd);
   if (step_fd >= 0) close(step_fd);
@@ -734,8 +734,8 @@ agree2:
     user = NULL;
   }
   if (meta.world != eng->world || meta.stage != eng->stage)
-    zrt_log(ZRT_LOG_INFO, "checkpoint %s resharded: world %d stage %d -> world %d stage %d",
-            meta.step_dir, meta.world, meta.stage, eng->world, eng->stage);
+    zrt_log0(ZRT_LOG_INFO, "checkpoint %s resharded: world %d stage %d -> world %d stage %d",
+             meta.step_dir, meta.world, meta.stage, eng->world, eng->stage);
   goto done;
 commit_failed:
   zrt_error_context(st,

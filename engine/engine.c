@@ -347,10 +347,10 @@ static void zrt_engine_fit_reuse(zrt_engine *eng) {
     uint64_t room = zrt_memest_plan_bytes(cap);
     uint64_t spare = room > r0.device_total ? room - r0.device_total : 0;
     char b[32];
-    zrt_log(ZRT_LOG_INFO,
-            "stage 3: stage3_max_reuse_distance %lld -> %lld elements so that modules kept "
-            "gathered for reuse fit the device (%s spare in 90%% of its capacity)",
-            (long long)want, (long long)eng->reuse_distance, zrt_format_size(spare, b, sizeof b));
+    zrt_log0(ZRT_LOG_INFO,
+             "stage 3: stage3_max_reuse_distance %lld -> %lld elements so that modules kept "
+             "gathered for reuse fit the device (%s spare in 90%% of its capacity)",
+             (long long)want, (long long)eng->reuse_distance, zrt_format_size(spare, b, sizeof b));
   }
 }
 
@@ -369,7 +369,7 @@ static zrt_status zrt_engine_choose_stage(zrt_engine *eng) {
   size_t cap = zrt_pool_capacity(eng->backend->pool);
   if (cap == 0) {
     zrt_engine_set_stage(eng, 0);
-    zrt_log(ZRT_LOG_INFO, "stage auto: device memory is unlimited, picking stage 0 (fastest)");
+    zrt_log0(ZRT_LOG_INFO, "stage auto: device memory is unlimited, picking stage 0 (fastest)");
     return ZRT_OK;
   }
   /* the config's own offload settings are kept; auto only adds offload */
@@ -403,22 +403,22 @@ static zrt_status zrt_engine_choose_stage(zrt_engine *eng) {
     if (r.device_total <= zrt_memest_plan_bytes(cap)) {
       if (oo && !user_oo) eng->offload_opt = ZRT_OFFLOAD_CPU;
       if (op && !user_op) eng->offload_par = ZRT_OFFLOAD_CPU;
-      zrt_log(ZRT_LOG_INFO,
-              "stage auto: picking stage %d%s: predicted %s per rank on the device (host %llu "
-              "bytes) fits 90%% of %s; every faster choice did not fit (%s)",
-              cand[k].stage, what, zrt_format_size(r.device_total, b1, sizeof b1),
-              (unsigned long long)r.host_total, zrt_format_size(cap, b2, sizeof b2), acts);
+      zrt_log0(ZRT_LOG_INFO,
+               "stage auto: picking stage %d%s: predicted %s per rank on the device (host %llu "
+               "bytes) fits 90%% of %s; every faster choice did not fit (%s)",
+               cand[k].stage, what, zrt_format_size(r.device_total, b1, sizeof b1),
+               (unsigned long long)r.host_total, zrt_format_size(cap, b2, sizeof b2), acts);
       return ZRT_OK;
     }
-    zrt_log(ZRT_LOG_INFO, "stage auto: stage %d%s needs %s per rank > 90%% of %s", cand[k].stage,
-            what, zrt_format_size(r.device_total, b1, sizeof b1),
-            zrt_format_size(cap, b2, sizeof b2));
+    zrt_log0(ZRT_LOG_INFO, "stage auto: stage %d%s needs %s per rank > 90%% of %s", cand[k].stage,
+             what, zrt_format_size(r.device_total, b1, sizeof b1),
+             zrt_format_size(cap, b2, sizeof b2));
   }
   zrt_engine_set_stage(eng, 3);
   eng->offload_opt = eng->offload_opt != ZRT_OFFLOAD_NONE ? eng->offload_opt : ZRT_OFFLOAD_CPU;
   eng->offload_par = eng->offload_par != ZRT_OFFLOAD_NONE ? eng->offload_par : ZRT_OFFLOAD_CPU;
-  zrt_log(ZRT_LOG_WARN, "stage auto: nothing fits the device; trying stage 3 with optimizer and "
-                        "parameter offload to cpu (add ranks or device memory)");
+  zrt_log0(ZRT_LOG_WARN, "stage auto: nothing fits the device; trying stage 3 with optimizer and "
+                         "parameter offload to cpu (add ranks or device memory)");
   return ZRT_OK;
 }
 
@@ -635,10 +635,10 @@ zrt_status zrt_engine_build(zrt_engine *eng) {
     zrt_engine_layout_totals(eng, &lay);
     char b[32];
     size_t cap = zrt_pool_capacity(eng->backend->pool);
-    zrt_log(ZRT_LOG_INFO,
-            "built: %d modules, %d params, %lld padded elements, stage %d, device capacity %s",
-            eng->nmodules, eng->nparams, (long long)lay.padded_total, eng->stage,
-            cap ? zrt_format_size(cap, b, sizeof b) : "unlimited");
+    zrt_log0(ZRT_LOG_INFO,
+             "built: %d modules, %d params, %lld padded elements, stage %d, device capacity %s",
+             eng->nmodules, eng->nparams, (long long)lay.padded_total, eng->stage,
+             cap ? zrt_format_size(cap, b, sizeof b) : "unlimited");
   }
 done:
   free(tmp);
