@@ -242,6 +242,13 @@ zrt_status zrt_engine_reduce_pending(zrt_engine *eng, int m, int async);
  * (marks modules optim_host / shard16_host / shard16_nvme), the offloaded optimizer step of one
  * piece, and teardown. */
 zrt_status zrt_engine_offload_setup(zrt_engine *eng);
+/* Twin-Flow (offload_optimizer.ratio < 1 at stage 3): the first module whose
+ * optimizer is offloaded, by zrt_layout_twin_split over the modules' parts
+ * in registration order with zero_optimization.sub_group_size (0 at stages
+ * 0-2 or ratio 1: every module); and the padded elements of the modules
+ * before it (the memory model's twin_device_padded). Pure. */
+int zrt_engine_twin_split(const zrt_engine *eng);
+int64_t zrt_engine_twin_device_padded(const zrt_engine *eng);
 zrt_status zrt_engine_offload_step(zrt_engine *eng, const zrt_optim_hparams *hp, float *master,
                                    float *s1, float *s2, const float *grad, void *param16,
                                    size_t n);
