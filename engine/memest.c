@@ -172,13 +172,14 @@ static int64_t zrt_memest_gpt_unit(const void *arg, int i) {
 }
 
 int64_t zrt_memest_gpt_twin_device(const zrt_memest_gpt *g, int world, int64_t sub_group_size,
-                                   double ratio) {
+                                   double ratio, int *groups, int *device_groups) {
   int64_t sizes[3];
   zrt_memest_gpt_sizes(g, sizes);
   zrt_memest_gpt_units u = {.layers = g->layers};
   for (int k = 0; k < 3; k++) u.part[k] = zrt_layout_padded(sizes[k], world) / world;
   int n = (int)g->layers + 2;
-  int split = zrt_layout_twin_split(n, zrt_memest_gpt_unit, &u, sub_group_size, ratio, NULL, NULL);
+  int split = zrt_layout_twin_split(n, zrt_memest_gpt_unit, &u, sub_group_size, ratio, groups,
+                                    device_groups);
   int64_t dev = 0;
   for (int i = 0; i < split; i++) dev += zrt_memest_gpt_unit(&u, i) * world;
   return dev;

@@ -99,9 +99,11 @@ typedef struct zrt_memest_gpt {
 const zrt_memest_gpt *zrt_memest_gpt_find(const char *name);
 /* twin_device_padded of a GPT preset's module layout (zrt_memest_gpt_layout)
  * at world ranks: the padded elements of the modules before the Twin-Flow
- * split of offload_optimizer.ratio with sub_group_size (sharding/layout.h). */
+ * split of offload_optimizer.ratio with sub_group_size (sharding/layout.h's
+ * zrt_layout_twin_split); *groups and *device_groups (may be NULL): the
+ * sub-groups and how many of them stay on the device. */
 int64_t zrt_memest_gpt_twin_device(const zrt_memest_gpt *g, int world, int64_t sub_group_size,
-                                   double ratio);
+                                   double ratio, int *groups, int *device_groups);
 
 /* Parameter count and the module layout of a GPT preset as the example
  * registers it (embeddings, one module per block, final norm); modules of

@@ -10,6 +10,9 @@
 #     1 and 0 modules' optimizers on the device (the log line says so;
 #     ratio 0 = no optimizer offload); every step's loss, grad_norm and
 #     loss_scale in the metrics files must be the same JSON text (bitwise);
+#   * `zrt estimate-memory --offload_ratio R --sub_group_size 0` predicts the
+#     bf16 runs' pool peaks byte for byte at ratios 0, 0.5 and 1 (device
+#     per category and total, host pool total);
 #   * a checkpoint saved at 2 ranks, ratio 0.3, after step 3 resumes at 1
 #     rank (micro-batch 4, the global batch stays 8) at ratio 0.7 and at
 #     ratio 0: the two resumed runs are bitwise equal to each other, and
@@ -84,6 +87,23 @@ for p in paths[1:]:
             print("  step", s, ref[s], got.get(s))
 print(f"{dt} ratio 0 losses {[float(ref[s][0]) for s in sorted(ref)]}")
 sys.exit(1 if bad else 0)
+PY
+done
+
+# `zrt estimate-memory` predicts the pools of those runs byte for byte: the
+# device peak per category and in total, and the host pool's peak.
+for r in 0 0.5 1; do
+  "$Z" estimate-memory --model tiny --world_sizes 2 --batch_size 2 --dtype bf16 \
+    --offload_ratio $r --sub_group_size 0 --json >"$D/est-$r.json" || fail "estimate-memory ratio $r"
+  python3 - "$r" "$D/est-$r.json" "$D/bf16-$r.jsonl" <<'PY' || fail "estimate-memory ratio $r vs pools"
+import json, sys
+r, est, met = sys.argv[1], json.load(open(sys.argv[2])), json.loads(open(sys.argv[3]).readlines()[-1])
+row = [c for c in est["configs"] if c["stage"] == 3 and c["offload"] == "optimizer"][0]
+want = {k: row["device"][k] for k in ("params16", "grads", "master32", "optim_state", "activations", "comm")}
+want["device_peak_bytes"], want["host_pinned_peak_bytes"] = row["device_bytes"], row["host_bytes"]
+got = {k: met[k] for k in want}
+print(f"ratio {r}: estimate-memory {want}\n           pools     {got}: {'equal' if got == want else 'DIFFER'}")
+sys.exit(0 if got == want else 1)
 PY
 done
 
