@@ -118,11 +118,14 @@ static zrt_status zrt_engine_twin_resolve(zrt_engine *eng) {
               "offload: Twin-Flow ratio %g: all %d optimizer sub-groups stay on the device (no "
               "optimizer offload)",
               r, G);
-  } else if (eng->rank == 0)
+  } else if (eng->rank == 0) {
+    char dev[64] = "none stepped on the device";
+    if (split > 0) snprintf(dev, sizeof dev, "modules 0..%d stepped on the device", split - 1);
     zrt_log(ZRT_LOG_INFO,
             "offload: Twin-Flow ratio %g: %d of %d optimizer sub-groups (sub_group_size %lld) "
-            "on the CPU: modules %d..%d in host memory, modules 0..%d stepped on the device",
-            r, G - first, G, (long long)c->sub_group_size, split, eng->nmodules - 1, split - 1);
+            "on the CPU: modules %d..%d in host memory, %s",
+            r, G - first, G, (long long)c->sub_group_size, split, eng->nmodules - 1, dev);
+  }
   return ZRT_OK;
 }
 

@@ -49,6 +49,7 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
   uint64_t ext_d = pol->shard_params && l->offload_optimizer && !l->offload_nvme
                        ? (uint64_t)ZRT_MAX(l->twin_device_padded, (int64_t)0) / N
                        : 0;
+  ext_d = ZRT_MIN(ext_d, ext);
   uint64_t ext_h = l->offload_optimizer ? ext - ext_d : 0;
   ext_d = ext - ext_h;
   if (l->offload_optimizer && l->offload_nvme) {
