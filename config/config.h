@@ -49,6 +49,7 @@ typedef struct zrt_offload_cfg {
   int64_t buffer_count;
   int64_t buffer_size; /* offload_param only */
   int64_t max_in_cpu;  /* offload_param only */
+  double ratio;        /* offload_optimizer only: Twin-Flow share offloaded (stage 3) */
 } zrt_offload_cfg;
 
 /* The resolved config. Sizes in bytes or elements as DeepSpeed defines

@@ -138,8 +138,16 @@ const zrt_cfg_row zrt_cfg_rows[] = {
       "other modules' fetches (stage 3; within stage3_max_live_parameters; 0 = gather every use)",
       stage3_max_reuse_distance),
     R("zero_optimization.sub_group_size", I, 0, "1e9", NULL, 0, BIG, NULL,
-      "elements per optimizer sub-group (tile of the offloaded optimizer step)", sub_group_size),
+      "elements per optimizer sub-group: caps the offloaded optimizer step's tile, and groups "
+      "modules (per-rank elements accumulated to >= this) for offload_optimizer.ratio",
+      sub_group_size),
     OFFLOAD("offload_optimizer", offload_optimizer, "4"),
+    R("zero_optimization.offload_optimizer.ratio", D, 0, "1", NULL, 0, 1, NULL,
+      "Twin-Flow (stage 3, device cpu): the share of the optimizer sub-groups (modules grouped "
+      "by sub_group_size) stepped on the CPU from host memory, the last ones; the first "
+      "int((1 - ratio) * groups) stay on the device (0 = no optimizer offload). Ignored at "
+      "stages 1-2, as in DeepSpeed",
+      offload_optimizer.ratio),
     OFFLOAD("offload_param", offload_param, "5"),
     R("zero_optimization.offload_param.buffer_size", I, 0, "1e8", NULL, 0, BIG, NULL,
       "device nvme: caps the host staging buffer of the param swap file (fp32 elements; "
@@ -287,7 +295,7 @@ const char *const zrt_cfg_ignored[] = {
     "zero_optimization.stage3_module_granularity_threshold",
     "zero_optimization.pipeline_loading_checkpoint", "zero_optimization.override_module_apply",
     "zero_optimization.log_trace_cache_warnings", "zero_optimization.offload_optimizer.fast_init",
-    "zero_optimization.offload_optimizer.ratio", "zero_optimization.offload_optimizer.pipeline",
+    "zero_optimization.offload_optimizer.pipeline",
     "zero_optimization.offload_optimizer.pipeline_read",
     "zero_optimization.offload_optimizer.pipeline_write",
     /* DeepSpeedZeroConfig fields by name and by alias (populate_by_name),

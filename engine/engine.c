@@ -307,6 +307,7 @@ static void zrt_engine_layout_totals(const zrt_engine *eng, zrt_memest_layout *l
   lay->reuse_elems = eng->reuse_distance;
   lay->max_live_elems = eng->cfg->stage3_max_live_parameters;
   lay->sub_group_size = eng->cfg->sub_group_size;
+  lay->twin_device_padded = zrt_engine_twin_device_padded(eng);
   lay->stage = eng->stage;
   lay->offload_optimizer = eng->offload_opt != ZRT_OFFLOAD_NONE;
   lay->offload_param = eng->offload_par != ZRT_OFFLOAD_NONE;
@@ -481,7 +482,7 @@ static zrt_status zrt_engine_alloc_module(zrt_engine *eng, int m, float *tmp, si
       ZRT_CHECK(zrt_engine_alloc_state(eng, oh, (size_t)len * 4, ZRT_MEM_OPTIM_STATE, 1,
                                        (void **)&me->s2));
   }
-  me->grad_host = zrt_layout_grad_acc_host(eng->offload_opt != ZRT_OFFLOAD_NONE);
+  me->grad_host = zrt_layout_grad_acc_host(me->optim_host || me->optim_nvme);
   ZRT_CHECK(zrt_engine_alloc_state(eng, me->grad_host, (size_t)len * 4, ZRT_MEM_GRADS, 1,
                                    (void **)&me->grad_acc));
 
@@ -586,8 +587,7 @@ zrt_status zrt_engine_build(zrt_engine *eng) {
    * minimum scale, stage 0's FP16_Optimizer keeps the floor (DeepSpeed) */
   eng->scaler.raise_at_min = eng->policy->shard_optimizer;
   zrt_engine_fit_reuse(eng);
-  if (eng->offload_opt != ZRT_OFFLOAD_NONE || eng->offload_par != ZRT_OFFLOAD_NONE)
-    ZRT_CHECK_GOTO(zrt_engine_offload_setup(eng), st, done);
+  ZRT_CHECK_GOTO(zrt_engine_offload_setup(eng), st, done); /* no-op without offload */
   {
     int64_t maxpart = 0;
     for (int m = 0; m < eng->nmodules; m++) maxpart = ZRT_MAX(maxpart, eng->modules[m].part);

@@ -27,6 +27,9 @@
  * Adam/AdamW) At stages 0-2 the rank's 16-bit shard is full16 + r*S. Stage 0 keeps master and
  * optimizer state replicated (every rank runs the whole update). 16-bit means the working dtype
  * (fp32 when neither fp16 nor bf16).
+ * With offload_optimizer.ratio < 1 (Twin-Flow, stage 3) only the modules from
+ * zrt_engine_twin_split on are offloaded (optim_host, grad_host); the others
+ * keep master, states and grad_acc on the device.
  * With offload_optimizer nvme, master / s1 / s2 are NULL: the rank's extents
  * live back to back in one swap-file set (module m at nvme_off), read and
  * written through zrt_engine_state_io. With offload_param nvme, shard16 is
@@ -82,7 +85,8 @@ typedef struct zrt_module_entry {
   float *grad_acc;  /* fp32 reduced-gradient accumulation (shard; full at stage 0) */
   float *master;    /* fp32 master (shard; full at stage 0) */
   float *s1, *s2;   /* optimizer moments, like master */
-  int optim_host;   /* 1 when master/s1/s2 live in the host pool (offload_optimizer cpu) */
+  int optim_host;   /* 1 when master/s1/s2 live in the host pool (offload_optimizer cpu; with
+                       Twin-Flow only modules from zrt_engine_twin_split on) */
   int optim_nvme;   /* 1 when master/s1/s2 live in the NVMe file set (offload_optimizer nvme):
                        master/s1/s2 are NULL, the extent is at nvme_off in the files */
   int64_t nvme_off; /* element offset of this module's extent in the NVMe file set */
@@ -242,6 +246,13 @@ zrt_status zrt_engine_reduce_pending(zrt_engine *eng, int m, int async);
  * (marks modules optim_host / shard16_host / shard16_nvme), the offloaded optimizer step of one
  * piece, and teardown. */
 zrt_status zrt_engine_offload_setup(zrt_engine *eng);
+/* Twin-Flow (offload_optimizer.ratio < 1 at stage 3): the first module whose
+ * optimizer is offloaded, by zrt_layout_twin_split over the modules' parts
+ * in registration order with zero_optimization.sub_group_size (0 at stages
+ * 0-2 or ratio 1: every module); and the padded elements of the modules
+ * before it (the memory model's twin_device_padded). Pure. */
+int zrt_engine_twin_split(const zrt_engine *eng);
+int64_t zrt_engine_twin_device_padded(const zrt_engine *eng);
 zrt_status zrt_engine_offload_step(zrt_engine *eng, const zrt_optim_hparams *hp, float *master,
                                    float *s1, float *s2, const float *grad, void *param16,
                                    size_t n);

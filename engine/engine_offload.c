@@ -59,10 +59,82 @@ static zrt_status zrt_engine_master_span(void *arg, int64_t e0, int64_t n, float
   return ZRT_OK;
 }
 
+static int64_t zrt_engine_module_part(const void *arg, int i) {
+  return ((const zrt_engine *)arg)->modules[i].part;
+}
+
+int zrt_engine_twin_split(const zrt_engine *eng) {
+  double r = eng->cfg->offload_optimizer.ratio;
+  if (!eng->policy->shard_params || r >= 1.0) return 0;
+  return zrt_layout_twin_split(eng->nmodules, zrt_engine_module_part, eng, eng->cfg->sub_group_size,
+                               r, NULL, NULL);
+}
+
+int64_t zrt_engine_twin_device_padded(const zrt_engine *eng) {
+  int64_t dev = 0;
+  for (int m = 0, split = zrt_engine_twin_split(eng); m < split; m++) dev += eng->modules[m].padded;
+  return dev;
+}
+
+/* offload_optimizer.ratio (Twin-Flow) against the resolved stage and the
+ * other offload settings: ignored below stage 3 (as DeepSpeed does),
+ * refused with nvme or offload_param, and ratio 0 turns the optimizer
+ * offload off (every sub-group on the device). */
+static zrt_status zrt_engine_twin_resolve(zrt_engine *eng) {
+  const zrt_cfg *c = eng->cfg;
+  double r = c->offload_optimizer.ratio;
+  if (eng->offload_opt == ZRT_OFFLOAD_NONE || r >= 1.0) return ZRT_OK;
+  if (!eng->policy->shard_params) {
+    if (eng->rank == 0)
+      zrt_log(ZRT_LOG_WARN,
+              "zero_optimization.offload_optimizer.ratio %g is ignored at stage %d (Twin-Flow "
+              "splits the optimizer only at stage 3, as in DeepSpeed): the whole optimizer is "
+              "offloaded; set zero_optimization.stage 3 to split it, or drop the ratio",
+              r, eng->stage);
+    return ZRT_OK;
+  }
+  if (eng->offload_opt == ZRT_OFFLOAD_NVME)
+    return zrt_error(ZRT_ERR_CONFIG,
+                     "zero_optimization.offload_optimizer.ratio %g with offload_optimizer.device "
+                     "nvme is not supported: Twin-Flow splits the optimizer between the device "
+                     "and host memory, while nvme keeps every module's state in one swap-file "
+                     "set (DeepSpeed places only in-memory sub-groups by ratio); set "
+                     "offload_optimizer.device cpu to split, or ratio 1 to keep nvme",
+                     r);
+  if (eng->offload_par != ZRT_OFFLOAD_NONE)
+    return zrt_error(ZRT_ERR_CONFIG,
+                     "zero_optimization.offload_optimizer.ratio %g with offload_param.device %s "
+                     "is not supported: the device-side optimizer steps write the 16-bit shard, "
+                     "which offload_param keeps in host memory or NVMe; set "
+                     "offload_optimizer.ratio 1 or remove offload_param",
+                     r, eng->offload_par == ZRT_OFFLOAD_NVME ? "nvme" : "cpu");
+  int G, first;
+  int split = zrt_layout_twin_split(eng->nmodules, zrt_engine_module_part, eng, c->sub_group_size,
+                                    r, &G, &first);
+  if (split == eng->nmodules) {
+    eng->offload_opt = ZRT_OFFLOAD_NONE;
+    if (eng->rank == 0)
+      zrt_log(ZRT_LOG_INFO,
+              "offload: Twin-Flow ratio %g: all %d optimizer sub-groups stay on the device (no "
+              "optimizer offload)",
+              r, G);
+  } else if (eng->rank == 0) {
+    char dev[64] = "none stepped on the device";
+    if (split > 0) snprintf(dev, sizeof dev, "modules 0..%d stepped on the device", split - 1);
+    zrt_log(ZRT_LOG_INFO,
+            "offload: Twin-Flow ratio %g: %d of %d optimizer sub-groups (sub_group_size %lld) "
+            "on the CPU: modules %d..%d in host memory, %s",
+            r, G - first, G, (long long)c->sub_group_size, split, eng->nmodules - 1, dev);
+  }
+  return ZRT_OK;
+}
+
 zrt_status zrt_engine_offload_setup(zrt_engine *eng) {
   const zrt_cfg *c = eng->cfg;
+  ZRT_CHECK(zrt_engine_twin_resolve(eng));
   int oo = eng->offload_opt != ZRT_OFFLOAD_NONE;
   int op = eng->offload_par != ZRT_OFFLOAD_NONE;
+  if (!oo && !op) return ZRT_OK;
   if (op && !eng->policy->shard_params)
     return zrt_error(ZRT_ERR_CONFIG,
                      "zero_optimization.offload_param needs zero_optimization.stage 3 (stage is "
@@ -103,9 +175,10 @@ zrt_status zrt_engine_offload_setup(zrt_engine *eng) {
   /* offload_param cpu: the shards the optimizer writes are host memory */
   zrt_offload_pipe_set_param16_host(eng->offload, op && !pnvme);
   int64_t total = 0, pieces = 0;
+  int split = zrt_engine_twin_split(eng); /* Twin-Flow: modules before it stay on the device */
   for (int m = 0; m < eng->nmodules; m++) {
     zrt_module_entry *me = &eng->modules[m];
-    me->optim_host = !nvme;
+    me->optim_host = !nvme && m >= split;
     me->optim_nvme = nvme;
     me->shard16_host = op && !pnvme;
     me->shard16_nvme = pnvme;

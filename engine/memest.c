@@ -44,16 +44,26 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
   const zrt_stage_policy *pol = zrt_stage_policy_of(l->stage);
   uint64_t ext = pol->shard_optimizer ? S : P;
   uint64_t big = (uint64_t)l->max_module_padded;
-  uint64_t *opt = l->offload_optimizer ? o->host : o->device;
   uint64_t k = (uint64_t)l->optim_states;
+  /* the master extent split by where each module's optimizer runs: ext_h
+   * offloaded (all of it, or the modules past the Twin-Flow split), ext_d
+   * on the device */
+  uint64_t ext_d = pol->shard_params && l->offload_optimizer && !l->offload_nvme
+                       ? (uint64_t)ZRT_MAX(l->twin_device_padded, (int64_t)0) / N
+                       : 0;
+  ext_d = ZRT_MIN(ext_d, ext);
+  uint64_t ext_h = l->offload_optimizer ? ext - ext_d : 0;
+  ext_d = ext - ext_h;
   if (l->offload_optimizer && l->offload_nvme) {
     uint64_t stage_buf = 4 * (uint64_t)zrt_memest_offload_tile(l) + 4096;
     o->host[ZRT_MEM_MASTER32] = 2 * stage_buf;
     o->host[ZRT_MEM_OPTIM_STATE] = 2 * k * stage_buf;
     o->nvme_bytes = 2 * (1 + k) * ZRT_ALIGN_UP(4 * ext, (uint64_t)4096);
   } else {
-    opt[ZRT_MEM_MASTER32] = 4 * ext;
-    opt[ZRT_MEM_OPTIM_STATE] = 4 * k * ext;
+    o->host[ZRT_MEM_MASTER32] = 4 * ext_h;
+    o->host[ZRT_MEM_OPTIM_STATE] = 4 * k * ext_h;
+    o->device[ZRT_MEM_MASTER32] = 4 * ext_d;
+    o->device[ZRT_MEM_OPTIM_STATE] = 4 * k * ext_d;
   }
   if (!pol->shard_params) {
     o->device[ZRT_MEM_PARAMS16] = w * P;
@@ -82,9 +92,9 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
     } else
       o->device[ZRT_MEM_PARAMS16] += w * S;
   }
-  /* the fp32 accumulator (master extent) lives with the offloaded optimizer */
+  /* the fp32 accumulator (master extent) lives with each module's optimizer */
   int grad_host = zrt_layout_grad_acc_host(l->offload_optimizer);
-  (grad_host ? o->host : o->device)[ZRT_MEM_GRADS] = 4 * ext;
+  o->host[ZRT_MEM_GRADS] = 4 * ext_h;
   uint64_t g16 = pol->reduce_at_boundary ? P : big, apart = 0;
   if (pol->shard_params && l->live_known) {
     /* the replay knows both transients and when they meet */
@@ -93,7 +103,7 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
     uint64_t sum = (uint64_t)ZRT_MAX(l->live.live, (int64_t)0) + g16;
     apart = w * (sum > both ? sum - both : 0);
   }
-  o->device[ZRT_MEM_GRADS] += w * g16;
+  o->device[ZRT_MEM_GRADS] = 4 * ext_d + w * g16;
   uint64_t chunk = (uint64_t)zrt_memest_chunk(l), cb = (uint64_t)l->comm_bytes;
   o->device[ZRT_MEM_COMM] = 2 * (N + 1) * chunk * cb;
   o->device[ZRT_MEM_ACTIVATIONS] = l->activation_bytes;
@@ -153,6 +163,41 @@ int zrt_memest_deepspeed(int stage, double tp, double L, int g, int n, int oo, i
   return 1;
 }
 
+/* Elements of the GPT layout's three module kinds as the example registers
+ * them. */
+static void zrt_memest_gpt_sizes(const zrt_memest_gpt *g, int64_t sizes[3]) {
+  int64_t d = g->d_model;
+  sizes[0] = g->vocab * d + g->max_seq * d; /* wte (tied lm head) + wpe */
+  sizes[1] = 12 * d * d + 13 * d;           /* ln1, qkv, proj, ln2, fc, fc proj */
+  sizes[2] = 2 * d;                         /* final layer norm */
+}
+
+/* The GPT layout's modules in registration order (embeddings, blocks,
+ * final norm): elements per rank of module i. */
+typedef struct zrt_memest_gpt_units {
+  int64_t part[3];
+  int64_t layers;
+} zrt_memest_gpt_units;
+
+static int64_t zrt_memest_gpt_unit(const void *arg, int i) {
+  const zrt_memest_gpt_units *u = arg;
+  return u->part[i == 0 ? 0 : i <= u->layers ? 1 : 2];
+}
+
+int64_t zrt_memest_gpt_twin_device(const zrt_memest_gpt *g, int world, int64_t sub_group_size,
+                                   double ratio, int *groups, int *device_groups) {
+  int64_t sizes[3];
+  zrt_memest_gpt_sizes(g, sizes);
+  zrt_memest_gpt_units u = {.layers = g->layers};
+  for (int k = 0; k < 3; k++) u.part[k] = zrt_layout_padded(sizes[k], world) / world;
+  int n = (int)g->layers + 2;
+  int split = zrt_layout_twin_split(n, zrt_memest_gpt_unit, &u, sub_group_size, ratio, groups,
+                                    device_groups);
+  int64_t dev = 0;
+  for (int i = 0; i < split; i++) dev += zrt_memest_gpt_unit(&u, i) * world;
+  return dev;
+}
+
 static const zrt_memest_gpt zrt_gpt_presets[] = {
     {"tiny", 2, 64, 2, 256, 64, 64},
     {"gpt2", 12, 768, 12, 256, 1024, 1024},
@@ -165,14 +210,6 @@ const zrt_memest_gpt *zrt_memest_gpt_find(const char *name) {
   for (size_t i = 0; i < sizeof zrt_gpt_presets / sizeof zrt_gpt_presets[0]; i++)
     if (!strcmp(zrt_gpt_presets[i].name, name)) return &zrt_gpt_presets[i];
   return NULL;
-}
-
-/* Elements of the example's three kinds of module. */
-static void zrt_memest_gpt_sizes(const zrt_memest_gpt *g, int64_t sizes[3]) {
-  int64_t d = g->d_model;
-  sizes[0] = g->vocab * d + g->max_seq * d; /* wte (tied lm head) + wpe */
-  sizes[1] = 12 * d * d + 13 * d;           /* ln1, qkv, proj, ln2, fc, fc proj */
-  sizes[2] = 2 * d;                         /* final layer norm */
 }
 
 void zrt_memest_gpt_layout(const zrt_memest_gpt *g, int world, int64_t persist_threshold,

@@ -35,6 +35,9 @@ typedef struct zrt_memest_layout {
   int64_t param_buffer_size;  /* offload_param.buffer_size (0 = no cap) */
   int64_t param_buffer_count; /* offload_param.buffer_count: staging slots (0 = 1) */
   int64_t sub_group_size;     /* zero_optimization.sub_group_size (offload tile cap) */
+  int64_t twin_device_padded; /* Twin-Flow (offload_optimizer cpu, stage 3): padded elements of
+                                 the modules whose optimizer stays on the device (those before
+                                 zrt_layout_twin_split); 0 = every module offloaded */
   uint64_t activation_bytes;
   uint64_t device_capacity; /* bytes (0 = unlimited): caps the bucket chunk
                                (zrt_layout_bucket_chunk_capped) */
@@ -100,6 +103,14 @@ typedef struct zrt_memest_gpt {
   int64_t layers, d_model, heads, vocab, max_seq, default_seq;
 } zrt_memest_gpt;
 const zrt_memest_gpt *zrt_memest_gpt_find(const char *name);
+/* twin_device_padded of a GPT preset's module layout (zrt_memest_gpt_layout)
+ * at world ranks: the padded elements of the modules before the Twin-Flow
+ * split of offload_optimizer.ratio with sub_group_size (sharding/layout.h's
+ * zrt_layout_twin_split); *groups and *device_groups (may be NULL): the
+ * sub-groups and how many of them stay on the device. */
+int64_t zrt_memest_gpt_twin_device(const zrt_memest_gpt *g, int world, int64_t sub_group_size,
+                                   double ratio, int *groups, int *device_groups);
+
 /* Parameter count and the module layout of a GPT preset as the example
  * registers it (embeddings, one module per block, final norm); modules of
  * at most persist_threshold elements count as stage-3 persistent. Sets

@@ -37,6 +37,35 @@ int64_t zrt_layout_bucket_chunk(int64_t reduce_bucket_size, int world, int64_t m
 
 int zrt_layout_grad_acc_host(int offload_optimizer) { return offload_optimizer != 0; }
 
+int zrt_layout_twin_split(int n, int64_t (*elems)(const void *arg, int i), const void *arg,
+                          int64_t sub_group_size, double ratio, int *groups, int *first_cpu_group) {
+  int G = 0;
+  int64_t acc = 0;
+  for (int i = 0; i < n; i++) {
+    acc += elems(arg, i);
+    if (acc >= sub_group_size || i == n - 1) {
+      G++;
+      acc = 0;
+    }
+  }
+  /* DeepSpeed: int((1 - self.partial_offload) * sub_group_count) */
+  double dev = (1.0 - ratio) * (double)G;
+  int first = dev <= 0 ? 0 : dev >= (double)G ? G : (int)dev;
+  if (groups) *groups = G;
+  if (first_cpu_group) *first_cpu_group = first;
+  int g = 0;
+  acc = 0;
+  for (int i = 0; i < n; i++) {
+    if (g >= first) return i;
+    acc += elems(arg, i);
+    if (acc >= sub_group_size || i == n - 1) {
+      g++;
+      acc = 0;
+    }
+  }
+  return n;
+}
+
 int64_t zrt_layout_bucket_host_stage(const zrt_stage_policy *pol, int64_t chunk, int world) {
   return pol->reduce_all_reduce ? chunk * (int64_t)world : chunk;
 }

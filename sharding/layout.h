@@ -59,15 +59,31 @@ int64_t zrt_layout_bucket_chunk(int64_t reduce_bucket_size, int world, int64_t m
 int64_t zrt_layout_bucket_chunk_capped(int64_t reduce_bucket_size, int world, int64_t max_part,
                                        int comm_bytes, uint64_t capacity);
 
-/* 1 when the fp32 gradient accumulator (the master extent's gradients)
- * lives in the host pool: with the optimizer offloaded (cpu or nvme) the
- * reduced buckets land in host memory, where the CPU optimizer reads them
- * (DeepSpeed's ZeRO-Offload), so the device keeps no fp32 gradient shard. */
+/* 1 when the fp32 gradient accumulator (the master extent's gradients) of a
+ * module lives in the host pool: when that module's optimizer is offloaded
+ * (cpu or nvme; with Twin-Flow only the modules past the split) the reduced
+ * buckets land in host memory, where the CPU optimizer reads them
+ * (DeepSpeed's ZeRO-Offload), so the device keeps no fp32 gradient shard
+ * for it. */
 int zrt_layout_grad_acc_host(int offload_optimizer);
 
 /* Elements of the comm dtype in each of the two host staging slots of the
  * buckets when the accumulator is on the host: one reduced bucket, i.e.
  * world * chunk for an all-reduce (stage 0), chunk for a reduce-scatter. */
 int64_t zrt_layout_bucket_host_stage(const zrt_stage_policy *pol, int64_t chunk, int world);
+
+/* DeepSpeed's Twin-Flow placement (offload_optimizer.ratio, stage 3;
+ * stage3.py _create_fp16_sub_groups and _create_fp32_partitions). The n
+ * units (zrt: modules in registration order, elems(arg, i) = the unit's
+ * elements per rank) form sub-groups by accumulation: a sub-group closes
+ * after the unit that brings its elements to >= sub_group_size, or at the
+ * last unit (so sub_group_size 0 makes every unit a sub-group and one at
+ * least the total makes one sub-group). With G sub-groups, sub-group g is
+ * stepped on the CPU iff g >= int((1 - ratio) * G), the product in double
+ * and truncated as Python's int() does. Returns the first unit on the CPU
+ * (n when none: ratio 0); *groups = G and *first_cpu_group (either may be
+ * NULL). Pure: every rank gets the same split. */
+int zrt_layout_twin_split(int n, int64_t (*elems)(const void *arg, int i), const void *arg,
+                          int64_t sub_group_size, double ratio, int *groups, int *first_cpu_group);
 
 #endif

@@ -14,7 +14,12 @@
  * the file's bytes join nvme_bytes). --hf_config reads a Hugging Face
  * GPT-2 config.json (n_layer, n_embd, n_head, vocab_size, n_positions, or
  * their GPT2Config aliases) into the same GPT layout the presets use. Each
- * row also carries DeepSpeed's own estimator figure for that stage.
+ * row also carries DeepSpeed's own estimator figure for that stage. With
+ * --offload_ratio R < 1 (offload_optimizer.ratio, Twin-Flow) the stage-3
+ * optimizer-offload rows keep the first int((1 - R) G) of the G sub-groups
+ * (modules grouped by --sub_group_size) on the device, as the engine does;
+ * the split is printed per world size; the stage-3 optimizer+param rows are
+ * left out (the engine refuses that combination), stages 1-2 ignore R.
  * Pure arithmetic: no MPI, no device.
  */
 #include <cjson/cJSON.h>
@@ -24,40 +29,46 @@
 #include <string.h>
 
 #include "internal.h"
+#include "layout.h"
 #include "memest.h"
 #include "tools.h"
 
 static void est_usage(FILE *f) {
-  fprintf(f, "usage: zrt estimate-memory (--model NAME | --hf_config config.json | --params N) "
-             "[options]\n"
-             "  --model NAME           GPT preset of examples/gpt2: tiny, gpt2, gpt2-medium, "
-             "gpt2-large, gpt2-xl\n"
-             "  --hf_config FILE       a Hugging Face GPT-2 config.json (n_layer, n_embd, n_head,\n"
-             "                         vocab_size, n_positions): the GPT layout of examples/gpt2\n"
-             "  --params N             parameter count (e.g. 1.5e9)\n"
-             "  --largest_module N     with --params: elements of the largest module (default N)\n"
-             "  --activation_bytes S   with --params: per-rank activation bytes (default 0)\n"
-             "  --batch_size B         micro batch per rank (default 1)\n"
-             "  --seq_len T            sequence length (default: the preset's)\n"
-             "  --world_sizes LIST     comma-separated ranks, default 1,2,4,8\n"
-             "  --dtype fp32|fp16|bf16 working precision (default fp16)\n"
-             "  --optimizer adam|sgd|lion  (default adam: 2 fp32 states)\n"
-             "  --reduce_bucket_size N (default 5e8)  --prefetch N (stage3_prefetch_bucket_size, "
-             "default 5e7)\n"
-             "  --persistence N        stage3_param_persistence_threshold (default 1e5)\n"
-             "  --max_reuse N          stage3_max_reuse_distance (default 1e9; 0 = gather every "
-             "use)\n"
-             "  --grad_accum N         gradient_accumulation_steps (default 1): the micro-batches "
-             "of the\n"
-             "                         fetch order replayed for the stage-3 gathered copies\n"
-             "  --offload_device cpu|nvme  where offloaded optimizer state lives (default cpu; "
-             "nvme: host holds staging only, swap file bytes reported)\n"
-             "  --offload_param_device cpu|nvme  where offloaded 16-bit parameter shards live "
-             "(stage 3 rows with param offload; default cpu)\n"
-             "  --param_buffer_count N offload_param.buffer_count: host staging slots of the "
-             "param-nvme reads (default 5, the config's default)\n"
-             "  --device_memory SIZE   mark configurations whose device total fits (e.g. 16GiB)\n"
-             "  --json                 one JSON document instead of the table\n");
+  fprintf(f,
+          "usage: zrt estimate-memory (--model NAME | --hf_config config.json | --params N) "
+          "[options]\n"
+          "  --model NAME           GPT preset of examples/gpt2: tiny, gpt2, gpt2-medium, "
+          "gpt2-large, gpt2-xl\n"
+          "  --hf_config FILE       a Hugging Face GPT-2 config.json (n_layer, n_embd, n_head,\n"
+          "                         vocab_size, n_positions): the GPT layout of examples/gpt2\n"
+          "  --params N             parameter count (e.g. 1.5e9)\n"
+          "  --largest_module N     with --params: elements of the largest module (default N)\n"
+          "  --activation_bytes S   with --params: per-rank activation bytes (default 0)\n"
+          "  --batch_size B         micro batch per rank (default 1)\n"
+          "  --seq_len T            sequence length (default: the preset's)\n"
+          "  --world_sizes LIST     comma-separated ranks, default 1,2,4,8\n"
+          "  --dtype fp32|fp16|bf16 working precision (default fp16)\n"
+          "  --optimizer adam|sgd|lion  (default adam: 2 fp32 states)\n"
+          "  --reduce_bucket_size N (default 5e8)  --prefetch N (stage3_prefetch_bucket_size, "
+          "default 5e7)\n"
+          "  --persistence N        stage3_param_persistence_threshold (default 1e5)\n"
+          "  --max_reuse N          stage3_max_reuse_distance (default 1e9; 0 = gather every "
+          "use)\n"
+          "  --grad_accum N         gradient_accumulation_steps (default 1): the micro-batches "
+          "of the\n"
+          "                         fetch order replayed for the stage-3 gathered copies\n"
+          "  --offload_device cpu|nvme  where offloaded optimizer state lives (default cpu; "
+          "nvme: host holds staging only, swap file bytes reported)\n"
+          "  --offload_param_device cpu|nvme  where offloaded 16-bit parameter shards live "
+          "(stage 3 rows with param offload; default cpu)\n"
+          "  --param_buffer_count N offload_param.buffer_count: host staging slots of the "
+          "param-nvme reads (default 5, the config's default)\n"
+          "  --offload_ratio R      offload_optimizer.ratio (Twin-Flow, stage 3, cpu; default 1: "
+          "all offloaded, 0: none)\n"
+          "  --sub_group_size N     zero_optimization.sub_group_size: groups modules for the "
+          "ratio (default 1e9)\n"
+          "  --device_memory SIZE   mark configurations whose device total fits (e.g. 16GiB)\n"
+          "  --json                 one JSON document instead of the table\n");
 }
 
 static int est_num(const char *opt, const char *v, int64_t *out) {
@@ -77,9 +88,16 @@ typedef struct est_row {
   zrt_memest_result r;
   int fits;
   int64_t reuse;           /* stage3_max_reuse_distance the engine would use */
+  int groups, dev_groups;  /* Twin-Flow rows: sub-groups, those on the device (groups 0: none) */
   int ds;                  /* DeepSpeed has an estimator for this row */
   uint64_t ds_cpu, ds_gpu; /* its figures (one node of `world` GPUs) */
 } est_row;
+
+/* The --params model's one module (elements per rank) for the Twin-Flow rule. */
+static int64_t est_one_unit(const void *arg, int i) {
+  (void)i;
+  return *(const int64_t *)arg;
+}
 
 /* DeepSpeed's largest_layer_params: the most parameters any one nn.Module
  * holds itself. For the GPT presets that is the largest of HF GPT-2's
@@ -205,7 +223,8 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
   int64_t bucket = 500000000, prefetch = 50000000, persist = 100000, reuse = 1000000000;
   uint64_t devmem = 0;
   int json = 0, nvme = 0, pnvme = 0;
-  int64_t pbufs = 5, accum = 1;
+  int64_t pbufs = 5, accum = 1, sgs = 1000000000;
+  double ratio = 1.0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -279,7 +298,19 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
         fprintf(stderr, "zrt estimate-memory: --param_buffer_count '%s' must be at least 1\n", v);
         return 2;
       }
-    } else if (!strcmp(a, "--device_memory")) {
+    } else if (!strcmp(a, "--offload_ratio")) {
+      char *end;
+      ratio = strtod(v, &end);
+      if (end == v || *end || !(ratio >= 0 && ratio <= 1)) {
+        fprintf(stderr,
+                "zrt estimate-memory: --offload_ratio '%s' is not a number in 0..1 "
+                "(offload_optimizer.ratio)\n",
+                v);
+        return 2;
+      }
+    } else if (!strcmp(a, "--sub_group_size"))
+      bad = est_num(a, v, &sgs);
+    else if (!strcmp(a, "--device_memory")) {
       if (!zrt_parse_size(v, &devmem) || devmem == 0) {
         fprintf(stderr,
                 "zrt estimate-memory: --device_memory '%s' is not a size (e.g. 16GiB, 8e9)\n", v);
@@ -290,6 +321,15 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       return 2;
     }
     if (bad) return 2;
+  }
+  if (ratio < 1 && nvme) {
+    fprintf(stderr,
+            "zrt estimate-memory: --offload_ratio %g with --offload_device nvme: the "
+            "engine refuses offload_optimizer.ratio < 1 with device nvme (Twin-Flow splits "
+            "between the device and host memory); use --offload_device cpu or drop "
+            "--offload_ratio\n",
+            ratio);
+    return 2;
   }
   if ((model != NULL) + (hf_path != NULL) + (params >= 0) != 1) {
     fprintf(stderr, "zrt estimate-memory: give exactly one of --model NAME, --hf_config "
@@ -375,6 +415,8 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
   int nrows = 0;
   for (int i = 0; i < nw; i++)
     for (int k = 0; k < NC; k++) {
+      /* Twin-Flow: the engine refuses ratio < 1 with param offload */
+      if (ratio < 1 && cand[k].stage == 3 && cand[k].op) continue;
       zrt_memest_layout lay;
       memset(&lay, 0, sizeof lay);
       lay.stage = cand[k].stage;
@@ -395,7 +437,7 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       lay.prefetch_elems = prefetch;
       lay.reuse_elems = reuse;
       lay.max_live_elems = 1000000000;
-      lay.sub_group_size = 1000000000;
+      lay.sub_group_size = sgs;
       lay.offload_optimizer = cand[k].oo;
       lay.offload_param = cand[k].op;
       lay.offload_nvme = nvme;
@@ -403,6 +445,20 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       lay.param_buffer_count = pbufs;
       lay.activation_bytes = acts;
       lay.device_capacity = devmem;
+      int groups = 0, dev_groups = 0;
+      if (ratio < 1 && cand[k].stage == 3 && cand[k].oo) {
+        if (g) {
+          lay.twin_device_padded =
+              zrt_memest_gpt_twin_device(g, wl[i], sgs, ratio, &groups, &dev_groups);
+        } else { /* one module: one sub-group (on the device only at ratio 0) */
+          int64_t part = lay.padded_total / wl[i];
+          int split =
+              zrt_layout_twin_split(1, est_one_unit, &part, sgs, ratio, &groups, &dev_groups);
+          lay.twin_device_padded = split ? lay.padded_total : 0;
+        }
+        /* every sub-group on the device: the engine offloads nothing */
+        if (dev_groups == groups) lay.offload_optimizer = 0;
+      }
       /* stage 3 under a capacity: the reuse distance the engine fits at build */
       lay.reuse_elems = zrt_memest_fit_reuse(&lay, devmem, reuse);
       if (g && lay.stage == 3) {
@@ -415,6 +471,8 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
         lay.live_known = 1;
       }
       est_row *r = &rows[nrows++];
+      r->groups = groups;
+      r->dev_groups = dev_groups;
       r->world = wl[i];
       r->stage = cand[k].stage;
       r->oo = cand[k].oo;
@@ -454,6 +512,9 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       if (r->op) printf(",\"param_device\":\"%s\"", pnvme ? "nvme" : "cpu");
       if (devmem) printf(",\"fits\":%s", r->fits ? "true" : "false");
       if (r->stage == 3) printf(",\"reuse_elems\":%lld", (long long)r->reuse);
+      if (r->groups)
+        printf(",\"offload_ratio\":%g,\"sub_groups\":%d,\"device_sub_groups\":%d", ratio, r->groups,
+               r->dev_groups);
       if (r->ds)
         printf(",\"deepspeed\":{\"gpu_bytes\":%llu,\"cpu_bytes\":%llu}",
                (unsigned long long)r->ds_gpu, (unsigned long long)r->ds_cpu);
@@ -490,6 +551,27 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
              zrt_format_size(r->r.host_total, d, sizeof d), e,
              devmem ? (r->fits ? "  yes" : "  no") : "", f);
     }
+    for (int i = 0; i < nrows; i++) {
+      const est_row *r = &rows[i];
+      if (!r->groups) continue;
+      const uint64_t *dv = r->r.device, *hs = r->r.host;
+      char m1[32], m2[32], m3[32], h1[32], h2[32], h3[32];
+      printf("Twin-Flow ratio %g (sub_group_size %lld), world %d stage 3 optimizer: %d of %d "
+             "sub-groups on the device; device master32 %s optim_state %s grads %s | host "
+             "master32 %s optim_state %s grads %s\n",
+             ratio, (long long)sgs, r->world, r->dev_groups, r->groups,
+             zrt_format_size(dv[ZRT_MEM_MASTER32], m1, sizeof m1),
+             zrt_format_size(dv[ZRT_MEM_OPTIM_STATE], m2, sizeof m2),
+             zrt_format_size(dv[ZRT_MEM_GRADS], m3, sizeof m3),
+             zrt_format_size(hs[ZRT_MEM_MASTER32], h1, sizeof h1),
+             zrt_format_size(hs[ZRT_MEM_OPTIM_STATE], h2, sizeof h2),
+             zrt_format_size(hs[ZRT_MEM_GRADS], h3, sizeof h3));
+    }
+    if (ratio < 1)
+      printf("(--offload_ratio %g: applied to the stage-3 optimizer rows only; stages 1-2 ignore "
+             "it, as DeepSpeed does; stage-3 optimizer+param rows left out: the engine refuses "
+             "offload_param with ratio < 1)\n",
+             ratio);
     if (devmem)
       printf("(fits = device total within %d/%d of the device, what the engine plans in; at "
              "stage 3 the reuse distance is the one the engine fits at build)\n",

@@ -4,7 +4,9 @@
 # with the offload options prints the nvme column; --hf_config reads a
 # GPT-2 config.json into exactly the preset's numbers (gpt2: the same JSON
 # as --model gpt2) and refuses other architectures, missing keys and bad
-# values by name; every row of stages 1-3 carries DeepSpeed's figure.
+# values by name; every row of stages 1-3 carries DeepSpeed's figure;
+# --offload_ratio out of range or with nvme is refused, and the Twin-Flow
+# split of the stage-3 optimizer rows is printed.
 . "$(dirname "$0")/lib.sh"
 cd "$T"
 
@@ -33,7 +35,15 @@ check 2 "--device_memory 'lots' is not a size \(e.g. 16GiB, 8e9\)" "${E[@]}" --p
 check 2 "--dtype 'fp8': expected fp32, fp16 or bf16" "${E[@]}" --params 1e6 --dtype fp8
 check 2 "--world_sizes '1,x': expected comma-separated positive integers" "${E[@]}" \
   --params 1e6 --world_sizes 1,x
+check 2 "--offload_ratio '1.5' is not a number in 0..1 \(offload_optimizer.ratio\)" "${E[@]}" \
+  --params 1e6 --offload_ratio 1.5
+check 2 "--offload_ratio 0.5 with --offload_device nvme: the engine refuses" "${E[@]}" \
+  --params 1e6 --offload_ratio 0.5 --offload_device nvme
 pass "bad options"
+
+check 0 "Twin-Flow ratio 0.5 \(sub_group_size 0\), world 2 stage 3 optimizer: 2 of 4 sub-groups on the device" \
+  "${E[@]}" --model tiny --world_sizes 2 --offload_ratio 0.5 --sub_group_size 0
+pass "Twin-Flow split printed"
 
 check 0 "nvme \(disk\)" "${E[@]}" --params 1e6 --world_sizes 2 --offload_device nvme \
   --offload_param_device nvme --param_buffer_count 2

@@ -6,7 +6,10 @@
  * model exactly, and the swap files' bytes equal memest's nvme_bytes), and
  * at stage 3 with parameter offload to nvme under optimizer offload to nvme
  * and to cpu (host params16 = the param file's staging buffer, exactly;
- * param file bytes added to nvme_bytes) (run at -n 2 and -n 4).
+ * param file bytes added to nvme_bytes), and at stage 3 with Twin-Flow
+ * (offload_optimizer.ratio 0, 0.5 and 1, sub_group_size 0: the device and
+ * host peaks of every model-state category equal memest exactly) (run at
+ * -n 1, 2 and 4).
  *
  * Program: NMOD modules of uneven sizes (padding exercised), bf16, AdamW,
  * trained for 2 optimizer steps with the usual fetch / release / grad /
@@ -44,6 +47,9 @@
 static const char *cat_name[4] = {"params16", "grads", "master32", "optim_state"};
 
 static char nvme_dir[1024]; /* swap directory of the oo = 2 / op = 2 (nvme) runs */
+/* offload_optimizer.ratio of the Twin-Flow runs (with sub_group_size 0: one
+ * sub-group per module), NULL otherwise */
+static const char *twin_ratio;
 
 static double rel(double got, double want) {
   return want == 0 ? fabs(got) : fabs(got - want) / want;
@@ -80,6 +86,10 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
                          "test"));
   if (op == 2)
     ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_param.nvme_path", nvme_dir, "test"));
+  if (twin_ratio) {
+    ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_optimizer.ratio", twin_ratio, "test"));
+    ZT_OK(zrt_config_set(cfg, "zero_optimization.sub_group_size", "0", "test"));
+  }
   zrt_engine *eng;
   ZT_OK(zrt_engine_create(cfg, &eng));
   int mod[NMOD], par[NMOD];
@@ -137,7 +147,9 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
   lay.sub_group_size = eng->cfg->sub_group_size;
   lay.max_live_elems = eng->cfg->stage3_max_live_parameters;
   lay.reuse_elems = eng->cfg->stage3_max_reuse_distance;
-  lay.offload_optimizer = oo != 0;
+  /* Twin-Flow ratio 0 keeps every module on the device: no optimizer offload */
+  lay.offload_optimizer = oo != 0 && eng->offload_opt != ZRT_OFFLOAD_NONE;
+  lay.twin_device_padded = zrt_engine_twin_device_padded(eng);
   lay.offload_nvme = oo == 2;
   lay.offload_param = op != 0;
   lay.offload_param_nvme = op == 2;
@@ -155,13 +167,15 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
     worst = fmax(worst, fmax(e1, e2));
     total += (double)dev.peak[c];
     if (rank == 0)
-      printf("stage %d oo %d op %d reuse %d N %d %-11s device measured %9zu predicted %9llu | "
-             "host measured %9zu predicted %9llu\n",
-             stage, oo, op, reuse, world, cat_name[c], dev.peak[c],
+      printf("stage %d oo %d op %d reuse %d ratio %s N %d %-11s device measured %9zu predicted "
+             "%9llu | host measured %9zu predicted %9llu\n",
+             stage, oo, op, reuse, twin_ratio ? twin_ratio : "-", world, cat_name[c], dev.peak[c],
              (unsigned long long)want.device[c], host.peak[c], (unsigned long long)want.host[c]);
     ZT_CHECK(e1 <= 0.05);
     ZT_CHECK(e2 <= 0.05);
     if (oo == 2) ZT_CHECK(host.peak[c] == want.host[c]); /* staging only: exact */
+    if (twin_ratio) /* the split of master, states and fp32 grads: exact */
+      ZT_CHECK(dev.peak[c] == want.device[c] && host.peak[c] == want.host[c]);
   }
   if (op == 2) {
     /* the param file's staging buffer only: exact */
@@ -224,6 +238,13 @@ int main(int argc, char **argv) {
   run(3, 1, 1, 0, world, rank);
   run(3, 0, 0, 1, world, rank);
   run(3, 1, 1, 1, world, rank);
+  /* Twin-Flow at stage 3: every module on the device, half, all on the host */
+  static const char *const ratios[] = {"0", "0.5", "1"};
+  for (int k = 0; k < 3; k++) {
+    twin_ratio = ratios[k];
+    run(3, 1, 0, 0, world, rank);
+  }
+  twin_ratio = NULL;
   if (rank == 0) {
     const char *base = getenv("ZRT_BUILD_DIR");
     if (!base || access(base, W_OK)) base = getenv("TMPDIR");

@@ -22,7 +22,16 @@
  *    slots' staging within 1/ZRT_LAYOUT_BUCKET_CAP_DIV of it (the largest
  *    aligned chunk that does, at least one unit, never above the uncapped
  *    chunk), the host staging of one bucket per slot, and the gradient
- *    accumulator on the host exactly when the optimizer is offloaded.
+ *    accumulator on the host exactly when the optimizer is offloaded;
+ *  - the Twin-Flow split (zrt_layout_twin_split) on DeepSpeed's own inputs:
+ *    tests/unit/runtime/zero/test_zero_offloadpp.py (Linear(1024, 1024)
+ *    layers, 4 ranks, sub_group_size 8, ratio 0.3: every parameter its own
+ *    sub-group; 4 layers -> 8 sub-groups, the first 5 on the device; 8
+ *    layers -> 16, the first 11) and the expression int((1 - r) * G) at
+ *    ratios whose product is not exact in binary (0.9 x 10 -> 0: all on the
+ *    CPU), each expected value what CPython 3 prints for DeepSpeed's own
+ *    expression; the accumulation rule (a group closes at >= sub_group_size
+ *    or at the last unit; 0 = one unit per group; >= total = one group).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -283,9 +292,48 @@ static void test_bucket_rules(void) {
            zrt_layout_grad_acc_host(0) == 0);
 }
 
+static int64_t elems_of(const void *arg, int i) { return ((const int64_t *)arg)[i]; }
+
+static void test_twin_split(void) {
+  /* DeepSpeed's sweep: per layer weight 1024*1024 and bias 1024 elements,
+   * partition_numel at 4 ranks = numel / 4 */
+  int64_t ds[16];
+  for (int i = 0; i < 16; i++) ds[i] = i % 2 ? 1024 / 4 : 1024 * 1024 / 4;
+  int G, first;
+  ZT_CHECK(zrt_layout_twin_split(8, elems_of, ds, 8, 0.3, &G, &first) == 5 && G == 8 && first == 5);
+  ZT_CHECK(zrt_layout_twin_split(16, elems_of, ds, 8, 0.3, &G, &first) == 11 && G == 16 &&
+           first == 11);
+  /* int((1 - r) * G), CPython 3: first sub-group on the CPU */
+  static const struct {
+    double r;
+    int G, first;
+  } ex[] = {{0.3, 10, 7}, {0.9, 10, 0}, {0.7, 3, 0}, {0.3, 5, 3},  {0.5, 3, 1}, {0.1, 10, 9},
+            {0.2, 10, 8}, {0.0, 4, 4},  {1.0, 4, 0}, {0.7, 10, 3}, {0.5, 4, 2}, {0.3, 4, 2}};
+  int64_t ones[16];
+  for (int i = 0; i < 16; i++) ones[i] = 1 + i;
+  for (size_t k = 0; k < sizeof ex / sizeof ex[0]; k++) {
+    int split = zrt_layout_twin_split(ex[k].G, elems_of, ones, 0, ex[k].r, &G, &first);
+    ZT_CHECK(G == ex[k].G && first == ex[k].first && split == ex[k].first);
+  }
+  /* accumulation: {3, 4} {5, 1, 10} with sub_group_size 7 */
+  int64_t acc[] = {3, 4, 5, 1, 10};
+  ZT_CHECK(zrt_layout_twin_split(5, elems_of, acc, 7, 0.5, &G, &first) == 2 && G == 2 &&
+           first == 1);
+  ZT_CHECK(zrt_layout_twin_split(5, elems_of, acc, 23, 0.5, &G, &first) == 0 && G == 1);
+  ZT_CHECK(zrt_layout_twin_split(5, elems_of, acc, 23, 0.0, &G, &first) == 5 && G == 1);
+  ZT_CHECK(zrt_layout_twin_split(5, elems_of, acc, 1000, 1.0, &G, &first) == 0 && G == 1);
+  /* {3, 4} {5, 1} {10}: sub_group_size 6 */
+  ZT_CHECK(zrt_layout_twin_split(5, elems_of, acc, 6, 0.5, &G, &first) == 2 && G == 3 &&
+           first == 1);
+  printf("twin-flow split: DeepSpeed's sweep (8 and 16 sub-groups, ratio 0.3) -> 5 and 11 on "
+         "the device; %zu ratio x groups cases equal CPython's int((1 - r) * G)\n",
+         sizeof ex / sizeof ex[0]);
+}
+
 int main(void) {
   test_specs();
   test_range_errors();
   test_bucket_rules();
+  test_twin_split();
   ZT_DONE();
 }

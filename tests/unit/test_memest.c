@@ -15,7 +15,17 @@
  *    prediction within zrt_memest_plan_bytes(capacity) and one more
  *    element's worth would not (unless want itself fits); 0 when model
  *    states alone do not fit;
- *  - zrt_memest_plan_bytes is 9/10 of the capacity, exact for any size.
+ *  - zrt_memest_plan_bytes is 9/10 of the capacity, exact for any size;
+ *  - Twin-Flow (twin_device_padded D): at stage 3 with optimizer offload cpu
+ *    the master, state and fp32 grad bytes split into 4D/N (x k for states)
+ *    on the device and the rest on the host, summing to the full-offload
+ *    figures; D is ignored without offload, at stages 1-2 and with nvme;
+ *    zrt_memest_gpt_twin_device of the tiny preset (modules of 20480,
+ *    49984, 49984 and 128 elements at 2 ranks: parts 10240, 24992, 24992,
+ *    64) with sub_group_size 0 and ratio 0.5 keeps int(0.5 * 4) = 2
+ *    modules (70464 padded elements) on the device; sub_group_size 30000
+ *    groups {emb, block} {block, norm}: ratio 0.5 keeps the first group
+ *    (70464) on the device, ratio 0.9 none (int(0.1 * 2) = 0).
  */
 #include <stdio.h>
 #include <string.h>
@@ -103,8 +113,61 @@ static void test_fit_reuse(void) {
   ZT_CHECK(zrt_memest_plan_bytes(7) == 6);
 }
 
+static void test_twin(void) {
+  zrt_memest_layout l;
+  memset(&l, 0, sizeof l);
+  l.world = 4;
+  l.dtype_bytes = l.comm_bytes = 2;
+  l.optim_states = 2;
+  l.padded_total = 4096 * 10;
+  l.max_module_padded = 4096;
+  l.reduce_bucket_size = 1024;
+  l.sub_group_size = 1000000000;
+  l.offload_optimizer = 1;
+  for (int stage = 1; stage <= 3; stage++) {
+    zrt_memest_result full, twin;
+    l.stage = stage;
+    l.twin_device_padded = 0;
+    zrt_memest_predict(&l, &full);
+    l.twin_device_padded = 4096 * 3;
+    zrt_memest_predict(&l, &twin);
+    uint64_t ed = stage == 3 ? 4096 * 3 / 4 : 0;
+    ZT_CHECK(twin.device[ZRT_MEM_MASTER32] == 4 * ed);
+    ZT_CHECK(twin.device[ZRT_MEM_OPTIM_STATE] == 8 * ed);
+    ZT_CHECK(twin.device[ZRT_MEM_GRADS] == full.device[ZRT_MEM_GRADS] + 4 * ed);
+    int cats[] = {ZRT_MEM_MASTER32, ZRT_MEM_OPTIM_STATE, ZRT_MEM_GRADS};
+    for (int c = 0; c < 3; c++)
+      ZT_CHECK(twin.host[cats[c]] + twin.device[cats[c]] ==
+               full.host[cats[c]] + full.device[cats[c]]);
+    ZT_CHECK(twin.host[ZRT_MEM_COMM] == full.host[ZRT_MEM_COMM]);
+  }
+  zrt_memest_result a, b;
+  l.offload_nvme = 1; /* nvme: D ignored */
+  l.twin_device_padded = 0;
+  zrt_memest_predict(&l, &a);
+  l.twin_device_padded = 4096 * 3;
+  zrt_memest_predict(&l, &b);
+  ZT_CHECK(!memcmp(&a, &b, sizeof a));
+  l.offload_nvme = 0;
+  l.offload_optimizer = 0; /* no offload: D ignored */
+  zrt_memest_predict(&l, &b);
+  l.twin_device_padded = 0;
+  zrt_memest_predict(&l, &a);
+  ZT_CHECK(!memcmp(&a, &b, sizeof a));
+  const zrt_memest_gpt *tiny = zrt_memest_gpt_find("tiny");
+  int G, dg;
+  ZT_CHECK(zrt_memest_gpt_twin_device(tiny, 2, 0, 0.5, &G, &dg) == 70464 && G == 4 && dg == 2);
+  ZT_CHECK(zrt_memest_gpt_twin_device(tiny, 2, 0, 0.0, &G, &dg) == 2 * 70464 - 20480 + 128 &&
+           dg == 4);
+  ZT_CHECK(zrt_memest_gpt_twin_device(tiny, 2, 30000, 0.5, &G, &dg) == 70464 && G == 2 && dg == 1);
+  ZT_CHECK(zrt_memest_gpt_twin_device(tiny, 2, 30000, 0.9, &G, &dg) == 0 && dg == 0);
+  printf("twin-flow: device/host split of master, states and grads sums to full offload; tiny "
+         "preset splits as DeepSpeed's rule gives\n");
+}
+
 int main(void) {
   test_deepspeed();
   test_fit_reuse();
+  test_twin();
   ZT_DONE();
 }
