@@ -60,4 +60,9 @@ zrt_status zrt_comm_mpi_bcast_bytes(void *ctx, void *buf, size_t bytes, int root
 /* MPI_Allgather of `bytes` bytes per rank into all (world * bytes). */
 zrt_status zrt_comm_mpi_allgather_bytes(void *ctx, const void *mine, void *all, size_t bytes);
 
+/* The MPI comm's machine map: per rank of its communicator, a hash of the
+ * host name and boot id (equal hashes: one machine). Lives as long as the
+ * comm. ctx is an MPI comm's ctx. */
+const uint64_t *zrt_comm_mpi_hosts(void *ctx);
+
 #endif
