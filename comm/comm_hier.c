@@ -152,13 +152,13 @@ static zrt_status issue_stage(hier_ctx *s, hier_req *q) {
  * which world ranks that level's ranks are. */
 static zrt_status hier_break(hier_ctx *s, const zrt_comm *lv, zrt_status st) {
   if (lv == &s->node)
-    zrt_error_context(st,
-                      "hier comm, node level on machine %d (its local rank k is world rank %d+k)",
-                      s->n, s->n * s->L);
+    zrt_error_context(
+        st, "hier comm, node level on machine %d (its local rank k is world rank %d+k): ", s->n,
+        s->n * s->L);
   else
     zrt_error_context(st,
                       "hier comm, cross-machine level of local index %d (its rank m is world "
-                      "rank m*%d+%d)",
+                      "rank m*%d+%d): ",
                       s->l, s->L, s->l);
   snprintf(s->broken_msg, sizeof s->broken_msg, "%s", zrt_last_error());
   s->broken = st;
@@ -207,6 +207,8 @@ static int progress(hier_ctx *s, hier_req *target, int block, double timeout_s, 
     while (q->subdone < q->nsub) {
       zrt_comm *lv = q->sublvl[q->subdone];
       zrt_comm_req *r = q->subs[q->subdone];
+      r->seq = q->base.seq; /* the level names the caller's collective */
+      r->op = q->base.op;
       zrt_status ss;
       if (block) {
         double left = timeout_s > 0 ? timeout_s - (zrt_now_s() - t0) : 0;
@@ -307,7 +309,8 @@ static zrt_status req_new(hier_ctx *s, hier_op op, zrt_dtype dt, const size_t *c
     zrt_status st = zrt_pool_alloc(s->pool, tmp_elems * zrt_dtype_size(dt), ZRT_MEM_COMM, &q->tmp);
     if (st != ZRT_OK) {
       free(q), free(subs), free(c);
-      return zrt_error_context(st, "hier comm: staging %zu elements between the levels", tmp_elems);
+      return zrt_error_context(st,
+                               "hier comm: staging %zu elements between the levels: ", tmp_elems);
     }
   }
   s->inflight++;
@@ -549,9 +552,9 @@ zrt_status zrt_comm_hier_init(zrt_comm *c, zrt_backend *backend, int allow_singl
     st = zrt_comm_self_init(&s->node, backend);
   if (st != ZRT_OK) {
     if (s->node.iface) s->node.iface->destroy(s->node.ctx);
-    zrt_error_context(st,
-                      "hier comm: creating the node-level comm of machine %d (world ranks %d..%d)",
-                      s->n, s->n * L, s->n * L + L - 1);
+    zrt_error_context(
+        st, "hier comm: creating the node-level comm of machine %d (world ranks %d..%d): ", s->n,
+        s->n * L, s->n * L + L - 1);
     goto fail;
   }
   s->have_node = 1;
@@ -562,7 +565,7 @@ zrt_status zrt_comm_hier_init(zrt_comm *c, zrt_backend *backend, int allow_singl
   if (st != ZRT_OK) {
     zrt_error_context(st,
                       "hier comm: creating the cross-machine comm of local index %d (world ranks "
-                      "%d, %d, ... step %d)",
+                      "%d, %d, ... step %d): ",
                       s->l, s->l, s->l + L, L);
     goto fail;
   }

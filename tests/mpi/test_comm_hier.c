@@ -27,9 +27,11 @@
  */
 #include <float.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "comm.h"
@@ -283,6 +285,41 @@ int main(void) {
   if (R == 0)
     printf("comm %s: %d machine(s) x %d rank(s); hier sum bound gamma_%d (16-bit: gamma_%d)\n",
            H->iface->name, M, L, k_hier(ZRT_F32), k_hier(ZRT_BF16));
+
+  /* Dead-rank mode (tests/cli/test_comm_hier.sh, under mpiexec with
+   * recovery on so the others live on): rank $ZRT_TEST_HIER_DIE is killed
+   * by SIGKILL before an all_reduce; every other rank of its machine must
+   * fail with the shm comm naming it, in the hier comm's words, well
+   * before the 60 s timeout. (Ranks on other machines would wait in the
+   * cross level until the watchdog's timeout: they leave at once.) */
+  const char *die = getenv("ZRT_TEST_HIER_DIE");
+  if (die && *die) {
+    int victim = atoi(die);
+    float one = 1, sum = 0;
+    ZT_OK(zrt_comm_all_reduce(H, &one, &sum, 1, ZRT_F32, ZRT_RED_SUM, NULL));
+    ZT_CHECK(sum == (float)N);
+    if (R == victim) raise(SIGKILL);
+    if (R / L != victim / L) _exit(0); /* other machines: only the watchdog would see it */
+    H->timeout_s = 60;
+    double t0 = zrt_now_s();
+    float x[256] = {0}, y[256];
+    zrt_status st = zrt_comm_all_reduce(H, x, y, 256, ZRT_F32, ZRT_RED_SUM, NULL);
+    printf("rank %d after %.1fs: %s: %s\n", R, zrt_now_s() - t0, zrt_status_string(st),
+           zrt_last_error());
+    fflush(stdout);
+    {
+      ZT_CHECK(st == ZRT_ERR_COMM);
+      ZT_CONTAINS(zrt_last_error(), "hier comm, node level on machine");
+      char want[64];
+      snprintf(want, sizeof want, "rank %d (pid", victim % L);
+      ZT_CONTAINS(zrt_last_error(), want);
+      ZT_CHECK(zrt_now_s() - t0 < 30);
+      /* broken for good: the next call fails at once with the same */
+      ZT_CHECK(zrt_comm_all_reduce(H, x, y, 1, ZRT_F32, ZRT_RED_SUM, NULL) == ZRT_ERR_COMM);
+      ZT_CONTAINS(zrt_last_error(), "died");
+    }
+    _exit(zt_failures ? 1 : 0); /* no MPI_Finalize with a rank gone */
+  }
 
   const zrt_dtype dts[3] = {ZRT_F32, ZRT_F16, ZRT_BF16};
   /* 0, 1, odd, and more than 3 rounds of a 4 KiB shm region (the cli test
