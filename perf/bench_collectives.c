@@ -108,19 +108,22 @@ static zrt_status zrt_co_xnode(zrt_comm *c, zrt_comm *flat, const zrt_co_cfg *cf
     free(sn);
     ZRT_CHECK(st);
     /* per collective, averaged over the ranks */
-    float v[3] = {(float)cross, (float)local, (float)other};
+    float v[3] = {(float)cross, (float)local, (float)other}, mx = (float)cross;
     ZRT_CHECK(zrt_comm_all_reduce(flat, v, v, 3, ZRT_F32, ZRT_RED_SUM, NULL));
+    ZRT_CHECK(zrt_comm_all_reduce(flat, &mx, &mx, 1, ZRT_F32, ZRT_RED_MAX, NULL));
     double k = (double)ZRT_CO_XN_ITERS * n, B = (double)count * 4;
     cJSON *o = cJSON_AddObjectToObject(xn, zrt_co_names[op]);
     cJSON_AddNumberToObject(o, "bytes", B);
     cJSON_AddNumberToObject(o, "cross_machine_bytes_per_rank", v[0] / k);
+    cJSON_AddNumberToObject(o, "cross_machine_bytes_busiest_rank", mx / ZRT_CO_XN_ITERS);
     cJSON_AddNumberToObject(o, "same_machine_tcp_bytes_per_rank", v[1] / k);
     cJSON_AddNumberToObject(o, "daemon_bytes_per_rank", v[2] / k);
     cJSON_AddNumberToObject(o, "cross_over_bytes", v[0] / k / B);
     if (c->rank == 0)
-      zrt_perf_note("  %s %s fp32 %.0f B: per rank %.0f B to other machines (%.3f x size), %.0f B "
-                    "over TCP within the machine",
-                    comm_name, zrt_co_names[op], B, v[0] / k, v[0] / k / B, v[1] / k);
+      zrt_perf_note("  %s %s fp32 %.0f B: per rank %.0f B to other machines (%.3f x size; "
+                    "busiest rank %.3f x size), %.0f B over TCP within the machine",
+                    comm_name, zrt_co_names[op], B, v[0] / k, v[0] / k / B,
+                    mx / ZRT_CO_XN_ITERS / B, v[1] / k);
   }
   return ZRT_OK;
 }
@@ -305,11 +308,13 @@ static void zrt_co_summary(cJSON *r, int world) {
       if (o)
         k += (size_t)snprintf(
             md + k, k < sizeof md ? sizeof md - k : 0,
-            "| %s | cross-machine bytes per rank | %s | fp32 | %.0f | %.0f (%.3f x size) | "
-            "TCP within the machine: %.0f | |\n",
+            "| %s | cross-machine bytes per rank | %s | fp32 | %.0f | %.0f (%.3f x size; "
+            "busiest rank %.3f x size) | TCP within the machine: %.0f | |\n",
             cn[i], zrt_co_names[op], cJSON_GetNumberValue(cJSON_GetObjectItem(o, "bytes")),
             cJSON_GetNumberValue(cJSON_GetObjectItem(o, "cross_machine_bytes_per_rank")),
             cJSON_GetNumberValue(cJSON_GetObjectItem(o, "cross_over_bytes")),
+            cJSON_GetNumberValue(cJSON_GetObjectItem(o, "cross_machine_bytes_busiest_rank")) /
+                cJSON_GetNumberValue(cJSON_GetObjectItem(o, "bytes")),
             cJSON_GetNumberValue(cJSON_GetObjectItem(o, "same_machine_tcp_bytes_per_rank")));
     }
     const cJSON *sk = cJSON_GetObjectItem(cj, "skipped");
