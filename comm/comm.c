@@ -385,7 +385,11 @@ static zrt_status wait_req(zrt_comm *c, zrt_comm_req *req, int blocking) {
     mark_completed(c, seq, op, bytes);
     return ZRT_OK;
   }
-  if (!req->timed_out) return st; /* the implementation freed req and set the message */
+  /* Any failure but a timeout freed req: it is read only when the wait
+   * ran its whole time (an implementation checks its deadline before
+   * anything that could fail, so that is a timeout). */
+  if (!(c->timeout_s > 0 && t1 - t0 >= c->timeout_s) || !req->timed_out)
+    return st; /* the implementation freed req and set the message */
   if (blocking) full_of(c)->stuck++;
   return watchdog_fail(c, seq, op, bytes);
 }

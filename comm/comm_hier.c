@@ -213,9 +213,15 @@ static int progress(hier_ctx *s, hier_req *target, int block, double timeout_s, 
       if (block) {
         double left = timeout_s > 0 ? timeout_s - (zrt_now_s() - t0) : 0;
         if (timeout_s > 0 && left <= 0) return 0;
-        r->timed_out = 0;
+        double tw = zrt_now_s();
         ss = lv->iface->wait(lv->ctx, r, left);
-        if (ss != ZRT_OK && r->timed_out) return 0; /* r stays valid: waited on again */
+        /* A timeout leaves r valid (waited on again later); any other
+         * failure freed it, so r is not read to tell them apart: a timeout
+         * is a COMM failure after the whole time, with the level's timeout
+         * message. */
+        if (ss == ZRT_ERR_COMM && timeout_s > 0 && zrt_now_s() - tw >= left &&
+            strstr(zrt_last_error(), "request did not complete within"))
+          return 0;
       } else {
         int d = 0;
         ss = lv->iface->test(lv->ctx, r, &d);
@@ -305,8 +311,10 @@ static zrt_status req_new(hier_ctx *s, hier_op op, zrt_dtype dt, const size_t *c
   q->dt = dt;
   q->counts = c;
   q->subs = subs;
-  if (tmp_elems) {
-    zrt_status st = zrt_pool_alloc(s->pool, tmp_elems * zrt_dtype_size(dt), ZRT_MEM_COMM, &q->tmp);
+  {
+    /* at least one element: the levels copy from it even when empty */
+    size_t n = tmp_elems ? tmp_elems : 1;
+    zrt_status st = zrt_pool_alloc(s->pool, n * zrt_dtype_size(dt), ZRT_MEM_COMM, &q->tmp);
     if (st != ZRT_OK) {
       free(q), free(subs), free(c);
       return zrt_error_context(st,
