@@ -288,7 +288,7 @@ zrt_status zrt_comm_create(const char *want, zrt_backend *backend, double timeou
 fail:
   free(f);
   zrt_bootstrap_destroy(boot);
-  return zrt_error_context(st, "creating comm \"%s\"", pick);
+  return zrt_error_context(st, "creating comm \"%s\": ", pick);
 fail_boot:
   zrt_bootstrap_destroy(boot);
   return st;

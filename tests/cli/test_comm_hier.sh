@@ -12,6 +12,8 @@
 #    hier asked for falls back to mpi on every rank with the reason;
 #  - the watchdog over 2 x 2 (test_comm_watchdog with ZRT_TEST_COMM=hier):
 #    a rank late by more than the timeout, the request waited on again;
+#  - a level that cannot be made (bad ZRT_COMM_SHM_REGION): the error names
+#    the level, its machine and world ranks;
 #  - a rank killed on the second machine: its machine's other rank fails
 #    within seconds naming it through both levels' words (mpiexec runs with
 #    orte_enable_recovery so the survivors are not killed first; it then
@@ -79,6 +81,15 @@ expect_status 0 $rc "test_comm_watchdog over hier, 2 x 2"
 expect_grep "rank 0 comm hier" wdog.txt
 expect_grep "rank 2 watchdog: collective #3 all_reduce \(4096 bytes\) did not complete within 1s" wdog.txt
 pass "the watchdog times out a hier collective and the request completes when waited on again"
+
+# a level that cannot be made: the error names the level and its world ranks
+ZRT_COMM_SHM_REGION=12 timeout 120 "${MPX[@]}" --hostfile hosts22 -n 4 --map-by ppr:2:node "$HIER" \
+  "$TAG" >badlevel.txt 2>&1
+rc=$?
+[ $rc -ne 124 ] || fail "run with a bad ZRT_COMM_SHM_REGION hung"
+expect_status nonzero $rc "hier with a node level that cannot be made"
+expect_grep 'creating comm "hier": hier comm: creating the node-level comm of machine 1 \(world ranks 2\.\.3\): ZRT_COMM_SHM_REGION="12": expected a size' badlevel.txt
+pass "a level that cannot be made is named with its machine and world ranks"
 
 ZRT_TEST_HIER_DIE=3 timeout -k 5 20 "${MPX[@]}" --hostfile hosts22 -n 4 --map-by ppr:2:node \
   --mca orte_enable_recovery 1 "$HIER" "$TAG" >die.txt 2>&1
