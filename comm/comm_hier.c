@@ -44,6 +44,7 @@ typedef struct hier_ctx {
   zrt_comm *c;          /* the comm this ctx backs (timeout_s) */
   zrt_comm node, cross; /* the two levels */
   int have_node, have_cross;
+  int cross_mpi;         /* the cross level is an MPI comm (M > 1): alltoallv for reduce_scatter */
   int M, L, n, l;        /* machines, ranks per machine, mine, my local index */
   zrt_pool *pool;        /* "comm hier staging": the slices between levels */
   size_t *scratch;       /* 2 * max(M, L) counts handed to sub-collectives */
@@ -74,7 +75,41 @@ static size_t lane_off(const hier_ctx *s, const size_t *counts, int m) {
   return o;
 }
 
-static int nstages(hier_op op) { return op == H_AR ? 3 : 2; }
+static size_t lane_total(const hier_ctx *s, const size_t *counts) {
+  return lane_off(s, counts, s->M);
+}
+
+static int nstages(hier_op op) { return op == H_AR || op == H_RS ? 3 : 2; }
+
+/* MAX / MIN of fp32: pick an input, NaN wins (the shm comm's rule). */
+static float pick_f32(float a, float b, zrt_redop red) {
+  int take = red == ZRT_RED_MAX ? b > a : b < a;
+  return ((b != b || take) && a == a) ? b : a;
+}
+
+/* recv = red over the M pieces of n elements at in, piece m at in + m*n,
+ * in machine order. SUM adds in fp32 (16-bit pieces widened) and rounds
+ * once to dt; MAX / MIN pick. */
+#define HIER_BLOCK 2048
+static void reduce_pieces(void *recv, const char *in, int M, size_t n, zrt_dtype dt,
+                          zrt_redop red) {
+  size_t es = zrt_dtype_size(dt);
+  float acc[HIER_BLOCK], x[HIER_BLOCK];
+  for (size_t b = 0; b < n; b += HIER_BLOCK) {
+    size_t k = n - b < HIER_BLOCK ? n - b : HIER_BLOCK;
+    zrt_dtype_convert_host(acc, ZRT_F32, in + b * es, dt, k);
+    for (int m = 1; m < M; m++) {
+      /* widening is exact: 16-bit MAX / MIN pick in fp32 and narrow back
+       * to the same bits */
+      zrt_dtype_convert_host(x, ZRT_F32, in + ((size_t)m * n + b) * es, dt, k);
+      if (red == ZRT_RED_SUM)
+        for (size_t i = 0; i < k; i++) acc[i] += x[i];
+      else
+        for (size_t i = 0; i < k; i++) acc[i] = pick_f32(acc[i], x[i], red);
+    }
+    zrt_dtype_convert_host((char *)recv + b * es, dt, acc, ZRT_F32, k);
+  }
+}
 
 /* Issues stage q->stage of q (docs/comms.md lists them). */
 static zrt_status issue_stage(hier_ctx *s, hier_req *q) {
@@ -110,9 +145,22 @@ static zrt_status issue_stage(hier_ctx *s, hier_req *q) {
                                tmp + lane_off(s, q->counts, m) * es, sc, q->dt, q->red,
                                &q->subs[q->nsub]));
       }
-    } else {
+    } else if (q->stage == 1 && !s->cross_mpi) {
       for (int m = 0; m < s->M; m++) sc[m] = q->counts[m * s->L + s->l];
       SUB(cr, reduce_scatter(cr->ctx, tmp, recv, sc, q->dt, q->red, &q->subs[q->nsub]));
+    } else if (q->stage == 1) {
+      /* each lane rank m gets its segment's M machine sums (1/L of the
+       * data leaves each rank: the ring volume), reduced in stage 2 */
+      size_t mine = q->counts[s->n * s->L + s->l];
+      for (int m = 0; m < s->M; m++) sc[m] = q->counts[m * s->L + s->l], sc[s->M + m] = mine;
+      char *pieces = tmp + lane_total(s, q->counts) * es;
+      q->sublvl[q->nsub] = cr;
+      ZRT_CHECK(
+          zrt_comm_mpi_alltoallv(cr->ctx, tmp, sc, pieces, sc + s->M, q->dt, &q->subs[q->nsub]));
+      q->nsub++;
+    } else if (s->cross_mpi) {
+      size_t mine = q->counts[s->n * s->L + s->l];
+      reduce_pieces(recv, tmp + lane_total(s, q->counts) * es, s->M, mine, q->dt, q->red);
     }
     break;
   case H_AG:
@@ -345,10 +393,6 @@ static zrt_status hier_issue(hier_ctx *s, hier_req *q, zrt_comm_req **req) {
   return hier_wait(s, &q->base, s->c ? s->c->timeout_s : 0);
 }
 
-static size_t lane_total(const hier_ctx *s, const size_t *counts) {
-  return lane_off(s, counts, s->M);
-}
-
 static zrt_status hier_all_reduce(void *ctx, const void *send, void *recv, size_t count,
                                   zrt_dtype dt, zrt_redop op, zrt_comm_req **req) {
   hier_ctx *s = ctx;
@@ -365,7 +409,8 @@ static zrt_status hier_reduce_scatter(void *ctx, const void *send, void *recv, c
                                       zrt_dtype dt, zrt_redop op, zrt_comm_req **req) {
   hier_ctx *s = ctx;
   hier_req *q = NULL;
-  ZRT_CHECK(req_new(s, H_RS, dt, counts, lane_total(s, counts), &q));
+  size_t extra = s->cross_mpi ? (size_t)s->M * counts[s->n * s->L + s->l] : 0;
+  ZRT_CHECK(req_new(s, H_RS, dt, counts, lane_total(s, counts) + extra, &q));
   q->send = send;
   q->recv = recv;
   q->red = op;
@@ -578,6 +623,7 @@ zrt_status zrt_comm_hier_init(zrt_comm *c, zrt_backend *backend, int allow_singl
     goto fail;
   }
   s->have_cross = 1;
+  s->cross_mpi = M > 1;
   st = zrt_pool_create("comm hier staging", 0, host_alloc, host_free, NULL, &s->pool);
   if (st != ZRT_OK) goto fail;
   MPI_Comm_free(&nodec);

@@ -521,6 +521,40 @@ fail:
 
 const uint64_t *zrt_comm_mpi_hosts(void *ctx) { return ((mpi_ctx *)ctx)->hosts; }
 
+/* The hierarchical comm's cross-level exchange (comm_impl.h): one
+ * MPI_Ialltoallv of raw elements, completed by this comm's wait / test. */
+zrt_status zrt_comm_mpi_alltoallv(void *ctx, const void *send, const size_t *scounts, void *recv,
+                                  const size_t *rcounts, zrt_dtype dt, zrt_comm_req **req) {
+  mpi_ctx *m = ctx;
+  zrt_status st = ZRT_OK;
+  mpi_req *r = NULL;
+  if (m->on_device)
+    return zrt_error(ZRT_ERR_INTERNAL, "MPI comm: alltoallv serves host buffers only");
+  size_t ts = 0, tr = 0;
+  for (int i = 0; i < m->nranks; i++) ts += scounts[i], tr += rcounts[i];
+  ZRT_CHECK(check_int(ts > tr ? ts : tr, "alltoallv"));
+  ZRT_CHECK(req_new(m, &r));
+  r->ints = malloc(4 * (size_t)m->nranks * sizeof(int));
+  if (!r->ints) {
+    st = zrt_error(ZRT_ERR_OOM, "MPI comm: out of host memory for counts");
+    goto fail;
+  }
+  int *sc = r->ints, *sd = sc + m->nranks, *rc = sd + m->nranks, *rd = rc + m->nranks, so = 0,
+      ro = 0;
+  for (int i = 0; i < m->nranks; i++) {
+    sc[i] = (int)scounts[i], sd[i] = so, so += sc[i];
+    rc[i] = (int)rcounts[i], rd[i] = ro, ro += rc[i];
+  }
+  MPI_TRY_GOTO(
+      MPI_Ialltoallv(send, sc, sd, raw_type(dt), recv, rc, rd, raw_type(dt), m->world, &r->mr),
+      "MPI_Ialltoallv", st, fail);
+  *req = &r->base;
+  return ZRT_OK;
+fail:
+  req_free(r);
+  return st;
+}
+
 /* Bootstrap helper for the NCCL comm (comm_impl.h). */
 zrt_status zrt_comm_mpi_allgather_bytes(void *ctx, const void *mine, void *all, size_t bytes) {
   mpi_ctx *m = ctx;

@@ -15,7 +15,9 @@
  *
  * Bound (docs/comms.md, "The hierarchical comm"): with L ranks per machine
  * and M machines a hier sum is k_h = (L-1) + (M-1) (+1 for fp16/bf16 when
- * L > 1: the node-level sum rounds once to the 16-bit type) operations,
+ * L > 1: the node-level sum rounds once to the 16-bit type; +1 more for a
+ * 16-bit reduce_scatter when M > 1: its cross level adds the M machine
+ * sums in fp32 and rounds once) operations,
  * each an fp32 add (u = 2^-24) or an fp32 add rounded to the 16-bit type
  * (u' = u16 + 2^-24 + u16·2^-24), so |hier - exact| <= gamma_{k_h}·sum|x|
  * (gamma_k = k·u/(1 - k·u), u = u' for 16-bit types, 2^-24 for fp32); the
@@ -85,9 +87,11 @@ static double gam(int k, zrt_dtype dt) {
   return k * u / (1.0 - k * u);
 }
 
-static int k_hier(zrt_dtype dt) {
+/* Operations on a path of a hier sum (header); rs: reduce_scatter, whose
+ * cross level (M > 1) adds the M machine sums in fp32 and rounds once more. */
+static int k_hier(zrt_dtype dt, int rs) {
   if (!strcmp(H->iface->name, "mpi")) return N - 1;
-  return (L - 1) + (M - 1) + (dt != ZRT_F32 && L > 1);
+  return (L - 1) + (M - 1) + (dt != ZRT_F32 && L > 1) + (dt != ZRT_F32 && rs && M > 1);
 }
 
 static const char *opname(zrt_redop op) {
@@ -104,7 +108,8 @@ static void compare(const char *what, const void *got, const void *flat, zrt_dty
   double maxd = 0, maxr_ref = 0, maxr_flat = 0;
   size_t bad = 0;
   int sum = reduce && op == ZRT_RED_SUM;
-  double gh = gam(k_hier(dt), dt), gf = gam(N - 1, dt);
+  int rs = !strncmp(what, "reduce_scatter", 14) || strstr(what, ": reduce_scatter") != NULL;
+  double gh = gam(k_hier(dt, rs), dt), gf = gam(N - 1, dt);
   for (size_t i = 0; i < n; i++) {
     int same = !memcmp((const char *)got + i * es, (const char *)flat + i * es, es);
     if (!sum) {
@@ -283,8 +288,9 @@ int main(void) {
   }
   ZT_CHECK(F->rank == R && F->world == N && N <= 64);
   if (R == 0)
-    printf("comm %s: %d machine(s) x %d rank(s); hier sum bound gamma_%d (16-bit: gamma_%d)\n",
-           H->iface->name, M, L, k_hier(ZRT_F32), k_hier(ZRT_BF16));
+    printf("comm %s: %d machine(s) x %d rank(s); sum bound gamma_%d (16-bit: all_reduce "
+           "gamma_%d, reduce_scatter gamma_%d)\n",
+           H->iface->name, M, L, k_hier(ZRT_F32, 0), k_hier(ZRT_BF16, 0), k_hier(ZRT_BF16, 1));
 
   /* Dead-rank mode (tests/cli/test_comm_hier.sh, under mpiexec with
    * recovery on so the others live on): rank $ZRT_TEST_HIER_DIE is killed
