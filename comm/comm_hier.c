@@ -17,6 +17,10 @@
 #include "comm_impl.h"
 #include "dtype.h"
 
+/* Most machines one request stages (its sub-collective table is inline:
+ * a stage issues at most one sub-collective per machine). */
+#define HIER_MAX_MACHINES 64
+
 typedef enum { H_AR = 0, H_RS, H_AG, H_BC } hier_op;
 
 typedef struct hier_req {
@@ -34,10 +38,10 @@ typedef struct hier_req {
   int stage;      /* the stage being run */
   int issued;     /* its sub-collectives are issued */
   int nsub, subdone;
-  zrt_comm *sublvl[2 + 64]; /* per sub-collective: the level it runs on */
-  zrt_comm_req **subs;      /* M + 1 entries */
-  int done;                 /* complete (or failed): out of the FIFO */
-  int failed;               /* a sub-collective failed: waiting on it returns the error */
+  zrt_comm *sublvl[HIER_MAX_MACHINES]; /* per sub-collective: the level it runs on */
+  zrt_comm_req **subs;                 /* M + 1 entries */
+  int done;                            /* complete (or failed): out of the FIFO */
+  int failed; /* a sub-collective failed: waiting on it returns the error */
 } hier_req;
 
 typedef struct hier_ctx {
@@ -90,6 +94,7 @@ static float pick_f32(float a, float b, zrt_redop red) {
 /* recv = red over the M pieces of n elements at in, piece m at in + m*n,
  * in machine order. SUM adds in fp32 (16-bit pieces widened) and rounds
  * once to dt; MAX / MIN pick. */
+/* fp32 accumulator elements per pass (8 KiB, in L1 beside the widened input) */
 #define HIER_BLOCK 2048
 static void reduce_pieces(void *recv, const char *in, int M, size_t n, zrt_dtype dt,
                           zrt_redop red) {
@@ -574,8 +579,8 @@ zrt_status zrt_comm_hier_init(zrt_comm *c, zrt_backend *backend, int allow_singl
     snprintf(why, whylen, "one rank per machine (%d machines): nothing to share within one", M);
     return ZRT_OK;
   }
-  if (M > 64) {
-    snprintf(why, whylen, "%d machines, more than the 64 one request stages", M);
+  if (M > HIER_MAX_MACHINES) {
+    snprintf(why, whylen, "%d machines, more than the %d one request stages", M, HIER_MAX_MACHINES);
     return ZRT_OK;
   }
   hier_ctx *s = calloc(1, sizeof *s);
