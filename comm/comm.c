@@ -150,7 +150,7 @@ zrt_status zrt_comm_create(const char *want, zrt_backend *backend, double timeou
   *out = NULL;
   if (!want || !*want) want = "auto";
   const char *pick = want;
-  char why[160] = "";
+  char why[400] = "";
   int env_world = env_world_size();
 
   /* the GPU check's bootstrap, destroyed after the new comm exists */
@@ -182,13 +182,15 @@ zrt_status zrt_comm_create(const char *want, zrt_backend *backend, double timeou
       pick = "shm";
       snprintf(why, sizeof why, "CPU backend, all %d ranks on this machine", env_world);
     } else {
-      pick = "mpi";
-      snprintf(why, sizeof why, "CPU backend, world size %d on several machines", env_world);
+      /* the hier comm decides from the all-gathered machine map (the same
+       * on every rank) whether the two levels serve, else it stays mpi */
+      pick = "hier";
     }
   } else if (strcmp(want, "self") && strcmp(want, "mpi") && strcmp(want, "shm") &&
-             strcmp(want, "nccl")) {
+             strcmp(want, "hier") && strcmp(want, "nccl")) {
     return zrt_error(ZRT_ERR_CONFIG,
-                     "comm \"%s\" is unknown; expected one of auto, self, mpi, shm, nccl", want);
+                     "comm \"%s\" is unknown; expected one of auto, self, mpi, shm, hier, nccl",
+                     want);
   }
 
   if (!strcmp(pick, "self") && env_world > 1)
@@ -246,6 +248,22 @@ zrt_status zrt_comm_create(const char *want, zrt_backend *backend, double timeou
       snprintf(why, sizeof why, "shared memory not used: %s", no);
       if (strcmp(want, "auto")) zrt_log(ZRT_LOG_WARN, "comm: shm requested but %s; using mpi", no);
     }
+  } else if (!strcmp(pick, "hier")) {
+    char how[256];
+    st = zrt_comm_hier_init(c, backend, strcmp(want, "auto") != 0, how, sizeof how);
+    if (st != ZRT_OK) {
+      if (c->iface) c->iface->destroy(c->ctx);
+      goto fail;
+    }
+    if (strcmp(c->iface->name, "hier")) {
+      pick = "mpi";
+      snprintf(why, sizeof why, "CPU backend, world size %d on several machines; hier not used: %s",
+               env_world, how);
+      if (strcmp(want, "auto"))
+        zrt_log(ZRT_LOG_WARN, "comm: hier requested but %s; using mpi (every rank alike)", how);
+    } else {
+      snprintf(why, sizeof why, "CPU backend, %s", how);
+    }
   } else {
 #ifdef ZRT_HAVE_NCCL
     ZRT_CHECK_GOTO(zrt_comm_nccl_init(c, backend), st, fail);
@@ -258,7 +276,7 @@ zrt_status zrt_comm_create(const char *want, zrt_backend *backend, double timeou
     goto fail;
   }
   if (zrt_log_get_rank() < 0 && c->world > 1) zrt_log_set_rank(c->rank);
-  if (!strcmp(want, "auto"))
+  if (!strcmp(want, "auto") || !strcmp(want, "hier"))
     zrt_log_once("comm", ZRT_LOG_INFO, "comm: %s (%s); rank %d of %d, local %d of %d", pick, why,
                  c->rank, c->world, c->local_rank, c->local_world);
   else
@@ -270,7 +288,7 @@ zrt_status zrt_comm_create(const char *want, zrt_backend *backend, double timeou
 fail:
   free(f);
   zrt_bootstrap_destroy(boot);
-  return zrt_error_context(st, "creating comm \"%s\"", pick);
+  return zrt_error_context(st, "creating comm \"%s\": ", pick);
 fail_boot:
   zrt_bootstrap_destroy(boot);
   return st;
@@ -367,7 +385,11 @@ static zrt_status wait_req(zrt_comm *c, zrt_comm_req *req, int blocking) {
     mark_completed(c, seq, op, bytes);
     return ZRT_OK;
   }
-  if (!req->timed_out) return st; /* the implementation freed req and set the message */
+  /* Any failure but a timeout freed req: it is read only when the wait
+   * ran its whole time (an implementation checks its deadline before
+   * anything that could fail, so that is a timeout). */
+  if (!(c->timeout_s > 0 && t1 - t0 >= c->timeout_s) || !req->timed_out)
+    return st; /* the implementation freed req and set the message */
   if (blocking) full_of(c)->stuck++;
   return watchdog_fail(c, seq, op, bytes);
 }

@@ -4,7 +4,9 @@
  * Comms: "self" (world size 1, no MPI), "mpi" (Open MPI, host buffers —
  * and device buffers when the backend is CPU; also bootstraps NCCL ids),
  * "shm" (ranks on one machine, host buffers: one shared-memory segment,
- * Open MPI underneath for bootstrap; comm/comm_shm.c), "nccl" (GPU
+ * Open MPI underneath for bootstrap; comm/comm_shm.c), "hier" (several
+ * machines, host buffers: shm within each machine, MPI across;
+ * comm/comm_hier.c), "nccl" (GPU
  * buffers). All collectives work on fp32, fp16 and bf16. Half
  * types add in fp32: NCCL stages the whole reduction in fp32 (one rounding
  * at the end); MPI reduces in the 16-bit type, each pairwise combine adding
@@ -36,7 +38,7 @@ typedef enum zrt_redop { ZRT_RED_SUM = 0, ZRT_RED_MAX, ZRT_RED_MIN } zrt_redop;
 typedef struct zrt_comm_req zrt_comm_req;
 
 typedef struct zrt_comm_iface {
-  const char *name; /* "self", "mpi", "shm", "nccl" */
+  const char *name; /* "self", "mpi", "shm", "hier", "nccl" */
   /* recv[i] = op over ranks of send[i], count elements. In place allowed. */
   zrt_status (*all_reduce)(void *ctx, const void *send, void *recv, size_t count, zrt_dtype dt,
                            zrt_redop op, zrt_comm_req **req);
@@ -85,15 +87,17 @@ typedef struct zrt_comm {
   double busy_s, wait_s;
 } zrt_comm;
 
-/* want: "auto" | "self" | "mpi" | "shm" | "nccl". auto = self when
- * WORLD_SIZE is unset or 1 and not under mpiexec (OMPI_COMM_WORLD_SIZE
+/* want: "auto" | "self" | "mpi" | "shm" | "hier" | "nccl". auto = self
+ * when WORLD_SIZE is unset or 1 and not under mpiexec (OMPI_COMM_WORLD_SIZE
  * unset or 1); nccl when backend is cuda, NCCL is built and every local
  * rank has its own GPU (NCCL refuses two ranks on one GPU: then mpi with
  * host staging); shm when the buffers are host memory and every rank is on
- * this machine (OMPI_COMM_WORLD_LOCAL_SIZE = world size); else mpi. "shm"
- * (asked for or picked) falls back to mpi with a logged reason when shared
- * memory cannot serve the ranks. The choice is logged once. timeout_s
- * becomes c->timeout_s. */
+ * this machine (OMPI_COMM_WORLD_LOCAL_SIZE = world size); else hier when
+ * every machine holds the same number (> 1) of contiguous ranks, else mpi.
+ * "shm" (asked for or picked) falls back to mpi with a logged reason when
+ * shared memory cannot serve the ranks; "hier" likewise when the layout
+ * does not allow it (asked for, it also serves 1 rank per machine). The
+ * choice and why is logged once. timeout_s becomes c->timeout_s. */
 zrt_status zrt_comm_create(const char *want, zrt_backend *backend, double timeout_s,
                            zrt_comm **out);
 void zrt_comm_destroy(zrt_comm *c);
@@ -140,6 +144,25 @@ zrt_status zrt_comm_mpi_init(zrt_comm *c, zrt_backend *backend);
  * stays the MPI comm (c->iface->name "mpi") and why says why; why is ""
  * when c is the shm comm. */
 zrt_status zrt_comm_shm_init(zrt_comm *c, zrt_backend *backend, char *why, size_t whylen);
+/* The same two over a sub-communicator: parent points to an MPI_Comm
+ * (comm.h does not include mpi.h; NULL = MPI_COMM_WORLD), which the comm
+ * duplicates (the caller may free its own handle afterwards). MPI must be
+ * initialised already when parent is not NULL. rank / world / local_* are
+ * then the ranks within parent. */
+zrt_status zrt_comm_mpi_init_on(zrt_comm *c, zrt_backend *backend, const void *parent);
+zrt_status zrt_comm_shm_init_on(zrt_comm *c, zrt_backend *backend, const void *parent, char *why,
+                                size_t whylen);
+/* The hierarchical comm (comm/comm_hier.c, docs/comms.md): shared memory
+ * within each machine, MPI across machines among the ranks with the same
+ * local index. Collective over all ranks. On success c->iface->name is
+ * "hier" and why describes the layout ("2 machines x 2 ranks: ..."); when
+ * the layout does not allow it (uneven machines, ranks not placed
+ * contiguously, device buffers, or one rank per machine unless
+ * allow_single), c stays the flat MPI comm (name "mpi") and why says why.
+ * Every rank takes the same branch (the decision uses the all-gathered
+ * machine map). */
+zrt_status zrt_comm_hier_init(zrt_comm *c, zrt_backend *backend, int allow_single, char *why,
+                              size_t whylen);
 #ifdef ZRT_HAVE_NCCL
 zrt_status zrt_comm_nccl_init(zrt_comm *c, zrt_backend *backend);
 void zrt_comm_nccl_probe_version(char *buf, size_t n);

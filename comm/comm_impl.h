@@ -60,4 +60,16 @@ zrt_status zrt_comm_mpi_bcast_bytes(void *ctx, void *buf, size_t bytes, int root
 /* MPI_Allgather of `bytes` bytes per rank into all (world * bytes). */
 zrt_status zrt_comm_mpi_allgather_bytes(void *ctx, const void *mine, void *all, size_t bytes);
 
+/* The MPI comm's machine map: per rank of its communicator, a hash of the
+ * host name and boot id (equal hashes: one machine). Lives as long as the
+ * comm. ctx is an MPI comm's ctx. */
+const uint64_t *zrt_comm_mpi_hosts(void *ctx);
+/* Non-blocking all-to-all of raw elements on an MPI comm (host buffers):
+ * rank r's send holds scounts[q] elements for each rank q in rank order,
+ * its recv receives rcounts[q] from each q in rank order. *req completes
+ * through the comm's wait / test like its collectives (the hierarchical
+ * comm's cross-level reduce-scatter). */
+zrt_status zrt_comm_mpi_alltoallv(void *ctx, const void *send, const size_t *scounts, void *recv,
+                                  const size_t *rcounts, zrt_dtype dt, zrt_comm_req **req);
+
 #endif

@@ -1,6 +1,7 @@
 /*
  * comm_mpi.c — the Open MPI comm: every collective a non-blocking MPI_I*
- * collective on a duplicate of MPI_COMM_WORLD, completed by polling
+ * collective on a duplicate of MPI_COMM_WORLD (or of the sub-communicator
+ * the hierarchical comm hands to zrt_comm_mpi_init_on), completed by polling
  * MPI_Test so waits can time out for the watchdog; 16-bit sums in their own
  * type with fp32 adds; device buffers staged through accounted host memory.
  * Invariants (numerics, staging, MPI's life cycle, machine grouping,
@@ -23,7 +24,8 @@ typedef struct mpi_ctx {
   zrt_comm *c; /* the comm this ctx backs: timeout_s for barrier */
   MPI_Comm world, local;
   int rank, nranks;
-  int counted; /* included in mpi_live */
+  uint64_t *hosts; /* per rank: hash of host name + boot id (mpi_local_ranks) */
+  int counted;     /* included in mpi_live */
   zrt_backend *backend;
   int on_device;        /* buffers are device pointers: stage via host */
   zrt_pool *host_stage; /* accounted host staging for device buffers */
@@ -134,6 +136,18 @@ static zrt_status mpi_local_ranks(mpi_ctx *m, zrt_comm *c) {
     if (!fgets(host + n, (int)(sizeof host - n), f)) host[n] = 0;
     fclose(f);
   }
+  /* + Open MPI's daemon ("jobid.vpid" before the ';' of its URI): one per
+   * machine in a real job, so nothing changes there; two daemons on one
+   * host (tests/cli/test_launch_multinode.sh) are two machines to zrt as
+   * they are to Open MPI, which does not use shared memory between them. */
+  const char *d = getenv("OMPI_MCA_orte_local_daemon_uri");
+  if (d) {
+    size_t n = strlen(host), k = strcspn(d, ";");
+    if (k > sizeof host - n - 2) k = sizeof host - n - 2;
+    host[n] = '|';
+    memcpy(host + n + 1, d, k);
+    host[n + 1 + k] = 0;
+  }
   uint64_t h = 1469598103934665603ull; /* FNV-1a 64 */
   for (const char *p = host; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
   uint64_t *all = malloc((size_t)m->nranks * sizeof *all);
@@ -150,7 +164,7 @@ static zrt_status mpi_local_ranks(mpi_ctx *m, zrt_comm *c) {
       if (r < m->rank) c->local_rank++;
       c->local_world++;
     }
-  free(all);
+  m->hosts = all; /* kept for the hierarchical comm's machine map */
   return ZRT_OK;
 }
 
@@ -425,6 +439,7 @@ static void mpi_destroy(void *ctx) {
     return;
   }
   half_ops_free(m);
+  free(m->hosts);
   if (m->local != MPI_COMM_NULL) MPI_Comm_free(&m->local);
   if (m->world != MPI_COMM_NULL) MPI_Comm_free(&m->world);
   zrt_pool_destroy(m->host_stage);
@@ -449,6 +464,10 @@ static const zrt_comm_iface mpi_iface = {
 };
 
 zrt_status zrt_comm_mpi_init(zrt_comm *c, zrt_backend *backend) {
+  return zrt_comm_mpi_init_on(c, backend, NULL);
+}
+
+zrt_status zrt_comm_mpi_init_on(zrt_comm *c, zrt_backend *backend, const void *parent) {
   zrt_status st = ZRT_OK;
   int inited = 0, fin = 0;
   MPI_Initialized(&inited);
@@ -478,7 +497,8 @@ zrt_status zrt_comm_mpi_init(zrt_comm *c, zrt_backend *backend) {
   }
   m->counted = 1;
   mpi_live++;
-  MPI_TRY_GOTO(MPI_Comm_dup(MPI_COMM_WORLD, &m->world), "MPI_Comm_dup", st, fail);
+  MPI_TRY_GOTO(MPI_Comm_dup(parent ? *(const MPI_Comm *)parent : MPI_COMM_WORLD, &m->world),
+               "MPI_Comm_dup", st, fail);
   /* Errors come back as codes so they become zrt statuses with MPI's text,
    * instead of MPI aborting the job. */
   MPI_Comm_set_errhandler(m->world, MPI_ERRORS_RETURN);
@@ -496,6 +516,42 @@ zrt_status zrt_comm_mpi_init(zrt_comm *c, zrt_backend *backend) {
   return ZRT_OK;
 fail:
   mpi_destroy(m);
+  return st;
+}
+
+const uint64_t *zrt_comm_mpi_hosts(void *ctx) { return ((mpi_ctx *)ctx)->hosts; }
+
+/* The hierarchical comm's cross-level exchange (comm_impl.h): one
+ * MPI_Ialltoallv of raw elements, completed by this comm's wait / test. */
+zrt_status zrt_comm_mpi_alltoallv(void *ctx, const void *send, const size_t *scounts, void *recv,
+                                  const size_t *rcounts, zrt_dtype dt, zrt_comm_req **req) {
+  mpi_ctx *m = ctx;
+  zrt_status st = ZRT_OK;
+  mpi_req *r = NULL;
+  if (m->on_device)
+    return zrt_error(ZRT_ERR_INTERNAL, "MPI comm: alltoallv serves host buffers only");
+  size_t ts = 0, tr = 0;
+  for (int i = 0; i < m->nranks; i++) ts += scounts[i], tr += rcounts[i];
+  ZRT_CHECK(check_int(ts > tr ? ts : tr, "alltoallv"));
+  ZRT_CHECK(req_new(m, &r));
+  r->ints = malloc(4 * (size_t)m->nranks * sizeof(int));
+  if (!r->ints) {
+    st = zrt_error(ZRT_ERR_OOM, "MPI comm: out of host memory for counts");
+    goto fail;
+  }
+  int *sc = r->ints, *sd = sc + m->nranks, *rc = sd + m->nranks, *rd = rc + m->nranks, so = 0,
+      ro = 0;
+  for (int i = 0; i < m->nranks; i++) {
+    sc[i] = (int)scounts[i], sd[i] = so, so += sc[i];
+    rc[i] = (int)rcounts[i], rd[i] = ro, ro += rc[i];
+  }
+  MPI_TRY_GOTO(
+      MPI_Ialltoallv(send, sc, sd, raw_type(dt), recv, rc, rd, raw_type(dt), m->world, &r->mr),
+      "MPI_Ialltoallv", st, fail);
+  *req = &r->base;
+  return ZRT_OK;
+fail:
+  req_free(r);
   return st;
 }
 

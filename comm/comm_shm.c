@@ -606,9 +606,14 @@ static int shm_map(shm_ctx *s, const char *name, size_t bytes, char *why, size_t
 }
 
 zrt_status zrt_comm_shm_init(zrt_comm *c, zrt_backend *backend, char *why, size_t whylen) {
+  return zrt_comm_shm_init_on(c, backend, NULL, why, whylen);
+}
+
+zrt_status zrt_comm_shm_init_on(zrt_comm *c, zrt_backend *backend, const void *parent, char *why,
+                                size_t whylen) {
   zrt_status st = ZRT_OK;
   why[0] = 0;
-  ZRT_CHECK(zrt_comm_mpi_init(c, backend));
+  ZRT_CHECK(zrt_comm_mpi_init_on(c, backend, parent));
   /* From here c is a working MPI comm; it stays one when shared memory
    * cannot serve these ranks. */
   if (backend && backend->device_id >= 0) {

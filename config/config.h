@@ -117,7 +117,7 @@ typedef struct zrt_cfg {
   char metrics_path[ZRT_CFG_STR];
   double comm_timeout_s;
   char backend[32]; /* auto|cpu|cuda */
-  char comm[32];    /* auto|self|mpi|shm|nccl */
+  char comm[32];    /* auto|self|mpi|shm|hier|nccl */
   int numa_node;    /* -1 = auto */
   int bind_cores_to_rank;
   int blas_threads;        /* zrt.blas_threads: 0 = OpenBLAS's default */

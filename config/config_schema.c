@@ -219,9 +219,11 @@ const zrt_cfg_row zrt_cfg_rows[] = {
      F(backend),
      0,
      NULL},
-    {{"zrt.comm", ZRT_CFGT_ENUM, Z | NC, "auto", "auto|self|mpi|shm|nccl", 1, 0, "ZRT_COMM",
+    {{"zrt.comm", ZRT_CFGT_ENUM, Z | NC, "auto", "auto|self|mpi|shm|hier|nccl", 1, 0, "ZRT_COMM",
       "collectives (auto: nccl on GPU; on CPU shm — shared memory — when all ranks are on one "
-      "machine, else mpi; self at world size 1). mpi turns shared memory off"},
+      "machine, hier — shared memory within each machine, MPI across — when every machine "
+      "holds the same number (> 1) of contiguous ranks, else mpi; self at world size 1). mpi "
+      "turns shared memory off"},
      F(comm),
      0,
      NULL},

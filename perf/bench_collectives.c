@@ -31,6 +31,7 @@
 
 #include "backend.h"
 #include "comm.h"
+#include "comm_xnode.h"
 #include "perf.h"
 
 enum { ZRT_CO_AR = 0, ZRT_CO_RS, ZRT_CO_AG, ZRT_CO_NOPS };
@@ -46,6 +47,8 @@ typedef struct zrt_co_cfg {
   int ranks;
   int repeat; /* mpiexec jobs; figures are their medians */
   int quick;
+  const char *hostfile; /* --hostfile: ranks over several machines */
+  int ppn;              /* --ppn: ranks per machine with a hostfile */
 } zrt_co_cfg;
 #define ZRT_CO_MAX_REPEAT 32
 
@@ -66,6 +69,9 @@ static void zrt_co_cfg_from(const zrt_perf_args *a, zrt_co_cfg *c) {
   s = zrt_perf_opt(a, "repeat");
   c->repeat = s && atoi(s) > 0 ? atoi(s) : 1;
   if (c->repeat > ZRT_CO_MAX_REPEAT) c->repeat = ZRT_CO_MAX_REPEAT;
+  c->hostfile = zrt_perf_opt(a, "hostfile");
+  s = zrt_perf_opt(a, "ppn");
+  c->ppn = s && atoi(s) > 0 ? atoi(s) : 2;
 }
 
 /* One collective, blocking. */
@@ -76,6 +82,50 @@ static zrt_status zrt_co_issue(zrt_comm *c, int op, void *send, void *recv, size
   case ZRT_CO_RS: return zrt_comm_reduce_scatter(c, send, recv, counts, dt, ZRT_RED_SUM, NULL);
   default: return zrt_comm_all_gather(c, send, recv, counts, dt, NULL);
   }
+}
+
+/* Bytes each rank sends over TCP per collective, to other machines and to
+ * its own, at the largest size, fp32: out["xnode"][op]. Read from the
+ * kernel's socket counters around ZRT_CO_XN_ITERS blocking collectives. */
+#define ZRT_CO_XN_ITERS 4
+static zrt_status zrt_co_xnode(zrt_comm *c, zrt_comm *flat, const zrt_co_cfg *cfg, void *send,
+                               void *recv, size_t *counts, cJSON *out, const char *comm_name) {
+  int n = c->world, L = c->local_world > 0 ? c->local_world : 1;
+  size_t count = cfg->max_bytes / 4 / (size_t)n * (size_t)n;
+  for (int r = 0; r < n; r++) counts[r] = count / (size_t)n;
+  cJSON *xn = cJSON_AddObjectToObject(out, "xnode");
+  for (int op = 0; op < ZRT_CO_NOPS; op++) {
+    zrt_xn_snap *sn = calloc(2, sizeof *sn);
+    if (!sn) return zrt_error(ZRT_ERR_OOM, "collectives: out of host memory");
+    ZRT_CHECK(zrt_comm_barrier(flat));
+    zrt_xn_read(&sn[0]);
+    zrt_status st = ZRT_OK;
+    for (int it = 0; it < ZRT_CO_XN_ITERS && st == ZRT_OK; it++)
+      st = zrt_co_issue(c, op, send, recv, count, ZRT_F32, counts);
+    zrt_xn_read(&sn[1]);
+    uint64_t cross = 0, local = 0, other = 0;
+    if (st == ZRT_OK) st = zrt_xn_classify(flat, L, &sn[0], &sn[1], &cross, &local, &other);
+    free(sn);
+    ZRT_CHECK(st);
+    /* per collective, averaged over the ranks */
+    float v[3] = {(float)cross, (float)local, (float)other}, mx = (float)cross;
+    ZRT_CHECK(zrt_comm_all_reduce(flat, v, v, 3, ZRT_F32, ZRT_RED_SUM, NULL));
+    ZRT_CHECK(zrt_comm_all_reduce(flat, &mx, &mx, 1, ZRT_F32, ZRT_RED_MAX, NULL));
+    double k = (double)ZRT_CO_XN_ITERS * n, B = (double)count * 4;
+    cJSON *o = cJSON_AddObjectToObject(xn, zrt_co_names[op]);
+    cJSON_AddNumberToObject(o, "bytes", B);
+    cJSON_AddNumberToObject(o, "cross_machine_bytes_per_rank", v[0] / k);
+    cJSON_AddNumberToObject(o, "cross_machine_bytes_busiest_rank", mx / ZRT_CO_XN_ITERS);
+    cJSON_AddNumberToObject(o, "same_machine_tcp_bytes_per_rank", v[1] / k);
+    cJSON_AddNumberToObject(o, "daemon_bytes_per_rank", v[2] / k);
+    cJSON_AddNumberToObject(o, "cross_over_bytes", v[0] / k / B);
+    if (c->rank == 0)
+      zrt_perf_note("  %s %s fp32 %.0f B: per rank %.0f B to other machines (%.3f x size; "
+                    "busiest rank %.3f x size), %.0f B over TCP within the machine",
+                    comm_name, zrt_co_names[op], B, v[0] / k, v[0] / k / B,
+                    mx / ZRT_CO_XN_ITERS / B, v[1] / k);
+  }
+  return ZRT_OK;
 }
 
 /* All ranks agree on a value: the max over ranks. */
@@ -101,8 +151,9 @@ static double zrt_co_memcpy_bw(zrt_comm *c, zrt_backend *be, void *dst, const vo
 }
 
 /* Measures one comm; adds {"memcpy_bytes_per_s", "points": [...]} to out. */
-static zrt_status zrt_co_measure(zrt_comm *c, zrt_backend *be, const zrt_co_cfg *cfg, cJSON *out,
-                                 cJSON *plots_res, const char *comm_name) {
+static zrt_status zrt_co_measure(zrt_comm *c, zrt_comm *flat, zrt_backend *be,
+                                 const zrt_co_cfg *cfg, cJSON *out, cJSON *plots_res,
+                                 const char *comm_name) {
   zrt_status st = ZRT_OK;
   void *send = NULL, *recv = NULL;
   int n = c->world;
@@ -201,6 +252,9 @@ static zrt_status zrt_co_measure(zrt_comm *c, zrt_backend *be, const zrt_co_cfg 
       snprintf(name, sizeof name, "%s %s", zrt_co_names[op], zrt_dtype_name(dts[d]));
       zrt_perf_series(pl, name, xs, ys[op][d], np[op][d]);
     }
+  /* machines: the figure that carries over is the bytes that cross them */
+  if (cfg->hostfile && be->device_id < 0)
+    ZRT_CHECK_GOTO(zrt_co_xnode(c, flat, cfg, send, recv, counts, out, comm_name), st, done);
 done:
   zrt_backend_free(be, send);
   zrt_backend_free(be, recv);
@@ -214,15 +268,15 @@ static void zrt_co_summary(cJSON *r, int world) {
   const cJSON *comms = cJSON_GetObjectItem(r, "comms");
   const cJSON *rep = cJSON_GetObjectItem(r, "repeat");
   int nrep = rep ? (int)cJSON_GetNumberValue(rep) : 1;
-  char md[4096];
+  char md[8192];
   size_t k = (size_t)snprintf(md, sizeof md,
                               "%d ranks on one host. busbw (GB/s) at the largest size and busbw / "
                               "memcpy bandwidth of the same run%s:\n\n| comm | memcpy GB/s | op | "
                               "dtype | bytes | busbw GB/s | busbw/memcpy | p10-p90 of "
                               "busbw/memcpy |\n|---|---|---|---|---|---|---|---|\n",
                               world, nrep > 1 ? " (medians of the repeated runs)" : "");
-  const char *cn[3] = {"mpi", "shm", "nccl"};
-  for (int i = 0; i < 3; i++) {
+  const char *cn[4] = {"mpi", "shm", "hier", "nccl"};
+  for (int i = 0; i < 4; i++) {
     const cJSON *cj = cJSON_GetObjectItem(comms, cn[i]), *p, *best[6] = {0};
     cJSON_ArrayForEach(p, cJSON_GetObjectItem(cj, "points")) {
       int op = 0, d = !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(p, "dtype")), "bf16");
@@ -248,6 +302,21 @@ static void zrt_co_summary(cJSON *r, int world) {
             cJSON_GetNumberValue(cJSON_GetObjectItem(best[j], "busbw_bytes_per_s")) / 1e9,
             cJSON_GetNumberValue(cJSON_GetObjectItem(best[j], "busbw_over_memcpy")), spread);
       }
+    const cJSON *xn = cJSON_GetObjectItem(cj, "xnode");
+    for (int op = 0; xn && op < ZRT_CO_NOPS; op++) {
+      const cJSON *o = cJSON_GetObjectItem(xn, zrt_co_names[op]);
+      if (o)
+        k += (size_t)snprintf(
+            md + k, k < sizeof md ? sizeof md - k : 0,
+            "| %s | cross-machine bytes per rank | %s | fp32 | %.0f | %.0f (%.3f x size; "
+            "busiest rank %.3f x size) | TCP within the machine: %.0f | |\n",
+            cn[i], zrt_co_names[op], cJSON_GetNumberValue(cJSON_GetObjectItem(o, "bytes")),
+            cJSON_GetNumberValue(cJSON_GetObjectItem(o, "cross_machine_bytes_per_rank")),
+            cJSON_GetNumberValue(cJSON_GetObjectItem(o, "cross_over_bytes")),
+            cJSON_GetNumberValue(cJSON_GetObjectItem(o, "cross_machine_bytes_busiest_rank")) /
+                cJSON_GetNumberValue(cJSON_GetObjectItem(o, "bytes")),
+            cJSON_GetNumberValue(cJSON_GetObjectItem(o, "same_machine_tcp_bytes_per_rank")));
+    }
     const cJSON *sk = cJSON_GetObjectItem(cj, "skipped");
     if (sk)
       k += (size_t)snprintf(md + k, k < sizeof md ? sizeof md - k : 0, "\n%s: not measured (%s)\n",
@@ -260,7 +329,7 @@ static void zrt_co_summary(cJSON *r, int world) {
 /* Inside the mpiexec job: every rank measures, rank 0 fills r. */
 static int zrt_co_ranked(const zrt_co_cfg *cfg, cJSON *r) {
   zrt_backend *cpu = NULL, *gpu = NULL;
-  zrt_comm *mpi = NULL, *shm = NULL, *nccl = NULL;
+  zrt_comm *mpi = NULL, *shm = NULL, *hier = NULL, *nccl = NULL;
   int rc = 1;
   if (zrt_backend_create("cpu", 0, 0, &cpu) != ZRT_OK ||
       zrt_comm_create("mpi", cpu, 120, &mpi) != ZRT_OK) {
@@ -270,7 +339,7 @@ static int zrt_co_ranked(const zrt_co_cfg *cfg, cJSON *r) {
   cJSON *comms = cJSON_AddObjectToObject(r, "comms");
   cJSON_AddNumberToObject(r, "ranks", mpi->world);
   cJSON *jm = cJSON_AddObjectToObject(comms, "mpi");
-  if (zrt_co_measure(mpi, cpu, cfg, jm, r, "mpi") != ZRT_OK) {
+  if (zrt_co_measure(mpi, mpi, cpu, cfg, jm, r, "mpi") != ZRT_OK) {
     cJSON_AddStringToObject(jm, "error", zrt_last_error());
     zrt_perf_note("collectives: mpi: %s", zrt_last_error());
   }
@@ -280,9 +349,21 @@ static int zrt_co_ranked(const zrt_co_cfg *cfg, cJSON *r) {
     cJSON_AddStringToObject(js, "skipped", zrt_last_error());
   } else if (strcmp(shm->iface->name, "shm")) {
     cJSON_AddStringToObject(js, "skipped", "shared memory unavailable (the comm fell back to mpi)");
-  } else if (zrt_co_measure(shm, cpu, cfg, js, r, "shm") != ZRT_OK) {
+  } else if (zrt_co_measure(shm, mpi, cpu, cfg, js, r, "shm") != ZRT_OK) {
     cJSON_AddStringToObject(js, "error", zrt_last_error());
     zrt_perf_note("collectives: shm: %s", zrt_last_error());
+  }
+  /* the hierarchical comm (what auto picks over several machines) */
+  cJSON *jh = cJSON_AddObjectToObject(comms, "hier");
+  if (mpi->local_world == mpi->world) {
+    cJSON_AddStringToObject(jh, "skipped", "one machine (run with --hostfile)");
+  } else if (zrt_comm_create("hier", cpu, 120, &hier) != ZRT_OK) {
+    cJSON_AddStringToObject(jh, "skipped", zrt_last_error());
+  } else if (strcmp(hier->iface->name, "hier")) {
+    cJSON_AddStringToObject(jh, "skipped", "the layout does not allow it (see the comm log line)");
+  } else if (zrt_co_measure(hier, mpi, cpu, cfg, jh, r, "hier") != ZRT_OK) {
+    cJSON_AddStringToObject(jh, "error", zrt_last_error());
+    zrt_perf_note("collectives: hier: %s", zrt_last_error());
   }
   cJSON *jn = cJSON_AddObjectToObject(comms, "nccl");
   if (!zrt_backend_cuda_built() || zrt_backend_cuda_device_count() <= 0) {
@@ -292,7 +373,7 @@ static int zrt_co_ranked(const zrt_co_cfg *cfg, cJSON *r) {
   } else if (zrt_backend_create("cuda", 0, mpi->local_rank, &gpu) != ZRT_OK ||
              zrt_comm_create("nccl", gpu, 120, &nccl) != ZRT_OK) {
     cJSON_AddStringToObject(jn, "skipped", zrt_last_error());
-  } else if (zrt_co_measure(nccl, gpu, cfg, jn, r, "nccl") != ZRT_OK) {
+  } else if (zrt_co_measure(nccl, nccl, gpu, cfg, jn, r, "nccl") != ZRT_OK) {
     cJSON_AddStringToObject(jn, "error", zrt_last_error());
   }
   rc = 0;
@@ -300,6 +381,7 @@ static int zrt_co_ranked(const zrt_co_cfg *cfg, cJSON *r) {
 done:
   if (mpi && mpi->rank != 0 && !freopen("/dev/null", "w", stdout)) rc = 1;
   zrt_comm_destroy(nccl);
+  zrt_comm_destroy(hier);
   zrt_comm_destroy(shm);
   zrt_backend_destroy(gpu);
   zrt_comm_destroy(mpi);
@@ -333,14 +415,18 @@ static int zrt_bench_collectives(const zrt_perf_args *a, cJSON *r) {
   }
   close(fd);
   self[n] = 0;
-  char cmd[3000];
+  char cmd[3000], place[1200] = "", cargs[1100] = "";
+  if (cfg.hostfile) {
+    snprintf(place, sizeof place, "--hostfile %s --map-by ppr:%d:node ", cfg.hostfile, cfg.ppn);
+    snprintf(cargs, sizeof cargs, " --hostfile %s --ppn %d", cfg.hostfile, cfg.ppn);
+  }
   size_t k = (size_t)snprintf(
       cmd, sizeof cmd,
       "ZRT_PERF_CHILD_OUT=%s %s mpiexec --oversubscribe --allow-run-as-root "
-      "--bind-to none -n %d -x ZRT_PERF_CHILD_OUT %s %s collectives "
-      "--min %zu --max %zu --factor %d --time %g --json > /dev/null",
-      tmp, cfg.quick ? "ZRT_PERF_QUICK=1" : "", cfg.ranks, cfg.quick ? "-x ZRT_PERF_QUICK" : "",
-      self, cfg.min_bytes, cfg.max_bytes, cfg.factor, cfg.target_s);
+      "--bind-to none -n %d -x ZRT_PERF_CHILD_OUT %s%s%s collectives "
+      "--min %zu --max %zu --factor %d --time %g%s --json > /dev/null",
+      tmp, cfg.quick ? "ZRT_PERF_QUICK=1" : "", cfg.ranks, cfg.quick ? "-x ZRT_PERF_QUICK " : "",
+      place, self, cfg.min_bytes, cfg.max_bytes, cfg.factor, cfg.target_s, cargs);
   (void)k;
   zrt_perf_note("collectives: %s (%d run%s)", cmd, cfg.repeat, cfg.repeat == 1 ? "" : "s");
   cJSON *runs[ZRT_CO_MAX_REPEAT] = {0};
@@ -383,8 +469,8 @@ static int zrt_bench_collectives(const zrt_perf_args *a, cJSON *r) {
      * points in the same order), with the spread of busbw / memcpy */
     cJSON_AddNumberToObject(child, "repeat", nruns);
     cJSON_AddItemToObject(child, "loadavg_1min_runs", cJSON_CreateDoubleArray(loads, nruns));
-    static const char *const cn[3] = {"mpi", "shm", "nccl"};
-    for (int c = 0; c < 3; c++) {
+    static const char *const cn[4] = {"mpi", "shm", "hier", "nccl"};
+    for (int c = 0; c < 4; c++) {
       cJSON *cj0 = cJSON_GetObjectItem(cJSON_GetObjectItem(child, "comms"), cn[c]);
       cJSON *pts0 = cJSON_GetObjectItem(cj0, "points");
       if (!pts0) continue;
@@ -434,6 +520,8 @@ static int zrt_bench_collectives(const zrt_perf_args *a, cJSON *r) {
 }
 
 ZRT_PERF_BENCH(collectives,
-               "all_reduce / reduce_scatter / all_gather algbw+busbw by size vs memcpy, mpi and "
-               "shm (--ranks --min --max --factor --time --repeat: medians of repeated jobs)",
+               "all_reduce / reduce_scatter / all_gather algbw+busbw by size vs memcpy, mpi, shm "
+               "and hier (--ranks --min --max --factor --time --repeat: medians of repeated jobs; "
+               "--hostfile F --ppn K: K ranks per machine of F, plus the bytes each comm sends "
+               "across machines)",
                zrt_bench_collectives)

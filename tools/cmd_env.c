@@ -62,6 +62,8 @@ static void cli_env_build(void) {
   char nv[160];
   zrt_comm_nccl_version(nv, sizeof nv);
   printf("NCCL comm: %s\n", strncmp(nv, "not built", 9) ? "built" : "not built");
+  printf("CPU comms: mpi, shm (ranks on one machine), hier (shm within machines, MPI across); "
+         "zrt.comm / $ZRT_COMM auto picks by placement (docs/comms.md)\n");
   printf("cpu optimizer ISA: %s (best this CPU runs; $ZRT_CPU_ISA forces one)\n",
          zrt_isa_name(zrt_isa_best()));
 }

@@ -15,6 +15,7 @@ done
 expect_grep "^version: [0-9]+\.[0-9]+\.[0-9]+$" env.txt
 expect_grep "^CUDA backend: (built|not built)$" env.txt
 expect_grep "^NCCL comm: (built|not built)$" env.txt
+expect_grep "^CPU comms: mpi, shm \\(ranks on one machine\\), hier" env.txt
 expect_grep "^sanitizers: " env.txt
 expect_grep "^model: " env.txt
 expect_grep "^isa:" env.txt

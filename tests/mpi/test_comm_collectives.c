@@ -414,7 +414,7 @@ static void test_errors(void) {
   zrt_comm *bad = NULL;
   st = zrt_comm_create("gloo", B, 10, &bad);
   ZT_CHECK(st == ZRT_ERR_CONFIG && bad == NULL);
-  ZT_CONTAINS(zrt_last_error(), "expected one of auto, self, mpi, shm, nccl");
+  ZT_CONTAINS(zrt_last_error(), "expected one of auto, self, mpi, shm, hier, nccl");
   st = zrt_comm_create("self", B, 10, &bad);
   ZT_CHECK(st == ZRT_ERR_CONFIG && bad == NULL);
   ZT_CONTAINS(zrt_last_error(), "launcher started");

@@ -118,7 +118,7 @@ int main(void) {
   st = zrt_comm_create("tcp", b, 5.0, &bad);
   ZT_CHECK(st == ZRT_ERR_CONFIG && bad == NULL);
   ZT_CONTAINS(zrt_last_error(),
-              "comm \"tcp\" is unknown; expected one of auto, self, mpi, shm, nccl");
+              "comm \"tcp\" is unknown; expected one of auto, self, mpi, shm, hier, nccl");
   setenv("WORLD_SIZE", "4", 1);
   st = zrt_comm_create("self", b, 5.0, &bad);
   ZT_CHECK(st == ZRT_ERR_CONFIG && bad == NULL);
