@@ -1,7 +1,8 @@
 /*
  * comm_shm.c — collectives through one POSIX shared-memory segment for ranks
- * on one machine (the CPU backend's default), in lock-step rounds of at
- * most a region per rank, 16-bit sums added in fp32 and rounded once; Open
+ * on one machine (the CPU backend's default), in rounds of at most a region
+ * per rank pipelined at one handshake per round over double-buffered
+ * regions, 16-bit sums added in fp32 and rounded once; Open
  * MPI underneath for bootstrap and as the fallback. Invariants (rounds,
  * ordering, timed-out requests, dead ranks, bounds): docs/comms.md, "The
  * shared-memory comm".
@@ -24,12 +25,12 @@
 #include "cpu_features.h"
 #include "dtype.h"
 
-/* Bytes of each rank's data (and result) region: one round's payload. A
- * round is one pair (or triple) of phase handshakes, so larger regions
- * amortise the handshakes; smaller ones keep what a rank publishes in the
- * caches while the others read it. 1 MiB: at 10 GB/s a round moves data for
- * ~100 us against a handshake of ~1 us, and N ranks' regions (2 per rank)
- * stay within a server's L3. */
+/* Bytes of each rank's data (and result) region: one round's payload.
+ * Every round costs one phase handshake, so larger regions amortise the
+ * handshakes; smaller ones keep what a rank publishes in the caches while
+ * the others read it. 1 MiB: at 10 GB/s a round moves data for ~100 us
+ * against a handshake of ~1 us, and the two rounds in flight (data and
+ * result regions, 4 per rank) stay within a server's L3 at a few ranks. */
 #define SHM_REGION_BYTES ((size_t)1 << 20)
 /* ZRT_COMM_SHM_REGION (a size, e.g. "4KiB") overrides it, from this
  * smallest value up: the tests shrink the regions so that small
@@ -86,7 +87,8 @@ typedef struct shm_req {
   size_t *counts, *offs; /* per rank (reduce_scatter / all_gather / all_reduce segments) */
   size_t maxcount;       /* largest segment: the rounds cover it */
   size_t q;              /* elements per segment per round */
-  uint64_t first, last;  /* phases [first, last) of this collective */
+  uint64_t rounds;
+  uint64_t first, last; /* phases [first, last) of this collective */
   int done;
 } shm_req;
 
@@ -95,8 +97,8 @@ typedef struct shm_ctx {
   zrt_comm mpi;     /* the MPI comm underneath (bootstrap; its ctx reads c) */
   shm_hdr *hdr;     /* the mapping */
   size_t map_bytes; /* of the mapping */
-  char *data;       /* N regions of region bytes */
-  char *res;        /* N result regions */
+  char *data;       /* 2 x N regions of region bytes (round parity, rank) */
+  char *res;        /* 2 x N result regions */
   size_t region;
   int rank, nranks;
   uint64_t issued;      /* phases issued by this rank (the next request's first) */
@@ -113,7 +115,10 @@ static inline uint64_t ld_phase(const shm_ctx *s, int r) {
   return __atomic_load_n(&s->hdr->ctl[r].phase, __ATOMIC_ACQUIRE);
 }
 
-static char *region(const shm_ctx *s, char *base, int r) { return base + (size_t)r * s->region; }
+/* Rank r's region for round g (double buffered by g's parity). */
+static char *region(const shm_ctx *s, char *base, uint64_t g, int r) {
+  return base + ((size_t)(g & 1) * (size_t)s->nranks + (size_t)r) * s->region;
+}
 
 /* o[i] = a[i] + c[i] over k floats, 16 at a time in vector registers
  * (GCC vector extensions: the build's -O2 does not vectorise these loops by
@@ -131,12 +136,15 @@ static void add_f32(float *o, const float *a, const float *c, size_t k) {
   for (; i < k; i++) o[i] = a[i] + c[i];
 }
 
-/* out[i] = in[0][i] + in[1][i] + ... in rank order, fp32. */
+/* out[i] = in[0][i] + in[1][i] + ... in rank order, fp32, through a block
+ * accumulator (out may be one of the inputs). */
 static void sum_f32(float *out, const float *const *in, int n, size_t len) {
+  float acc[SHM_BLOCK];
   for (size_t b = 0; b < len; b += SHM_BLOCK) {
     size_t k = len - b < SHM_BLOCK ? len - b : SHM_BLOCK;
-    add_f32(out + b, in[0] + b, in[1] + b, k);
-    for (int r = 2; r < n; r++) add_f32(out + b, out + b, in[r] + b, k);
+    add_f32(acc, in[0] + b, in[1] + b, k);
+    for (int r = 2; r < n; r++) add_f32(acc, acc, in[r] + b, k);
+    memcpy(out + b, acc, k * sizeof(float));
   }
 }
 
@@ -172,13 +180,17 @@ static void pick_f32(float *out, const float *const *in, int n, size_t len, zrt_
  * (a cached CPU parameter, as amp/dtype.c caches its own). */
 static int shm_sum_path = -1;
 
-static void reduce_into(void *out, const void *const *in, int n, size_t len, zrt_dtype dt,
-                        zrt_redop red) {
+/* out[i] = in[0][i] (op) in[1][i] ... in rank order, and out2 the same
+ * bits when not NULL (a region). out may be one of the inputs exactly (in
+ * place): every path reads all inputs of an element before writing it. */
+static void reduce_into(void *out, void *out2, const void *const *in, int n, size_t len,
+                        zrt_dtype dt, zrt_redop red) {
   if (!len) return;
   if (shm_sum_path < 0)
     shm_sum_path = zrt_isa_best() != ZRT_ISA_AVX512 ? 0 : zrt_isa_has_avx512bf16() ? 2 : 1;
+  size_t es = zrt_dtype_size(dt);
   if (red == ZRT_RED_SUM && shm_sum_path) {
-    zrt_shm_sum_avx512(out, in, n, len, dt, shm_sum_path == 2);
+    zrt_shm_sum_avx512(out, out2, in, n, len, dt, shm_sum_path == 2);
     return;
   }
   if (dt == ZRT_F32) {
@@ -186,16 +198,20 @@ static void reduce_into(void *out, const void *const *in, int n, size_t len, zrt
       sum_f32(out, (const float *const *)in, n, len);
     else
       pick_f32(out, (const float *const *)in, n, len, red);
-    return;
-  }
-  if (red == ZRT_RED_SUM) {
+  } else if (red == ZRT_RED_SUM) {
     sum_half(out, (const uint16_t *const *)in, n, len, dt);
-    return;
+  } else {
+    /* 16-bit MAX / MIN through a block buffer: out may be in[r], r > 0 */
+    zrt_half_op op = red == ZRT_RED_MAX ? ZRT_HALF_MAX : ZRT_HALF_MIN;
+    uint16_t acc[SHM_BLOCK];
+    for (size_t b = 0; b < len; b += SHM_BLOCK) {
+      size_t k = len - b < SHM_BLOCK ? len - b : SHM_BLOCK;
+      memcpy(acc, (const uint16_t *)in[0] + b, k * es);
+      for (int r = 1; r < n; r++) zrt_half_reduce(acc, (const uint16_t *)in[r] + b, dt, k, op);
+      memcpy((char *)out + b * es, acc, k * es);
+    }
   }
-  zrt_half_op op = red == ZRT_RED_MAX ? ZRT_HALF_MAX : ZRT_HALF_MIN;
-  size_t es = zrt_dtype_size(dt);
-  if (out != in[0]) memmove(out, in[0], len * es);
-  for (int r = 1; r < n; r++) zrt_half_reduce(out, in[r], dt, len, op);
+  if (out2) memcpy(out2, out, len * es);
 }
 
 /* ------------------------------------------------------------ phases */
@@ -208,72 +224,83 @@ static void seg_round(const shm_req *q, int j, uint64_t g, size_t *lo, size_t *l
   *len = (b < c ? b : c) - *lo;
 }
 
-static int phases_per_round(shm_op op) { return op == SHM_AR ? 3 : 2; }
+/* Stages of one round: a round's stage t runs in phase g + t (pipelined),
+ * so consecutive rounds overlap and a request of R rounds takes
+ * R + stages - 1 phases. */
+static int stages(shm_op op) { return op == SHM_AR ? 3 : 2; }
 
-/* Does phase k (0-based within the request) of q on this rank. */
-static void do_phase(shm_ctx *s, shm_req *q, uint64_t k) {
-  int ppr = phases_per_round(q->op), R = s->rank, N = s->nranks;
-  uint64_t g = k / (uint64_t)ppr;
-  int p = (int)(k % (uint64_t)ppr);
+/* Does stage t of round g of q on this rank. Stage t reads only what stage
+ * t - 1 of the same round wrote one phase earlier; round g's regions are
+ * next written by round g + 2, two phases after that read. */
+static void do_stage(shm_ctx *s, shm_req *q, int t, uint64_t g) {
+  int R = s->rank, N = s->nranks;
   size_t es = zrt_dtype_size(q->dt);
   const char *send = q->send;
   char *recv = q->recv;
-  char *mine = region(s, s->data, R);
+  char *mine = region(s, s->data, g, R);
   size_t lo, len;
   switch (q->op) {
   case SHM_BARRIER: break;
   case SHM_RS:
   case SHM_AR:
-    if (p == 0) { /* publish: every segment's piece but my own */
+    if (t == 0) { /* publish: every segment's piece but my own */
       for (int j = 0; j < N; j++) {
         if (j == R) continue;
         seg_round(q, j, g, &lo, &len);
         memcpy(mine + (size_t)j * q->q * es, send + (q->offs[j] + lo) * es, len * es);
       }
-    } else if (p == 1) { /* reduce my segment's piece over the ranks, in rank order */
+    } else if (t == 1) { /* reduce my segment's piece over the ranks, in rank order */
       seg_round(q, R, g, &lo, &len);
       const void *in[SHM_MAX_RANKS];
       for (int r = 0; r < N; r++)
         in[r] = r == R ? (const void *)(send + (q->offs[R] + lo) * es)
-                       : (const void *)(region(s, s->data, r) + (size_t)R * q->q * es);
-      if (q->op == SHM_RS) {
-        reduce_into(recv + lo * es, in, N, len, q->dt, q->red);
-      } else {
-        /* into the result region first: in place, recv is one of the inputs */
-        reduce_into(region(s, s->res, R), in, N, len, q->dt, q->red);
-        memcpy(recv + (q->offs[R] + lo) * es, region(s, s->res, R), len * es);
-      }
+                       : (const void *)(region(s, s->data, g, r) + (size_t)R * q->q * es);
+      /* straight into recv (my own input there when in place: the kernels
+       * read every input of an element before writing it); all_reduce
+       * also into my result region, in the same pass */
+      if (q->op == SHM_RS)
+        reduce_into(recv + lo * es, NULL, in, N, len, q->dt, q->red);
+      else
+        reduce_into(recv + (q->offs[R] + lo) * es, region(s, s->res, g, R), in, N, len, q->dt,
+                    q->red);
     } else { /* all_reduce gather: the other segments' sums */
       for (int j = 0; j < N; j++) {
         if (j == R) continue;
         seg_round(q, j, g, &lo, &len);
-        memcpy(recv + (q->offs[j] + lo) * es, region(s, s->res, j), len * es);
+        memcpy(recv + (q->offs[j] + lo) * es, region(s, s->res, g, j), len * es);
       }
     }
     break;
   case SHM_AG:
-    if (p == 0) {
-      seg_round(q, R, g, &lo, &len);
+    seg_round(q, R, g, &lo, &len);
+    if (t == 0) {
       memcpy(mine, send + lo * es, len * es);
+      /* my own piece now: send is not in the regions' way */
+      char *dst = recv + (q->offs[R] + lo) * es;
+      if (dst != send + lo * es) memmove(dst, send + lo * es, len * es);
     } else {
       for (int j = 0; j < N; j++) {
+        if (j == R) continue;
         seg_round(q, j, g, &lo, &len);
-        char *dst = recv + (q->offs[j] + lo) * es;
-        if (j != R)
-          memcpy(dst, region(s, s->data, j), len * es);
-        else if (dst != send + lo * es)
-          memmove(dst, send + lo * es, len * es);
+        memcpy(recv + (q->offs[j] + lo) * es, region(s, s->data, g, j), len * es);
       }
     }
     break;
   case SHM_BC:
     seg_round(q, 0, g, &lo, &len); /* counts[0] = count */
-    if (p == 0 && R == q->root)
-      memcpy(region(s, s->data, q->root), recv + lo * es, len * es);
-    else if (p == 1 && R != q->root)
-      memcpy(recv + lo * es, region(s, s->data, q->root), len * es);
+    if (t == 0 && R == q->root)
+      memcpy(region(s, s->data, g, q->root), recv + lo * es, len * es);
+    else if (t == 1 && R != q->root)
+      memcpy(recv + lo * es, region(s, s->data, g, q->root), len * es);
     break;
   }
+}
+
+/* Does phase k (0-based within the request) of q: stage t of round k - t
+ * for every stage whose round exists, the oldest round first. */
+static void do_phase(shm_ctx *s, shm_req *q, uint64_t k) {
+  for (int t = stages(q->op) - 1; t >= 0; t--)
+    if (k >= (uint64_t)t && k - (uint64_t)t < q->rounds) do_stage(s, q, t, k - (uint64_t)t);
 }
 
 /* Advances the pending requests from the head as far as the other ranks
@@ -430,8 +457,9 @@ static zrt_status shm_test(void *ctx, zrt_comm_req *req, int *done) {
 
 /* Queues a request of `rounds` rounds and makes what progress it can now. */
 static zrt_status shm_issue(shm_ctx *s, shm_req *q, size_t rounds, zrt_comm_req **req) {
+  q->rounds = rounds;
   q->first = s->issued;
-  q->last = s->issued + (uint64_t)rounds * (uint64_t)phases_per_round(q->op);
+  q->last = s->issued + (rounds ? (uint64_t)rounds + (uint64_t)stages(q->op) - 1 : 0);
   s->issued = q->last;
   if (s->tail)
     s->tail->next = q;
@@ -643,7 +671,7 @@ zrt_status zrt_comm_shm_init(zrt_comm *c, zrt_backend *backend, char *why, size_
     }
     s->region = (size_t)rv / 64 * 64;
   }
-  size_t bytes = sizeof(shm_hdr) + 2 * (size_t)s->nranks * s->region;
+  size_t bytes = sizeof(shm_hdr) + 4 * (size_t)s->nranks * s->region;
   /* rank 0 names the segment; every rank learns it over MPI */
   char name[64] = {0};
   if (s->rank == 0) {
@@ -683,7 +711,7 @@ zrt_status zrt_comm_shm_init(zrt_comm *c, zrt_backend *backend, char *why, size_
     return ZRT_OK; /* c is still the MPI comm */
   }
   s->data = (char *)s->hdr + sizeof(shm_hdr);
-  s->res = s->data + (size_t)s->nranks * s->region;
+  s->res = s->data + 2 * (size_t)s->nranks * s->region;
   c->iface = &shm_iface;
   c->ctx = s;
   return ZRT_OK;
