@@ -176,8 +176,9 @@ static void pick_f32(float *out, const float *const *in, int n, size_t len, zrt_
   }
 }
 
-/* The SUM kernel: 0 portable loops, 1 AVX-512, 2 AVX-512 with AVX512_BF16
- * (a cached CPU parameter, as amp/dtype.c caches its own). */
+/* The SUM kernel: 0 portable loops, 1 AVX-512 (a cached CPU parameter, as
+ * amp/dtype.c caches its own). bf16 needs no AVX512_BF16: its rounding in
+ * integer lanes is faster there than vcvtneps2bf16 with its denormal fix. */
 static int shm_sum_path = -1;
 
 /* out[i] = in[0][i] (op) in[1][i] ... in rank order, and out2 the same
@@ -186,11 +187,10 @@ static int shm_sum_path = -1;
 static void reduce_into(void *out, void *out2, const void *const *in, int n, size_t len,
                         zrt_dtype dt, zrt_redop red) {
   if (!len) return;
-  if (shm_sum_path < 0)
-    shm_sum_path = zrt_isa_best() != ZRT_ISA_AVX512 ? 0 : zrt_isa_has_avx512bf16() ? 2 : 1;
+  if (shm_sum_path < 0) shm_sum_path = zrt_isa_best() == ZRT_ISA_AVX512;
   size_t es = zrt_dtype_size(dt);
   if (red == ZRT_RED_SUM && shm_sum_path) {
-    zrt_shm_sum_avx512(out, out2, in, n, len, dt, shm_sum_path == 2);
+    zrt_shm_sum_avx512(out, out2, in, n, len, dt);
     return;
   }
   if (dt == ZRT_F32) {

@@ -15,12 +15,11 @@
 
 #include "zrt.h"
 
-/* AVX-512 (F/BW/VL/DQ + F16C); bf16_insn: the CPU has AVX512_BF16. Call
- * only when zrt_isa_best() says avx512. out2 (may be NULL) gets the same
- * bits in the same pass (all_reduce: recv and the result region). out may
- * be exactly one of the inputs (in place: each 16 lanes are loaded from
- * every input before they are stored); no other overlap. */
+/* AVX-512 (F/BW/VL/DQ + F16C). Call only when zrt_isa_best() says avx512. out2 (may be NULL) gets
+ * the same bits in the same pass (all_reduce: recv and the result region). out may be exactly one
+ * of the inputs (in place: each 16 lanes are loaded from every input before they are stored); no
+ * other overlap. */
 void zrt_shm_sum_avx512(void *out, void *out2, const void *const *in, int n, size_t len,
-                        zrt_dtype dt, int bf16_insn);
+                        zrt_dtype dt);
 
 #endif
