@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,22 +48,22 @@
 #define SHM_SPINS 256
 #define SHM_LIVENESS_S 1.0
 /* Then, counted from the last phase that went through: yield the core for
- * 2 ms (the other rank may be on it), then sleep with a doubling back-off
- * capped at 100 us while the wait is short (a rank still computing its
- * part of the step: an oversleep costs at most the cap per handshake, and
- * a training step has dozens), and at 1 ms after 100 ms (a rank in a long
- * computation, or gone: ~1000 wake-ups a second cost no core). */
+ * up to 2 ms (the rank waited for may be on it; with no more ranks than
+ * cores it is usually microseconds away on its own core, and a yield on an
+ * idle core returns at once), then block on a futex on the phase word of
+ * the rank waited for, which that rank wakes when it completes a phase
+ * (no oversleep, no core used). With more ranks than cores the yields are
+ * skipped: blocking hands the core to a rank that needs it, and the wake
+ * brings the waiter back as soon as its phase can start. A futex wait
+ * lasts at most until the next liveness check or the caller's timeout. */
 #define SHM_YIELD_S 2e-3
-#define SHM_SHORT_WAIT_S 0.1
-#define SHM_SLEEP_MIN_NS 2000L
-#define SHM_SLEEP_SHORT_NS 100000L
-#define SHM_SLEEP_LONG_NS 1000000L
 #define SHM_MAGIC 0x7a727473686d3031ull /* "zrtshm01" */
 
 typedef struct shm_ctl {
-  uint64_t phase; /* phases completed (atomic) */
+  uint64_t phase; /* phases completed (atomic); its low 32 bits are a futex */
   int32_t pid;
-  char pad[64 - sizeof(uint64_t) - sizeof(int32_t)];
+  int32_t waiters; /* ranks blocked on this rank's phase futex (atomic) */
+  char pad[64 - sizeof(uint64_t) - 2 * sizeof(int32_t)];
 } shm_ctl;
 
 typedef struct shm_hdr {
@@ -105,6 +107,8 @@ typedef struct shm_ctx {
   uint64_t phase;       /* phases completed by this rank (mirrors hdr->ctl[rank].phase) */
   shm_req *head, *tail; /* pending, in issue order */
   int inflight;         /* requests not yet freed */
+  int laggard;          /* the rank progress() last found behind */
+  int cores;            /* cores this process may run on (0: not looked at yet) */
   zrt_status broken;    /* a rank died: every call fails with broken_msg */
   char broken_msg[512];
 } shm_ctx;
@@ -113,6 +117,20 @@ typedef struct shm_ctx {
 
 static inline uint64_t ld_phase(const shm_ctx *s, int r) {
   return __atomic_load_n(&s->hdr->ctl[r].phase, __ATOMIC_ACQUIRE);
+}
+
+/* The futex word of rank r: the low 32 bits of its phase (they change on
+ * every phase). */
+static uint32_t *phase_word(const shm_ctx *s, int r) {
+  uint32_t *w = (uint32_t *)&s->hdr->ctl[r].phase;
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  w++;
+#endif
+  return w;
+}
+
+static long shm_futex(uint32_t *w, int op, uint32_t val, const struct timespec *ts) {
+  return syscall(SYS_futex, w, op, val, ts, NULL, 0);
 }
 
 /* Rank r's region for round g (double buffered by g's parity). */
@@ -312,10 +330,17 @@ static void progress(shm_ctx *s, int *moved) {
     while (s->phase < q->last) {
       /* phase s->phase + 1 starts when every rank completed s->phase */
       for (int r = 0; r < s->nranks; r++)
-        if (r != s->rank && ld_phase(s, r) < s->phase) return;
+        if (r != s->rank && ld_phase(s, r) < s->phase) {
+          s->laggard = r;
+          return;
+        }
       do_phase(s, q, s->phase - q->first);
       s->phase++;
-      __atomic_store_n(&s->hdr->ctl[s->rank].phase, s->phase, __ATOMIC_RELEASE);
+      /* sequentially consistent with the waiter's count (Dekker): either it
+       * sees the new phase before it sleeps or this sees it waiting */
+      __atomic_store_n(&s->hdr->ctl[s->rank].phase, s->phase, __ATOMIC_SEQ_CST);
+      if (__atomic_load_n(&s->hdr->ctl[s->rank].waiters, __ATOMIC_SEQ_CST) > 0)
+        shm_futex(phase_word(s, s->rank), FUTEX_WAKE, INT32_MAX, NULL);
       (*moved)++;
     }
     q->done = 1;
@@ -357,21 +382,44 @@ static zrt_status check_alive(shm_ctx *s, const shm_req *q) {
 
 /* Progresses until q is done (q NULL: until the FIFO is empty) or
  * timeout_s passes (<= 0: forever). 1 done, 0 timed out, -1 error (*st). */
+/* Blocks on the phase futex of the rank progress() found behind until it
+ * completes a phase or max_s passes. */
+static void wait_laggard(shm_ctx *s, double max_s) {
+  shm_ctl *c = &s->hdr->ctl[s->laggard];
+  __atomic_add_fetch(&c->waiters, 1, __ATOMIC_SEQ_CST);
+  uint64_t ph = __atomic_load_n(&c->phase, __ATOMIC_SEQ_CST);
+  if (ph < s->phase) {
+    if (max_s < 1e-6) max_s = 1e-6;
+    struct timespec ts = {(time_t)max_s, (long)((max_s - (double)(time_t)max_s) * 1e9)};
+    shm_futex(phase_word(s, s->laggard), FUTEX_WAIT, (uint32_t)ph, &ts);
+  }
+  __atomic_sub_fetch(&c->waiters, 1, __ATOMIC_SEQ_CST);
+}
+
+static int more_ranks_than_cores(shm_ctx *s) {
+  if (!s->cores) {
+    cpu_set_t set;
+    long n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                         : sysconf(_SC_NPROCESSORS_ONLN);
+    s->cores = n > 0 ? (int)n : 1;
+  }
+  return s->nranks > s->cores;
+}
+
 static int progress_until(shm_ctx *s, shm_req *q, double timeout_s, zrt_status *st) {
   if (s->broken != ZRT_OK) {
     *st = zrt_error(s->broken, "%s", s->broken_msg);
     return -1;
   }
   double t0 = zrt_now_s(), last_live = t0, idle_since = 0;
+  double yield_s = more_ranks_than_cores(s) ? 0.0 : SHM_YIELD_S;
   unsigned idle = 0;
-  long sleep_ns = SHM_SLEEP_MIN_NS;
   for (;;) {
     int moved = 0;
     progress(s, &moved);
     if (q ? q->done : !s->head) return 1;
-    if (moved) { /* the back-off restarts at every phase the others let through */
+    if (moved) { /* the ladder restarts at every phase the others let through */
       idle = 0;
-      sleep_ns = SHM_SLEEP_MIN_NS;
       continue;
     }
     if (idle++ < SHM_SPINS) {
@@ -385,14 +433,12 @@ static int progress_until(shm_ctx *s, shm_req *q, double timeout_s, zrt_status *
       last_live = now;
       if ((*st = check_alive(s, q)) != ZRT_OK) return -1;
     }
-    double waited = now - idle_since;
-    if (waited < SHM_YIELD_S) {
+    if (now - idle_since < yield_s) {
       sched_yield(); /* a rank sharing this core may be the one we wait for */
     } else {
-      struct timespec ts = {0, sleep_ns};
-      nanosleep(&ts, NULL);
-      long cap = waited < SHM_SHORT_WAIT_S ? SHM_SLEEP_SHORT_NS : SHM_SLEEP_LONG_NS;
-      sleep_ns = sleep_ns * 2 < cap ? sleep_ns * 2 : cap;
+      double max_s = SHM_LIVENESS_S - (now - last_live);
+      if (timeout_s > 0 && timeout_s - (now - t0) < max_s) max_s = timeout_s - (now - t0);
+      wait_laggard(s, max_s);
     }
   }
 }
