@@ -89,8 +89,8 @@ typedef struct shm_req {
   size_t *counts, *offs; /* per rank (reduce_scatter / all_gather / all_reduce segments) */
   size_t maxcount;       /* largest segment: the rounds cover it */
   size_t q;              /* elements per segment per round */
-  uint64_t rounds;
-  uint64_t first, last; /* phases [first, last) of this collective */
+  uint64_t rounds;       /* of q elements per segment (0: nothing to move) */
+  uint64_t first, last;  /* phases [first, last) of this collective */
   int done;
 } shm_req;
 
@@ -380,8 +380,6 @@ static zrt_status check_alive(shm_ctx *s, const shm_req *q) {
   return ZRT_OK;
 }
 
-/* Progresses until q is done (q NULL: until the FIFO is empty) or
- * timeout_s passes (<= 0: forever). 1 done, 0 timed out, -1 error (*st). */
 /* Blocks on the phase futex of the rank progress() found behind until it
  * completes a phase or max_s passes. */
 static void wait_laggard(shm_ctx *s, double max_s) {
@@ -406,6 +404,8 @@ static int more_ranks_than_cores(shm_ctx *s) {
   return s->nranks > s->cores;
 }
 
+/* Progresses until q is done (q NULL: until the FIFO is empty) or
+ * timeout_s passes (<= 0: forever). 1 done, 0 timed out, -1 error (*st). */
 static int progress_until(shm_ctx *s, shm_req *q, double timeout_s, zrt_status *st) {
   if (s->broken != ZRT_OK) {
     *st = zrt_error(s->broken, "%s", s->broken_msg);
