@@ -2,7 +2,8 @@
  * comm_shm.c — collectives through one POSIX shared-memory segment for ranks
  * on one machine (the CPU backend's default), in rounds of at most a region
  * per rank pipelined at one handshake per round over double-buffered
- * regions, 16-bit sums added in fp32 and rounded once; Open
+ * regions, 16-bit sums added in fp32 and rounded once, waits on futexes,
+ * recv streamed past the cache for large collectives; Open
  * MPI underneath for bootstrap and as the fallback. Invariants (rounds,
  * ordering, timed-out requests, dead ranks, bounds): docs/comms.md, "The
  * shared-memory comm".
@@ -40,6 +41,7 @@
 #define SHM_REGION_MIN ((size_t)1024)
 /* Most ranks one segment serves (control lines in the 4 KiB header). */
 #define SHM_MAX_RANKS 64
+_Static_assert(SHM_MAX_RANKS <= ZRT_SHM_MAX_INPUTS, "the kernels sum at most this many inputs");
 /* Elements of the fp32 accumulator a 16-bit reduction works through at a
  * time (8 KiB: stays in L1 with the widened input beside it). */
 #define SHM_BLOCK 2048
@@ -91,6 +93,7 @@ typedef struct shm_req {
   size_t q;              /* elements per segment per round */
   uint64_t rounds;       /* of q elements per segment (0: nothing to move) */
   uint64_t first, last;  /* phases [first, last) of this collective */
+  int nt;                /* recv written with non-temporal stores (use_nt) */
   int done;
 } shm_req;
 
@@ -109,7 +112,9 @@ typedef struct shm_ctx {
   int inflight;         /* requests not yet freed */
   int laggard;          /* the rank progress() last found behind */
   int cores;            /* cores this process may run on (0: not looked at yet) */
-  zrt_status broken;    /* a rank died: every call fails with broken_msg */
+  size_t nt_from;       /* see use_nt (valid when nt_ready) */
+  int nt_ready;
+  zrt_status broken; /* a rank died: every call fails with broken_msg */
   char broken_msg[512];
 } shm_ctx;
 
@@ -199,16 +204,21 @@ static void pick_f32(float *out, const float *const *in, int n, size_t len, zrt_
  * integer lanes is faster there than vcvtneps2bf16 with its denormal fix. */
 static int shm_sum_path = -1;
 
+static int avx512_path(void) {
+  if (shm_sum_path < 0) shm_sum_path = zrt_isa_best() == ZRT_ISA_AVX512;
+  return shm_sum_path;
+}
+
 /* out[i] = in[0][i] (op) in[1][i] ... in rank order, and out2 the same
  * bits when not NULL (a region). out may be one of the inputs exactly (in
- * place): every path reads all inputs of an element before writing it. */
+ * place): every path reads all inputs of an element before writing it.
+ * nt: out (recv) with non-temporal stores where the AVX-512 kernel runs. */
 static void reduce_into(void *out, void *out2, const void *const *in, int n, size_t len,
-                        zrt_dtype dt, zrt_redop red) {
+                        zrt_dtype dt, zrt_redop red, int nt) {
   if (!len) return;
-  if (shm_sum_path < 0) shm_sum_path = zrt_isa_best() == ZRT_ISA_AVX512;
   size_t es = zrt_dtype_size(dt);
-  if (red == ZRT_RED_SUM && shm_sum_path) {
-    zrt_shm_sum_avx512(out, out2, in, n, len, dt);
+  if (red == ZRT_RED_SUM && avx512_path()) {
+    zrt_shm_sum_avx512(out, out2, in, n, len, dt, nt);
     return;
   }
   if (dt == ZRT_F32) {
@@ -230,6 +240,14 @@ static void reduce_into(void *out, void *out2, const void *const *in, int n, siz
     }
   }
   if (out2) memcpy(out2, out, len * es);
+}
+
+/* A copy into recv: non-temporal for an nt request where AVX-512 runs. */
+static void copy_out(const shm_req *q, void *dst, const void *src, size_t bytes) {
+  if (q->nt && avx512_path())
+    zrt_shm_copy_nt(dst, src, bytes);
+  else
+    memcpy(dst, src, bytes);
 }
 
 /* ------------------------------------------------------------ phases */
@@ -277,15 +295,15 @@ static void do_stage(shm_ctx *s, shm_req *q, int t, uint64_t g) {
        * read every input of an element before writing it); all_reduce
        * also into my result region, in the same pass */
       if (q->op == SHM_RS)
-        reduce_into(recv + lo * es, NULL, in, N, len, q->dt, q->red);
+        reduce_into(recv + lo * es, NULL, in, N, len, q->dt, q->red, q->nt);
       else
         reduce_into(recv + (q->offs[R] + lo) * es, region(s, s->res, g, R), in, N, len, q->dt,
-                    q->red);
+                    q->red, q->nt);
     } else { /* all_reduce gather: the other segments' sums */
       for (int j = 0; j < N; j++) {
         if (j == R) continue;
         seg_round(q, j, g, &lo, &len);
-        memcpy(recv + (q->offs[j] + lo) * es, region(s, s->res, g, j), len * es);
+        copy_out(q, recv + (q->offs[j] + lo) * es, region(s, s->res, g, j), len * es);
       }
     }
     break;
@@ -300,7 +318,7 @@ static void do_stage(shm_ctx *s, shm_req *q, int t, uint64_t g) {
       for (int j = 0; j < N; j++) {
         if (j == R) continue;
         seg_round(q, j, g, &lo, &len);
-        memcpy(recv + (q->offs[j] + lo) * es, region(s, s->data, g, j), len * es);
+        copy_out(q, recv + (q->offs[j] + lo) * es, region(s, s->data, g, j), len * es);
       }
     }
     break;
@@ -309,7 +327,7 @@ static void do_stage(shm_ctx *s, shm_req *q, int t, uint64_t g) {
     if (t == 0 && R == q->root)
       memcpy(region(s, s->data, g, q->root), recv + lo * es, len * es);
     else if (t == 1 && R != q->root)
-      memcpy(recv + lo * es, region(s, s->data, g, q->root), len * es);
+      copy_out(q, recv + lo * es, region(s, s->data, g, q->root), len * es);
     break;
   }
 }
@@ -319,6 +337,9 @@ static void do_stage(shm_ctx *s, shm_req *q, int t, uint64_t g) {
 static void do_phase(shm_ctx *s, shm_req *q, uint64_t k) {
   for (int t = stages(q->op) - 1; t >= 0; t--)
     if (k >= (uint64_t)t && k - (uint64_t)t < q->rounds) do_stage(s, q, t, k - (uint64_t)t);
+  /* non-temporal stores are weakly ordered: globally visible before the
+   * phase (and so the request's completion) is */
+  if (q->nt) __builtin_ia32_sfence();
 }
 
 /* Advances the pending requests from the head as far as the other ranks
@@ -561,6 +582,38 @@ static size_t red_piece(const shm_ctx *s, zrt_dtype dt) {
   return q >= 16 ? q / 16 * 16 : q;
 }
 
+/* Non-temporal stores into recv pay off when the bytes the ranks touch
+ * together (each its send and recv, once where they overlap) reach the
+ * last-level cache: recv would not stay cached for its reader anyway, and
+ * ordinary stores would first read every line of it (write allocate).
+ * Below that, recv stays in cache for the caller. ZRT_COMM_SHM_NT_BYTES (a
+ * size; 0: always) overrides the cache size (the tests use it to run the
+ * non-temporal paths); where the cache size is unknown nothing streams. */
+static zrt_status use_nt(shm_ctx *s, shm_req *q, const void *send, size_t sb, const void *recv,
+                         size_t rb) {
+  if (!s->nt_ready) {
+    const char *e = getenv("ZRT_COMM_SHM_NT_BYTES");
+    size_t llc = zrt_cpu_llc_bytes();
+    uint64_t v = 0;
+    if (e && *e) {
+      if (!zrt_parse_size(e, &v))
+        return zrt_error(ZRT_ERR_CONFIG,
+                         "ZRT_COMM_SHM_NT_BYTES=\"%s\": expected a size (e.g. 32MiB; 0: always "
+                         "stream recv); unset it for this CPU's last-level cache (%zu bytes)",
+                         e, llc);
+      s->nt_from = (size_t)v;
+    } else {
+      s->nt_from = llc ? llc : SIZE_MAX;
+    }
+    s->nt_ready = 1;
+  }
+  const char *sp = send, *rp = recv;
+  int overlap = sp && rp && sp < rp + rb && rp < sp + sb;
+  size_t per_rank = rb + (overlap ? 0 : sb);
+  q->nt = per_rank > 0 && per_rank >= s->nt_from / (size_t)s->nranks;
+  return ZRT_OK;
+}
+
 /* ---------------------------------------------------------- collectives */
 
 static zrt_status shm_all_reduce(void *ctx, const void *send, void *recv, size_t count,
@@ -573,7 +626,12 @@ static zrt_status shm_all_reduce(void *ctx, const void *send, void *recv, size_t
   q->red = op;
   for (int r = 0; r < s->nranks; r++)
     q->counts[r] = count / (size_t)s->nranks + ((size_t)r < count % (size_t)s->nranks);
-  size_t rounds = layout(s, q, red_piece(s, dt));
+  size_t rounds = layout(s, q, red_piece(s, dt)), es = zrt_dtype_size(dt);
+  zrt_status st = use_nt(s, q, send, count * es, recv, count * es);
+  if (st != ZRT_OK) {
+    req_free(s, q);
+    return st;
+  }
   return shm_issue(s, q, rounds, req);
 }
 
@@ -586,7 +644,13 @@ static zrt_status shm_reduce_scatter(void *ctx, const void *send, void *recv, co
   q->recv = recv;
   q->red = op;
   memcpy(q->counts, counts, (size_t)s->nranks * sizeof *counts);
-  size_t rounds = layout(s, q, red_piece(s, dt));
+  size_t rounds = layout(s, q, red_piece(s, dt)), es = zrt_dtype_size(dt);
+  size_t total = q->offs[s->nranks - 1] + counts[s->nranks - 1];
+  zrt_status st = use_nt(s, q, send, total * es, recv, counts[s->rank] * es);
+  if (st != ZRT_OK) {
+    req_free(s, q);
+    return st;
+  }
   return shm_issue(s, q, rounds, req);
 }
 
@@ -598,7 +662,13 @@ static zrt_status shm_all_gather(void *ctx, const void *send, void *recv, const 
   q->send = send;
   q->recv = recv;
   memcpy(q->counts, counts, (size_t)s->nranks * sizeof *counts);
-  size_t rounds = layout(s, q, s->region / zrt_dtype_size(dt));
+  size_t rounds = layout(s, q, s->region / zrt_dtype_size(dt)), es = zrt_dtype_size(dt);
+  size_t total = q->offs[s->nranks - 1] + counts[s->nranks - 1];
+  zrt_status st = use_nt(s, q, send, counts[s->rank] * es, recv, total * es);
+  if (st != ZRT_OK) {
+    req_free(s, q);
+    return st;
+  }
   return shm_issue(s, q, rounds, req);
 }
 
@@ -612,6 +682,11 @@ static zrt_status shm_broadcast(void *ctx, void *buf, size_t count, zrt_dtype dt
   q->counts[0] = count;
   q->q = s->region / zrt_dtype_size(dt);
   size_t rounds = count ? (count + q->q - 1) / q->q : 0;
+  zrt_status st = use_nt(s, q, NULL, 0, buf, count * zrt_dtype_size(dt));
+  if (st != ZRT_OK) {
+    req_free(s, q);
+    return st;
+  }
   return shm_issue(s, q, rounds, req);
 }
 

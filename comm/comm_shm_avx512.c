@@ -8,6 +8,7 @@
  */
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "comm_shm_kernels.h"
 
@@ -21,15 +22,20 @@ static inline __attribute__((always_inline)) __m512 shm_ld(const void *p, size_t
   return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const uint16_t *)p + i));
 }
 
-/* fp32 and fp16, 16 lanes a step. */
-static inline __attribute__((always_inline)) void
-shm_sum_body(void *out, void *out2, const void *const *in, int n, size_t len, zrt_dtype dt) {
+/* fp32 and fp16, 16 lanes a step; nt: full 64-byte stores to out stream
+ * past the caches (out 64-byte aligned). */
+static inline __attribute__((always_inline)) void shm_sum_body(void *out, void *out2,
+                                                               const void *const *in, int n,
+                                                               size_t len, zrt_dtype dt, int nt) {
   for (size_t i = 0; i < len; i += 16) {
     __mmask16 k = shm_tail(len - i);
     __m512 acc = shm_ld(in[0], i, dt, k);
     for (int r = 1; r < n; r++) acc = _mm512_add_ps(acc, shm_ld(in[r], i, dt, k));
     if (dt == ZRT_F32) {
-      _mm512_mask_storeu_ps((float *)out + i, k, acc);
+      if (nt && k == (__mmask16)0xffff)
+        _mm512_stream_ps((float *)out + i, acc);
+      else
+        _mm512_mask_storeu_ps((float *)out + i, k, acc);
       if (out2) _mm512_mask_storeu_ps((float *)out2 + i, k, acc);
     } else {
       __m256i h = _mm512_cvtps_ph(acc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -56,7 +62,8 @@ static inline __attribute__((always_inline)) __m512i shm_bf16_round(__m512 x) {
  * above, and the halves blend back into place. Same bits as the 16-lane
  * body (the rounding is zrt_bf16_shift's, itself equal to vcvtneps2bf16
  * with denormals kept). */
-static void shm_sum_bf16(void *out, void *out2, const void *const *in, int n, size_t len) {
+static inline __attribute__((always_inline)) void
+shm_sum_bf16(void *out, void *out2, const void *const *in, int n, size_t len, int nt) {
   const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
   for (size_t i = 0; i < len; i += 32) {
     __mmask32 k = len - i >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (len - i)) - 1u);
@@ -70,18 +77,53 @@ static void shm_sum_bf16(void *out, void *out2, const void *const *in, int n, si
     }
     __m512i h = _mm512_mask_blend_epi16(
         (__mmask32)0xaaaaaaaau, _mm512_srli_epi32(shm_bf16_round(ev), 16), shm_bf16_round(od));
-    _mm512_mask_storeu_epi16((uint16_t *)out + i, k, h);
+    if (nt && k == (__mmask32)0xffffffffu)
+      _mm512_stream_si512((void *)((uint16_t *)out + i), h);
+    else
+      _mm512_mask_storeu_epi16((uint16_t *)out + i, k, h);
     if (out2) _mm512_mask_storeu_epi16((uint16_t *)out2 + i, k, h);
   }
 }
 
-void zrt_shm_sum_avx512(void *out, void *out2, const void *const *in, int n, size_t len,
-                        zrt_dtype dt) {
+static void shm_sum_dt(void *out, void *out2, const void *const *in, int n, size_t len,
+                       zrt_dtype dt, int nt) {
   /* constant arguments per call so each loop is specialised */
   if (dt == ZRT_F32)
-    shm_sum_body(out, out2, in, n, len, ZRT_F32);
+    nt ? shm_sum_body(out, out2, in, n, len, ZRT_F32, 1)
+       : shm_sum_body(out, out2, in, n, len, ZRT_F32, 0);
   else if (dt == ZRT_F16)
-    shm_sum_body(out, out2, in, n, len, ZRT_F16);
+    nt ? shm_sum_body(out, out2, in, n, len, ZRT_F16, 1)
+       : shm_sum_body(out, out2, in, n, len, ZRT_F16, 0);
   else
-    shm_sum_bf16(out, out2, in, n, len);
+    nt ? shm_sum_bf16(out, out2, in, n, len, 1) : shm_sum_bf16(out, out2, in, n, len, 0);
+}
+
+void zrt_shm_sum_avx512(void *out, void *out2, const void *const *in, int n, size_t len,
+                        zrt_dtype dt, int nt) {
+  size_t es = dt == ZRT_F32 ? 4 : 2;
+  size_t h = nt ? ((64 - ((uintptr_t)out & 63)) & 63) / es : 0;
+  if (!nt || h >= len || n > ZRT_SHM_MAX_INPUTS) {
+    shm_sum_dt(out, out2, in, n, len, dt, 0);
+    return;
+  }
+  /* the head up to out's next 64-byte boundary with ordinary stores, every
+   * step after it aligned */
+  const void *rest[ZRT_SHM_MAX_INPUTS];
+  if (h) shm_sum_dt(out, out2, in, n, h, dt, 0);
+  for (int r = 0; r < n; r++) rest[r] = (const char *)in[r] + h * es;
+  shm_sum_dt((char *)out + h * es, out2 ? (char *)out2 + h * es : NULL, rest, n, len - h, dt, 1);
+}
+
+void zrt_shm_copy_nt(void *dst, const void *src, size_t bytes) {
+  size_t h = (64 - ((uintptr_t)dst & 63)) & 63;
+  if (h >= bytes) {
+    memcpy(dst, src, bytes);
+    return;
+  }
+  memcpy(dst, src, h);
+  char *d = (char *)dst + h;
+  const char *p = (const char *)src + h;
+  size_t n = bytes - h, i = 0;
+  for (; i + 64 <= n; i += 64) _mm512_stream_si512((void *)(d + i), _mm512_loadu_si512(p + i));
+  memcpy(d + i, p + i, n - i);
 }
