@@ -582,15 +582,15 @@ static size_t red_piece(const shm_ctx *s, zrt_dtype dt) {
   return q >= 16 ? q / 16 * 16 : q;
 }
 
-/* Non-temporal stores into recv pay off when the bytes the ranks touch
- * together (each its send and recv, once where they overlap) reach the
- * last-level cache: recv would not stay cached for its reader anyway, and
- * ordinary stores would first read every line of it (write allocate).
- * Below that, recv stays in cache for the caller. ZRT_COMM_SHM_NT_BYTES (a
- * size; 0: always) overrides the cache size (the tests use it to run the
+/* Non-temporal stores into recv pay off when the ranks' recv buffers
+ * together reach the last-level cache: the lines written first would be
+ * evicted by the later ones before the caller reads them, so ordinary
+ * stores would only add a read of every line (write allocate). Below that,
+ * recv stays in cache for the caller (the optimizer reading its gradient
+ * shard right after the reduce_scatter). ZRT_COMM_SHM_NT_BYTES (a size; 0:
+ * always) overrides the cache size (the tests use it to run the
  * non-temporal paths); where the cache size is unknown nothing streams. */
-static zrt_status use_nt(shm_ctx *s, shm_req *q, const void *send, size_t sb, const void *recv,
-                         size_t rb) {
+static zrt_status use_nt(shm_ctx *s, shm_req *q, size_t rb) {
   if (!s->nt_ready) {
     const char *e = getenv("ZRT_COMM_SHM_NT_BYTES");
     size_t llc = zrt_cpu_llc_bytes();
@@ -607,10 +607,7 @@ static zrt_status use_nt(shm_ctx *s, shm_req *q, const void *send, size_t sb, co
     }
     s->nt_ready = 1;
   }
-  const char *sp = send, *rp = recv;
-  int overlap = sp && rp && sp < rp + rb && rp < sp + sb;
-  size_t per_rank = rb + (overlap ? 0 : sb);
-  q->nt = per_rank > 0 && per_rank >= s->nt_from / (size_t)s->nranks;
+  q->nt = rb > 0 && rb >= s->nt_from / (size_t)s->nranks;
   return ZRT_OK;
 }
 
@@ -627,7 +624,7 @@ static zrt_status shm_all_reduce(void *ctx, const void *send, void *recv, size_t
   for (int r = 0; r < s->nranks; r++)
     q->counts[r] = count / (size_t)s->nranks + ((size_t)r < count % (size_t)s->nranks);
   size_t rounds = layout(s, q, red_piece(s, dt)), es = zrt_dtype_size(dt);
-  zrt_status st = use_nt(s, q, send, count * es, recv, count * es);
+  zrt_status st = use_nt(s, q, count * es);
   if (st != ZRT_OK) {
     req_free(s, q);
     return st;
@@ -645,8 +642,7 @@ static zrt_status shm_reduce_scatter(void *ctx, const void *send, void *recv, co
   q->red = op;
   memcpy(q->counts, counts, (size_t)s->nranks * sizeof *counts);
   size_t rounds = layout(s, q, red_piece(s, dt)), es = zrt_dtype_size(dt);
-  size_t total = q->offs[s->nranks - 1] + counts[s->nranks - 1];
-  zrt_status st = use_nt(s, q, send, total * es, recv, counts[s->rank] * es);
+  zrt_status st = use_nt(s, q, counts[s->rank] * es);
   if (st != ZRT_OK) {
     req_free(s, q);
     return st;
@@ -664,7 +660,7 @@ static zrt_status shm_all_gather(void *ctx, const void *send, void *recv, const 
   memcpy(q->counts, counts, (size_t)s->nranks * sizeof *counts);
   size_t rounds = layout(s, q, s->region / zrt_dtype_size(dt)), es = zrt_dtype_size(dt);
   size_t total = q->offs[s->nranks - 1] + counts[s->nranks - 1];
-  zrt_status st = use_nt(s, q, send, counts[s->rank] * es, recv, total * es);
+  zrt_status st = use_nt(s, q, total * es);
   if (st != ZRT_OK) {
     req_free(s, q);
     return st;
@@ -682,7 +678,7 @@ static zrt_status shm_broadcast(void *ctx, void *buf, size_t count, zrt_dtype dt
   q->counts[0] = count;
   q->q = s->region / zrt_dtype_size(dt);
   size_t rounds = count ? (count + q->q - 1) / q->q : 0;
-  zrt_status st = use_nt(s, q, NULL, 0, buf, count * zrt_dtype_size(dt));
+  zrt_status st = use_nt(s, q, count * zrt_dtype_size(dt));
   if (st != ZRT_OK) {
     req_free(s, q);
     return st;
