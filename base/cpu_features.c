@@ -3,11 +3,14 @@
  * __builtin_cpu_supports), chosen once per process and cached (a cached cpu
  * parameter, DESIGN.md rule 5); $ZRT_CPU_ISA = scalar|avx2|avx512 forces a
  * lesser path (a request this CPU cannot run is logged and the best path is
- * used instead). Read by the CPU optimizer and the dtype kernels.
+ * used instead). Read by the CPU optimizer and the dtype kernels. Also the
+ * last-level cache size (the shm comm's non-temporal threshold).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "cpu_features.h"
 
@@ -66,4 +69,39 @@ zrt_isa zrt_isa_best(void) {
                best == ZRT_ISA_AVX512 && zrt_isa_has_avx512bf16() ? " with AVX512_BF16" : "");
   zrt_isa_cached = (int)best;
   return best;
+}
+
+size_t zrt_cpu_llc_bytes(void) {
+  static size_t llc = (size_t)-1;
+  if (llc != (size_t)-1) return llc;
+  size_t best = 0;
+  int best_level = 0;
+  for (int i = 0; i < 16; i++) {
+    char path[96], buf[64];
+    int level = 0;
+    uint64_t size = 0;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+    FILE *f = fopen(path, "r");
+    if (!f) break;
+    if (fscanf(f, "%d", &level) != 1) level = 0;
+    fclose(f);
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+    f = fopen(path, "r");
+    if (!f) continue;
+    if (fgets(buf, sizeof buf, f)) {
+      buf[strcspn(buf, "\n")] = 0;
+      if (!zrt_parse_size(buf, &size)) size = 0;
+    }
+    fclose(f);
+    if (level > best_level && size) {
+      best_level = level;
+      best = (size_t)size;
+    }
+  }
+  if (!best) {
+    long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    best = v > 0 ? (size_t)v : 0;
+  }
+  llc = best;
+  return llc;
 }

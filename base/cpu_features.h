@@ -16,5 +16,9 @@ const char *zrt_isa_name(zrt_isa isa);
 int zrt_isa_supported(zrt_isa isa);
 /* 1 when the CPU has the AVX512_BF16 conversion instructions. */
 int zrt_isa_has_avx512bf16(void);
+/* Bytes of the last-level cache this process sees (sysfs, as lscpu reads
+ * it: in a VM the guest's share, where sysconf may report the host's), 0
+ * when unknown (cached). */
+size_t zrt_cpu_llc_bytes(void);
 
 #endif

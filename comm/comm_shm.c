@@ -1,7 +1,9 @@
 /*
  * comm_shm.c — collectives through one POSIX shared-memory segment for ranks
- * on one machine (the CPU backend's default), in lock-step rounds of at
- * most a region per rank, 16-bit sums added in fp32 and rounded once; Open
+ * on one machine (the CPU backend's default), in rounds of at most a region
+ * per rank pipelined at one handshake per round over double-buffered
+ * regions, 16-bit sums added in fp32 and rounded once, waits on futexes,
+ * recv streamed past the cache for large collectives; Open
  * MPI underneath for bootstrap and as the fallback. Invariants (rounds,
  * ordering, timed-out requests, dead ranks, bounds): docs/comms.md, "The
  * shared-memory comm".
@@ -9,6 +11,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -16,6 +19,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,12 +28,12 @@
 #include "cpu_features.h"
 #include "dtype.h"
 
-/* Bytes of each rank's data (and result) region: one round's payload. A
- * round is one pair (or triple) of phase handshakes, so larger regions
- * amortise the handshakes; smaller ones keep what a rank publishes in the
- * caches while the others read it. 1 MiB: at 10 GB/s a round moves data for
- * ~100 us against a handshake of ~1 us, and N ranks' regions (2 per rank)
- * stay within a server's L3. */
+/* Bytes of each rank's data (and result) region: one round's payload.
+ * Every round costs one phase handshake, so larger regions amortise the
+ * handshakes; smaller ones keep what a rank publishes in the caches while
+ * the others read it. 1 MiB: at 10 GB/s a round moves data for ~100 us
+ * against a handshake of ~1 us, and the two rounds in flight (data and
+ * result regions, 4 per rank) stay within a server's L3 at a few ranks. */
 #define SHM_REGION_BYTES ((size_t)1 << 20)
 /* ZRT_COMM_SHM_REGION (a size, e.g. "4KiB") overrides it, from this
  * smallest value up: the tests shrink the regions so that small
@@ -37,6 +41,7 @@
 #define SHM_REGION_MIN ((size_t)1024)
 /* Most ranks one segment serves (control lines in the 4 KiB header). */
 #define SHM_MAX_RANKS 64
+_Static_assert(SHM_MAX_RANKS <= ZRT_SHM_MAX_INPUTS, "the kernels sum at most this many inputs");
 /* Elements of the fp32 accumulator a 16-bit reduction works through at a
  * time (8 KiB: stays in L1 with the widened input beside it). */
 #define SHM_BLOCK 2048
@@ -45,22 +50,22 @@
 #define SHM_SPINS 256
 #define SHM_LIVENESS_S 1.0
 /* Then, counted from the last phase that went through: yield the core for
- * 2 ms (the other rank may be on it), then sleep with a doubling back-off
- * capped at 100 us while the wait is short (a rank still computing its
- * part of the step: an oversleep costs at most the cap per handshake, and
- * a training step has dozens), and at 1 ms after 100 ms (a rank in a long
- * computation, or gone: ~1000 wake-ups a second cost no core). */
+ * up to 2 ms (the rank waited for may be on it; with no more ranks than
+ * cores it is usually microseconds away on its own core, and a yield on an
+ * idle core returns at once), then block on a futex on the phase word of
+ * the rank waited for, which that rank wakes when it completes a phase
+ * (no oversleep, no core used). With more ranks than cores the yields are
+ * skipped: blocking hands the core to a rank that needs it, and the wake
+ * brings the waiter back as soon as its phase can start. A futex wait
+ * lasts at most until the next liveness check or the caller's timeout. */
 #define SHM_YIELD_S 2e-3
-#define SHM_SHORT_WAIT_S 0.1
-#define SHM_SLEEP_MIN_NS 2000L
-#define SHM_SLEEP_SHORT_NS 100000L
-#define SHM_SLEEP_LONG_NS 1000000L
 #define SHM_MAGIC 0x7a727473686d3031ull /* "zrtshm01" */
 
 typedef struct shm_ctl {
-  uint64_t phase; /* phases completed (atomic) */
+  uint64_t phase; /* phases completed (atomic); its low 32 bits are a futex */
   int32_t pid;
-  char pad[64 - sizeof(uint64_t) - sizeof(int32_t)];
+  int32_t waiters; /* ranks blocked on this rank's phase futex (atomic) */
+  char pad[64 - sizeof(uint64_t) - 2 * sizeof(int32_t)];
 } shm_ctl;
 
 typedef struct shm_hdr {
@@ -86,7 +91,9 @@ typedef struct shm_req {
   size_t *counts, *offs; /* per rank (reduce_scatter / all_gather / all_reduce segments) */
   size_t maxcount;       /* largest segment: the rounds cover it */
   size_t q;              /* elements per segment per round */
+  uint64_t rounds;       /* of q elements per segment (0: nothing to move) */
   uint64_t first, last;  /* phases [first, last) of this collective */
+  int nt;                /* recv written with non-temporal stores (use_nt) */
   int done;
 } shm_req;
 
@@ -95,15 +102,19 @@ typedef struct shm_ctx {
   zrt_comm mpi;     /* the MPI comm underneath (bootstrap; its ctx reads c) */
   shm_hdr *hdr;     /* the mapping */
   size_t map_bytes; /* of the mapping */
-  char *data;       /* N regions of region bytes */
-  char *res;        /* N result regions */
+  char *data;       /* 2 x N regions of region bytes (round parity, rank) */
+  char *res;        /* 2 x N result regions */
   size_t region;
   int rank, nranks;
   uint64_t issued;      /* phases issued by this rank (the next request's first) */
   uint64_t phase;       /* phases completed by this rank (mirrors hdr->ctl[rank].phase) */
   shm_req *head, *tail; /* pending, in issue order */
   int inflight;         /* requests not yet freed */
-  zrt_status broken;    /* a rank died: every call fails with broken_msg */
+  int laggard;          /* the rank progress() last found behind */
+  int cores;            /* cores this process may run on (0: not looked at yet) */
+  size_t nt_from;       /* see use_nt (valid when nt_ready) */
+  int nt_ready;
+  zrt_status broken; /* a rank died: every call fails with broken_msg */
   char broken_msg[512];
 } shm_ctx;
 
@@ -113,7 +124,24 @@ static inline uint64_t ld_phase(const shm_ctx *s, int r) {
   return __atomic_load_n(&s->hdr->ctl[r].phase, __ATOMIC_ACQUIRE);
 }
 
-static char *region(const shm_ctx *s, char *base, int r) { return base + (size_t)r * s->region; }
+/* The futex word of rank r: the low 32 bits of its phase (they change on
+ * every phase). */
+static uint32_t *phase_word(const shm_ctx *s, int r) {
+  uint32_t *w = (uint32_t *)&s->hdr->ctl[r].phase;
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  w++;
+#endif
+  return w;
+}
+
+static long shm_futex(uint32_t *w, int op, uint32_t val, const struct timespec *ts) {
+  return syscall(SYS_futex, w, op, val, ts, NULL, 0);
+}
+
+/* Rank r's region for round g (double buffered by g's parity). */
+static char *region(const shm_ctx *s, char *base, uint64_t g, int r) {
+  return base + ((size_t)(g & 1) * (size_t)s->nranks + (size_t)r) * s->region;
+}
 
 /* o[i] = a[i] + c[i] over k floats, 16 at a time in vector registers
  * (GCC vector extensions: the build's -O2 does not vectorise these loops by
@@ -131,12 +159,15 @@ static void add_f32(float *o, const float *a, const float *c, size_t k) {
   for (; i < k; i++) o[i] = a[i] + c[i];
 }
 
-/* out[i] = in[0][i] + in[1][i] + ... in rank order, fp32. */
+/* out[i] = in[0][i] + in[1][i] + ... in rank order, fp32, through a block
+ * accumulator (out may be one of the inputs). */
 static void sum_f32(float *out, const float *const *in, int n, size_t len) {
+  float acc[SHM_BLOCK];
   for (size_t b = 0; b < len; b += SHM_BLOCK) {
     size_t k = len - b < SHM_BLOCK ? len - b : SHM_BLOCK;
-    add_f32(out + b, in[0] + b, in[1] + b, k);
-    for (int r = 2; r < n; r++) add_f32(out + b, out + b, in[r] + b, k);
+    add_f32(acc, in[0] + b, in[1] + b, k);
+    for (int r = 2; r < n; r++) add_f32(acc, acc, in[r] + b, k);
+    memcpy(out + b, acc, k * sizeof(float));
   }
 }
 
@@ -168,17 +199,26 @@ static void pick_f32(float *out, const float *const *in, int n, size_t len, zrt_
   }
 }
 
-/* The SUM kernel: 0 portable loops, 1 AVX-512, 2 AVX-512 with AVX512_BF16
- * (a cached CPU parameter, as amp/dtype.c caches its own). */
+/* The SUM kernel: 0 portable loops, 1 AVX-512 (a cached CPU parameter, as
+ * amp/dtype.c caches its own). bf16 needs no AVX512_BF16: its rounding in
+ * integer lanes is faster there than vcvtneps2bf16 with its denormal fix. */
 static int shm_sum_path = -1;
 
-static void reduce_into(void *out, const void *const *in, int n, size_t len, zrt_dtype dt,
-                        zrt_redop red) {
+static int avx512_path(void) {
+  if (shm_sum_path < 0) shm_sum_path = zrt_isa_best() == ZRT_ISA_AVX512;
+  return shm_sum_path;
+}
+
+/* out[i] = in[0][i] (op) in[1][i] ... in rank order, and out2 the same
+ * bits when not NULL (a region). out may be one of the inputs exactly (in
+ * place): every path reads all inputs of an element before writing it.
+ * nt: out (recv) with non-temporal stores where the AVX-512 kernel runs. */
+static void reduce_into(void *out, void *out2, const void *const *in, int n, size_t len,
+                        zrt_dtype dt, zrt_redop red, int nt) {
   if (!len) return;
-  if (shm_sum_path < 0)
-    shm_sum_path = zrt_isa_best() != ZRT_ISA_AVX512 ? 0 : zrt_isa_has_avx512bf16() ? 2 : 1;
-  if (red == ZRT_RED_SUM && shm_sum_path) {
-    zrt_shm_sum_avx512(out, in, n, len, dt, shm_sum_path == 2);
+  size_t es = zrt_dtype_size(dt);
+  if (red == ZRT_RED_SUM && avx512_path()) {
+    zrt_shm_sum_avx512(out, out2, in, n, len, dt, nt);
     return;
   }
   if (dt == ZRT_F32) {
@@ -186,16 +226,28 @@ static void reduce_into(void *out, const void *const *in, int n, size_t len, zrt
       sum_f32(out, (const float *const *)in, n, len);
     else
       pick_f32(out, (const float *const *)in, n, len, red);
-    return;
-  }
-  if (red == ZRT_RED_SUM) {
+  } else if (red == ZRT_RED_SUM) {
     sum_half(out, (const uint16_t *const *)in, n, len, dt);
-    return;
+  } else {
+    /* 16-bit MAX / MIN through a block buffer: out may be in[r], r > 0 */
+    zrt_half_op op = red == ZRT_RED_MAX ? ZRT_HALF_MAX : ZRT_HALF_MIN;
+    uint16_t acc[SHM_BLOCK];
+    for (size_t b = 0; b < len; b += SHM_BLOCK) {
+      size_t k = len - b < SHM_BLOCK ? len - b : SHM_BLOCK;
+      memcpy(acc, (const uint16_t *)in[0] + b, k * es);
+      for (int r = 1; r < n; r++) zrt_half_reduce(acc, (const uint16_t *)in[r] + b, dt, k, op);
+      memcpy((char *)out + b * es, acc, k * es);
+    }
   }
-  zrt_half_op op = red == ZRT_RED_MAX ? ZRT_HALF_MAX : ZRT_HALF_MIN;
-  size_t es = zrt_dtype_size(dt);
-  if (out != in[0]) memmove(out, in[0], len * es);
-  for (int r = 1; r < n; r++) zrt_half_reduce(out, in[r], dt, len, op);
+  if (out2) memcpy(out2, out, len * es);
+}
+
+/* A copy into recv: non-temporal for an nt request where AVX-512 runs. */
+static void copy_out(const shm_req *q, void *dst, const void *src, size_t bytes) {
+  if (q->nt && avx512_path())
+    zrt_shm_copy_nt(dst, src, bytes);
+  else
+    memcpy(dst, src, bytes);
 }
 
 /* ------------------------------------------------------------ phases */
@@ -208,72 +260,86 @@ static void seg_round(const shm_req *q, int j, uint64_t g, size_t *lo, size_t *l
   *len = (b < c ? b : c) - *lo;
 }
 
-static int phases_per_round(shm_op op) { return op == SHM_AR ? 3 : 2; }
+/* Stages of one round: a round's stage t runs in phase g + t (pipelined),
+ * so consecutive rounds overlap and a request of R rounds takes
+ * R + stages - 1 phases. */
+static int stages(shm_op op) { return op == SHM_AR ? 3 : 2; }
 
-/* Does phase k (0-based within the request) of q on this rank. */
-static void do_phase(shm_ctx *s, shm_req *q, uint64_t k) {
-  int ppr = phases_per_round(q->op), R = s->rank, N = s->nranks;
-  uint64_t g = k / (uint64_t)ppr;
-  int p = (int)(k % (uint64_t)ppr);
+/* Does stage t of round g of q on this rank. Stage t reads only what stage
+ * t - 1 of the same round wrote one phase earlier; round g's regions are
+ * next written by round g + 2, two phases after that read. */
+static void do_stage(shm_ctx *s, shm_req *q, int t, uint64_t g) {
+  int R = s->rank, N = s->nranks;
   size_t es = zrt_dtype_size(q->dt);
   const char *send = q->send;
   char *recv = q->recv;
-  char *mine = region(s, s->data, R);
+  char *mine = region(s, s->data, g, R);
   size_t lo, len;
   switch (q->op) {
   case SHM_BARRIER: break;
   case SHM_RS:
   case SHM_AR:
-    if (p == 0) { /* publish: every segment's piece but my own */
+    if (t == 0) { /* publish: every segment's piece but my own */
       for (int j = 0; j < N; j++) {
         if (j == R) continue;
         seg_round(q, j, g, &lo, &len);
         memcpy(mine + (size_t)j * q->q * es, send + (q->offs[j] + lo) * es, len * es);
       }
-    } else if (p == 1) { /* reduce my segment's piece over the ranks, in rank order */
+    } else if (t == 1) { /* reduce my segment's piece over the ranks, in rank order */
       seg_round(q, R, g, &lo, &len);
       const void *in[SHM_MAX_RANKS];
       for (int r = 0; r < N; r++)
         in[r] = r == R ? (const void *)(send + (q->offs[R] + lo) * es)
-                       : (const void *)(region(s, s->data, r) + (size_t)R * q->q * es);
-      if (q->op == SHM_RS) {
-        reduce_into(recv + lo * es, in, N, len, q->dt, q->red);
-      } else {
-        /* into the result region first: in place, recv is one of the inputs */
-        reduce_into(region(s, s->res, R), in, N, len, q->dt, q->red);
-        memcpy(recv + (q->offs[R] + lo) * es, region(s, s->res, R), len * es);
-      }
+                       : (const void *)(region(s, s->data, g, r) + (size_t)R * q->q * es);
+      /* straight into recv (my own input there when in place: the kernels
+       * read every input of an element before writing it); all_reduce
+       * also into my result region, in the same pass */
+      if (q->op == SHM_RS)
+        reduce_into(recv + lo * es, NULL, in, N, len, q->dt, q->red, q->nt);
+      else
+        reduce_into(recv + (q->offs[R] + lo) * es, region(s, s->res, g, R), in, N, len, q->dt,
+                    q->red, q->nt);
     } else { /* all_reduce gather: the other segments' sums */
       for (int j = 0; j < N; j++) {
         if (j == R) continue;
         seg_round(q, j, g, &lo, &len);
-        memcpy(recv + (q->offs[j] + lo) * es, region(s, s->res, j), len * es);
+        copy_out(q, recv + (q->offs[j] + lo) * es, region(s, s->res, g, j), len * es);
       }
     }
     break;
   case SHM_AG:
-    if (p == 0) {
-      seg_round(q, R, g, &lo, &len);
+    seg_round(q, R, g, &lo, &len);
+    if (t == 0) {
       memcpy(mine, send + lo * es, len * es);
+      /* my own piece now: send is not in the regions' way */
+      char *dst = recv + (q->offs[R] + lo) * es;
+      if (dst != send + lo * es) memmove(dst, send + lo * es, len * es);
     } else {
       for (int j = 0; j < N; j++) {
+        if (j == R) continue;
         seg_round(q, j, g, &lo, &len);
-        char *dst = recv + (q->offs[j] + lo) * es;
-        if (j != R)
-          memcpy(dst, region(s, s->data, j), len * es);
-        else if (dst != send + lo * es)
-          memmove(dst, send + lo * es, len * es);
+        copy_out(q, recv + (q->offs[j] + lo) * es, region(s, s->data, g, j), len * es);
       }
     }
     break;
   case SHM_BC:
     seg_round(q, 0, g, &lo, &len); /* counts[0] = count */
-    if (p == 0 && R == q->root)
-      memcpy(region(s, s->data, q->root), recv + lo * es, len * es);
-    else if (p == 1 && R != q->root)
-      memcpy(recv + lo * es, region(s, s->data, q->root), len * es);
+    if (t == 0 && R == q->root)
+      memcpy(region(s, s->data, g, q->root), recv + lo * es, len * es);
+    else if (t == 1 && R != q->root)
+      copy_out(q, recv + lo * es, region(s, s->data, g, q->root), len * es);
     break;
   }
+}
+
+/* Does phase k (0-based within the request) of q: stage t of round k - t
+ * for every stage whose round exists, the oldest round first. */
+static void do_phase(shm_ctx *s, shm_req *q, uint64_t k) {
+  for (int t = stages(q->op) - 1; t >= 0; t--)
+    if (k >= (uint64_t)t && k - (uint64_t)t < q->rounds) do_stage(s, q, t, k - (uint64_t)t);
+  /* non-temporal stores are weakly ordered: globally visible before the
+   * phase (and so the request's completion) is */
+  if (q->nt) __builtin_ia32_sfence();
 }
 
 /* Advances the pending requests from the head as far as the other ranks
@@ -285,10 +351,17 @@ static void progress(shm_ctx *s, int *moved) {
     while (s->phase < q->last) {
       /* phase s->phase + 1 starts when every rank completed s->phase */
       for (int r = 0; r < s->nranks; r++)
-        if (r != s->rank && ld_phase(s, r) < s->phase) return;
+        if (r != s->rank && ld_phase(s, r) < s->phase) {
+          s->laggard = r;
+          return;
+        }
       do_phase(s, q, s->phase - q->first);
       s->phase++;
-      __atomic_store_n(&s->hdr->ctl[s->rank].phase, s->phase, __ATOMIC_RELEASE);
+      /* sequentially consistent with the waiter's count (Dekker): either it
+       * sees the new phase before it sleeps or this sees it waiting */
+      __atomic_store_n(&s->hdr->ctl[s->rank].phase, s->phase, __ATOMIC_SEQ_CST);
+      if (__atomic_load_n(&s->hdr->ctl[s->rank].waiters, __ATOMIC_SEQ_CST) > 0)
+        shm_futex(phase_word(s, s->rank), FUTEX_WAKE, INT32_MAX, NULL);
       (*moved)++;
     }
     q->done = 1;
@@ -328,6 +401,30 @@ static zrt_status check_alive(shm_ctx *s, const shm_req *q) {
   return ZRT_OK;
 }
 
+/* Blocks on the phase futex of the rank progress() found behind until it
+ * completes a phase or max_s passes. */
+static void wait_laggard(shm_ctx *s, double max_s) {
+  shm_ctl *c = &s->hdr->ctl[s->laggard];
+  __atomic_add_fetch(&c->waiters, 1, __ATOMIC_SEQ_CST);
+  uint64_t ph = __atomic_load_n(&c->phase, __ATOMIC_SEQ_CST);
+  if (ph < s->phase) {
+    if (max_s < 1e-6) max_s = 1e-6;
+    struct timespec ts = {(time_t)max_s, (long)((max_s - (double)(time_t)max_s) * 1e9)};
+    shm_futex(phase_word(s, s->laggard), FUTEX_WAIT, (uint32_t)ph, &ts);
+  }
+  __atomic_sub_fetch(&c->waiters, 1, __ATOMIC_SEQ_CST);
+}
+
+static int more_ranks_than_cores(shm_ctx *s) {
+  if (!s->cores) {
+    cpu_set_t set;
+    long n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                         : sysconf(_SC_NPROCESSORS_ONLN);
+    s->cores = n > 0 ? (int)n : 1;
+  }
+  return s->nranks > s->cores;
+}
+
 /* Progresses until q is done (q NULL: until the FIFO is empty) or
  * timeout_s passes (<= 0: forever). 1 done, 0 timed out, -1 error (*st). */
 static int progress_until(shm_ctx *s, shm_req *q, double timeout_s, zrt_status *st) {
@@ -336,15 +433,14 @@ static int progress_until(shm_ctx *s, shm_req *q, double timeout_s, zrt_status *
     return -1;
   }
   double t0 = zrt_now_s(), last_live = t0, idle_since = 0;
+  double yield_s = more_ranks_than_cores(s) ? 0.0 : SHM_YIELD_S;
   unsigned idle = 0;
-  long sleep_ns = SHM_SLEEP_MIN_NS;
   for (;;) {
     int moved = 0;
     progress(s, &moved);
     if (q ? q->done : !s->head) return 1;
-    if (moved) { /* the back-off restarts at every phase the others let through */
+    if (moved) { /* the ladder restarts at every phase the others let through */
       idle = 0;
-      sleep_ns = SHM_SLEEP_MIN_NS;
       continue;
     }
     if (idle++ < SHM_SPINS) {
@@ -358,14 +454,12 @@ static int progress_until(shm_ctx *s, shm_req *q, double timeout_s, zrt_status *
       last_live = now;
       if ((*st = check_alive(s, q)) != ZRT_OK) return -1;
     }
-    double waited = now - idle_since;
-    if (waited < SHM_YIELD_S) {
+    if (now - idle_since < yield_s) {
       sched_yield(); /* a rank sharing this core may be the one we wait for */
     } else {
-      struct timespec ts = {0, sleep_ns};
-      nanosleep(&ts, NULL);
-      long cap = waited < SHM_SHORT_WAIT_S ? SHM_SLEEP_SHORT_NS : SHM_SLEEP_LONG_NS;
-      sleep_ns = sleep_ns * 2 < cap ? sleep_ns * 2 : cap;
+      double max_s = SHM_LIVENESS_S - (now - last_live);
+      if (timeout_s > 0 && timeout_s - (now - t0) < max_s) max_s = timeout_s - (now - t0);
+      wait_laggard(s, max_s);
     }
   }
 }
@@ -430,8 +524,9 @@ static zrt_status shm_test(void *ctx, zrt_comm_req *req, int *done) {
 
 /* Queues a request of `rounds` rounds and makes what progress it can now. */
 static zrt_status shm_issue(shm_ctx *s, shm_req *q, size_t rounds, zrt_comm_req **req) {
+  q->rounds = rounds;
   q->first = s->issued;
-  q->last = s->issued + (uint64_t)rounds * (uint64_t)phases_per_round(q->op);
+  q->last = s->issued + (rounds ? (uint64_t)rounds + (uint64_t)stages(q->op) - 1 : 0);
   s->issued = q->last;
   if (s->tail)
     s->tail->next = q;
@@ -487,6 +582,35 @@ static size_t red_piece(const shm_ctx *s, zrt_dtype dt) {
   return q >= 16 ? q / 16 * 16 : q;
 }
 
+/* Non-temporal stores into recv pay off when the ranks' recv buffers
+ * together reach the last-level cache: the lines written first would be
+ * evicted by the later ones before the caller reads them, so ordinary
+ * stores would only add a read of every line (write allocate). Below that,
+ * recv stays in cache for the caller (the optimizer reading its gradient
+ * shard right after the reduce_scatter). ZRT_COMM_SHM_NT_BYTES (a size; 0:
+ * always) overrides the cache size (the tests use it to run the
+ * non-temporal paths); where the cache size is unknown nothing streams. */
+static zrt_status use_nt(shm_ctx *s, shm_req *q, size_t rb) {
+  if (!s->nt_ready) {
+    const char *e = getenv("ZRT_COMM_SHM_NT_BYTES");
+    size_t llc = zrt_cpu_llc_bytes();
+    uint64_t v = 0;
+    if (e && *e) {
+      if (!zrt_parse_size(e, &v))
+        return zrt_error(ZRT_ERR_CONFIG,
+                         "ZRT_COMM_SHM_NT_BYTES=\"%s\": expected a size (e.g. 32MiB; 0: always "
+                         "stream recv); unset it for this CPU's last-level cache (%zu bytes)",
+                         e, llc);
+      s->nt_from = (size_t)v;
+    } else {
+      s->nt_from = llc ? llc : SIZE_MAX;
+    }
+    s->nt_ready = 1;
+  }
+  q->nt = rb > 0 && rb >= s->nt_from / (size_t)s->nranks;
+  return ZRT_OK;
+}
+
 /* ---------------------------------------------------------- collectives */
 
 static zrt_status shm_all_reduce(void *ctx, const void *send, void *recv, size_t count,
@@ -499,7 +623,12 @@ static zrt_status shm_all_reduce(void *ctx, const void *send, void *recv, size_t
   q->red = op;
   for (int r = 0; r < s->nranks; r++)
     q->counts[r] = count / (size_t)s->nranks + ((size_t)r < count % (size_t)s->nranks);
-  size_t rounds = layout(s, q, red_piece(s, dt));
+  size_t rounds = layout(s, q, red_piece(s, dt)), es = zrt_dtype_size(dt);
+  zrt_status st = use_nt(s, q, count * es);
+  if (st != ZRT_OK) {
+    req_free(s, q);
+    return st;
+  }
   return shm_issue(s, q, rounds, req);
 }
 
@@ -512,7 +641,12 @@ static zrt_status shm_reduce_scatter(void *ctx, const void *send, void *recv, co
   q->recv = recv;
   q->red = op;
   memcpy(q->counts, counts, (size_t)s->nranks * sizeof *counts);
-  size_t rounds = layout(s, q, red_piece(s, dt));
+  size_t rounds = layout(s, q, red_piece(s, dt)), es = zrt_dtype_size(dt);
+  zrt_status st = use_nt(s, q, counts[s->rank] * es);
+  if (st != ZRT_OK) {
+    req_free(s, q);
+    return st;
+  }
   return shm_issue(s, q, rounds, req);
 }
 
@@ -524,7 +658,13 @@ static zrt_status shm_all_gather(void *ctx, const void *send, void *recv, const 
   q->send = send;
   q->recv = recv;
   memcpy(q->counts, counts, (size_t)s->nranks * sizeof *counts);
-  size_t rounds = layout(s, q, s->region / zrt_dtype_size(dt));
+  size_t rounds = layout(s, q, s->region / zrt_dtype_size(dt)), es = zrt_dtype_size(dt);
+  size_t total = q->offs[s->nranks - 1] + counts[s->nranks - 1];
+  zrt_status st = use_nt(s, q, total * es);
+  if (st != ZRT_OK) {
+    req_free(s, q);
+    return st;
+  }
   return shm_issue(s, q, rounds, req);
 }
 
@@ -538,6 +678,11 @@ static zrt_status shm_broadcast(void *ctx, void *buf, size_t count, zrt_dtype dt
   q->counts[0] = count;
   q->q = s->region / zrt_dtype_size(dt);
   size_t rounds = count ? (count + q->q - 1) / q->q : 0;
+  zrt_status st = use_nt(s, q, count * zrt_dtype_size(dt));
+  if (st != ZRT_OK) {
+    req_free(s, q);
+    return st;
+  }
   return shm_issue(s, q, rounds, req);
 }
 
@@ -648,7 +793,7 @@ zrt_status zrt_comm_shm_init_on(zrt_comm *c, zrt_backend *backend, const void *p
     }
     s->region = (size_t)rv / 64 * 64;
   }
-  size_t bytes = sizeof(shm_hdr) + 2 * (size_t)s->nranks * s->region;
+  size_t bytes = sizeof(shm_hdr) + 4 * (size_t)s->nranks * s->region;
   /* rank 0 names the segment; every rank learns it over MPI */
   char name[64] = {0};
   if (s->rank == 0) {
@@ -688,7 +833,7 @@ zrt_status zrt_comm_shm_init_on(zrt_comm *c, zrt_backend *backend, const void *p
     return ZRT_OK; /* c is still the MPI comm */
   }
   s->data = (char *)s->hdr + sizeof(shm_hdr);
-  s->res = s->data + (size_t)s->nranks * s->region;
+  s->res = s->data + 2 * (size_t)s->nranks * s->region;
   c->iface = &shm_iface;
   c->ctx = s;
   return ZRT_OK;

@@ -15,9 +15,21 @@
 
 #include "zrt.h"
 
-/* AVX-512 (F/BW/VL/DQ + F16C); bf16_insn: the CPU has AVX512_BF16. Call
- * only when zrt_isa_best() says avx512. out may alias no input. */
-void zrt_shm_sum_avx512(void *out, const void *const *in, int n, size_t len, zrt_dtype dt,
-                        int bf16_insn);
+/* Most inputs (ranks) a call sums. */
+#define ZRT_SHM_MAX_INPUTS 64
+
+/* AVX-512 (F/BW/VL/DQ + F16C). Call only when zrt_isa_best() says avx512.
+ * out2 (may be NULL) gets the same bits in the same pass (all_reduce: recv
+ * and the result region). out may be exactly one of the inputs (in place:
+ * each step is loaded from every input before it is stored); no other
+ * overlap. nt: the full 64-byte stores to out (from its first 64-byte
+ * boundary) are non-temporal; the caller fences (sfence) before another
+ * rank or thread may look. */
+void zrt_shm_sum_avx512(void *out, void *out2, const void *const *in, int n, size_t len,
+                        zrt_dtype dt, int nt);
+
+/* memcpy whose 64-byte aligned middle is stored non-temporally (dst's
+ * head and tail ordinarily); the caller fences as above. */
+void zrt_shm_copy_nt(void *dst, const void *src, size_t bytes);
 
 #endif

@@ -45,12 +45,14 @@ typedef struct zrt_co_cfg {
   int factor;      /* size multiplier between points */
   double target_s; /* timed time per point */
   int ranks;
-  int repeat; /* mpiexec jobs; figures are their medians */
+  int repeat;    /* mpiexec jobs; figures are their medians */
+  int alternate; /* rounds of the alternated measure at the largest size (0: none) */
   int quick;
   const char *hostfile; /* --hostfile: ranks over several machines */
   int ppn;              /* --ppn: ranks per machine with a hostfile */
 } zrt_co_cfg;
 #define ZRT_CO_MAX_REPEAT 32
+#define ZRT_CO_MAX_ROUNDS 64
 
 static void zrt_co_cfg_from(const zrt_perf_args *a, zrt_co_cfg *c) {
   c->quick = a->quick || getenv("ZRT_PERF_QUICK") != NULL;
@@ -72,6 +74,9 @@ static void zrt_co_cfg_from(const zrt_perf_args *a, zrt_co_cfg *c) {
   c->hostfile = zrt_perf_opt(a, "hostfile");
   s = zrt_perf_opt(a, "ppn");
   c->ppn = s && atoi(s) > 0 ? atoi(s) : 2;
+  s = zrt_perf_opt(a, "alternate");
+  c->alternate = s && atoi(s) > 0 ? atoi(s) : 0;
+  if (c->alternate > ZRT_CO_MAX_ROUNDS) c->alternate = ZRT_CO_MAX_ROUNDS;
 }
 
 /* One collective, blocking. */
@@ -262,6 +267,135 @@ done:
   return st;
 }
 
+/* Times iters collectives (the slowest rank's mean per iteration). */
+static zrt_status zrt_co_time(zrt_comm *c, int op, void *send, void *recv, size_t count,
+                              zrt_dtype dt, size_t *counts, int iters, double *t) {
+  ZRT_CHECK(zrt_comm_barrier(c));
+  double t0 = zrt_now_s();
+  for (int it = 0; it < iters; it++) ZRT_CHECK(zrt_co_issue(c, op, send, recv, count, dt, counts));
+  *t = zrt_co_max(c, (zrt_now_s() - t0) / iters);
+  return ZRT_OK;
+}
+
+/* --alternate K: at the largest size, K rounds of {memcpy baseline, every
+ * op and dtype on each comm}, so that every figure has a baseline taken
+ * seconds before it (a shared machine's load drifts between the sweeps
+ * above). Adds r["alternated"]: per comm/op/dtype the rounds' busbw and
+ * busbw / that round's memcpy. */
+static zrt_status zrt_co_alternate(zrt_comm **cs, const char *const *names, int nc, zrt_backend *be,
+                                   const zrt_co_cfg *cfg, cJSON *r) {
+  zrt_status st = ZRT_OK;
+  zrt_comm *c = cs[0];
+  int n = c->world, K = cfg->alternate;
+  size_t cap = ZRT_ALIGN_UP(cfg->max_bytes, (size_t)n * 4);
+  size_t mcap = ZRT_MAX(cap, (size_t)64 << 20); /* the sweep's baseline: DRAM, not cache */
+  void *send = NULL, *recv = NULL, *ms = NULL, *mr = NULL;
+  size_t *counts = calloc((size_t)n, sizeof(size_t));
+  const zrt_dtype dts[2] = {ZRT_F32, ZRT_BF16};
+  enum { NS = 2 * ZRT_CO_NOPS * 2 }; /* comms (mpi, shm) x ops x dtypes */
+  double mbw[ZRT_CO_MAX_ROUNDS], bus[NS][ZRT_CO_MAX_ROUNDS];
+  int iters[NS] = {0};
+  if (!counts) return zrt_error(ZRT_ERR_OOM, "collectives: out of host memory");
+  ZRT_CHECK_GOTO(zrt_backend_alloc(be, cap, ZRT_MEM_COMM, &send), st, done);
+  ZRT_CHECK_GOTO(zrt_backend_alloc(be, cap, ZRT_MEM_COMM, &recv), st, done);
+  ZRT_CHECK_GOTO(zrt_backend_alloc(be, mcap, ZRT_MEM_OTHER, &ms), st, done);
+  ZRT_CHECK_GOTO(zrt_backend_alloc(be, mcap, ZRT_MEM_OTHER, &mr), st, done);
+  ZRT_CHECK_GOTO(zrt_backend_memset(be, send, 0, cap, NULL), st, done);
+  ZRT_CHECK_GOTO(zrt_backend_memset(be, recv, 0, cap, NULL), st, done);
+  ZRT_CHECK_GOTO(zrt_backend_memset(be, ms, 1, mcap, NULL), st, done);
+  ZRT_CHECK_GOTO(zrt_backend_memset(be, mr, 0, mcap, NULL), st, done);
+  size_t bytes = cfg->max_bytes;
+  for (int k = 0; k < K; k++) {
+    mbw[k] = 1.0 / zrt_co_max(c, 1.0 / zrt_co_memcpy_bw(c, be, mr, ms, mcap));
+    for (int ci = 0; ci < nc; ci++)
+      for (int op = 0; op < ZRT_CO_NOPS; op++)
+        for (int d = 0; d < 2; d++) {
+          int j = (ci * ZRT_CO_NOPS + op) * 2 + d;
+          size_t es = zrt_dtype_size(dts[d]);
+          size_t count = bytes / es / (size_t)n * (size_t)n;
+          for (int q = 0; q < n; q++) counts[q] = count / (size_t)n;
+          double t = 0;
+          if (!iters[j]) { /* first round: warm up, then size the timed loop */
+            ZRT_CHECK_GOTO(zrt_co_time(cs[ci], op, send, recv, count, dts[d], counts, 2, &t), st,
+                           done);
+            iters[j] = (int)ZRT_MIN(1000.0, ZRT_MAX(3.0, cfg->target_s / ZRT_MAX(t, 1e-6)));
+          }
+          ZRT_CHECK_GOTO(zrt_co_time(cs[ci], op, send, recv, count, dts[d], counts, iters[j], &t),
+                         st, done);
+          double f = op == ZRT_CO_AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
+          bus[j][k] = (double)(count * es) / t * f;
+        }
+  }
+  cJSON *alt = cJSON_AddObjectToObject(r, "alternated");
+  cJSON_AddNumberToObject(alt, "bytes", (double)bytes);
+  cJSON_AddItemToObject(alt, "memcpy_bytes_per_s", cJSON_CreateDoubleArray(mbw, K));
+  cJSON *ser = cJSON_AddArrayToObject(alt, "series");
+  for (int ci = 0; ci < nc; ci++)
+    for (int op = 0; op < ZRT_CO_NOPS; op++)
+      for (int d = 0; d < 2; d++) {
+        int j = (ci * ZRT_CO_NOPS + op) * 2 + d;
+        double ratio[ZRT_CO_MAX_ROUNDS];
+        for (int k = 0; k < K; k++) ratio[k] = bus[j][k] / mbw[k];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "comm", names[ci]);
+        cJSON_AddStringToObject(o, "op", zrt_co_names[op]);
+        cJSON_AddStringToObject(o, "dtype", zrt_dtype_name(dts[d]));
+        cJSON_AddNumberToObject(o, "iters", iters[j]);
+        cJSON_AddItemToObject(o, "busbw_bytes_per_s", cJSON_CreateDoubleArray(bus[j], K));
+        cJSON_AddItemToObject(o, "busbw_over_memcpy", cJSON_CreateDoubleArray(ratio, K));
+        cJSON_AddItemToArray(ser, o);
+      }
+done:
+  zrt_backend_free(be, send);
+  zrt_backend_free(be, recv);
+  zrt_backend_free(be, ms);
+  zrt_backend_free(be, mr);
+  free(counts);
+  return st;
+}
+
+/* Summary lines of r["alternated"] (every job's rounds pooled), with the
+ * spreads added to each series. */
+static size_t zrt_co_alt_summary(cJSON *r, char *md, size_t k, size_t cap) {
+  cJSON *alt = cJSON_GetObjectItem(r, "alternated"), *o;
+  if (!alt) return k;
+  const cJSON *m = cJSON_GetObjectItem(alt, "memcpy_bytes_per_s");
+  int K = cJSON_GetArraySize(m);
+  double v[ZRT_CO_MAX_ROUNDS * ZRT_CO_MAX_REPEAT];
+  for (int i = 0; i < K && i < (int)(sizeof v / sizeof *v); i++)
+    v[i] = cJSON_GetNumberValue(cJSON_GetArrayItem(m, i));
+  cJSON_DeleteItemFromObject(alt, "memcpy");
+  double mmed = zrt_perf_spread(alt, "memcpy", v, K);
+  k += (size_t)snprintf(md + k, k < cap ? cap - k : 0,
+                        "\nAlternated round by round at %.0f bytes (%d rounds: memcpy, then each "
+                        "comm's ops; memcpy median %.2f GB/s):\n\n| comm | op | dtype | busbw "
+                        "GB/s | busbw/memcpy of its round | p10-p90 |\n|---|---|---|---|---|---|\n",
+                        cJSON_GetNumberValue(cJSON_GetObjectItem(alt, "bytes")), K, mmed / 1e9);
+  cJSON_ArrayForEach(o, cJSON_GetObjectItem(alt, "series")) {
+    double med[2];
+    const char *keys[2] = {"busbw_bytes_per_s", "busbw_over_memcpy"};
+    for (int q = 0; q < 2; q++) {
+      const cJSON *a = cJSON_GetObjectItem(o, keys[q]);
+      int na = cJSON_GetArraySize(a);
+      for (int i = 0; i < na && i < (int)(sizeof v / sizeof *v); i++)
+        v[i] = cJSON_GetNumberValue(cJSON_GetArrayItem(a, i));
+      char sk[64];
+      snprintf(sk, sizeof sk, "%s_stats", keys[q]);
+      cJSON_DeleteItemFromObject(o, sk);
+      med[q] = zrt_perf_spread(o, sk, v, na);
+    }
+    const cJSON *rs = cJSON_GetObjectItem(o, "busbw_over_memcpy_stats");
+    k += (size_t)snprintf(md + k, k < cap ? cap - k : 0,
+                          "| %s | %s | %s | %.3f | %.3f | %.3f-%.3f |\n",
+                          cJSON_GetStringValue(cJSON_GetObjectItem(o, "comm")),
+                          cJSON_GetStringValue(cJSON_GetObjectItem(o, "op")),
+                          cJSON_GetStringValue(cJSON_GetObjectItem(o, "dtype")), med[0] / 1e9,
+                          med[1], cJSON_GetNumberValue(cJSON_GetObjectItem(rs, "p10")),
+                          cJSON_GetNumberValue(cJSON_GetObjectItem(rs, "p90")));
+  }
+  return k;
+}
+
 /* r["summary"]: the table of the largest size per comm, op and dtype
  * (busbw and busbw / memcpy: medians over the runs when repeated). */
 static void zrt_co_summary(cJSON *r, int world) {
@@ -322,6 +456,7 @@ static void zrt_co_summary(cJSON *r, int world) {
       k += (size_t)snprintf(md + k, k < sizeof md ? sizeof md - k : 0, "\n%s: not measured (%s)\n",
                             cn[i], cJSON_GetStringValue(sk));
   }
+  k = zrt_co_alt_summary(r, md, k, sizeof md);
   cJSON_DeleteItemFromObject(r, "summary");
   cJSON_AddStringToObject(r, "summary", md);
 }
@@ -364,6 +499,12 @@ static int zrt_co_ranked(const zrt_co_cfg *cfg, cJSON *r) {
   } else if (zrt_co_measure(hier, mpi, cpu, cfg, jh, r, "hier") != ZRT_OK) {
     cJSON_AddStringToObject(jh, "error", zrt_last_error());
     zrt_perf_note("collectives: hier: %s", zrt_last_error());
+  }
+  if (cfg->alternate > 0 && shm && !strcmp(shm->iface->name, "shm")) {
+    zrt_comm *cs[2] = {mpi, shm};
+    const char *const nm[2] = {"mpi", "shm"};
+    if (zrt_co_alternate(cs, nm, 2, cpu, cfg, r) != ZRT_OK)
+      zrt_perf_note("collectives: alternated rounds: %s", zrt_last_error());
   }
   cJSON *jn = cJSON_AddObjectToObject(comms, "nccl");
   if (!zrt_backend_cuda_built() || zrt_backend_cuda_device_count() <= 0) {
@@ -424,9 +565,9 @@ static int zrt_bench_collectives(const zrt_perf_args *a, cJSON *r) {
       cmd, sizeof cmd,
       "ZRT_PERF_CHILD_OUT=%s %s mpiexec --oversubscribe --allow-run-as-root "
       "--bind-to none -n %d -x ZRT_PERF_CHILD_OUT %s%s%s collectives "
-      "--min %zu --max %zu --factor %d --time %g%s --json > /dev/null",
+      "--min %zu --max %zu --factor %d --time %g%s --alternate %d --json > /dev/null",
       tmp, cfg.quick ? "ZRT_PERF_QUICK=1" : "", cfg.ranks, cfg.quick ? "-x ZRT_PERF_QUICK " : "",
-      place, self, cfg.min_bytes, cfg.max_bytes, cfg.factor, cfg.target_s, cargs);
+      place, self, cfg.min_bytes, cfg.max_bytes, cfg.factor, cfg.target_s, cargs, cfg.alternate);
   (void)k;
   zrt_perf_note("collectives: %s (%d run%s)", cmd, cfg.repeat, cfg.repeat == 1 ? "" : "s");
   cJSON *runs[ZRT_CO_MAX_REPEAT] = {0};
@@ -500,6 +641,23 @@ static int zrt_bench_collectives(const zrt_perf_args *a, cJSON *r) {
             cJSON_CreateNumber(zrt_perf_spread(p0, "busbw_over_memcpy_runs", w, m)));
       }
     }
+    /* the alternated rounds of every job pooled into the first's */
+    cJSON *alt0 = cJSON_GetObjectItem(child, "alternated");
+    for (int i = 1; i < nruns && alt0; i++) {
+      cJSON *alt = cJSON_GetObjectItem(runs[i], "alternated"), *x;
+      if (!alt) continue;
+      cJSON_ArrayForEach(x, cJSON_GetObjectItem(alt, "memcpy_bytes_per_s")) cJSON_AddItemToArray(
+          cJSON_GetObjectItem(alt0, "memcpy_bytes_per_s"), cJSON_CreateNumber(x->valuedouble));
+      cJSON *s0 = cJSON_GetObjectItem(alt0, "series")->child, *s1;
+      cJSON_ArrayForEach(s1, cJSON_GetObjectItem(alt, "series")) {
+        if (!s0) break;
+        const char *keys[2] = {"busbw_bytes_per_s", "busbw_over_memcpy"};
+        for (int q = 0; q < 2; q++)
+          cJSON_ArrayForEach(x, cJSON_GetObjectItem(s1, keys[q])) cJSON_AddItemToArray(
+              cJSON_GetObjectItem(s0, keys[q]), cJSON_CreateNumber(x->valuedouble));
+        s0 = s0->next;
+      }
+    }
     zrt_co_summary(child, (int)cJSON_GetNumberValue(cJSON_GetObjectItem(child, "ranks")));
   }
   /* the children's flags count here too (the driver's exit status) */
@@ -522,6 +680,6 @@ static int zrt_bench_collectives(const zrt_perf_args *a, cJSON *r) {
 ZRT_PERF_BENCH(collectives,
                "all_reduce / reduce_scatter / all_gather algbw+busbw by size vs memcpy, mpi, shm "
                "and hier (--ranks --min --max --factor --time --repeat: medians of repeated jobs; "
-               "--hostfile F --ppn K: K ranks per machine of F, plus the bytes each comm sends "
-               "across machines)",
+               "--alternate K: K rounds of memcpy, mpi and shm alternated at --max; --hostfile F "
+               "--ppn K: K ranks per machine of F, plus the bytes each comm sends across machines)",
                zrt_bench_collectives)

@@ -4,7 +4,9 @@
 # no line chart (stderr says so, no PNG) while its JSON keeps the figures;
 # every result records the load average before and after the benchmark and
 # whether the machine was busy; --repeat K reports medians with their
-# spread and the load of each job. (Flags on impossible figures depend on
+# spread and the load of each job; --alternate K adds K rounds of memcpy and
+# both comms per job, every job's rounds pooled, each ratio over its own
+# round's memcpy. (Flags on impossible figures depend on
 # timings, so no test forces one.)
 set -euo pipefail
 BIN=${ZRT_BIN:-build/bin}
@@ -14,7 +16,7 @@ command -v mpiexec >/dev/null || { echo "SKIP: no mpiexec"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 rc=0
-"$PERF" collectives --min 64KiB --max 64KiB --time 0.01 --repeat 2 --out "$tmp/out" --json \
+"$PERF" collectives --min 64KiB --max 64KiB --time 0.01 --repeat 2 --alternate 3 --out "$tmp/out" --json \
   >"$tmp/c.json" 2>"$tmp/err" || rc=$?
 if [ $rc -ne 0 ] && [ $rc -ne 3 ]; then
   echo "FAIL: zrt-perf collectives failed (exit $rc):"
@@ -42,6 +44,17 @@ for comm in ("mpi", "shm"):
         s = p["busbw_runs"]
         need(s["n"] == 2 and s["min"] <= s["median"] <= s["max"] and p["busbw_bytes_per_s"] == s["median"],
              f"{comm} {p['op']} {p['dtype']}: busbw is the median of the 2 jobs")
+a = r.get("alternated")
+need(a is not None and len(a["memcpy_bytes_per_s"]) == 6, "alternated: 3 rounds x 2 jobs of memcpy")
+need(len(a["series"]) == 12, "alternated: 2 comms x 3 ops x 2 dtypes")
+for s in a["series"]:
+    b, q = s["busbw_bytes_per_s"], s["busbw_over_memcpy"]
+    need(len(b) == 6 and len(q) == 6, f"alternated {s['comm']} {s['op']} {s['dtype']}: 6 rounds")
+    for i in range(6):
+        need(abs(q[i] - b[i] / a["memcpy_bytes_per_s"][i]) <= 1e-9 * q[i],
+             f"alternated {s['comm']} {s['op']} {s['dtype']} round {i}: ratio over its own round's memcpy")
+    need(s["busbw_over_memcpy_stats"]["n"] == 6, "alternated: spread over the pooled rounds")
+need("Alternated round by round" in r["summary"], "alternated rounds in the summary")
 print("ok: one-point charts refused, load %.2f -> %.2f (busy %s), medians of %d jobs" %
       (m["loadavg_1min"], m["loadavg_1min_after"], m["busy"], r["repeat"]))
 PY
