@@ -39,6 +39,7 @@
 
 #include "engine_internal.h"
 #include "memest.h"
+#include "zt_memest.h"
 #include "zt_mpi.h"
 #include "ztest.h"
 
@@ -134,17 +135,7 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
   }
   /* the layout the model needs, read from the built engine */
   zrt_memest_layout lay;
-  memset(&lay, 0, sizeof lay);
-  lay.world = world;
-  lay.stage = stage;
-  lay.dtype_bytes = lay.comm_bytes = 2;
-  lay.optim_states = 2;
-  for (int m = 0; m < NMOD; m++) {
-    lay.padded_total += eng->modules[m].padded;
-    lay.max_module_padded = ZRT_MAX(lay.max_module_padded, eng->modules[m].padded);
-  }
-  lay.reduce_bucket_size = 4096;
-  lay.sub_group_size = eng->cfg->sub_group_size;
+  zt_memest_layout_of(eng, &lay);
   lay.max_live_elems = eng->cfg->stage3_max_live_parameters;
   lay.reuse_elems = eng->cfg->stage3_max_reuse_distance;
   /* Twin-Flow ratio 0 keeps every module on the device: no optimizer offload */

@@ -38,6 +38,7 @@
 #include "dtype.h"
 #include "engine_internal.h"
 #include "memest.h"
+#include "zt_memest.h"
 #include "zt_mpi.h"
 #include "ztest.h"
 
@@ -155,18 +156,8 @@ static void masters(zrt_engine *eng, outcome *o) {
  * on the device under offload. */
 static void check_pools(zrt_engine *eng, int stage, int oo, int world, int rank) {
   zrt_memest_layout lay;
-  memset(&lay, 0, sizeof lay);
-  lay.world = world;
-  lay.stage = stage;
-  lay.dtype_bytes = lay.comm_bytes = 2;
-  lay.optim_states = 2;
-  for (int m = 0; m < NMOD; m++) {
-    lay.padded_total += eng->modules[m].padded;
-    lay.max_module_padded = ZRT_MAX(lay.max_module_padded, eng->modules[m].padded);
-    ZT_CHECK(eng->modules[m].grad_host == (oo != 0));
-  }
-  lay.reduce_bucket_size = 1024;
-  lay.sub_group_size = eng->cfg->sub_group_size;
+  zt_memest_layout_of(eng, &lay);
+  for (int m = 0; m < NMOD; m++) ZT_CHECK(eng->modules[m].grad_host == (oo != 0));
   lay.offload_optimizer = oo != 0;
   lay.offload_nvme = oo == 2;
   zrt_memest_result want;
@@ -219,17 +210,7 @@ static void check_cap(int world, int rank) {
   train(eng, 0, 0, 2, rank, &capped);
   masters(eng, &capped);
   zrt_memest_layout lay;
-  memset(&lay, 0, sizeof lay);
-  lay.world = world;
-  lay.stage = 2;
-  lay.dtype_bytes = lay.comm_bytes = 2;
-  lay.optim_states = 2;
-  for (int m = 0; m < NMOD; m++) {
-    lay.padded_total += eng->modules[m].padded;
-    lay.max_module_padded = ZRT_MAX(lay.max_module_padded, eng->modules[m].padded);
-  }
-  lay.reduce_bucket_size = eng->cfg->reduce_bucket_size;
-  lay.sub_group_size = eng->cfg->sub_group_size;
+  zt_memest_layout_of(eng, &lay);
   lay.offload_optimizer = 1;
   lay.device_capacity = 524288;
   zrt_memest_result want;

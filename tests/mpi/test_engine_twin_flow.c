@@ -41,6 +41,7 @@
 #include "dtype.h"
 #include "engine_internal.h"
 #include "memest.h"
+#include "zt_memest.h"
 #include "zt_mpi.h"
 #include "ztest.h"
 
@@ -228,17 +229,7 @@ static void check_layout(zrt_engine *eng, int split, int world, int rank, const 
   ZT_CHECK((eng->host_pool != NULL) == (split < NMOD));
   ZT_CHECK(zrt_engine_twin_split(eng) == split);
   zrt_memest_layout lay;
-  memset(&lay, 0, sizeof lay);
-  lay.world = world;
-  lay.stage = eng->stage;
-  lay.dtype_bytes = lay.comm_bytes = 2;
-  lay.optim_states = 2;
-  for (int m = 0; m < NMOD; m++) {
-    lay.padded_total += eng->modules[m].padded;
-    lay.max_module_padded = ZRT_MAX(lay.max_module_padded, eng->modules[m].padded);
-  }
-  lay.reduce_bucket_size = 1024;
-  lay.sub_group_size = eng->cfg->sub_group_size;
+  zt_memest_layout_of(eng, &lay);
   lay.max_live_elems = eng->cfg->stage3_max_live_parameters;
   lay.offload_optimizer = split < NMOD;
   lay.twin_device_padded = zrt_engine_twin_device_padded(eng);
