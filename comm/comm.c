@@ -597,3 +597,26 @@ zrt_status zrt_comm_test(zrt_comm *c, zrt_comm_req *req, int *done) {
   }
   return ZRT_OK;
 }
+
+zrt_status zrt_comm_mem_alloc(zrt_comm *c, size_t bytes, void **out) {
+  if (!out) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_comm_mem_alloc: out is NULL");
+  *out = NULL;
+  ZRT_CHECK(check_comm(c, "zrt_comm_mem_alloc"));
+  if (c->iface->mem_alloc) return c->iface->mem_alloc(c->ctx, bytes, out);
+  if (!bytes) return ZRT_OK;
+  int rc = posix_memalign(out, 64, bytes);
+  if (rc) {
+    *out = NULL;
+    return zrt_error(ZRT_ERR_OOM, "zrt_comm_mem_alloc: %zu bytes of host memory: %s", bytes,
+                     strerror(rc));
+  }
+  return ZRT_OK;
+}
+
+void zrt_comm_mem_free(zrt_comm *c, void *p) {
+  if (!p) return;
+  if (c && c->iface && c->iface->mem_free)
+    c->iface->mem_free(c->ctx, p);
+  else
+    free(p);
+}
