@@ -154,6 +154,16 @@ zrt_status zrt_comm_mem_alloc(zrt_comm *c, size_t bytes, void **out);
  * using it on this rank. */
 void zrt_comm_mem_free(zrt_comm *c, void *p);
 
+/* A collective buffer counted in the backend's pool under cat (its
+ * capacity applies, zrt_mem_stats show it): zrt_comm_mem_alloc when the
+ * comm has its own allocator and be is a host backend, else
+ * zrt_backend_alloc (device buffers; comms without one). Collective in the
+ * first case: every rank, the same bytes, the same order. Free with
+ * zrt_comm_buf_free on the same comm and backend. */
+zrt_status zrt_comm_buf_alloc(zrt_comm *c, zrt_backend *be, size_t bytes, zrt_mem_category cat,
+                              void **out);
+void zrt_comm_buf_free(zrt_comm *c, zrt_backend *be, void *p);
+
 /* "2.28.3" from the loaded NCCL library (ncclGetVersion, no GPU needed),
  * or "not built". */
 void zrt_comm_nccl_version(char *buf, size_t n);

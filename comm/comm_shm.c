@@ -399,6 +399,18 @@ static int progress_until(shm_ctx *s, shm_req *q, double timeout_s, zrt_status *
   }
 }
 
+zrt_status zrt_shm_drain(shm_ctx *s) {
+  zrt_status st = ZRT_OK;
+  double t = s->c ? s->c->timeout_s : 0;
+  int got = progress_until(s, NULL, t, &st);
+  if (got == 0)
+    return zrt_error(ZRT_ERR_COMM,
+                     "shm comm: the collectives issued before zrt_comm_mem_alloc did not complete "
+                     "within %gs",
+                     t);
+  return got < 0 ? st : ZRT_OK;
+}
+
 /* ------------------------------------------------------------ requests */
 
 static void req_free(shm_ctx *s, shm_req *q) {

@@ -129,6 +129,10 @@ typedef struct shm_ctx {
 void zrt_shm_reduce_into(void *out, void *out2, const void *const *in, int n, size_t len,
                          zrt_dtype dt, zrt_redop red, int nt);
 void zrt_shm_copy_out(const shm_req *q, void *dst, const void *src, size_t bytes);
+/* Progresses until every issued collective completed here (their requests
+ * stay valid for the caller's wait): an allocation's MPI handshake must
+ * not block a rank that the others wait for in a collective. */
+zrt_status zrt_shm_drain(shm_ctx *s);
 
 /* comm_shm_zc.c. The allocation vtable slots (collective; docs/comms.md). */
 zrt_status zrt_shm_zc_alloc(void *ctx, size_t bytes, void **out);

@@ -134,6 +134,7 @@ zrt_status zrt_shm_zc_alloc(void *ctx, size_t bytes, void **out) {
   if (s->broken != ZRT_OK) return zrt_error(s->broken, "%s", s->broken_msg);
   ZRT_CHECK(zc_env(s));
   if (!bytes) return ZRT_OK;
+  ZRT_CHECK(zrt_shm_drain(s));
   if (s->zc_plain) {
     int rc = posix_memalign(out, 64, bytes);
     if (rc) {
@@ -284,38 +285,57 @@ void zrt_shm_zc_decide(shm_ctx *s, shm_req *q) {
     s->zc_recv[r] = ra ? ra->base[r] + c->zc_roff : NULL;
   }
   q->zc = SHM_ZC_ON;
-  /* reduce or gather, (all_reduce: gather the sums,) then the phase that
-   * starts once every rank is done reading */
-  q->last = q->first + 1 + (q->op == SHM_AR ? 3 : 2);
+  /* reduce or gather (all_reduce: its rounds, the gather one phase
+   * behind), then the phase that starts once every rank is done reading */
+  q->last = q->first + 1 + (q->op == SHM_AR ? q->rounds + 2 : 2);
   if (s->c) s->c->zero_copy++;
+}
+
+/* Elements [lo, lo + len) of segment j in all_reduce round g (the copy
+ * path's rounds: q->q elements of each segment per round). */
+static void ar_round(const shm_req *q, int j, uint64_t g, size_t *lo, size_t *len) {
+  size_t a = (size_t)g * q->q, c = q->counts[j];
+  *lo = a < c ? a : c;
+  *len = (a + q->q < c ? a + q->q : c) - *lo;
 }
 
 void zrt_shm_zc_phase(shm_ctx *s, shm_req *q, uint64_t k) {
   int R = s->rank, N = s->nranks;
-  size_t es = zrt_dtype_size(q->dt);
+  size_t es = zrt_dtype_size(q->dt), lo, len;
   char *recv = q->recv;
-  if (k == 0 && (q->op == SHM_RS || q->op == SHM_AR)) {
+  const void *in[SHM_MAX_RANKS];
+  if (q->op == SHM_RS && k == 0) {
     /* my segment over the ranks in rank order, straight from their send
      * buffers into recv (in place: my own input, read before written) */
-    const void *in[SHM_MAX_RANKS];
     for (int r = 0; r < N; r++) in[r] = s->zc_send[r] + q->offs[R] * es;
-    char *out = q->op == SHM_RS ? recv : recv + q->offs[R] * es;
-    zrt_shm_reduce_into(out, NULL, in, N, q->counts[R], q->dt, q->red, q->nt);
-  } else if (k == 0 && q->op == SHM_AG) {
+    zrt_shm_reduce_into(recv, NULL, in, N, q->counts[R], q->dt, q->red, q->nt);
+  } else if (q->op == SHM_AG && k == 0) {
     for (int j = 0; j < N; j++) {
-      size_t len = q->counts[j] * es;
+      size_t n = q->counts[j] * es;
       char *dst = recv + q->offs[j] * es;
-      if (!len || dst == s->zc_send[j]) continue;
+      if (!n || dst == s->zc_send[j]) continue;
       if (j == R)
-        memmove(dst, s->zc_send[j], len);
+        memmove(dst, s->zc_send[j], n);
       else
-        zrt_shm_copy_out(q, dst, s->zc_send[j], len);
+        zrt_shm_copy_out(q, dst, s->zc_send[j], n);
     }
-  } else if (k == 1 && q->op == SHM_AR) { /* the others' sums from their recv */
-    for (int j = 0; j < N; j++)
-      if (j != R && q->counts[j])
-        zrt_shm_copy_out(q, recv + q->offs[j] * es, s->zc_recv[j] + q->offs[j] * es,
-                         q->counts[j] * es);
+  } else if (q->op == SHM_AR) {
+    /* pipelined by rounds: phase k reduces round k of my segment into my
+     * recv and gathers round k - 1 of the others' from their recv (written
+     * one phase earlier: still in cache) */
+    if (k < q->rounds) {
+      ar_round(q, R, k, &lo, &len);
+      for (int r = 0; r < N; r++) in[r] = s->zc_send[r] + (q->offs[R] + lo) * es;
+      zrt_shm_reduce_into(recv + (q->offs[R] + lo) * es, NULL, in, N, len, q->dt, q->red, q->nt);
+    }
+    if (k >= 1 && k - 1 < q->rounds)
+      for (int j = 0; j < N; j++) {
+        if (j == R) continue;
+        ar_round(q, j, k - 1, &lo, &len);
+        if (len)
+          zrt_shm_copy_out(q, recv + (q->offs[j] + lo) * es, s->zc_recv[j] + (q->offs[j] + lo) * es,
+                           len * es);
+      }
   }
   /* the last phase: nothing (every rank finished reading before it) */
 }

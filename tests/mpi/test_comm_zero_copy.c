@@ -16,7 +16,10 @@
  * space (the message says what to do; nothing left behind), no
  * /dev/shm/zrt-zc-* file of this process after any allocation, and with
  * ZRT_TEST_ZC_DIE=1 the last rank dies before a zero-copy all_reduce:
- * the others' error names it (ctest matches the message).
+ * the others' error names it (ctest matches the message). The engine's
+ * gradient buckets (sharding/bucket.c) over the comm: staging counted
+ * exactly in the pool, every bucket zero-copy, the same gradients as over
+ * the MPI comm.
  * ZRT_TEST_COMM=mpi runs the same against the generic allocator (plain
  * memory, the MPI comm's own paths).
  */
@@ -31,6 +34,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "bucket.h"
 #include "comm.h"
 #include "dtype.h"
 #include "ztest.h"
@@ -207,6 +211,59 @@ static void async_out_of_order(zrt_dtype dt, size_t total) {
   free(refin);
 }
 
+/* The engine's gradient buckets over the comm: their staging (2 slots of
+ * world·chunk + chunk elements) counted exactly in the backend pool's comm
+ * category, every bucket zero-copy on the shm comm, and the reduced
+ * gradients equal to the same buckets over the MPI comm (bf16 sums at
+ * N = 2: bitwise; at N > 2 the fp32 accumulators within 2·gamma·sum|x|). */
+static void buckets(zrt_backend *B) {
+  const int64_t chunk = 1000, part = 2500, padded = part * N; /* 3 buckets per module */
+  zrt_mem_stats m0, m1;
+  zrt_pool_stats(B->pool, &m0);
+  zrt_buckets *bz = NULL, *bm = NULL;
+  ZT_OK(zrt_buckets_create(B, C, ZRT_BF16, ZRT_BF16, chunk, &bz));
+  zrt_pool_stats(B->pool, &m1);
+  ZT_CHECK(m1.current[ZRT_MEM_COMM] - m0.current[ZRT_MEM_COMM] ==
+           2 * (size_t)chunk * (size_t)(N + 1) * 2);
+  ZT_OK(zrt_buckets_create(B, M, ZRT_BF16, ZRT_BF16, chunk, &bm));
+  uint16_t *g = priv((size_t)padded * 2);
+  float *az = priv((size_t)padded * 4), *am = priv((size_t)padded * 4);
+  fill(g, ZRT_BF16, (size_t)padded, 77);
+  uint64_t z0 = C->zero_copy;
+  for (int ar = 0; ar < 2; ar++) {
+    memset(az, 0, (size_t)padded * 4);
+    memset(am, 0, (size_t)padded * 4);
+    ZT_OK(zrt_buckets_reduce(bz, g, padded, part, az, 0, ar, 1));
+    ZT_OK(zrt_buckets_drain(bz));
+    ZT_OK(zrt_buckets_reduce(bm, g, padded, part, am, 0, ar, 1));
+    ZT_OK(zrt_buckets_drain(bm));
+    size_t n = ar ? (size_t)padded : (size_t)part, bad = 0;
+    double u = ldexp(1.0, -8) + ldexp(1.0, -24) + ldexp(1.0, -32), k = N - 1;
+    double gam = 2.0 * k * u / (1.0 - k * u);
+    for (size_t i = 0; i < n; i++) {
+      if (!memcmp(&az[i], &am[i], 4)) continue;
+      double lim = 0;
+      size_t gi = ar ? i : (size_t)R * (size_t)part + i;
+      for (int q = 0; q < N && N > 2; q++) lim += gam * fabs(val(q, gi, 77, ZRT_BF16));
+      if (!(fabs((double)az[i] - (double)am[i]) <= lim)) bad++;
+    }
+    if (bad) {
+      fprintf(stderr, "FAIL rank %d buckets %s: %zu elements differ from the mpi comm's\n", R,
+              ar ? "all_reduce" : "reduce_scatter", bad);
+      zt_failures++;
+    }
+  }
+  /* 3 buckets per module, twice */
+  ZT_CHECK(C->zero_copy - z0 == (ZC ? 6u : 0u));
+  zrt_buckets_destroy(bz);
+  zrt_buckets_destroy(bm);
+  zrt_pool_stats(B->pool, &m1);
+  ZT_CHECK(m1.current[ZRT_MEM_COMM] == m0.current[ZRT_MEM_COMM]);
+  free(g);
+  free(az);
+  free(am);
+}
+
 /* More than /dev/shm holds: a clear error on every rank, nothing left. */
 static void too_big(void) {
   struct statvfs vf;
@@ -264,6 +321,7 @@ int main(void) {
     for (int what = 0; what < 5; what++) one(what, dts[d], ZRT_RED_SUM, 16 * 7 + 5, 1, salt++);
     async_out_of_order(dts[d], 4096 * (size_t)N + 0);
   }
+  buckets(B);
   if (R == 0) printf("zero-copy collectives: %llu\n", (unsigned long long)C->zero_copy);
   ZT_CHECK(leftovers() == 0);
   if (ZC) too_big();
