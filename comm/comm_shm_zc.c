@@ -326,7 +326,8 @@ void zrt_shm_zc_phase(shm_ctx *s, shm_req *q, uint64_t k) {
     if (k < q->rounds) {
       ar_round(q, R, k, &lo, &len);
       for (int r = 0; r < N; r++) in[r] = s->zc_send[r] + (q->offs[R] + lo) * es;
-      zrt_shm_reduce_into(recv + (q->offs[R] + lo) * es, NULL, in, N, len, q->dt, q->red, q->nt);
+      /* ordinary stores: the peers read these sums in the next phase */
+      zrt_shm_reduce_into(recv + (q->offs[R] + lo) * es, NULL, in, N, len, q->dt, q->red, 0);
     }
     if (k >= 1 && k - 1 < q->rounds)
       for (int j = 0; j < N; j++) {
