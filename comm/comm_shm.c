@@ -4,7 +4,9 @@
  * per rank pipelined at one handshake per round over double-buffered
  * regions, 16-bit sums added in fp32 and rounded once, waits on futexes,
  * recv streamed past the cache for large collectives; Open
- * MPI underneath for bootstrap and as the fallback. Invariants (rounds,
+ * MPI underneath for bootstrap and as the fallback. Buffers from the
+ * comm's allocator take the zero-copy paths of comm/comm_shm_zc.c (hooks:
+ * the publish phase in shm_issue / do_phase / progress). Invariants (rounds,
  * ordering, timed-out requests, dead ranks, bounds): docs/comms.md, "The
  * shared-memory comm".
  */
