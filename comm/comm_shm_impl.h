@@ -120,7 +120,8 @@ typedef struct shm_ctx {
    * head request's peer buffers once it runs zero-copy */
   shm_zc_alloc *zc_list;
   uint32_t zc_made;
-  int zc_plain; /* ZRT_COMM_SHM_ZC=0: allocations are private memory */
+  int zc_plain;     /* ZRT_COMM_SHM_ZC=0 on some rank: allocations are private memory */
+  int zc_env_ready; /* zc_plain agreed */
   const char *zc_send[SHM_MAX_RANKS], *zc_recv[SHM_MAX_RANKS];
 } shm_ctx;
 

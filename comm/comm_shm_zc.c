@@ -47,19 +47,28 @@ static void unmap_all(shm_ctx *s, shm_zc_alloc *a) {
   free(a);
 }
 
-/* ZRT_COMM_SHM_ZC: unset or "1" shared buffers, "0" private ones. */
+/* ZRT_COMM_SHM_ZC: unset or "1" shared buffers, "0" private ones; read
+ * at the first allocation and agreed over the ranks (private if any rank
+ * says so, an error on every rank if any rank's value is malformed), so
+ * every rank takes the same branch of every later allocation and
+ * collective. */
 static zrt_status zc_env(shm_ctx *s) {
+  if (s->zc_env_ready) return ZRT_OK;
   const char *e = getenv("ZRT_COMM_SHM_ZC");
-  if (!e || !*e || !strcmp(e, "1")) {
-    s->zc_plain = 0;
-  } else if (!strcmp(e, "0")) {
-    s->zc_plain = 1;
-  } else {
+  float v = !e || !*e || !strcmp(e, "1") ? 1.0f : !strcmp(e, "0") ? 0.0f : -1.0f;
+  float all = v;
+  ZRT_CHECK(s->mpi.iface->all_reduce(s->mpi.ctx, &v, &all, 1, ZRT_F32, ZRT_RED_MIN, NULL));
+  if (v < 0)
     return zrt_error(ZRT_ERR_CONFIG,
                      "ZRT_COMM_SHM_ZC=\"%s\": expected 1 (collective buffers in shared memory, "
                      "zero-copy collectives) or 0 (private buffers, the copy path); unset it for 1",
                      e);
-  }
+  if (all < 0)
+    return zrt_error(ZRT_ERR_CONFIG,
+                     "ZRT_COMM_SHM_ZC is malformed on another rank (its message says how); give "
+                     "every rank the same value");
+  s->zc_plain = all == 0.0f;
+  s->zc_env_ready = 1;
   return ZRT_OK;
 }
 
@@ -132,9 +141,10 @@ zrt_status zrt_shm_zc_alloc(void *ctx, size_t bytes, void **out) {
   zrt_status st = ZRT_OK;
   *out = NULL;
   if (s->broken != ZRT_OK) return zrt_error(s->broken, "%s", s->broken_msg);
-  ZRT_CHECK(zc_env(s));
   if (!bytes) return ZRT_OK;
+  /* the issued collectives first: the handshakes below are MPI */
   ZRT_CHECK(zrt_shm_drain(s));
+  ZRT_CHECK(zc_env(s));
   if (s->zc_plain) {
     int rc = posix_memalign(out, 64, bytes);
     if (rc) {
