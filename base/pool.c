@@ -17,6 +17,7 @@ typedef struct zrt_pool_entry {
   void *ptr; /* NULL = empty, ZRT_POOL_TOMB = deleted */
   size_t bytes;
   int cat;
+  int adopted; /* zrt_pool_adopt: counted here, owned (and freed) elsewhere */
 } zrt_pool_entry;
 
 #define ZRT_POOL_TOMB ((void *)1)
@@ -93,7 +94,7 @@ void zrt_pool_destroy(zrt_pool *pool) {
   if (!pool) return;
   for (size_t i = 0; i < pool->tab_cap; i++) {
     zrt_pool_entry e = pool->tab[i];
-    if (e.ptr && e.ptr != ZRT_POOL_TOMB) pool->free_fn(pool->ctx, e.ptr, e.bytes);
+    if (e.ptr && e.ptr != ZRT_POOL_TOMB && !e.adopted) pool->free_fn(pool->ctx, e.ptr, e.bytes);
   }
   free(pool->tab);
   pthread_mutex_destroy(&pool->mu);
@@ -127,6 +128,27 @@ static zrt_status zrt_pool_oom(zrt_pool *pool, size_t bytes, zrt_mem_category ca
   return zrt_error(ZRT_ERR_OOM, "%s", msg);
 }
 
+/* Room for bytes more of cat (the capacity; the table). Mutex held. */
+static zrt_status zrt_pool_room(zrt_pool *pool, size_t bytes, zrt_mem_category cat) {
+  if (pool->capacity && (bytes > pool->capacity || pool->cur_total > pool->capacity - bytes))
+    return zrt_pool_oom(pool, bytes, cat, "over the capacity");
+  if ((pool->tab_used + 1) * 2 > pool->tab_cap) ZRT_CHECK(zrt_pool_grow(pool));
+  return ZRT_OK;
+}
+
+/* Records p and counts it. Mutex held, room made. */
+static void zrt_pool_insert(zrt_pool *pool, void *p, size_t bytes, zrt_mem_category cat,
+                            int adopted) {
+  size_t h = zrt_pool_hash(p, pool->tab_cap);
+  while (pool->tab[h].ptr && pool->tab[h].ptr != ZRT_POOL_TOMB) h = (h + 1) & (pool->tab_cap - 1);
+  if (!pool->tab[h].ptr) pool->tab_used++;
+  pool->tab[h] = (zrt_pool_entry){p, bytes, (int)cat, adopted};
+  pool->cur[cat] += bytes;
+  pool->cur_total += bytes;
+  if (pool->cur[cat] > pool->peak[cat]) pool->peak[cat] = pool->cur[cat];
+  if (pool->cur_total > pool->peak_total) pool->peak_total = pool->cur_total;
+}
+
 zrt_status zrt_pool_alloc(zrt_pool *pool, size_t bytes, zrt_mem_category cat, void **out) {
   if (!pool || !out || cat < 0 || cat >= ZRT_MEM_NCAT)
     return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_pool_alloc: bad arguments");
@@ -134,11 +156,7 @@ zrt_status zrt_pool_alloc(zrt_pool *pool, size_t bytes, zrt_mem_category cat, vo
   if (bytes == 0) bytes = 1;
   pthread_mutex_lock(&pool->mu);
   zrt_status st = ZRT_OK;
-  if (pool->capacity && (bytes > pool->capacity || pool->cur_total > pool->capacity - bytes)) {
-    st = zrt_pool_oom(pool, bytes, cat, "over the capacity");
-    goto out;
-  }
-  if ((pool->tab_used + 1) * 2 > pool->tab_cap) ZRT_CHECK_GOTO(zrt_pool_grow(pool), st, out);
+  ZRT_CHECK_GOTO(zrt_pool_room(pool, bytes, cat), st, out);
   void *p = NULL;
   st = pool->alloc(pool->ctx, bytes, &p);
   if (st != ZRT_OK || !p) {
@@ -146,16 +164,29 @@ zrt_status zrt_pool_alloc(zrt_pool *pool, size_t bytes, zrt_mem_category cat, vo
     if (st == ZRT_ERR_OOM) st = zrt_pool_oom(pool, bytes, cat, "the allocator refused");
     goto out;
   }
-  size_t h = zrt_pool_hash(p, pool->tab_cap);
-  while (pool->tab[h].ptr && pool->tab[h].ptr != ZRT_POOL_TOMB) h = (h + 1) & (pool->tab_cap - 1);
-  if (!pool->tab[h].ptr) pool->tab_used++;
-  pool->tab[h] = (zrt_pool_entry){p, bytes, (int)cat};
-  pool->cur[cat] += bytes;
-  pool->cur_total += bytes;
-  if (pool->cur[cat] > pool->peak[cat]) pool->peak[cat] = pool->cur[cat];
-  if (pool->cur_total > pool->peak_total) pool->peak_total = pool->cur_total;
+  zrt_pool_insert(pool, p, bytes, (zrt_mem_category)cat, 0);
   *out = p;
 out:
+  pthread_mutex_unlock(&pool->mu);
+  return st;
+}
+
+zrt_status zrt_pool_reserve(zrt_pool *pool, size_t bytes, zrt_mem_category cat) {
+  if (!pool || cat < 0 || cat >= ZRT_MEM_NCAT)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_pool_reserve: bad arguments");
+  pthread_mutex_lock(&pool->mu);
+  zrt_status st = zrt_pool_room(pool, bytes ? bytes : 1, cat);
+  pthread_mutex_unlock(&pool->mu);
+  return st;
+}
+
+zrt_status zrt_pool_adopt(zrt_pool *pool, void *ptr, size_t bytes, zrt_mem_category cat) {
+  if (!pool || !ptr || cat < 0 || cat >= ZRT_MEM_NCAT)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_pool_adopt: bad arguments");
+  if (bytes == 0) bytes = 1;
+  pthread_mutex_lock(&pool->mu);
+  zrt_status st = zrt_pool_room(pool, bytes, cat);
+  if (st == ZRT_OK) zrt_pool_insert(pool, ptr, bytes, cat, 1);
   pthread_mutex_unlock(&pool->mu);
   return st;
 }
@@ -171,7 +202,7 @@ void zrt_pool_free(zrt_pool *pool, void *ptr) {
       pool->cur[e.cat] -= e.bytes;
       pool->cur_total -= e.bytes;
       pthread_mutex_unlock(&pool->mu);
-      pool->free_fn(pool->ctx, ptr, e.bytes);
+      if (!e.adopted) pool->free_fn(pool->ctx, ptr, e.bytes);
       return;
     }
     h = (h + 1) & (pool->tab_cap - 1);

@@ -31,6 +31,15 @@ void zrt_pool_set_hint(zrt_pool *pool, const char *hint);
 /* Allocations are 64-byte aligned when the raw allocator gives that. */
 zrt_status zrt_pool_alloc(zrt_pool *pool, size_t bytes, zrt_mem_category cat, void **out);
 void zrt_pool_free(zrt_pool *pool, void *ptr); /* NULL ok */
+/* Memory that another allocator owns, counted here as if the pool had
+ * allocated it (the capacity applies; ZRT_ERR_OOM like zrt_pool_alloc):
+ * the comm's collective buffers (zrt_comm_mem_alloc) stay in the backend
+ * pool's categories. zrt_pool_free of an adopted pointer only stops
+ * counting it (its owner frees it); zrt_pool_destroy leaves it alone.
+ * zrt_pool_reserve checks that bytes more would fit, without counting
+ * them (before an allocation elsewhere that is costly to undo). */
+zrt_status zrt_pool_adopt(zrt_pool *pool, void *ptr, size_t bytes, zrt_mem_category cat);
+zrt_status zrt_pool_reserve(zrt_pool *pool, size_t bytes, zrt_mem_category cat);
 
 void zrt_pool_stats(const zrt_pool *pool, zrt_mem_stats *out);
 void zrt_pool_reset_peak(zrt_pool *pool);

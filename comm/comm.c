@@ -597,3 +597,55 @@ zrt_status zrt_comm_test(zrt_comm *c, zrt_comm_req *req, int *done) {
   }
   return ZRT_OK;
 }
+
+zrt_status zrt_comm_mem_alloc(zrt_comm *c, size_t bytes, void **out) {
+  if (!out) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_comm_mem_alloc: out is NULL");
+  *out = NULL;
+  ZRT_CHECK(check_comm(c, "zrt_comm_mem_alloc"));
+  if (c->iface->mem_alloc) return c->iface->mem_alloc(c->ctx, bytes, out);
+  if (!bytes) return ZRT_OK;
+  int rc = posix_memalign(out, 64, bytes);
+  if (rc) {
+    *out = NULL;
+    return zrt_error(ZRT_ERR_OOM, "zrt_comm_mem_alloc: %zu bytes of host memory: %s", bytes,
+                     strerror(rc));
+  }
+  return ZRT_OK;
+}
+
+void zrt_comm_mem_free(zrt_comm *c, void *p) {
+  if (!p) return;
+  if (c && c->iface && c->iface->mem_free)
+    c->iface->mem_free(c->ctx, p);
+  else
+    free(p);
+}
+
+/* The comm's own buffers where it has an allocator and the buffers are
+ * host memory; the backend's otherwise (the same test at free). */
+static int own_bufs(const zrt_comm *c, const zrt_backend *be) {
+  return c && c->iface && c->iface->mem_alloc && be && be->device_id < 0;
+}
+
+zrt_status zrt_comm_buf_alloc(zrt_comm *c, zrt_backend *be, size_t bytes, zrt_mem_category cat,
+                              void **out) {
+  if (!out || !be) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_comm_buf_alloc: NULL argument");
+  *out = NULL;
+  if (!own_bufs(c, be)) return zrt_backend_alloc(be, bytes, cat, out);
+  /* the capacity first: a refusal after the collective allocation would
+   * leave the other ranks holding theirs */
+  ZRT_CHECK(zrt_pool_reserve(be->pool, bytes, cat));
+  ZRT_CHECK(zrt_comm_mem_alloc(c, bytes ? bytes : 1, out));
+  zrt_status st = zrt_pool_adopt(be->pool, *out, bytes, cat);
+  if (st != ZRT_OK) {
+    zrt_comm_mem_free(c, *out);
+    *out = NULL;
+  }
+  return st;
+}
+
+void zrt_comm_buf_free(zrt_comm *c, zrt_backend *be, void *p) {
+  if (!p || !be) return;
+  zrt_backend_free(be, p); /* adopted: only stops counting it */
+  if (own_bufs(c, be)) zrt_comm_mem_free(c, p);
+}

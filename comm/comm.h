@@ -60,6 +60,14 @@ typedef struct zrt_comm_iface {
   /* Non-blocking completion test: *done = 1 when complete (req then freed). */
   zrt_status (*test)(void *ctx, zrt_comm_req *req, int *done);
   void (*destroy)(void *ctx);
+  /* Optional (NULL: zrt_comm_mem_alloc's plain host memory): buffers for
+   * collectives that the comm can reach on every rank without a copy (the
+   * shm comm: shared memory every local rank maps, comm/comm_shm_zc.c).
+   * Collective: every rank allocates the same bytes in the same order.
+   * mem_free takes any pointer mem_alloc returned (local; the memory
+   * lives until every rank freed it). */
+  zrt_status (*mem_alloc)(void *ctx, size_t bytes, void **out);
+  void (*mem_free)(void *ctx, void *p);
 } zrt_comm_iface;
 
 typedef struct zrt_comm {
@@ -85,6 +93,9 @@ typedef struct zrt_comm {
    * the caller did something else: hidden behind compute. On CUDA the
    * times are host-side (enqueue and stream waits), not kernel times. */
   double busy_s, wait_s;
+  /* Collectives that ran zero-copy: read the peers' buffers in place
+   * (buffers from zrt_comm_mem_alloc on every rank; shm comm only). */
+  uint64_t zero_copy;
 } zrt_comm;
 
 /* want: "auto" | "self" | "mpi" | "shm" | "hier" | "nccl". auto = self
@@ -127,6 +138,31 @@ zrt_status zrt_comm_barrier(zrt_comm *c);
  * again, or give up on the comm. Any other return frees req. */
 zrt_status zrt_comm_wait(zrt_comm *c, zrt_comm_req *req);
 zrt_status zrt_comm_test(zrt_comm *c, zrt_comm_req *req, int *done);
+
+/* Collective buffers (like MPI_Win_allocate_shared): every rank calls it
+ * with the same bytes, in the same order relative to the other
+ * allocations and collectives. On the shm comm the memory is shared with
+ * the other local ranks, and reduce_scatter / all_gather / all_reduce whose
+ * buffers all come from here (every rank's send, and recv for all_reduce)
+ * read the peers' buffers in place instead of copying through the segment
+ * (docs/comms.md, "Zero-copy collectives"); elsewhere it is 64-byte aligned
+ * host memory. bytes 0: *out = NULL. Fails with ZRT_ERR_OOM and what to do
+ * when /dev/shm is too small. The memory is not counted in any pool: a
+ * caller that accounts its buffers reserves the bytes itself. */
+zrt_status zrt_comm_mem_alloc(zrt_comm *c, size_t bytes, void **out);
+/* Frees what zrt_comm_mem_alloc returned (NULL ok). No collective may be
+ * using it on this rank. */
+void zrt_comm_mem_free(zrt_comm *c, void *p);
+
+/* A collective buffer counted in the backend's pool under cat (its
+ * capacity applies, zrt_mem_stats show it): zrt_comm_mem_alloc when the
+ * comm has its own allocator and be is a host backend, else
+ * zrt_backend_alloc (device buffers; comms without one). Collective in the
+ * first case: every rank, the same bytes, the same order. Free with
+ * zrt_comm_buf_free on the same comm and backend. */
+zrt_status zrt_comm_buf_alloc(zrt_comm *c, zrt_backend *be, size_t bytes, zrt_mem_category cat,
+                              void **out);
+void zrt_comm_buf_free(zrt_comm *c, zrt_backend *be, void *p);
 
 /* "2.28.3" from the loaded NCCL library (ncclGetVersion, no GPU needed),
  * or "not built". */

@@ -4,7 +4,9 @@
  * per rank pipelined at one handshake per round over double-buffered
  * regions, 16-bit sums added in fp32 and rounded once, waits on futexes,
  * recv streamed past the cache for large collectives; Open
- * MPI underneath for bootstrap and as the fallback. Invariants (rounds,
+ * MPI underneath for bootstrap and as the fallback. Buffers from the
+ * comm's allocator take the zero-copy paths of comm/comm_shm_zc.c (hooks:
+ * the publish phase in shm_issue / do_phase / progress). Invariants (rounds,
  * ordering, timed-out requests, dead ranks, bounds): docs/comms.md, "The
  * shared-memory comm".
  */
@@ -23,100 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm_impl.h"
-#include "comm_shm_kernels.h"
+#include "comm_shm_impl.h"
 #include "cpu_features.h"
 #include "dtype.h"
-
-/* Bytes of each rank's data (and result) region: one round's payload.
- * Every round costs one phase handshake, so larger regions amortise the
- * handshakes; smaller ones keep what a rank publishes in the caches while
- * the others read it. 1 MiB: at 10 GB/s a round moves data for ~100 us
- * against a handshake of ~1 us, and the two rounds in flight (data and
- * result regions, 4 per rank) stay within a server's L3 at a few ranks. */
-#define SHM_REGION_BYTES ((size_t)1 << 20)
-/* ZRT_COMM_SHM_REGION (a size, e.g. "4KiB") overrides it, from this
- * smallest value up: the tests shrink the regions so that small
- * collectives take many rounds. */
-#define SHM_REGION_MIN ((size_t)1024)
-/* Most ranks one segment serves (control lines in the 4 KiB header). */
-#define SHM_MAX_RANKS 64
-_Static_assert(SHM_MAX_RANKS <= ZRT_SHM_MAX_INPUTS, "the kernels sum at most this many inputs");
-/* Elements of the fp32 accumulator a 16-bit reduction works through at a
- * time (8 KiB: stays in L1 with the widened input beside it). */
-#define SHM_BLOCK 2048
-/* Waiting: spins before yielding, and seconds of waiting between liveness
- * checks of the ranks being waited for. */
-#define SHM_SPINS 256
-#define SHM_LIVENESS_S 1.0
-/* Then, counted from the last phase that went through: yield the core for
- * up to 2 ms (the rank waited for may be on it; with no more ranks than
- * cores it is usually microseconds away on its own core, and a yield on an
- * idle core returns at once), then block on a futex on the phase word of
- * the rank waited for, which that rank wakes when it completes a phase
- * (no oversleep, no core used). With more ranks than cores the yields are
- * skipped: blocking hands the core to a rank that needs it, and the wake
- * brings the waiter back as soon as its phase can start. A futex wait
- * lasts at most until the next liveness check or the caller's timeout. */
-#define SHM_YIELD_S 2e-3
-#define SHM_MAGIC 0x7a727473686d3031ull /* "zrtshm01" */
-
-typedef struct shm_ctl {
-  uint64_t phase; /* phases completed (atomic); its low 32 bits are a futex */
-  int32_t pid;
-  int32_t waiters; /* ranks blocked on this rank's phase futex (atomic) */
-  char pad[64 - sizeof(uint64_t) - 2 * sizeof(int32_t)];
-} shm_ctl;
-
-typedef struct shm_hdr {
-  uint64_t magic;
-  int32_t nranks;
-  int32_t pad;
-  uint64_t region_bytes;
-  char pad2[64 - 3 * sizeof(uint64_t)];
-  shm_ctl ctl[SHM_MAX_RANKS];
-} shm_hdr;
-
-typedef enum { SHM_AR = 0, SHM_RS, SHM_AG, SHM_BC, SHM_BARRIER } shm_op;
-
-typedef struct shm_req {
-  zrt_comm_req base; /* first: zrt_comm_req * and shm_req * convert */
-  struct shm_req *next;
-  shm_op op;
-  const void *send;
-  void *recv;
-  zrt_dtype dt;
-  zrt_redop red;
-  int root;
-  size_t *counts, *offs; /* per rank (reduce_scatter / all_gather / all_reduce segments) */
-  size_t maxcount;       /* largest segment: the rounds cover it */
-  size_t q;              /* elements per segment per round */
-  uint64_t rounds;       /* of q elements per segment (0: nothing to move) */
-  uint64_t first, last;  /* phases [first, last) of this collective */
-  int nt;                /* recv written with non-temporal stores (use_nt) */
-  int done;
-} shm_req;
-
-typedef struct shm_ctx {
-  zrt_comm *c;      /* the comm this ctx backs (timeout_s for barrier) */
-  zrt_comm mpi;     /* the MPI comm underneath (bootstrap; its ctx reads c) */
-  shm_hdr *hdr;     /* the mapping */
-  size_t map_bytes; /* of the mapping */
-  char *data;       /* 2 x N regions of region bytes (round parity, rank) */
-  char *res;        /* 2 x N result regions */
-  size_t region;
-  int rank, nranks;
-  uint64_t issued;      /* phases issued by this rank (the next request's first) */
-  uint64_t phase;       /* phases completed by this rank (mirrors hdr->ctl[rank].phase) */
-  shm_req *head, *tail; /* pending, in issue order */
-  int inflight;         /* requests not yet freed */
-  int laggard;          /* the rank progress() last found behind */
-  int cores;            /* cores this process may run on (0: not looked at yet) */
-  size_t nt_from;       /* see use_nt (valid when nt_ready) */
-  int nt_ready;
-  zrt_status broken; /* a rank died: every call fails with broken_msg */
-  char broken_msg[512];
-} shm_ctx;
 
 /* ----------------------------------------------------------- kernels */
 
@@ -213,8 +124,8 @@ static int avx512_path(void) {
  * bits when not NULL (a region). out may be one of the inputs exactly (in
  * place): every path reads all inputs of an element before writing it.
  * nt: out (recv) with non-temporal stores where the AVX-512 kernel runs. */
-static void reduce_into(void *out, void *out2, const void *const *in, int n, size_t len,
-                        zrt_dtype dt, zrt_redop red, int nt) {
+void zrt_shm_reduce_into(void *out, void *out2, const void *const *in, int n, size_t len,
+                         zrt_dtype dt, zrt_redop red, int nt) {
   if (!len) return;
   size_t es = zrt_dtype_size(dt);
   if (red == ZRT_RED_SUM && avx512_path()) {
@@ -243,7 +154,7 @@ static void reduce_into(void *out, void *out2, const void *const *in, int n, siz
 }
 
 /* A copy into recv: non-temporal for an nt request where AVX-512 runs. */
-static void copy_out(const shm_req *q, void *dst, const void *src, size_t bytes) {
+void zrt_shm_copy_out(const shm_req *q, void *dst, const void *src, size_t bytes) {
   if (q->nt && avx512_path())
     zrt_shm_copy_nt(dst, src, bytes);
   else
@@ -295,15 +206,15 @@ static void do_stage(shm_ctx *s, shm_req *q, int t, uint64_t g) {
        * read every input of an element before writing it); all_reduce
        * also into my result region, in the same pass */
       if (q->op == SHM_RS)
-        reduce_into(recv + lo * es, NULL, in, N, len, q->dt, q->red, q->nt);
+        zrt_shm_reduce_into(recv + lo * es, NULL, in, N, len, q->dt, q->red, q->nt);
       else
-        reduce_into(recv + (q->offs[R] + lo) * es, region(s, s->res, g, R), in, N, len, q->dt,
-                    q->red, q->nt);
+        zrt_shm_reduce_into(recv + (q->offs[R] + lo) * es, region(s, s->res, g, R), in, N, len,
+                            q->dt, q->red, q->nt);
     } else { /* all_reduce gather: the other segments' sums */
       for (int j = 0; j < N; j++) {
         if (j == R) continue;
         seg_round(q, j, g, &lo, &len);
-        copy_out(q, recv + (q->offs[j] + lo) * es, region(s, s->res, g, j), len * es);
+        zrt_shm_copy_out(q, recv + (q->offs[j] + lo) * es, region(s, s->res, g, j), len * es);
       }
     }
     break;
@@ -318,7 +229,7 @@ static void do_stage(shm_ctx *s, shm_req *q, int t, uint64_t g) {
       for (int j = 0; j < N; j++) {
         if (j == R) continue;
         seg_round(q, j, g, &lo, &len);
-        copy_out(q, recv + (q->offs[j] + lo) * es, region(s, s->data, g, j), len * es);
+        zrt_shm_copy_out(q, recv + (q->offs[j] + lo) * es, region(s, s->data, g, j), len * es);
       }
     }
     break;
@@ -327,7 +238,7 @@ static void do_stage(shm_ctx *s, shm_req *q, int t, uint64_t g) {
     if (t == 0 && R == q->root)
       memcpy(region(s, s->data, g, q->root), recv + lo * es, len * es);
     else if (t == 1 && R != q->root)
-      copy_out(q, recv + lo * es, region(s, s->data, g, q->root), len * es);
+      zrt_shm_copy_out(q, recv + lo * es, region(s, s->data, g, q->root), len * es);
     break;
   }
 }
@@ -335,6 +246,18 @@ static void do_stage(shm_ctx *s, shm_req *q, int t, uint64_t g) {
 /* Does phase k (0-based within the request) of q: stage t of round k - t
  * for every stage whose round exists, the oldest round first. */
 static void do_phase(shm_ctx *s, shm_req *q, uint64_t k) {
+  if (q->zc != SHM_ZC_NONE) { /* phase 0 publishes; then zero-copy or the copy path */
+    if (k == 0) {
+      zrt_shm_zc_publish(s, q);
+      return;
+    }
+    if (q->zc == SHM_ZC_ON) {
+      zrt_shm_zc_phase(s, q, k - 1);
+      if (q->nt) __builtin_ia32_sfence();
+      return;
+    }
+    k--;
+  }
   for (int t = stages(q->op) - 1; t >= 0; t--)
     if (k >= (uint64_t)t && k - (uint64_t)t < q->rounds) do_stage(s, q, t, k - (uint64_t)t);
   /* non-temporal stores are weakly ordered: globally visible before the
@@ -348,6 +271,11 @@ static void progress(shm_ctx *s, int *moved) {
   *moved = 0;
   while (s->head) {
     shm_req *q = s->head;
+    if (!q->started) { /* its phases follow the previous request's */
+      q->started = 1;
+      q->first = s->phase;
+      q->last = q->first + q->nph + (q->zc != SHM_ZC_NONE);
+    }
     while (s->phase < q->last) {
       /* phase s->phase + 1 starts when every rank completed s->phase */
       for (int r = 0; r < s->nranks; r++)
@@ -355,6 +283,11 @@ static void progress(shm_ctx *s, int *moved) {
           s->laggard = r;
           return;
         }
+      /* every rank published: zero-copy or not, the same on all */
+      if (q->zc == SHM_ZC_ASK && s->phase == q->first + 1) {
+        zrt_shm_zc_decide(s, q);
+        if (s->broken != ZRT_OK) return; /* a buffer it cannot reach */
+      }
       do_phase(s, q, s->phase - q->first);
       s->phase++;
       /* sequentially consistent with the waiter's count (Dekker): either it
@@ -439,6 +372,10 @@ static int progress_until(shm_ctx *s, shm_req *q, double timeout_s, zrt_status *
     int moved = 0;
     progress(s, &moved);
     if (q ? q->done : !s->head) return 1;
+    if (s->broken != ZRT_OK) {
+      *st = zrt_error(s->broken, "%s", s->broken_msg);
+      return -1;
+    }
     if (moved) { /* the ladder restarts at every phase the others let through */
       idle = 0;
       continue;
@@ -462,6 +399,18 @@ static int progress_until(shm_ctx *s, shm_req *q, double timeout_s, zrt_status *
       wait_laggard(s, max_s);
     }
   }
+}
+
+zrt_status zrt_shm_drain(shm_ctx *s) {
+  zrt_status st = ZRT_OK;
+  double t = s->c ? s->c->timeout_s : 0;
+  int got = progress_until(s, NULL, t, &st);
+  if (got == 0)
+    return zrt_error(ZRT_ERR_COMM,
+                     "shm comm: the collectives issued before zrt_comm_mem_alloc did not complete "
+                     "within %gs",
+                     t);
+  return got < 0 ? st : ZRT_OK;
 }
 
 /* ------------------------------------------------------------ requests */
@@ -525,9 +474,11 @@ static zrt_status shm_test(void *ctx, zrt_comm_req *req, int *done) {
 /* Queues a request of `rounds` rounds and makes what progress it can now. */
 static zrt_status shm_issue(shm_ctx *s, shm_req *q, size_t rounds, zrt_comm_req **req) {
   q->rounds = rounds;
-  q->first = s->issued;
-  q->last = s->issued + (rounds ? (uint64_t)rounds + (uint64_t)stages(q->op) - 1 : 0);
-  s->issued = q->last;
+  q->nph = rounds ? (uint64_t)rounds + (uint64_t)stages(q->op) - 1 : 0;
+  /* once the comm has allocated buffers (collectively: the same on every
+   * rank), every reduction and gather publishes where its buffers are */
+  if (s->zc_made && rounds && (q->op == SHM_AR || q->op == SHM_RS || q->op == SHM_AG))
+    q->zc = SHM_ZC_ASK;
   if (s->tail)
     s->tail->next = q;
   else
@@ -701,6 +652,7 @@ static void shm_destroy(void *ctx) {
   if (!s) return;
   if (s->inflight > 0)
     zrt_log(ZRT_LOG_WARN, "shm comm: %d collective(s) still in flight at destroy", s->inflight);
+  zrt_shm_zc_release(s);
   if (s->hdr) munmap(s->hdr, s->map_bytes);
   /* With a collective given up on (timed out, or a rank died) the other
    * ranks may never reach MPI_Finalize: leave MPI up, as the MPI comm does. */
@@ -718,6 +670,8 @@ static const zrt_comm_iface shm_iface = {
     .wait = shm_wait,
     .test = shm_test,
     .destroy = shm_destroy,
+    .mem_alloc = zrt_shm_zc_alloc,
+    .mem_free = zrt_shm_zc_free,
 };
 
 /* Creates (rank 0) or opens the segment and maps it. Fills why on failure. */

@@ -50,9 +50,12 @@ typedef struct zrt_co_cfg {
   int quick;
   const char *hostfile; /* --hostfile: ranks over several machines */
   int ppn;              /* --ppn: ranks per machine with a hostfile */
+  int private_bufs;     /* --buffers private: the sweep's buffers from the backend pool, not
+                           zrt_comm_mem_alloc (what the engine uses) */
 } zrt_co_cfg;
 #define ZRT_CO_MAX_REPEAT 32
 #define ZRT_CO_MAX_ROUNDS 64
+#define ZRT_CO_ALT_COMMS 3 /* mpi, shm (comm buffers), shm (private buffers) */
 
 static void zrt_co_cfg_from(const zrt_perf_args *a, zrt_co_cfg *c) {
   c->quick = a->quick || getenv("ZRT_PERF_QUICK") != NULL;
@@ -77,6 +80,27 @@ static void zrt_co_cfg_from(const zrt_perf_args *a, zrt_co_cfg *c) {
   s = zrt_perf_opt(a, "alternate");
   c->alternate = s && atoi(s) > 0 ? atoi(s) : 0;
   if (c->alternate > ZRT_CO_MAX_ROUNDS) c->alternate = ZRT_CO_MAX_ROUNDS;
+  s = zrt_perf_opt(a, "buffers");
+  c->private_bufs = s && !strcmp(s, "private");
+}
+
+/* The collective buffers: through the comm's allocator (shared memory on
+ * the shm comm: its zero-copy paths) unless private or on a device. */
+static zrt_status zrt_co_buf(zrt_comm *c, zrt_backend *be, int priv, size_t bytes, void **out) {
+  if (priv || be->device_id >= 0)
+    ZRT_CHECK(zrt_backend_alloc(be, bytes, ZRT_MEM_COMM, out));
+  else
+    ZRT_CHECK(zrt_comm_mem_alloc(c, bytes, out));
+  /* touch every page: untouched memory reads as the shared zero page,
+   * which stays in cache and would flatter the reads */
+  return zrt_backend_memset(be, *out, 0, bytes, NULL);
+}
+
+static void zrt_co_buf_free(zrt_comm *c, zrt_backend *be, int priv, void *p) {
+  if (priv || be->device_id >= 0)
+    zrt_backend_free(be, p);
+  else
+    zrt_comm_mem_free(c, p);
 }
 
 /* One collective, blocking. */
@@ -165,10 +189,12 @@ static zrt_status zrt_co_measure(zrt_comm *c, zrt_comm *flat, zrt_backend *be,
   size_t *counts = calloc((size_t)n, sizeof(size_t));
   size_t cap = ZRT_ALIGN_UP(cfg->max_bytes, (size_t)n * 4);
   if (!counts) return zrt_error(ZRT_ERR_OOM, "collectives: out of host memory");
-  ZRT_CHECK_GOTO(zrt_backend_alloc(be, cap, ZRT_MEM_COMM, &send), st, done);
-  ZRT_CHECK_GOTO(zrt_backend_alloc(be, cap, ZRT_MEM_COMM, &recv), st, done);
+  ZRT_CHECK_GOTO(zrt_co_buf(c, be, cfg->private_bufs, cap, &send), st, done);
+  ZRT_CHECK_GOTO(zrt_co_buf(c, be, cfg->private_bufs, cap, &recv), st, done);
   ZRT_CHECK_GOTO(zrt_backend_memset(be, send, 0, cap, NULL), st, done);
   ZRT_CHECK_GOTO(zrt_backend_memset(be, recv, 0, cap, NULL), st, done);
+  cJSON_AddStringToObject(out, "buffers",
+                          cfg->private_bufs || be->device_id >= 0 ? "private" : "comm");
   /* DRAM, not cache: copy at least 64 MiB (fresh buffers when the
    * collective buffers are smaller) */
   size_t mcap = ZRT_MAX(cap, (size_t)64 << 20);
@@ -261,8 +287,8 @@ static zrt_status zrt_co_measure(zrt_comm *c, zrt_comm *flat, zrt_backend *be,
   if (cfg->hostfile && be->device_id < 0)
     ZRT_CHECK_GOTO(zrt_co_xnode(c, flat, cfg, send, recv, counts, out, comm_name), st, done);
 done:
-  zrt_backend_free(be, send);
-  zrt_backend_free(be, recv);
+  zrt_co_buf_free(c, be, cfg->private_bufs, send);
+  zrt_co_buf_free(c, be, cfg->private_bufs, recv);
   free(counts);
   return st;
 }
@@ -282,26 +308,26 @@ static zrt_status zrt_co_time(zrt_comm *c, int op, void *send, void *recv, size_
  * seconds before it (a shared machine's load drifts between the sweeps
  * above). Adds r["alternated"]: per comm/op/dtype the rounds' busbw and
  * busbw / that round's memcpy. */
-static zrt_status zrt_co_alternate(zrt_comm **cs, const char *const *names, int nc, zrt_backend *be,
-                                   const zrt_co_cfg *cfg, cJSON *r) {
+static zrt_status zrt_co_alternate(zrt_comm **cs, const char *const *names, const int *privs,
+                                   int nc, zrt_backend *be, const zrt_co_cfg *cfg, cJSON *r) {
   zrt_status st = ZRT_OK;
   zrt_comm *c = cs[0];
   int n = c->world, K = cfg->alternate;
   size_t cap = ZRT_ALIGN_UP(cfg->max_bytes, (size_t)n * 4);
   size_t mcap = ZRT_MAX(cap, (size_t)64 << 20); /* the sweep's baseline: DRAM, not cache */
-  void *send = NULL, *recv = NULL, *ms = NULL, *mr = NULL;
+  void *sends[ZRT_CO_ALT_COMMS] = {0}, *recvs[ZRT_CO_ALT_COMMS] = {0}, *ms = NULL, *mr = NULL;
   size_t *counts = calloc((size_t)n, sizeof(size_t));
   const zrt_dtype dts[2] = {ZRT_F32, ZRT_BF16};
-  enum { NS = 2 * ZRT_CO_NOPS * 2 }; /* comms (mpi, shm) x ops x dtypes */
+  enum { NS = ZRT_CO_ALT_COMMS * ZRT_CO_NOPS * 2 }; /* comms x ops x dtypes */
   double mbw[ZRT_CO_MAX_ROUNDS], bus[NS][ZRT_CO_MAX_ROUNDS];
   int iters[NS] = {0};
   if (!counts) return zrt_error(ZRT_ERR_OOM, "collectives: out of host memory");
-  ZRT_CHECK_GOTO(zrt_backend_alloc(be, cap, ZRT_MEM_COMM, &send), st, done);
-  ZRT_CHECK_GOTO(zrt_backend_alloc(be, cap, ZRT_MEM_COMM, &recv), st, done);
+  for (int ci = 0; ci < nc; ci++) {
+    ZRT_CHECK_GOTO(zrt_co_buf(cs[ci], be, privs[ci], cap, &sends[ci]), st, done);
+    ZRT_CHECK_GOTO(zrt_co_buf(cs[ci], be, privs[ci], cap, &recvs[ci]), st, done);
+  }
   ZRT_CHECK_GOTO(zrt_backend_alloc(be, mcap, ZRT_MEM_OTHER, &ms), st, done);
   ZRT_CHECK_GOTO(zrt_backend_alloc(be, mcap, ZRT_MEM_OTHER, &mr), st, done);
-  ZRT_CHECK_GOTO(zrt_backend_memset(be, send, 0, cap, NULL), st, done);
-  ZRT_CHECK_GOTO(zrt_backend_memset(be, recv, 0, cap, NULL), st, done);
   ZRT_CHECK_GOTO(zrt_backend_memset(be, ms, 1, mcap, NULL), st, done);
   ZRT_CHECK_GOTO(zrt_backend_memset(be, mr, 0, mcap, NULL), st, done);
   size_t bytes = cfg->max_bytes;
@@ -316,12 +342,14 @@ static zrt_status zrt_co_alternate(zrt_comm **cs, const char *const *names, int 
           for (int q = 0; q < n; q++) counts[q] = count / (size_t)n;
           double t = 0;
           if (!iters[j]) { /* first round: warm up, then size the timed loop */
-            ZRT_CHECK_GOTO(zrt_co_time(cs[ci], op, send, recv, count, dts[d], counts, 2, &t), st,
-                           done);
+            ZRT_CHECK_GOTO(
+                zrt_co_time(cs[ci], op, sends[ci], recvs[ci], count, dts[d], counts, 2, &t), st,
+                done);
             iters[j] = (int)ZRT_MIN(1000.0, ZRT_MAX(3.0, cfg->target_s / ZRT_MAX(t, 1e-6)));
           }
-          ZRT_CHECK_GOTO(zrt_co_time(cs[ci], op, send, recv, count, dts[d], counts, iters[j], &t),
-                         st, done);
+          ZRT_CHECK_GOTO(
+              zrt_co_time(cs[ci], op, sends[ci], recvs[ci], count, dts[d], counts, iters[j], &t),
+              st, done);
           double f = op == ZRT_CO_AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
           bus[j][k] = (double)(count * es) / t * f;
         }
@@ -346,8 +374,10 @@ static zrt_status zrt_co_alternate(zrt_comm **cs, const char *const *names, int 
         cJSON_AddItemToArray(ser, o);
       }
 done:
-  zrt_backend_free(be, send);
-  zrt_backend_free(be, recv);
+  for (int ci = 0; ci < nc; ci++) {
+    zrt_co_buf_free(cs[ci], be, privs[ci], sends[ci]);
+    zrt_co_buf_free(cs[ci], be, privs[ci], recvs[ci]);
+  }
   zrt_backend_free(be, ms);
   zrt_backend_free(be, mr);
   free(counts);
@@ -501,9 +531,12 @@ static int zrt_co_ranked(const zrt_co_cfg *cfg, cJSON *r) {
     zrt_perf_note("collectives: hier: %s", zrt_last_error());
   }
   if (cfg->alternate > 0 && shm && !strcmp(shm->iface->name, "shm")) {
-    zrt_comm *cs[2] = {mpi, shm};
-    const char *const nm[2] = {"mpi", "shm"};
-    if (zrt_co_alternate(cs, nm, 2, cpu, cfg, r) != ZRT_OK)
+    /* the shm comm on its own buffers (zero-copy) and on private ones
+     * (the copy path), alternated with mpi and memcpy */
+    zrt_comm *cs[ZRT_CO_ALT_COMMS] = {mpi, shm, shm};
+    const char *const nm[ZRT_CO_ALT_COMMS] = {"mpi", "shm", "shm private buffers"};
+    const int privs[ZRT_CO_ALT_COMMS] = {1, 0, 1};
+    if (zrt_co_alternate(cs, nm, privs, ZRT_CO_ALT_COMMS, cpu, cfg, r) != ZRT_OK)
       zrt_perf_note("collectives: alternated rounds: %s", zrt_last_error());
   }
   cJSON *jn = cJSON_AddObjectToObject(comms, "nccl");
@@ -565,9 +598,10 @@ static int zrt_bench_collectives(const zrt_perf_args *a, cJSON *r) {
       cmd, sizeof cmd,
       "ZRT_PERF_CHILD_OUT=%s %s mpiexec --oversubscribe --allow-run-as-root "
       "--bind-to none -n %d -x ZRT_PERF_CHILD_OUT %s%s%s collectives "
-      "--min %zu --max %zu --factor %d --time %g%s --alternate %d --json > /dev/null",
+      "--min %zu --max %zu --factor %d --time %g%s --alternate %d --buffers %s --json > /dev/null",
       tmp, cfg.quick ? "ZRT_PERF_QUICK=1" : "", cfg.ranks, cfg.quick ? "-x ZRT_PERF_QUICK " : "",
-      place, self, cfg.min_bytes, cfg.max_bytes, cfg.factor, cfg.target_s, cargs, cfg.alternate);
+      place, self, cfg.min_bytes, cfg.max_bytes, cfg.factor, cfg.target_s, cargs, cfg.alternate,
+      cfg.private_bufs ? "private" : "comm");
   (void)k;
   zrt_perf_note("collectives: %s (%d run%s)", cmd, cfg.repeat, cfg.repeat == 1 ? "" : "s");
   cJSON *runs[ZRT_CO_MAX_REPEAT] = {0};
@@ -681,5 +715,7 @@ ZRT_PERF_BENCH(collectives,
                "all_reduce / reduce_scatter / all_gather algbw+busbw by size vs memcpy, mpi, shm "
                "and hier (--ranks --min --max --factor --time --repeat: medians of repeated jobs; "
                "--alternate K: K rounds of memcpy, mpi and shm alternated at --max; --hostfile F "
-               "--ppn K: K ranks per machine of F, plus the bytes each comm sends across machines)",
+               "--ppn K: K ranks per machine of F, plus the bytes each comm sends across machines; "
+               "--buffers comm|private: the sweep's buffers from zrt_comm_mem_alloc (default, "
+               "zero-copy on shm) or the backend pool; --alternate measures shm on both)",
                zrt_bench_collectives)

@@ -4,8 +4,9 @@
 # on this machine, the peer measured in the same run, zrt, and the ratios.
 #   optimizer   zrt-perf optimizer (fused AdamW, all cores) vs torch.optim.AdamW
 #               (scripts/perf_torch_adamw.py); limit: STREAM triad of the run
-#   collectives zrt-perf collectives, 2 ranks, 16 MiB, the shm comm vs Open MPI
-#               (--repeat medians); limit: memcpy of the run
+#   collectives zrt-perf collectives, 2 ranks, 16 MiB, the shm comm (buffers
+#               from the comm's allocator: zero-copy) vs Open MPI (--repeat
+#               medians); limit: memcpy of the run
 #   training    zrt-perf step (GPT tiny, 2 ranks, stage 2) vs PyTorch eager
 #               (scripts/perf_torch_gpt2.py); limit: the engine GEMM peak
 #   main job    zrt-perf mainjob: the README's job under the thread plan vs
@@ -82,7 +83,8 @@ for op in ("reduce_scatter", "all_gather", "all_reduce"):
         rows.append(["%s %s 16 MiB, 2 ranks (busbw, median of %s jobs)" % (op, dt, co.get("repeat", 1)),
                      "memcpy %s GB/s" % g(mem),
                      "Open MPI %s GB/s" % g(m["busbw_bytes_per_s"]) if m else "-",
-                     "shm %s GB/s" % g(s["busbw_bytes_per_s"]),
+                     "shm%s %s GB/s" % (" (comm buffers: zero-copy)" if comms.get("shm", {}).get("buffers") == "comm" else "",
+                                        g(s["busbw_bytes_per_s"])),
                      "%.1f" % (s["busbw_bytes_per_s"] / m["busbw_bytes_per_s"]) if m else "-",
                      "%.2f (p10-p90 %.2f-%.2f)" % (s["busbw_over_memcpy"], sp.get("p10", 0), sp.get("p90", 0))])
 st = j("step.json")

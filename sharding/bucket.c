@@ -137,8 +137,11 @@ zrt_status zrt_buckets_create(zrt_backend *be, zrt_comm *comm, zrt_dtype dtype,
   zrt_status st = ZRT_OK;
   for (int i = 0; i < 2 && st == ZRT_OK; i++) {
     zrt_bucket_slot *s = &b->slots[i];
-    st = zrt_backend_alloc(be, (size_t)chunk * (size_t)comm->world * cs, ZRT_MEM_COMM, &s->send);
-    if (st == ZRT_OK) st = zrt_backend_alloc(be, (size_t)chunk * cs, ZRT_MEM_COMM, &s->recv);
+    /* the comm's buffers (shared memory on the shm comm: its collectives
+     * read them in place), counted in the backend pool */
+    st = zrt_comm_buf_alloc(comm, be, (size_t)chunk * (size_t)comm->world * cs, ZRT_MEM_COMM,
+                            &s->send);
+    if (st == ZRT_OK) st = zrt_comm_buf_alloc(comm, be, (size_t)chunk * cs, ZRT_MEM_COMM, &s->recv);
   }
   if (st != ZRT_OK) {
     zrt_buckets_destroy(b);
@@ -163,8 +166,8 @@ void zrt_buckets_destroy(zrt_buckets *b) {
   }
   for (int i = 0; i < 2; i++) {
     zrt_bucket_slot *s = &b->slots[i];
-    zrt_backend_free(b->be, s->send);
-    zrt_backend_free(b->be, s->recv);
+    zrt_comm_buf_free(b->comm, b->be, s->send);
+    zrt_comm_buf_free(b->comm, b->be, s->recv);
     if (b->hpool && s->hstage) zrt_pool_free(b->hpool, s->hstage);
   }
   if (b->hstream) zrt_backend_stream_destroy(b->be, b->hstream);

@@ -4,8 +4,8 @@
 # no line chart (stderr says so, no PNG) while its JSON keeps the figures;
 # every result records the load average before and after the benchmark and
 # whether the machine was busy; --repeat K reports medians with their
-# spread and the load of each job; --alternate K adds K rounds of memcpy and
-# both comms per job, every job's rounds pooled, each ratio over its own
+# spread and the load of each job; --alternate K adds K rounds of memcpy,
+# mpi, shm on the comm's buffers and shm on private buffers per job, every job's rounds pooled, each ratio over its own
 # round's memcpy. (Flags on impossible figures depend on
 # timings, so no test forces one.)
 set -euo pipefail
@@ -46,7 +46,11 @@ for comm in ("mpi", "shm"):
              f"{comm} {p['op']} {p['dtype']}: busbw is the median of the 2 jobs")
 a = r.get("alternated")
 need(a is not None and len(a["memcpy_bytes_per_s"]) == 6, "alternated: 3 rounds x 2 jobs of memcpy")
-need(len(a["series"]) == 12, "alternated: 2 comms x 3 ops x 2 dtypes")
+need(len(a["series"]) == 18, "alternated: 3 comms x 3 ops x 2 dtypes")
+need(sorted({s["comm"] for s in a["series"]}) == ["mpi", "shm", "shm private buffers"],
+     "alternated: mpi, shm (comm buffers), shm private buffers")
+for comm in ("mpi", "shm"):
+    need(r["comms"][comm].get("buffers") == "comm", f"{comm}: the sweep on the comm's buffers")
 for s in a["series"]:
     b, q = s["busbw_bytes_per_s"], s["busbw_over_memcpy"]
     need(len(b) == 6 and len(q) == 6, f"alternated {s['comm']} {s['op']} {s['dtype']}: 6 rounds")

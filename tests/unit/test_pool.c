@@ -4,7 +4,10 @@
  * (exactly full, one byte over, larger than the capacity), the OOM message
  * text, a refusing raw allocator, free of a pointer the pool does not own,
  * bookkeeping growth past many live allocations, and that destroy returns
- * every leftover to the raw allocator.
+ * every leftover to the raw allocator. Adopted memory (zrt_pool_adopt, the
+ * comm's collective buffers): counted and held to the capacity like an
+ * allocation, never handed to the raw allocator (free and destroy), and
+ * zrt_pool_reserve checks without counting.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -214,11 +217,42 @@ static void test_many(void) {
   zrt_pool_destroy(p);
 }
 
+static void test_adopt(void) {
+  counting_alloc ca = {0};
+  zrt_pool *p = NULL;
+  ZT_OK(zrt_pool_create("host", 1000, raw_alloc, raw_free, &ca, &p));
+  static char outside[2][600];
+  size_t cur[ZRT_MEM_NCAT] = {0}, peak[ZRT_MEM_NCAT] = {0};
+  ZT_OK(zrt_pool_reserve(p, 600, ZRT_MEM_COMM));
+  check_stats(p, cur, peak, "reserve counts nothing");
+  ZT_OK(zrt_pool_adopt(p, outside[0], 600, ZRT_MEM_COMM));
+  cur[ZRT_MEM_COMM] = peak[ZRT_MEM_COMM] = 600;
+  check_stats(p, cur, peak, "adopted");
+  ZT_CHECK(ca.allocs == 0);
+  /* the capacity holds for both */
+  ZT_CHECK(zrt_pool_reserve(p, 600, ZRT_MEM_COMM) == ZRT_ERR_OOM);
+  ZT_CONTAINS(zrt_last_error(), "over the capacity");
+  ZT_CHECK(zrt_pool_adopt(p, outside[1], 600, ZRT_MEM_COMM) == ZRT_ERR_OOM);
+  void *q = NULL;
+  ZT_CHECK(zrt_pool_alloc(p, 500, ZRT_MEM_GRADS, &q) == ZRT_ERR_OOM);
+  ZT_OK(zrt_pool_alloc(p, 400, ZRT_MEM_GRADS, &q));
+  cur[ZRT_MEM_GRADS] = peak[ZRT_MEM_GRADS] = 400;
+  check_stats(p, cur, peak, "adopted + allocated");
+  zrt_pool_free(p, outside[0]); /* stops counting; the raw allocator never sees it */
+  cur[ZRT_MEM_COMM] = 0;
+  check_stats(p, cur, peak, "adopted freed");
+  ZT_CHECK(ca.frees == 0);
+  ZT_OK(zrt_pool_adopt(p, outside[1], 600, ZRT_MEM_COMM));
+  zrt_pool_destroy(p); /* returns the allocation, not the adopted memory */
+  ZT_CHECK(ca.allocs == 1 && ca.frees == 1 && ca.live_bytes == 0);
+}
+
 int main(void) {
   ZT_CHECK(zrt_pool_create("x", 0, NULL, raw_free, NULL, &(zrt_pool *){NULL}) ==
            ZRT_ERR_INVALID_ARG);
   test_accounting();
   test_capacity();
   test_many();
+  test_adopt();
   ZT_DONE();
 }
