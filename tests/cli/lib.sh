@@ -42,6 +42,24 @@ need_mpiexec() {
   [ -x "$PROBE" ] || fail "$PROBE not built (target rank_probe)"
 }
 
+# loopback_machines: Open MPI starts ranks on a second "machine", 127.0.0.2
+# (not an address of this host's interfaces, so Open MPI treats it as
+# remote), through a stand-in for ssh (plm_rsh_agent) that runs the command
+# here; the out-of-band channel and the TCP transport run over loopback.
+# Writes $T/fakessh and exports the MCA settings; the caller writes its
+# hostfiles (localhost and 127.0.0.2 lines).
+loopback_machines() {
+  cat >"$T/fakessh" <<'SH'
+#!/bin/sh
+while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done
+shift
+exec /bin/sh -c "$*"
+SH
+  chmod +x "$T/fakessh"
+  export OMPI_MCA_plm_rsh_agent=$T/fakessh OMPI_MCA_oob_tcp_if_include=lo \
+    OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo
+}
+
 # expect_grep PATTERN FILE [what]: the file has a line matching (grep -E)
 expect_grep() {
   if ! grep -Eq -- "$1" "$2"; then

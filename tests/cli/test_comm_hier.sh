@@ -25,18 +25,11 @@ HIER=$TESTS/test_comm_hier
 WDOG=$TESTS/test_comm_watchdog
 [ -x "$HIER" ] && [ -x "$WDOG" ] || fail "$HIER or $WDOG not built"
 cd "$T"
-cat >fakessh <<'SH'
-#!/bin/sh
-while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done
-shift
-exec /bin/sh -c "$*"
-SH
-chmod +x fakessh
+loopback_machines
 printf 'localhost slots=2\n127.0.0.2 slots=2\n' >hosts22
 printf 'localhost slots=1\n127.0.0.2 slots=1\n' >hosts11
 printf 'localhost slots=3\n127.0.0.2 slots=1\n' >hosts31
-export OMPI_MCA_plm_rsh_agent=$T/fakessh OMPI_MCA_oob_tcp_if_include=lo \
-  OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo ZRT_LOG_LEVEL=info
+export ZRT_LOG_LEVEL=info
 MPX=(mpiexec --allow-run-as-root --oversubscribe --bind-to none)
 
 # run NAME HOSTS NP COMM EXPECT [mpiexec args...]

@@ -17,16 +17,8 @@
 . "$(dirname "$0")/lib.sh"
 need_mpiexec
 cd "$T"
-cat >fakessh <<'SH'
-#!/bin/sh
-while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done
-shift
-exec /bin/sh -c "$*"
-SH
-chmod +x fakessh
+loopback_machines
 printf 'localhost slots=2\n127.0.0.2 slots=2\n' >hosts
-export OMPI_MCA_plm_rsh_agent=$T/fakessh OMPI_MCA_oob_tcp_if_include=lo \
-  OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo
 
 ZRT_LOG_LEVEL=info timeout 60 "$ZRT" launch --hostfile hosts --num_processes 4 "$PROBE" --env NODE_RANK \
   --tag "$TAG" >out.txt 2>&1

@@ -53,41 +53,27 @@
 #include "backend.h"
 #include "comm.h"
 #include "dtype.h"
+#include "zt_data.h"
 #include "ztest.h"
 
 static zrt_comm *C;
 static zrt_backend *B;
 static int R, N;
 
-static uint32_t mix(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7feb352du;
-  x ^= x >> 15;
-  x *= 0x846ca68bu;
-  x ^= x >> 16;
-  return x;
-}
-
-static float round_to(zrt_dtype dt, float v) {
-  uint32_t tmp[1];
-  zrt_store_f(tmp, dt, 0, v);
-  return zrt_load_f(tmp, dt, 0);
-}
-
 /* test_half_wide's data: full 16-bit mantissas, exponents in [-4, 4]. */
 static int wide;
 
 /* Deterministic value of element i on rank r for test case salt. */
 static float val(int r, size_t i, uint32_t salt, zrt_dtype dt) {
-  uint32_t h = mix((uint32_t)r * 0x9e3779b9u ^ mix((uint32_t)i * 0x85ebca6bu + salt));
+  uint32_t h = zt_mix((uint32_t)r * 0x9e3779b9u ^ zt_mix((uint32_t)i * 0x85ebca6bu + salt));
   float m = 1.0f + (float)(h & 1023u) / 1024.0f;
   int e = (int)((h >> 10) % 7u) - 4;
   if (wide) {
-    m = 1.0f + (float)(mix(h) & 0xffffu) / 65536.0f;
+    m = 1.0f + (float)(zt_mix(h) & 0xffffu) / 65536.0f;
     e = (int)((h >> 10) % 9u) - 4;
   }
   float v = ldexpf(m, e) * (((h >> 14) & 1u) ? -1.0f : 1.0f);
-  return round_to(dt, v);
+  return zt_round_to(dt, v);
 }
 
 static void *alloc_dt(size_t n, zrt_dtype dt) {
@@ -120,7 +106,7 @@ static void check(const char *what, const void *got, zrt_dtype dt, const double 
   double maxabs = 0;
   for (size_t i = 0; i < n; i++) {
     g[i] = zrt_load_f(got, dt, i);
-    rr[i] = round_to(dt, (float)ref[i]);
+    rr[i] = zt_round_to(dt, (float)ref[i]);
     if (fabs(ref[i]) > maxabs) maxabs = fabs(ref[i]);
   }
   char label[256];
@@ -337,10 +323,10 @@ static void test_half_wide(uint32_t *salt) {
  * pattern repeats every 6 elements. */
 static float special(int r, size_t i, zrt_dtype dt) {
   switch (i % 6) {
-  case 0: return r == 0 ? NAN : 1.5f;                                     /* NaN + finite */
-  case 1: return r == N - 1 ? INFINITY : -2.0f;                           /* +Inf + finite */
-  case 2: return r == 0 ? INFINITY : r == 1 ? -INFINITY : 0.25f;          /* Inf - Inf */
-  case 3: return dt == ZRT_F16 ? 40000.0f : round_to(dt, 3.0e38f / 2.5f); /* overflows */
+  case 0: return r == 0 ? NAN : 1.5f;                                        /* NaN + finite */
+  case 1: return r == N - 1 ? INFINITY : -2.0f;                              /* +Inf + finite */
+  case 2: return r == 0 ? INFINITY : r == 1 ? -INFINITY : 0.25f;             /* Inf - Inf */
+  case 3: return dt == ZRT_F16 ? 40000.0f : zt_round_to(dt, 3.0e38f / 2.5f); /* overflows */
   default: return val(r, i, 77, dt);
   }
 }
@@ -361,7 +347,7 @@ static void test_half_special(zrt_dtype dt, zrt_redop op, int scatter) {
   for (int q = 0; q < N; q++) counts[q] = 37;
   size_t off = scatter ? 37 * (size_t)R : 0, nout = scatter ? 37 : n;
   void *send = alloc_dt(n, dt), *recv = alloc_dt(n, dt);
-  for (size_t i = 0; i < n; i++) zrt_store_f(send, dt, i, round_to(dt, special(R, i, dt)));
+  for (size_t i = 0; i < n; i++) zrt_store_f(send, dt, i, zt_round_to(dt, special(R, i, dt)));
   if (scatter)
     ZT_OK(zrt_comm_reduce_scatter(C, send, recv, counts, dt, op, NULL));
   else
@@ -373,7 +359,7 @@ static void test_half_special(zrt_dtype dt, zrt_redop op, int scatter) {
     size_t i = off + j;
     double ref = 0, absum = 0;
     for (int q = 0; q < N; q++) {
-      double v = round_to(dt, special(q, i, dt));
+      double v = zt_round_to(dt, special(q, i, dt));
       ref = red_nan(op, ref, v, q == 0);
       absum += fabs(v);
     }

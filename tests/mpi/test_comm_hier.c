@@ -38,32 +38,18 @@
 #include "backend.h"
 #include "comm.h"
 #include "dtype.h"
+#include "zt_data.h"
 #include "ztest.h"
 
 static zrt_comm *H, *F; /* under test; flat MPI reference */
 static zrt_backend *B;
 static int R, N, L, M;
 
-static uint32_t mix(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7feb352du;
-  x ^= x >> 15;
-  x *= 0x846ca68bu;
-  x ^= x >> 16;
-  return x;
-}
-
-static float round_to(zrt_dtype dt, float v) {
-  uint32_t tmp[1];
-  zrt_store_f(tmp, dt, 0, v);
-  return zrt_load_f(tmp, dt, 0);
-}
-
 static float val(int r, size_t i, uint32_t salt, zrt_dtype dt) {
-  uint32_t h = mix((uint32_t)r * 0x9e3779b9u ^ mix((uint32_t)i * 0x85ebca6bu + salt));
-  float m = 1.0f + (float)(mix(h) & 0xffffu) / 65536.0f;
+  uint32_t h = zt_mix((uint32_t)r * 0x9e3779b9u ^ zt_mix((uint32_t)i * 0x85ebca6bu + salt));
+  float m = 1.0f + (float)(zt_mix(h) & 0xffffu) / 65536.0f;
   int e = (int)((h >> 10) % 9u) - 4;
-  return round_to(dt, ldexpf(m, e) * (((h >> 14) & 1u) ? -1.0f : 1.0f));
+  return zt_round_to(dt, ldexpf(m, e) * (((h >> 14) & 1u) ? -1.0f : 1.0f));
 }
 
 static void *alloc_dt(size_t n, zrt_dtype dt) {

@@ -37,24 +37,16 @@
 #include "bucket.h"
 #include "comm.h"
 #include "dtype.h"
+#include "zt_data.h"
 #include "ztest.h"
 
 static zrt_comm *C, *M;
 static int R, N, ZC; /* ZC: the comm under test is shm with shared allocations */
 
-static uint32_t mix(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7feb352du;
-  x ^= x >> 15;
-  x *= 0x846ca68bu;
-  x ^= x >> 16;
-  return x;
-}
-
 /* Full-mantissa values with exponents in [-4, 4], rounded to dt. */
 static float val(int r, size_t i, uint32_t salt, zrt_dtype dt) {
-  uint32_t h = mix((uint32_t)r * 0x9e3779b9u ^ mix((uint32_t)i * 0x85ebca6bu + salt));
-  float m = 1.0f + (float)(mix(h) & 0xffffu) / 65536.0f;
+  uint32_t h = zt_mix((uint32_t)r * 0x9e3779b9u ^ zt_mix((uint32_t)i * 0x85ebca6bu + salt));
+  float m = 1.0f + (float)(zt_mix(h) & 0xffffu) / 65536.0f;
   float v = ldexpf(m, (int)((h >> 10) % 9u) - 4) * (((h >> 14) & 1u) ? -1.0f : 1.0f);
   uint32_t tmp[1];
   zrt_store_f(tmp, dt, 0, v);
