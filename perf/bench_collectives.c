@@ -22,7 +22,10 @@
  * comm's buffers (host memcpy for mpi, device-to-device copy for nccl),
  * bytes copied per second, measured on every rank at once (the copy of a
  * single-host collective competes for the same memory); each point reports
- * busbw / memcpy.
+ * busbw / memcpy. The timed loops cycle through buffer sets that together
+ * span twice the last-level cache (zrt_co_ring), so a large collective
+ * reads memory as the 64 MiB baseline copy does, not what its previous
+ * call left in the cache ("buffer_sets" in each comm's JSON).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +35,7 @@
 #include "backend.h"
 #include "comm.h"
 #include "comm_xnode.h"
+#include "cpu_features.h"
 #include "perf.h"
 
 enum { ZRT_CO_AR = 0, ZRT_CO_RS, ZRT_CO_AG, ZRT_CO_NOPS };
@@ -101,6 +105,41 @@ static void zrt_co_buf_free(zrt_comm *c, zrt_backend *be, int priv, void *p) {
     zrt_backend_free(be, p);
   else
     zrt_comm_mem_free(c, p);
+}
+
+/* Buffer sets the timed loops cycle through: a large collective called
+ * back to back on one set would read what its previous call left in the
+ * last-level cache, while the memcpy baseline copies 64 MiB from memory.
+ * Enough sets that one round of them spans twice the LLC across the
+ * machine's ranks (at least 2, at most ZRT_CO_MAX_SETS); messages far
+ * below the LLC stay cached whatever the sets, as the engine's buckets do. */
+#define ZRT_CO_MAX_SETS 8
+typedef struct zrt_co_ring {
+  int n;
+  void *send[ZRT_CO_MAX_SETS], *recv[ZRT_CO_MAX_SETS];
+} zrt_co_ring;
+
+static void zrt_co_ring_free(zrt_comm *c, zrt_backend *be, int priv, zrt_co_ring *r) {
+  for (int i = 0; i < ZRT_CO_MAX_SETS; i++) {
+    if (r->send[i]) zrt_co_buf_free(c, be, priv, r->send[i]);
+    if (r->recv[i]) zrt_co_buf_free(c, be, priv, r->recv[i]);
+  }
+  memset(r, 0, sizeof *r);
+}
+
+static zrt_status zrt_co_ring_alloc(zrt_comm *c, zrt_backend *be, int priv, size_t cap,
+                                    zrt_co_ring *r) {
+  memset(r, 0, sizeof *r);
+  size_t per = 2 * cap * (size_t)(c->local_world > 0 ? c->local_world : 1);
+  size_t want = 2 * zrt_cpu_llc_bytes();
+  r->n = (int)ZRT_MIN((size_t)ZRT_CO_MAX_SETS, ZRT_MAX((size_t)2, (want + per - 1) / per + 1));
+  zrt_status st = ZRT_OK;
+  for (int i = 0; i < r->n && st == ZRT_OK; i++) {
+    st = zrt_co_buf(c, be, priv, cap, &r->send[i]);
+    if (st == ZRT_OK) st = zrt_co_buf(c, be, priv, cap, &r->recv[i]);
+  }
+  if (st != ZRT_OK) zrt_co_ring_free(c, be, priv, r);
+  return st;
 }
 
 /* One collective, blocking. */
@@ -184,15 +223,14 @@ static zrt_status zrt_co_measure(zrt_comm *c, zrt_comm *flat, zrt_backend *be,
                                  const zrt_co_cfg *cfg, cJSON *out, cJSON *plots_res,
                                  const char *comm_name) {
   zrt_status st = ZRT_OK;
-  void *send = NULL, *recv = NULL;
+  zrt_co_ring ring = {0};
   int n = c->world;
   size_t *counts = calloc((size_t)n, sizeof(size_t));
   size_t cap = ZRT_ALIGN_UP(cfg->max_bytes, (size_t)n * 4);
   if (!counts) return zrt_error(ZRT_ERR_OOM, "collectives: out of host memory");
-  ZRT_CHECK_GOTO(zrt_co_buf(c, be, cfg->private_bufs, cap, &send), st, done);
-  ZRT_CHECK_GOTO(zrt_co_buf(c, be, cfg->private_bufs, cap, &recv), st, done);
-  ZRT_CHECK_GOTO(zrt_backend_memset(be, send, 0, cap, NULL), st, done);
-  ZRT_CHECK_GOTO(zrt_backend_memset(be, recv, 0, cap, NULL), st, done);
+  ZRT_CHECK_GOTO(zrt_co_ring_alloc(c, be, cfg->private_bufs, cap, &ring), st, done);
+  void *send = ring.send[0], *recv = ring.recv[0];
+  cJSON_AddNumberToObject(out, "buffer_sets", ring.n);
   cJSON_AddStringToObject(out, "buffers",
                           cfg->private_bufs || be->device_id >= 0 ? "private" : "comm");
   /* DRAM, not cache: copy at least 64 MiB (fresh buffers when the
@@ -228,19 +266,21 @@ static zrt_status zrt_co_measure(zrt_comm *c, zrt_comm *flat, zrt_backend *be,
         size_t count = bytes / es / (size_t)n * (size_t)n; /* divisible by ranks */
         if (!count) continue;
         for (int r = 0; r < n; r++) counts[r] = count / (size_t)n;
-        void *s = send;
         size_t size = count * es;
-        for (int w = 0; w < 2; w++)
-          ZRT_CHECK_GOTO(zrt_co_issue(c, op, s, recv, count, dts[d], counts), st, done);
+        for (int w = 0; w < ring.n; w++)
+          ZRT_CHECK_GOTO(zrt_co_issue(c, op, ring.send[w], ring.recv[w], count, dts[d], counts), st,
+                         done);
         ZRT_CHECK_GOTO(zrt_comm_barrier(c), st, done);
         double t0 = zrt_now_s();
-        ZRT_CHECK_GOTO(zrt_co_issue(c, op, s, recv, count, dts[d], counts), st, done);
+        ZRT_CHECK_GOTO(zrt_co_issue(c, op, send, recv, count, dts[d], counts), st, done);
         double one = zrt_co_max(c, zrt_now_s() - t0);
         int iters = (int)ZRT_MIN(1000.0, ZRT_MAX(3.0, cfg->target_s / ZRT_MAX(one, 1e-6)));
         ZRT_CHECK_GOTO(zrt_comm_barrier(c), st, done);
         t0 = zrt_now_s();
         for (int it = 0; it < iters; it++)
-          ZRT_CHECK_GOTO(zrt_co_issue(c, op, s, recv, count, dts[d], counts), st, done);
+          ZRT_CHECK_GOTO(zrt_co_issue(c, op, ring.send[(it + 1) % ring.n],
+                                      ring.recv[(it + 1) % ring.n], count, dts[d], counts),
+                         st, done);
         if (be->device_id >= 0) zrt_backend_synchronize(be, NULL);
         double t = zrt_co_max(c, (zrt_now_s() - t0) / iters);
         double alg = (double)size / t;
@@ -287,18 +327,19 @@ static zrt_status zrt_co_measure(zrt_comm *c, zrt_comm *flat, zrt_backend *be,
   if (cfg->hostfile && be->device_id < 0)
     ZRT_CHECK_GOTO(zrt_co_xnode(c, flat, cfg, send, recv, counts, out, comm_name), st, done);
 done:
-  zrt_co_buf_free(c, be, cfg->private_bufs, send);
-  zrt_co_buf_free(c, be, cfg->private_bufs, recv);
+  zrt_co_ring_free(c, be, cfg->private_bufs, &ring);
   free(counts);
   return st;
 }
 
 /* Times iters collectives (the slowest rank's mean per iteration). */
-static zrt_status zrt_co_time(zrt_comm *c, int op, void *send, void *recv, size_t count,
+static zrt_status zrt_co_time(zrt_comm *c, int op, const zrt_co_ring *ring, size_t count,
                               zrt_dtype dt, size_t *counts, int iters, double *t) {
   ZRT_CHECK(zrt_comm_barrier(c));
   double t0 = zrt_now_s();
-  for (int it = 0; it < iters; it++) ZRT_CHECK(zrt_co_issue(c, op, send, recv, count, dt, counts));
+  for (int it = 0; it < iters; it++)
+    ZRT_CHECK(
+        zrt_co_issue(c, op, ring->send[it % ring->n], ring->recv[it % ring->n], count, dt, counts));
   *t = zrt_co_max(c, (zrt_now_s() - t0) / iters);
   return ZRT_OK;
 }
@@ -315,7 +356,8 @@ static zrt_status zrt_co_alternate(zrt_comm **cs, const char *const *names, cons
   int n = c->world, K = cfg->alternate;
   size_t cap = ZRT_ALIGN_UP(cfg->max_bytes, (size_t)n * 4);
   size_t mcap = ZRT_MAX(cap, (size_t)64 << 20); /* the sweep's baseline: DRAM, not cache */
-  void *sends[ZRT_CO_ALT_COMMS] = {0}, *recvs[ZRT_CO_ALT_COMMS] = {0}, *ms = NULL, *mr = NULL;
+  zrt_co_ring rings[ZRT_CO_ALT_COMMS] = {{0}};
+  void *ms = NULL, *mr = NULL;
   size_t *counts = calloc((size_t)n, sizeof(size_t));
   const zrt_dtype dts[2] = {ZRT_F32, ZRT_BF16};
   enum { NS = ZRT_CO_ALT_COMMS * ZRT_CO_NOPS * 2 }; /* comms x ops x dtypes */
@@ -323,8 +365,7 @@ static zrt_status zrt_co_alternate(zrt_comm **cs, const char *const *names, cons
   int iters[NS] = {0};
   if (!counts) return zrt_error(ZRT_ERR_OOM, "collectives: out of host memory");
   for (int ci = 0; ci < nc; ci++) {
-    ZRT_CHECK_GOTO(zrt_co_buf(cs[ci], be, privs[ci], cap, &sends[ci]), st, done);
-    ZRT_CHECK_GOTO(zrt_co_buf(cs[ci], be, privs[ci], cap, &recvs[ci]), st, done);
+    ZRT_CHECK_GOTO(zrt_co_ring_alloc(cs[ci], be, privs[ci], cap, &rings[ci]), st, done);
   }
   ZRT_CHECK_GOTO(zrt_backend_alloc(be, mcap, ZRT_MEM_OTHER, &ms), st, done);
   ZRT_CHECK_GOTO(zrt_backend_alloc(be, mcap, ZRT_MEM_OTHER, &mr), st, done);
@@ -343,13 +384,12 @@ static zrt_status zrt_co_alternate(zrt_comm **cs, const char *const *names, cons
           double t = 0;
           if (!iters[j]) { /* first round: warm up, then size the timed loop */
             ZRT_CHECK_GOTO(
-                zrt_co_time(cs[ci], op, sends[ci], recvs[ci], count, dts[d], counts, 2, &t), st,
+                zrt_co_time(cs[ci], op, &rings[ci], count, dts[d], counts, rings[ci].n, &t), st,
                 done);
             iters[j] = (int)ZRT_MIN(1000.0, ZRT_MAX(3.0, cfg->target_s / ZRT_MAX(t, 1e-6)));
           }
-          ZRT_CHECK_GOTO(
-              zrt_co_time(cs[ci], op, sends[ci], recvs[ci], count, dts[d], counts, iters[j], &t),
-              st, done);
+          ZRT_CHECK_GOTO(zrt_co_time(cs[ci], op, &rings[ci], count, dts[d], counts, iters[j], &t),
+                         st, done);
           double f = op == ZRT_CO_AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
           bus[j][k] = (double)(count * es) / t * f;
         }
@@ -374,10 +414,7 @@ static zrt_status zrt_co_alternate(zrt_comm **cs, const char *const *names, cons
         cJSON_AddItemToArray(ser, o);
       }
 done:
-  for (int ci = 0; ci < nc; ci++) {
-    zrt_co_buf_free(cs[ci], be, privs[ci], sends[ci]);
-    zrt_co_buf_free(cs[ci], be, privs[ci], recvs[ci]);
-  }
+  for (int ci = 0; ci < nc; ci++) zrt_co_ring_free(cs[ci], be, privs[ci], &rings[ci]);
   zrt_backend_free(be, ms);
   zrt_backend_free(be, mr);
   free(counts);
