@@ -43,6 +43,7 @@
 #include "memest.h"
 #include "zt_memest.h"
 #include "zt_mpi.h"
+#include "zt_train.h"
 #include "ztest.h"
 
 #define NMOD 6
@@ -145,33 +146,18 @@ static zrt_engine *make_ok(const run_opts *ro) {
 /* Optimizer steps [s0, s1): deterministic gradients of rank, step, micro
  * and module (fp16: an Inf at step 3 on rank 0, micro 1, module 1). */
 static void train(zrt_engine *eng, int fp16, int s0, int s1, int rank, outcome *o) {
-  zrt_dtype dt = fp16 ? ZRT_F16 : ZRT_BF16;
-  uint16_t *g16 = malloc((size_t)numel_of(NMOD - 1) * 2);
+  int64_t numel[NMOD];
+  for (int m = 0; m < NMOD; m++) numel[m] = numel_of(m);
   for (int s = s0; s < s1; s++) {
     zrt_step_info si;
-    for (int k = 0; k < ACCUM; k++) {
-      for (int m = NMOD - 1; m >= 0; m--) {
-        int64_t numel = numel_of(m);
-        for (int64_t i = 0; i < numel; i++)
-          zrt_store_f(g16, dt, (size_t)i,
-                      1e-2f * (float)((i * 7 + rank * 5 + s * 11 + k * 3 + m) % 29 - 14));
-        if (fp16 && s == 2 && rank == 0 && k == 1 && m == 1) zrt_store_f(g16, dt, 17, INFINITY);
-        void *p;
-        ZT_OK(zrt_module_fetch(eng, m));
-        /* the module's parameters are back to back from its first one's grad */
-        ZT_OK(zrt_param_grad(eng, first_param[m], &p));
-        ZT_OK(zrt_engine_memcpy(eng, p, g16, (size_t)numel * 2, ZRT_COPY_H2D));
-        ZT_OK(zrt_module_grads_ready(eng, m));
-        ZT_OK(zrt_module_release(eng, m));
-      }
-      ZT_OK(zrt_engine_step(eng, 1.0f + (float)s, &si));
-    }
+    /* a module's parameters are back to back from its first one's grad */
+    zt_fake_grad_step(eng, fp16 ? ZRT_F16 : ZRT_BF16, NMOD, numel, first_param, ACCUM, s, rank,
+                      fp16 ? 2 : -1, &si);
     ZT_CHECK(si.boundary);
     o->norm[s] = si.grad_norm;
     o->scale[s] = si.loss_scale;
     o->skipped[s] = si.skipped;
   }
-  free(g16);
 }
 
 static void states(zrt_engine *eng, outcome *o) {
