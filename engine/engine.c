@@ -596,17 +596,17 @@ zrt_status zrt_engine_build(zrt_engine *eng) {
     size_t cb = zrt_dtype_size(eng->comm_dtype);
     int64_t chunk = zrt_layout_bucket_chunk_capped(eng->cfg->reduce_bucket_size, eng->world,
                                                    maxpart, (int)cb, cap);
-    if (chunk < want && eng->rank == 0) {
+    if (chunk < want) {
       char b1[32], b2[32], b3[32];
       uint64_t slots = 2 * ((uint64_t)eng->world + 1) * cb;
-      zrt_log(ZRT_LOG_INFO,
-              "gradient buckets: zero_optimization.reduce_bucket_size %lld would stage %s on the "
-              "device; capped at %lld elements per rank (%s, 1/%d of the %s device) so model "
-              "states and activations keep the rest",
-              (long long)eng->cfg->reduce_bucket_size,
-              zrt_format_size(slots * (uint64_t)want, b1, sizeof b1), (long long)chunk,
-              zrt_format_size(slots * (uint64_t)chunk, b2, sizeof b2), ZRT_LAYOUT_BUCKET_CAP_DIV,
-              zrt_format_size(cap, b3, sizeof b3));
+      zrt_log0(ZRT_LOG_INFO,
+               "gradient buckets: zero_optimization.reduce_bucket_size %lld would stage %s on the "
+               "device; capped at %lld elements per rank (%s, 1/%d of the %s device) so model "
+               "states and activations keep the rest",
+               (long long)eng->cfg->reduce_bucket_size,
+               zrt_format_size(slots * (uint64_t)want, b1, sizeof b1), (long long)chunk,
+               zrt_format_size(slots * (uint64_t)chunk, b2, sizeof b2), ZRT_LAYOUT_BUCKET_CAP_DIV,
+               zrt_format_size(cap, b3, sizeof b3));
     }
     ZRT_CHECK_GOTO(zrt_buckets_create(eng->backend, eng->comm, eng->dtype, eng->comm_dtype, chunk,
                                       &eng->buckets),

@@ -85,12 +85,11 @@ static zrt_status zrt_engine_twin_resolve(zrt_engine *eng) {
   double r = c->offload_optimizer.ratio;
   if (eng->offload_opt == ZRT_OFFLOAD_NONE || r >= 1.0) return ZRT_OK;
   if (!eng->policy->shard_params) {
-    if (eng->rank == 0)
-      zrt_log(ZRT_LOG_WARN,
-              "zero_optimization.offload_optimizer.ratio %g is ignored at stage %d (Twin-Flow "
-              "splits the optimizer only at stage 3, as in DeepSpeed): the whole optimizer is "
-              "offloaded; set zero_optimization.stage 3 to split it, or drop the ratio",
-              r, eng->stage);
+    zrt_log0(ZRT_LOG_WARN,
+             "zero_optimization.offload_optimizer.ratio %g is ignored at stage %d (Twin-Flow "
+             "splits the optimizer only at stage 3, as in DeepSpeed): the whole optimizer is "
+             "offloaded; set zero_optimization.stage 3 to split it, or drop the ratio",
+             r, eng->stage);
     return ZRT_OK;
   }
   if (eng->offload_opt == ZRT_OFFLOAD_NVME)
@@ -113,18 +112,17 @@ static zrt_status zrt_engine_twin_resolve(zrt_engine *eng) {
                                     r, &G, &first);
   if (split == eng->nmodules) {
     eng->offload_opt = ZRT_OFFLOAD_NONE;
-    if (eng->rank == 0)
-      zrt_log(ZRT_LOG_INFO,
-              "offload: Twin-Flow ratio %g: all %d optimizer sub-groups stay on the device (no "
-              "optimizer offload)",
-              r, G);
-  } else if (eng->rank == 0) {
+    zrt_log0(ZRT_LOG_INFO,
+             "offload: Twin-Flow ratio %g: all %d optimizer sub-groups stay on the device (no "
+             "optimizer offload)",
+             r, G);
+  } else {
     char dev[64] = "none stepped on the device";
     if (split > 0) snprintf(dev, sizeof dev, "modules 0..%d stepped on the device", split - 1);
-    zrt_log(ZRT_LOG_INFO,
-            "offload: Twin-Flow ratio %g: %d of %d optimizer sub-groups (sub_group_size %lld) "
-            "on the CPU: modules %d..%d in host memory, %s",
-            r, G - first, G, (long long)c->sub_group_size, split, eng->nmodules - 1, dev);
+    zrt_log0(ZRT_LOG_INFO,
+             "offload: Twin-Flow ratio %g: %d of %d optimizer sub-groups (sub_group_size %lld) "
+             "on the CPU: modules %d..%d in host memory, %s",
+             r, G - first, G, (long long)c->sub_group_size, split, eng->nmodules - 1, dev);
   }
   return ZRT_OK;
 }

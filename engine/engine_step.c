@@ -357,9 +357,9 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
                      c->bf16_enabled && !c->bf16_check_grad_overflow
                          ? ", or set bf16.check_grad_overflow true to skip such steps"
                          : "");
-    else if (eng->rank == 0)
-      zrt_log(ZRT_LOG_WARN, "step %lld: %s (zrt.stop_on_nonfinite is false: going on)",
-              (long long)eng->global_step + 1, what);
+    else
+      zrt_log0(ZRT_LOG_WARN, "step %lld: %s (zrt.stop_on_nonfinite is false: going on)",
+               (long long)eng->global_step + 1, what);
   }
   eng->global_step++;
   info->step = eng->global_step;
