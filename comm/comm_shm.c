@@ -110,13 +110,17 @@ static void pick_f32(float *out, const float *const *in, int n, size_t len, zrt_
   }
 }
 
-/* The SUM kernel: 0 portable loops, 1 AVX-512 (a cached CPU parameter, as
- * amp/dtype.c caches its own). bf16 needs no AVX512_BF16: its rounding in
- * integer lanes is faster there than vcvtneps2bf16 with its denormal fix. */
+/* The SUM kernel: 0 portable loops, 1 AVX-512, 2 AVX-512 rounding bf16
+ * with vcvtne2ps2bf16 (a cached CPU parameter, as amp/dtype.c caches its
+ * own; unit.test_shm_kernel holds both AVX-512 roundings to the scalar
+ * bits). */
 static int shm_sum_path = -1;
 
 static int avx512_path(void) {
-  if (shm_sum_path < 0) shm_sum_path = zrt_isa_best() == ZRT_ISA_AVX512;
+  if (shm_sum_path < 0) {
+    int insn = zrt_isa_has_avx512bf16() != 0;
+    shm_sum_path = zrt_isa_best() == ZRT_ISA_AVX512 ? 1 + insn : 0;
+  }
   return shm_sum_path;
 }
 
@@ -129,7 +133,7 @@ void zrt_shm_reduce_into(void *out, void *out2, const void *const *in, int n, si
   if (!len) return;
   size_t es = zrt_dtype_size(dt);
   if (red == ZRT_RED_SUM && avx512_path()) {
-    zrt_shm_sum_avx512(out, out2, in, n, len, dt, nt);
+    zrt_shm_sum_avx512(out, out2, in, n, len, dt, nt, avx512_path() == 2);
     return;
   }
   if (dt == ZRT_F32) {

@@ -24,9 +24,11 @@
  * each step is loaded from every input before it is stored); no other
  * overlap. nt: the full 64-byte stores to out (from its first 64-byte
  * boundary) are non-temporal; the caller fences (sfence) before another
- * rank or thread may look. */
+ * rank or thread may look. bf16_insn (only when cpuid says avx512_bf16):
+ * bf16 rounds with vcvtne2ps2bf16 (steps holding a denormal sum fall back
+ * to the integer rounding); the bits are the same either way. */
 void zrt_shm_sum_avx512(void *out, void *out2, const void *const *in, int n, size_t len,
-                        zrt_dtype dt, int nt);
+                        zrt_dtype dt, int nt, int bf16_insn);
 
 /* memcpy whose 64-byte aligned middle is stored non-temporally (dst's
  * head and tail ordinarily); the caller fences as above. */
