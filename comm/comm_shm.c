@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "comm_shm_impl.h"
+#include "copy_stream.h"
 #include "cpu_features.h"
 #include "dtype.h"
 
@@ -160,7 +161,7 @@ void zrt_shm_reduce_into(void *out, void *out2, const void *const *in, int n, si
 /* A copy into recv: non-temporal for an nt request where AVX-512 runs. */
 void zrt_shm_copy_out(const shm_req *q, void *dst, const void *src, size_t bytes) {
   if (q->nt && avx512_path())
-    zrt_shm_copy_nt(dst, src, bytes);
+    zrt_copy_stream(dst, src, bytes);
   else
     memcpy(dst, src, bytes);
 }
@@ -257,7 +258,7 @@ static void do_phase(shm_ctx *s, shm_req *q, uint64_t k) {
     }
     if (q->zc == SHM_ZC_ON) {
       zrt_shm_zc_phase(s, q, k - 1);
-      if (q->nt) __builtin_ia32_sfence();
+      if (q->nt) zrt_store_fence();
       return;
     }
     k--;
@@ -266,7 +267,7 @@ static void do_phase(shm_ctx *s, shm_req *q, uint64_t k) {
     if (k >= (uint64_t)t && k - (uint64_t)t < q->rounds) do_stage(s, q, t, k - (uint64_t)t);
   /* non-temporal stores are weakly ordered: globally visible before the
    * phase (and so the request's completion) is */
-  if (q->nt) __builtin_ia32_sfence();
+  if (q->nt) zrt_store_fence();
 }
 
 /* Advances the pending requests from the head as far as the other ranks

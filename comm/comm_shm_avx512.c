@@ -160,17 +160,3 @@ void zrt_shm_sum_avx512(void *out, void *out2, const void *const *in, int n, siz
   shm_sum_dt((char *)out + h * es, out2 ? (char *)out2 + h * es : NULL, rest, n, len - h, dt, 1,
              bf16_insn);
 }
-
-void zrt_shm_copy_nt(void *dst, const void *src, size_t bytes) {
-  size_t h = (64 - ((uintptr_t)dst & 63)) & 63;
-  if (h >= bytes) {
-    memcpy(dst, src, bytes);
-    return;
-  }
-  memcpy(dst, src, h);
-  char *d = (char *)dst + h;
-  const char *p = (const char *)src + h;
-  size_t n = bytes - h, i = 0;
-  for (; i + 64 <= n; i += 64) _mm512_stream_si512((void *)(d + i), _mm512_loadu_si512(p + i));
-  memcpy(d + i, p + i, n - i);
-}

@@ -30,8 +30,4 @@
 void zrt_shm_sum_avx512(void *out, void *out2, const void *const *in, int n, size_t len,
                         zrt_dtype dt, int nt, int bf16_insn);
 
-/* memcpy whose 64-byte aligned middle is stored non-temporally (dst's
- * head and tail ordinarily); the caller fences as above. */
-void zrt_shm_copy_nt(void *dst, const void *src, size_t bytes);
-
 #endif
