@@ -6,7 +6,8 @@
 #               (scripts/perf_torch_adamw.py); limit: STREAM triad of the run
 #   collectives zrt-perf collectives, 2 ranks, 16 MiB, the shm comm (buffers
 #               from the comm's allocator: zero-copy) vs Open MPI (--repeat
-#               medians); limit: memcpy of the run
+#               medians); limit: the copy of the run (the faster of memcpy and a
+#               streaming copy, docs/perf.md)
 #   training    zrt-perf step (GPT tiny, 2 ranks, stage 2) vs PyTorch eager
 #               (scripts/perf_torch_gpt2.py); limit: the engine GEMM peak
 #   main job    zrt-perf mainjob: the README's job under the thread plan vs
@@ -81,7 +82,7 @@ for op in ("reduce_scatter", "all_gather", "all_reduce"):
             continue
         sp = s.get("busbw_over_memcpy_runs", {})
         rows.append(["%s %s 16 MiB, 2 ranks (busbw, median of %s jobs)" % (op, dt, co.get("repeat", 1)),
-                     "memcpy %s GB/s" % g(mem),
+                     "copy %s GB/s" % g(mem),
                      "Open MPI %s GB/s" % g(m["busbw_bytes_per_s"]) if m else "-",
                      "shm%s %s GB/s" % (" (comm buffers: zero-copy)" if comms.get("shm", {}).get("buffers") == "comm" else "",
                                         g(s["busbw_bytes_per_s"])),

@@ -7,7 +7,8 @@
 # spread and the load of each job; --alternate K adds K rounds of memcpy,
 # mpi, shm on the comm's buffers and shm on private buffers per job, every job's rounds pooled, each ratio over its own
 # round's memcpy. (Flags on impossible figures depend on
-# timings, so no test forces one.)
+# timings, so no test forces one.) zrt-perf kernels: its JSON shape, medians of
+# its rounds, and a malformed --bytes refused.
 set -euo pipefail
 BIN=${ZRT_BIN:-build/bin}
 PERF=$BIN/zrt-perf
@@ -61,4 +62,34 @@ for s in a["series"]:
 need("Alternated round by round" in r["summary"], "alternated rounds in the summary")
 print("ok: one-point charts refused, load %.2f -> %.2f (busy %s), medians of %d jobs" %
       (m["loadavg_1min"], m["loadavg_1min_after"], m["busy"], r["repeat"]))
+PY
+
+# zrt-perf kernels: every kernel the CPU has reports its traffic and its
+# ratio to the streaming copy of the same round, medians of the rounds
+rc=0
+"$PERF" kernels --bytes 1MiB --rounds 3 --json >"$tmp/k.json" 2>"$tmp/kerr" || rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 3 ]; then
+  echo "FAIL: zrt-perf kernels failed (exit $rc):"; tail -20 "$tmp/kerr"; exit 1
+fi
+"$PERF" kernels --bytes 12parsecs >/dev/null 2>"$tmp/kbad" && { echo "FAIL: a malformed --bytes was accepted"; exit 1; }
+grep -q "expected a size such as 16MiB" "$tmp/kbad" || { echo "FAIL: --bytes message"; cat "$tmp/kbad"; exit 1; }
+python3 - "$tmp/k.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+k = r["kernels"]
+def need(cond, what):
+    if not cond:
+        print("FAIL:", what); print(json.dumps(r, indent=1)[:3000]); sys.exit(1)
+need(r["bytes_per_buffer"] == 1 << 20 and r["rounds"] == 3 and r["buffer_sets"] >= 4, "sizes and sets")
+need(set(k) == {"copy_stream", "memcpy", "shm_sum_fp32_2in", "shm_sum_bf16_2in", "narrow_fp32_bf16",
+                "widen_bf16_fp32", "half_reduce_bf16_sum"}, "every kernel listed")
+need(k["copy_stream"]["over_copy_stream"]["median"] == 1, "the copy is its own baseline")
+for name, e in k.items():
+    if isinstance(e, str):
+        need(r["isa"] != "avx512" and name.startswith("shm_sum"), f"{name}: only the AVX-512 sums may be missing")
+        continue
+    t, q = e["traffic_bytes_per_s"], e["over_copy_stream"]
+    need(t["n"] == 3 and q["n"] == 3 and t["median"] > 0 and t["min"] <= t["median"] <= t["max"],
+         f"{name}: median of 3 rounds")
+print("ok: kernels bench, %d kernels" % len(k))
 PY
