@@ -154,6 +154,7 @@ static void zrt_engine_free_buffers(zrt_engine *eng) {
     me->full16 = me->grad16 = me->shard16 = NULL;
     me->grad_acc = me->master = me->s1 = me->s2 = NULL;
   }
+  zrt_engine_shard_arena_free(eng);
 }
 
 void zrt_engine_destroy(zrt_engine *eng) {
@@ -491,8 +492,7 @@ static zrt_status zrt_engine_alloc_module(zrt_engine *eng, int m, float *tmp, si
   if (eng->policy->shard_params && me->shard16_nvme) {
     /* written from the masters by zrt_engine_offload_built */
   } else if (eng->policy->shard_params) {
-    ZRT_CHECK(zrt_engine_alloc_state(eng, me->shard16_host, (size_t)me->part * ws, ZRT_MEM_PARAMS16,
-                                     0, &me->shard16));
+    ZRT_CHECK(zrt_engine_alloc_shard16(eng, m));
     zrt_coord_set_shard(eng->coord, m, me->shard16, me->shard16_host);
     w16 = me->shard16;
   } else {
@@ -624,9 +624,9 @@ zrt_status zrt_engine_build(zrt_engine *eng) {
     st = zrt_error(ZRT_ERR_OOM, "zrt_engine_build: out of host memory for init staging");
     goto done;
   }
-  for (int m = 0; m < eng->nmodules; m++) {
+  ZRT_CHECK_GOTO(zrt_engine_shard_arena_create(eng), st, done);
+  for (int m = 0; m < eng->nmodules; m++)
     ZRT_CHECK_GOTO(zrt_engine_alloc_module(eng, m, tmp, tmp_elems), st, done);
-  }
   ZRT_CHECK_GOTO(zrt_engine_offload_built(eng), st, done);
   eng->built = 1;
   zrt_engine_timing_open(eng, zrt_now_s());

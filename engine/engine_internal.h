@@ -162,6 +162,12 @@ struct zrt_engine {
    * coord_names: the module names it logs (pointers into modules). */
   zrt_coord *coord;
   const char **coord_names;
+  /* stage 3 on the host: every module's 16-bit shard in one allocation of
+   * the comm's memory (zrt_comm_mem_alloc), so the coordinator's gathers
+   * read the peers' shards in place; each slice counted in the pool the
+   * shard belongs to. NULL when the shards come from the pools. */
+  char *shard_arena;
+  size_t shard_arena_used;
 
   zrt_scaler scaler;
   zrt_sched sched;
@@ -210,6 +216,18 @@ void zrt_engine_layout(zrt_engine *eng);
  * elements [flat_off, flat_off+len) (zeros in the padding). */
 void zrt_engine_init_values(const zrt_engine *eng, int module, int64_t flat_off, int64_t len,
                             float *dst);
+
+/* engine_layout.c: stage 3 on a host backend whose comm allocates shared
+ * buffers: one collective allocation for every module's 16-bit shard
+ * (not the NVMe-swapped ones), with the capacity of both pools checked
+ * first. A no-op elsewhere. */
+zrt_status zrt_engine_shard_arena_create(zrt_engine *eng);
+/* Module m's shard16 (part elements): the next slice of the arena,
+ * adopted by the host pool or the backend's, or a pool allocation when
+ * there is no arena. */
+zrt_status zrt_engine_alloc_shard16(zrt_engine *eng, int m);
+/* Frees the arena (after the modules' shards stopped being counted). */
+void zrt_engine_shard_arena_free(zrt_engine *eng);
 
 /* Rank `rank`'s owned slice of module `module`: *off = rank * part (element
  * offset into the module's flat buffer), *len = part. Pure layout, valid

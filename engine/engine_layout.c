@@ -1,15 +1,75 @@
 /*
  * engine_layout.c — the engine's modules laid out by the pure rules of
  * sharding/layout.h (offsets, padded, part), the extents and parameter
- * pieces of a rank, and partitioned init: init values are computed from
- * (seed, name hash, element index) only, so any slice can be produced alone.
+ * pieces of a rank, partitioned init (init values are computed from
+ * (seed, name hash, element index) only, so any slice can be produced
+ * alone), and stage 3's shard arena: on the host, every module's 16-bit
+ * shard in the comm's shared memory, so that the coordinator's all-gathers
+ * run zero-copy (comm/comm_shm_zc.c reads each peer's send in place).
  */
 #include "engine_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm.h"
 #include "rng.h"
+
+/* Bytes of module me's shard slice in the arena (64-byte aligned). */
+static size_t zrt_shard_slice(const zrt_module_entry *me, size_t ws) {
+  return ZRT_ALIGN_UP((size_t)me->part * ws, (size_t)64);
+}
+
+static int zrt_shard_in_arena(const zrt_engine *eng, const zrt_module_entry *me) {
+  return eng->policy->shard_params && !me->shard16_nvme;
+}
+
+zrt_status zrt_engine_shard_arena_create(zrt_engine *eng) {
+  eng->shard_arena = NULL;
+  eng->shard_arena_used = 0;
+  /* host memory the comm can share: its buffers would be the pools' own */
+  if (!eng->policy->shard_params || eng->backend->device_id >= 0 || !eng->comm ||
+      !eng->comm->iface->mem_alloc)
+    return ZRT_OK;
+  size_t ws = zrt_dtype_size(eng->dtype), total = 0, in_host = 0, in_dev = 0;
+  for (int m = 0; m < eng->nmodules; m++) {
+    const zrt_module_entry *me = &eng->modules[m];
+    if (!zrt_shard_in_arena(eng, me)) continue;
+    total += zrt_shard_slice(me, ws);
+    *(me->shard16_host ? &in_host : &in_dev) += (size_t)me->part * ws;
+  }
+  if (!total) return ZRT_OK;
+  /* the capacity first: a refusal after the collective allocation would
+   * leave the other ranks holding theirs */
+  if (in_host) ZRT_CHECK(zrt_pool_reserve(eng->host_pool, in_host, ZRT_MEM_PARAMS16));
+  if (in_dev) ZRT_CHECK(zrt_pool_reserve(eng->backend->pool, in_dev, ZRT_MEM_PARAMS16));
+  void *p = NULL;
+  ZRT_CHECK(zrt_comm_mem_alloc(eng->comm, total, &p));
+  eng->shard_arena = p;
+  return ZRT_OK;
+}
+
+zrt_status zrt_engine_alloc_shard16(zrt_engine *eng, int m) {
+  zrt_module_entry *me = &eng->modules[m];
+  size_t ws = zrt_dtype_size(eng->dtype), bytes = (size_t)me->part * ws;
+  zrt_pool *pool = me->shard16_host ? eng->host_pool : eng->backend->pool;
+  if (!eng->shard_arena || !zrt_shard_in_arena(eng, me)) {
+    if (me->shard16_host) return zrt_pool_alloc(pool, bytes, ZRT_MEM_PARAMS16, &me->shard16);
+    return zrt_backend_alloc(eng->backend, bytes, ZRT_MEM_PARAMS16, &me->shard16);
+  }
+  void *p = eng->shard_arena + eng->shard_arena_used;
+  /* adopted: freeing it through its pool only stops counting it */
+  ZRT_CHECK(zrt_pool_adopt(pool, p, bytes, ZRT_MEM_PARAMS16));
+  eng->shard_arena_used += zrt_shard_slice(me, ws);
+  me->shard16 = p;
+  return ZRT_OK;
+}
+
+void zrt_engine_shard_arena_free(zrt_engine *eng) {
+  if (eng->shard_arena) zrt_comm_mem_free(eng->comm, eng->shard_arena);
+  eng->shard_arena = NULL;
+  eng->shard_arena_used = 0;
+}
 
 void zrt_engine_layout(zrt_engine *eng) {
   for (int m = 0; m < eng->nmodules; m++) {

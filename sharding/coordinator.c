@@ -181,8 +181,11 @@ static zrt_status zrt_coord_launch(zrt_coord *c, int m, int async, int own_ready
   zrt_status st;
   if (own_ready) {
     src = zrt_coord_own(c, me);
-  } else if (me->shard_host) {
-    /* offloaded shard: stage it into this rank's slot of full16 first */
+  } else if (me->shard_host && c->be->device_id >= 0) {
+    /* offloaded shard: stage it into this rank's slot of full16 first (a
+     * host backend gathers from the shard itself: the same memory kind,
+     * and on the host the engine keeps shards in the comm's shared memory,
+     * so the gather reads them in place) */
     void *own = zrt_coord_own(c, me);
     st = zrt_backend_memcpy(c->be, own, me->shard16, (size_t)me->part * c->ws, ZRT_COPY_H2D, NULL);
     if (st != ZRT_OK) return st;

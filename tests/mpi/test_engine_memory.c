@@ -28,7 +28,9 @@
  *               module's 16-bit grads in flight)
  *      stage 3: 16Ψ/N + 2Ψ/N + 2B + 2B (one gathered module + its grads),
  *               with reuse 16Ψ/N + 2Ψ/N + 2Ψ + 2B (every module gathered);
- *  - totals fall strictly with the stage when N > 1.
+ *  - totals fall strictly with the stage when N > 1;
+ *  - at stage 3 on the shm comm the shards sit in the comm's memory and
+ *    every parameter gather runs zero-copy (zrt_comm.zero_copy).
  */
 #include <math.h>
 #include <mpi.h>
@@ -58,6 +60,10 @@ static double rel(double got, double want) {
 
 /* one configuration (oo / op: 0 none, 1 cpu, 2 nvme); returns the
  * measured device model-state total */
+/* The comm of run(): mpi, or "auto" (shm on one machine) for the runs
+ * that check the stage-3 shard arena. */
+static const char *test_comm = "mpi";
+
 static double run(int stage, int oo, int op, int reuse, int world, int rank) {
   zrt_config *cfg;
   ZT_OK(zrt_config_create(&cfg));
@@ -74,7 +80,7 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
   ZT_OK(zrt_config_set(cfg, "zero_optimization.stage3_prefetch_bucket_size", "0", "test"));
   if (!reuse)
     ZT_OK(zrt_config_set(cfg, "zero_optimization.stage3_max_reuse_distance", "0", "test"));
-  ZT_OK(zrt_config_set(cfg, "zrt.comm", "mpi", "test"));
+  ZT_OK(zrt_config_set(cfg, "zrt.comm", test_comm, "test"));
   if (oo) {
     ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_optimizer.device",
                          oo == 2 ? "nvme" : "cpu", "test"));
@@ -105,6 +111,7 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
     ZT_OK(zrt_param_add(eng, mod[m], n, 1, &numel[m], init, 0, &par[m]));
   }
   ZT_OK(zrt_engine_build(eng));
+  uint64_t zc0 = eng->comm->zero_copy;
   float *g = malloc(sizeof(float) * 40000);
   uint16_t *g16 = malloc(2 * 40000);
   for (int i = 0; i < 40000; i++) {
@@ -132,6 +139,21 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
     zrt_step_info si;
     ZT_OK(zrt_engine_step(eng, 1.0f, &si));
     ZT_CHECK(si.boundary && !si.skipped);
+  }
+  /* stage 3 on the shm comm: the 16-bit shards live in the comm's memory
+   * (engine_layout.c's arena), so every parameter gather runs zero-copy
+   * (NVMe-swapped shards stay out of it; ZRT_COMM_SHM_ZC=0: none) */
+  if (stage == 3 && world > 1 && !strcmp(eng->comm_name, "shm") && op != 2) {
+    const char *zc = getenv("ZRT_COMM_SHM_ZC");
+    zrt_coord_stats cs;
+    zrt_coord_stats_get(eng->coord, &cs);
+    int on = !(zc && !strcmp(zc, "0"));
+    ZT_CHECK(on == (eng->shard_arena != NULL));
+    if (on) ZT_CHECK(eng->comm->zero_copy - zc0 >= (uint64_t)cs.gathers && cs.gathers > 0);
+    if (rank == 0)
+      printf("stage 3 %s: %lld gathers, %llu zero-copy collectives\n",
+             op ? "offload_param cpu" : "no param offload", (long long)cs.gathers,
+             (unsigned long long)(eng->comm->zero_copy - zc0));
   }
   /* the layout the model needs, read from the built engine */
   zrt_memest_layout lay;
@@ -236,6 +258,12 @@ int main(int argc, char **argv) {
     run(3, 1, 0, 0, world, rank);
   }
   twin_ratio = NULL;
+  /* stage 3 on the shm comm, without and with parameter offload: the same
+   * pools, every gather zero-copy */
+  test_comm = "auto";
+  run(3, 0, 0, 0, world, rank);
+  run(3, 1, 1, 0, world, rank);
+  test_comm = "mpi";
   if (rank == 0) {
     const char *base = getenv("ZRT_BUILD_DIR");
     if (!base || access(base, W_OK)) base = getenv("TMPDIR");
