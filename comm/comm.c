@@ -627,14 +627,31 @@ static int own_bufs(const zrt_comm *c, const zrt_backend *be) {
   return c && c->iface && c->iface->mem_alloc && be && be->device_id < 0;
 }
 
+zrt_status zrt_comm_agree(zrt_comm *c, zrt_status local, const char *what) {
+  char msg[512] = "";
+  if (local != ZRT_OK) snprintf(msg, sizeof msg, "%s", zrt_last_error());
+  /* the lowest failing rank, or world when none failed */
+  float v = local == ZRT_OK ? (float)c->world : (float)c->rank;
+  zrt_status st = zrt_comm_all_reduce(c, &v, &v, 1, ZRT_F32, ZRT_RED_MIN, NULL);
+  if (local != ZRT_OK) return zrt_error(local, "%s", msg); /* its own message, intact */
+  if (st != ZRT_OK) return st;
+  if ((int)v < c->world)
+    return zrt_error(ZRT_ERR_OOM,
+                     "%s: rank %d could not reserve its share (its message says why and what to "
+                     "do); every rank stops here instead of waiting for it",
+                     what, (int)v);
+  return ZRT_OK;
+}
+
 zrt_status zrt_comm_buf_alloc(zrt_comm *c, zrt_backend *be, size_t bytes, zrt_mem_category cat,
                               void **out) {
   if (!out || !be) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_comm_buf_alloc: NULL argument");
   *out = NULL;
   if (!own_bufs(c, be)) return zrt_backend_alloc(be, bytes, cat, out);
-  /* the capacity first: a refusal after the collective allocation would
-   * leave the other ranks holding theirs */
-  ZRT_CHECK(zrt_pool_reserve(be->pool, bytes, cat));
+  /* the capacity first, agreed over the ranks: a refusal after the
+   * collective allocation would leave the others holding theirs, and one
+   * rank refusing alone would leave them waiting in it */
+  ZRT_CHECK(zrt_comm_agree(c, zrt_pool_reserve(be->pool, bytes, cat), "zrt_comm_buf_alloc"));
   ZRT_CHECK(zrt_comm_mem_alloc(c, bytes ? bytes : 1, out));
   zrt_status st = zrt_pool_adopt(be->pool, *out, bytes, cat);
   if (st != ZRT_OK) {

@@ -162,6 +162,11 @@ void zrt_comm_mem_free(zrt_comm *c, void *p);
  * zrt_comm_buf_free on the same comm and backend. */
 zrt_status zrt_comm_buf_alloc(zrt_comm *c, zrt_backend *be, size_t bytes, zrt_mem_category cat,
                               void **out);
+/* Collective: every rank passes the status of a local step (a capacity
+ * check before a collective allocation). A rank that failed returns its
+ * own status and message; when only others failed, ZRT_ERR_OOM naming the
+ * lowest failing rank (what: the caller, for the message); else ZRT_OK. */
+zrt_status zrt_comm_agree(zrt_comm *c, zrt_status local, const char *what);
 void zrt_comm_buf_free(zrt_comm *c, zrt_backend *be, void *p);
 
 /* "2.28.3" from the loaded NCCL library (ncclGetVersion, no GPU needed),

@@ -39,10 +39,10 @@ zrt_status zrt_engine_shard_arena_create(zrt_engine *eng) {
     *(me->shard16_host ? &in_host : &in_dev) += (size_t)me->part * ws;
   }
   if (!total) return ZRT_OK;
-  /* the capacity first: a refusal after the collective allocation would
-   * leave the other ranks holding theirs */
-  if (in_host) ZRT_CHECK(zrt_pool_reserve(eng->host_pool, in_host, ZRT_MEM_PARAMS16));
-  if (in_dev) ZRT_CHECK(zrt_pool_reserve(eng->backend->pool, in_dev, ZRT_MEM_PARAMS16));
+  /* the capacity first, agreed over the ranks (zrt_comm_buf_alloc's rule) */
+  zrt_status st = in_host ? zrt_pool_reserve(eng->host_pool, in_host, ZRT_MEM_PARAMS16) : ZRT_OK;
+  if (st == ZRT_OK && in_dev) st = zrt_pool_reserve(eng->backend->pool, in_dev, ZRT_MEM_PARAMS16);
+  ZRT_CHECK(zrt_comm_agree(eng->comm, st, "stage 3 shards in the comm's memory"));
   void *p = NULL;
   ZRT_CHECK(zrt_comm_mem_alloc(eng->comm, total, &p));
   eng->shard_arena = p;

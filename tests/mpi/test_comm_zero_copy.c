@@ -19,7 +19,8 @@
  * the others' error names it (ctest matches the message). The engine's
  * gradient buckets (sharding/bucket.c) over the comm: staging counted
  * exactly in the pool, every bucket zero-copy, the same gradients as over
- * the MPI comm.
+ * the MPI comm. zrt_comm_buf_alloc refused by the last rank's pool alone:
+ * every rank returns an error at once (the others name that rank).
  * ZRT_TEST_COMM=mpi runs the same against the generic allocator (plain
  * memory, the MPI comm's own paths).
  */
@@ -41,7 +42,8 @@
 #include "ztest.h"
 
 static zrt_comm *C, *M;
-static int R, N, ZC; /* ZC: the comm under test is shm with shared allocations */
+static zrt_backend *B0; /* the unlimited CPU backend of main */
+static int R, N, ZC;    /* ZC: the comm under test is shm with shared allocations */
 
 /* Full-mantissa values with exponents in [-4, 4], rounded to dt. */
 static float val(int r, size_t i, uint32_t salt, zrt_dtype dt) {
@@ -274,9 +276,35 @@ static void too_big(void) {
   ZT_CONTAINS(msg, "ZRT_COMM_SHM_ZC=0");
 }
 
+/* zrt_comm_buf_alloc where only the last rank's pool is too small: every
+ * rank returns an error (none waits in the collective allocation), the
+ * last with its pool's capacity message, the others naming it. */
+static void reserve_refused(void) {
+  zrt_backend *b = NULL;
+  ZT_OK(zrt_backend_create("cpu", R == N - 1 ? (size_t)64 << 10 : 0, 0, &b));
+  void *p = NULL;
+  zrt_status st = zrt_comm_buf_alloc(C, b, (size_t)1 << 20, ZRT_MEM_COMM, &p);
+  const char *msg = zrt_last_error();
+  printf("rank %d: %s: %s\n", R, zrt_status_string(st), msg);
+  ZT_CHECK(st != ZRT_OK && p == NULL);
+  if (R == N - 1)
+    ZT_CHECK(!strstr(msg, "could not reserve its share"));
+  else {
+    char want[64];
+    snprintf(want, sizeof want, "rank %d could not reserve its share", N - 1);
+    ZT_CONTAINS(msg, want);
+  }
+  /* the comm goes on: the next allocation and collective work */
+  ZT_OK(zrt_comm_buf_alloc(C, B0, 4096, ZRT_MEM_COMM, &p));
+  ZT_OK(zrt_comm_barrier(C));
+  zrt_comm_buf_free(C, B0, p);
+  zrt_backend_destroy(b);
+}
+
 int main(void) {
   zrt_backend *B = NULL;
   ZT_OK(zrt_backend_create("cpu", 0, 0, &B));
+  B0 = B;
   const char *want = getenv("ZRT_TEST_COMM");
   ZT_OK(zrt_comm_create(want && *want ? want : "auto", B, 120.0, &C));
   ZT_OK(zrt_comm_create("mpi", B, 120.0, &M));
@@ -314,6 +342,7 @@ int main(void) {
     async_out_of_order(dts[d], 4096 * (size_t)N + 0);
   }
   buckets(B);
+  if (C->iface->mem_alloc) reserve_refused();
   if (R == 0) printf("zero-copy collectives: %llu\n", (unsigned long long)C->zero_copy);
   ZT_CHECK(leftovers() == 0);
   if (ZC) too_big();
