@@ -756,6 +756,7 @@ zrt_status zrt_comm_shm_init_on(zrt_comm *c, zrt_backend *backend, const void *p
   /* rank 0 names the segment; every rank learns it over MPI */
   char name[64] = {0};
   if (s->rank == 0) {
+    zrt_shm_sweep_stale(); /* one rank per machine: the segment's group */
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     snprintf(name, sizeof name, "/zrt-shm-%d-%d-%lx", (int)getuid(), (int)getpid(),

@@ -140,6 +140,11 @@ zrt_status zrt_shm_zc_alloc(void *ctx, size_t bytes, void **out);
 void zrt_shm_zc_free(void *ctx, void *p);
 /* Unmaps every allocation (destroy). */
 void zrt_shm_zc_release(shm_ctx *s);
+/* Unlinks this user's /dev/shm/zrt-zc-* and zrt-shm-* names whose creator
+ * no longer exists and that are over a minute old (a rank killed between
+ * creating a segment and unlinking it leaves its name, and the memory
+ * stays reserved until then), with a warning naming each. */
+void zrt_shm_sweep_stale(void);
 /* Phase 0 of a request with a publish phase: this rank's descriptor. */
 void zrt_shm_zc_publish(shm_ctx *s, shm_req *q);
 /* Before phase 1 (every rank published): zero-copy when every rank's

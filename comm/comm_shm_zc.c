@@ -10,17 +10,22 @@
  * copy path (comm/comm_shm.c) when any rank's buffer is private. The last
  * zero-copy phase does nothing: it starts only once every rank finished
  * reading, so a request completes when no peer reads its buffers any more.
- * Protocol, ordering and limits: docs/comms.md, "Zero-copy collectives".
+ * Also the sweep of names that ranks killed between creating and unlinking
+ * a segment left behind (zrt_shm_sweep_stale). Protocol, ordering and
+ * limits: docs/comms.md, "Zero-copy collectives".
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm_shm_impl.h"
@@ -70,6 +75,55 @@ static zrt_status zc_env(shm_ctx *s) {
   s->zc_plain = all == 0.0f;
   s->zc_env_ready = 1;
   return ZRT_OK;
+}
+
+/* Seconds a name must have existed before a sweep may remove it: far
+ * longer than the handshakes between its creation and its unlink. */
+#define SHM_STALE_AGE_S 60
+
+/* Parses "zrt-zc-<uid>-<pid>-<id>" / "zrt-shm-<uid>-<pid>-<hex>"; the
+ * creator's pid, or 0 when the name is not one of ours. */
+static int stale_pid(const char *name, int uid) {
+  int u = -1, pid = 0, used = 0;
+  if (sscanf(name, "zrt-zc-%d-%d-%*x%n", &u, &pid, &used) == 2 && !name[used] && u == uid)
+    return pid;
+  used = 0;
+  if (sscanf(name, "zrt-shm-%d-%d-%*x%n", &u, &pid, &used) == 2 && !name[used] && u == uid)
+    return pid;
+  return 0;
+}
+
+void zrt_shm_sweep_stale(void) {
+  DIR *d = opendir(SHM_ZC_DIR);
+  if (!d) return;
+  int uid = (int)getuid(), n = 0;
+  unsigned long long bytes = 0;
+  time_t now = time(NULL);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    int pid = stale_pid(e->d_name, uid);
+    /* only a creator that no longer exists, and only an old name: one in
+     * its handshake window is seconds old */
+    if (pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH) continue;
+    struct stat st;
+    if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_uid != (uid_t)uid || now - st.st_mtime < SHM_STALE_AGE_S)
+      continue;
+    char name[300];
+    snprintf(name, sizeof name, "/%s", e->d_name);
+    if (shm_unlink(name) == 0) {
+      n++;
+      bytes += (unsigned long long)st.st_size;
+      zrt_log(ZRT_LOG_WARN,
+              "shm comm: removed %s%s (%lld bytes): left by process %d, which died between "
+              "creating and unlinking it",
+              SHM_ZC_DIR, name, (long long)st.st_size, pid);
+    }
+  }
+  closedir(d);
+  if (n > 1)
+    zrt_log(ZRT_LOG_WARN, "shm comm: %d stale segments removed, %llu bytes of %s given back", n,
+            bytes, SHM_ZC_DIR);
 }
 
 /* Creates, reserves and maps this rank's segment. why on failure. */

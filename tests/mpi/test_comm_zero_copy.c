@@ -20,18 +20,25 @@
  * gradient buckets (sharding/bucket.c) over the comm: staging counted
  * exactly in the pool, every bucket zero-copy, the same gradients as over
  * the MPI comm. zrt_comm_buf_alloc refused by the last rank's pool alone:
- * every rank returns an error at once (the others name that rank).
+ * every rank returns an error at once (the others name that rank). A
+ * comm's creation sweeps /dev/shm names whose creator died over a minute
+ * ago, and only those.
  * ZRT_TEST_COMM=mpi runs the same against the generic allocator (plain
  * memory, the MPI comm's own paths).
  */
 #include <dirent.h>
+#include <fcntl.h>
 #include <float.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -301,6 +308,42 @@ static void reserve_refused(void) {
   zrt_backend_destroy(b);
 }
 
+/* Rank 0 makes three names in /dev/shm: one whose creator died over a
+ * minute ago (stale), one whose creator died just now (young: it could be
+ * in its handshake window), one of a live process (pid 1). Creating a comm
+ * sweeps the first only. */
+static void sweep_stale(zrt_backend *b) {
+  char names[3][64];
+  if (R == 0) {
+    pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    waitpid(dead, NULL, 0);
+    int pids[3] = {(int)dead, (int)dead, 1};
+    for (int i = 0; i < 3; i++) {
+      snprintf(names[i], sizeof names[i], "/zrt-zc-%d-%d-%d", (int)getuid(), pids[i], 900 + i);
+      int fd = shm_open(names[i], O_RDWR | O_CREAT, 0600);
+      ZT_CHECK(fd >= 0 && ftruncate(fd, 4096) == 0);
+      struct timespec t[2] = {{time(NULL) - 120, 0}, {time(NULL) - 120, 0}};
+      if (i != 1) ZT_CHECK(futimens(fd, t) == 0);
+      close(fd);
+    }
+  }
+  zrt_comm *c2 = NULL;
+  ZT_OK(zrt_comm_create("auto", b, 120.0, &c2));
+  if (R == 0) {
+    for (int i = 0; i < 3; i++) {
+      int fd = shm_open(names[i], O_RDWR, 0600);
+      printf("sweep: %s %s\n", names[i], fd >= 0 ? "kept" : "removed");
+      ZT_CHECK((fd >= 0) == (i != 0));
+      if (fd >= 0) {
+        close(fd);
+        shm_unlink(names[i]);
+      }
+    }
+  }
+  zrt_comm_destroy(c2);
+}
+
 int main(void) {
   zrt_backend *B = NULL;
   ZT_OK(zrt_backend_create("cpu", 0, 0, &B));
@@ -343,6 +386,7 @@ int main(void) {
   }
   buckets(B);
   if (C->iface->mem_alloc) reserve_refused();
+  if (!strcmp(C->iface->name, "shm")) sweep_stale(B);
   if (R == 0) printf("zero-copy collectives: %llu\n", (unsigned long long)C->zero_copy);
   ZT_CHECK(leftovers() == 0);
   if (ZC) too_big();
