@@ -6,28 +6,42 @@
 # .debs/ (fetched here, on the development machine) and unpacked there beside
 # the system under /opt/deps, never over /.
 #
-#   scripts/gpu-setup.sh download      # here: apt-get download into .debs/
-#   scripts/gpu-setup.sh build [DIR]   # there: unpack, preflight, configure
-#                                      # (-DZRT_CUDA=ON, sm_90) and build DIR
-#                                      # (default build-gpu)
-#   scripts/gpu-setup.sh run CMD...    # there: CMD with the environment set
-#   scripts/gpu-setup.sh env           # print the environment (to eval)
+#   scripts/gpu-setup.sh download        # here: apt-get download into .debs/ (+ nccl.h)
+#   scripts/gpu-setup.sh step NAME [DIR] # there: one step of the playbook, at most
+#                                        # 10 minutes each, its log in $OUT/NAME.log:
+#       build    unpack, preflight, configure (-DZRT_CUDA=ON, sm_90, NCCL found or
+#                the step fails, -DZRT_WERROR=OFF) and build DIR (default build-gpu)
+#       gpu      ZRT_REQUIRE_GPU=1 ctest -L gpu        (each test at most 540 s)
+#       mpi      ctest -L mpi                          (ranks sharing the one GPU)
+#       cli      ctest -L cli
+#       sanitize compute-sanitizer memcheck + racecheck, train_gpt2 for 3 steps
+#   scripts/gpu-setup.sh run CMD...      # there: CMD with the environment set
+#   scripts/gpu-setup.sh env             # print the environment (to eval)
+#   scripts/gpu-setup.sh check [DIR]     # here: `step build` then the test steps'
+#                                        # CPU part in a mount namespace that hides
+#                                        # the system's copies of every carried package
 #
 # Relocation: dpkg -x keeps Debian's paths under /opt/deps (/opt/deps/usr/
 # lib/x86_64-linux-gnu, ...). Open MPI finds its components, help files and
 # wrapper data through OPAL_PREFIX (its install prefix /usr moved to
-# /opt/deps/usr), PMIx through PMIX_INSTALL_PREFIX; pkg-config answers with
-# /opt/deps prepended (PKG_CONFIG_SYSROOT_DIR), which is how CMake's
-# pkg_check_modules finds the carried libraries. Debian's "alternatives"
-# links (mpiexec, mpicc) are not made by dpkg -x, so /opt/deps/bin holds
-# them. UNVERIFIED on the GPU machine: written from GPU.md and the Debian
-# packages' file lists before any GPU session ran it; the first session with
-# a GPU runs `build`, fixes what breaks here, and says so in perf/RESULTS.md.
+# /opt/deps/usr), PMIx through PMIX_INSTALL_PREFIX (Debian's PMIx lives in
+# lib/<arch>/pmix2); pkg-config answers with /opt/deps prepended
+# (PKG_CONFIG_SYSROOT_DIR), which is how CMake's pkg_check_modules finds the
+# carried libraries. Debian's "alternatives" links (mpiexec, mpicc,
+# pkgconfig/openblas.pc) are not made by dpkg -x: /opt/deps/bin holds the
+# commands and PKG_CONFIG_PATH names openblas-pthread/pkgconfig.
+#
+# NCCL is not part of the CUDA toolkit on that image: it is looked for in
+# $ZRT_NCCL_HOME, the toolkit, /usr, then the Python environment's
+# nvidia-nccl-cu* wheel (libnccl.so.2 only). The header comes from .debs/nccl
+# (copied from this machine's toolkit by `download`). Both are linked under
+# /opt/deps/nccl and passed to CMake explicitly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEPS=${ZRT_DEPS_PREFIX:-/opt/deps}
 P=$DEPS/usr
 ARCH=x86_64-linux-gnu
+OUT=${OUT:-$PWD/gpu-out}
 
 PKGS=(openmpi-bin openmpi-common libopenmpi-dev libopenmpi3 libpmix2 libhwloc15 libhwloc-plugins libevent-2.1-7
       libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1 libucx0 libpsm2-2
@@ -39,16 +53,58 @@ PKGS=(openmpi-bin openmpi-common libopenmpi-dev libopenmpi3 libpmix2 libhwloc15 
 env_lines() {
   cat <<EOF
 export PATH="$DEPS/bin:$P/bin:\$PATH"
-export LD_LIBRARY_PATH="$P/lib/$ARCH:$P/lib/$ARCH/openmpi/lib:$P/lib/$ARCH/openblas-pthread:/usr/local/cuda/lib64\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$P/lib/$ARCH:$P/lib/$ARCH/openmpi/lib:$P/lib/$ARCH/openblas-pthread:$DEPS/nccl/lib:/usr/local/cuda/lib64\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 export OPAL_PREFIX="$P"
-export PMIX_INSTALL_PREFIX="$P"
-export PKG_CONFIG_PATH="$P/lib/$ARCH/pkgconfig:$P/share/pkgconfig:$P/lib/$ARCH/openmpi/lib/pkgconfig"
+export PMIX_INSTALL_PREFIX="$P/lib/$ARCH/pmix2"
+export PKG_CONFIG_PATH="$P/lib/$ARCH/pkgconfig:$P/share/pkgconfig:$P/lib/$ARCH/openmpi/lib/pkgconfig:$P/lib/$ARCH/openblas-pthread/pkgconfig"
 export PKG_CONFIG_SYSROOT_DIR="$DEPS"
 export CMAKE_PREFIX_PATH="$P\${CMAKE_PREFIX_PATH:+:\$CMAKE_PREFIX_PATH}"
 export CPATH="$P/include:$P/include/$ARCH\${CPATH:+:\$CPATH}"
 export LIBRARY_PATH="$P/lib/$ARCH\${LIBRARY_PATH:+:\$LIBRARY_PATH}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 EOF
+}
+
+# The NCCL library: prints its path, or nothing.
+find_nccl_lib() {
+  local d f
+  for d in "${ZRT_NCCL_HOME:-}" /usr/local/cuda /usr; do
+    [ -n "$d" ] || continue
+    for f in "$d"/lib64/libnccl.so.2 "$d"/lib/libnccl.so.2 "$d/lib/$ARCH"/libnccl.so.2; do
+      [ -s "$f" ] && { echo "$f"; return; }
+    done
+  done
+  command -v python3 >/dev/null || return 0
+  python3 - <<'EOF' 2>/dev/null || true
+import glob, site, sys
+dirs = list(site.getsitepackages()) + [site.getusersitepackages()] + sys.path
+for d in dirs:
+    for f in sorted(glob.glob(d + "/nvidia/nccl/lib/libnccl.so*")):
+        print(f)
+        sys.exit(0)
+EOF
+}
+
+# Links the NCCL found and the carried header under $DEPS/nccl; prints the
+# CMake arguments (none when either is missing).
+setup_nccl() {
+  local lib hdr
+  lib=$(find_nccl_lib | head -1)
+  hdr=""
+  for h in .debs/nccl/nccl.h /usr/local/cuda/include/nccl.h; do
+    [ -s "$h" ] && { hdr=$h; break; }
+  done
+  if [ -z "$lib" ] || [ -z "$hdr" ]; then
+    echo "gpu-setup: NCCL library: ${lib:-not found}; nccl.h: ${hdr:-not found}" >&2
+    echo "-UZRT_NCCL_LIB -UZRT_NCCL_INC" # CMake looks on its own; no stale cached paths
+    return 0
+  fi
+  mkdir -p "$DEPS/nccl/lib" "$DEPS/nccl/include"
+  ln -sf "$(readlink -f "$lib")" "$DEPS/nccl/lib/libnccl.so.2"
+  ln -sf libnccl.so.2 "$DEPS/nccl/lib/libnccl.so"
+  cp -f "$hdr" "$DEPS/nccl/include/nccl.h"
+  echo "gpu-setup: NCCL library $lib, header $hdr ($(grep -m1 -o 'NCCL_VERSION_CODE [0-9]*' "$hdr"))" >&2
+  echo "-DZRT_NCCL_LIB=$DEPS/nccl/lib/libnccl.so -DZRT_NCCL_INC=$DEPS/nccl/include"
 }
 
 unpack() {
@@ -61,38 +117,162 @@ unpack() {
   ln -sf "$P/bin/opal_wrapper" "$DEPS/bin/mpicc"
   ln -sf "$P/bin/pkgconf" "$DEPS/bin/pkg-config"
   # libopenblas-*-dev ship libblas.so / liblapack.so as alternatives too
-  for l in libblas.so.3 liblapack.so.3 libopenblas.so.0; do
+  for l in libblas.so.3 liblapack.so.3 libopenblas.so.0 libopenblas.so; do
     [ -e "$P/lib/$ARCH/$l" ] || { [ -e "$P/lib/$ARCH/openblas-pthread/$l" ] && ln -sf "openblas-pthread/$l" "$P/lib/$ARCH/$l"; } || true
   done
+}
+
+step_build() {
+  local dir=$1 nccl_args
+  unpack
+  eval "$(env_lines)"
+  echo "== preflight"
+  nvidia-smi || echo "gpu-setup: nvidia-smi failed (no GPU here)"
+  nvcc --version | tail -2 || true
+  mpiexec --version | head -1
+  ompi_info | head -3
+  pkg-config --modversion yaml-0.1 libcjson jemalloc numa liburing openblas 2>&1 | tr '\n' ' '
+  echo
+  nccl_args=$(setup_nccl)
+  echo "== configure + build ($dir)"
+  # shellcheck disable=SC2086
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZRT_CUDA=ON \
+    -DZRT_CUDA_ARCH="${ZRT_CUDA_ARCH:-90}" -DZRT_WERROR=OFF -DMPI_C_COMPILER="$DEPS/bin/mpicc" \
+    -DCMAKE_PREFIX_PATH="$P" $nccl_args ${ZRT_CMAKE_ARGS:-}
+  cmake --build "$dir" -j"$(nproc)"
+  "$dir/bin/zrt" env | tee "$dir/zrt-env.txt"
+  if ! grep -q '^NCCL comm: built' "$dir/zrt-env.txt"; then
+    echo "gpu-setup: this build has no NCCL comm (see the NCCL line above); the gpu tests would fail" >&2
+    [ "${ZRT_ALLOW_NO_NCCL:-0}" = 1 ] || return 1
+  fi
+}
+
+need_build() {
+  [ -x "$1/bin/zrt" ] || {
+    echo "gpu-setup: $1 is not built on this machine (run 'step build' first, in the same warm lease)" >&2
+    exit 1
+  }
+  [ -d "$P" ] || unpack
+  eval "$(env_lines)"
+}
+
+# One step with its log in $OUT/<name>.log; at most ZRT_STEP_S seconds
+# (570 by default: the GPU machine's commands end at 600).
+step() {
+  local name=$1 dir=${2:-build-gpu} lim=${ZRT_STEP_S:-570}
+  mkdir -p "$OUT"
+  local log="$OUT/$name.log"
+  echo "gpu-setup: step $name (dir $dir), log $log"
+  set +e
+  (
+    set -e
+    case "$name" in
+    build) step_build "$dir" ;;
+    gpu)
+      need_build "$dir"
+      cd "$dir" && ZRT_REQUIRE_GPU=${ZRT_REQUIRE_GPU:-1} timeout "$lim" ctest -L gpu --output-on-failure
+      ;;
+    mpi | cli | unit)
+      need_build "$dir"
+      cd "$dir" && timeout "$lim" ctest -L "$name" --output-on-failure -j"$(nproc)" --timeout 540
+      ;;
+    sanitize)
+      need_build "$dir"
+      for tool in memcheck racecheck; do
+        timeout $((lim / 2)) compute-sanitizer --tool $tool --error-exitcode 9 \
+          "$dir/bin/train_gpt2" --model tiny --steps 3 --batch_size 2 --seq_len 64
+      done
+      ;;
+    *)
+      echo "gpu-setup: unknown step '$name' (build, gpu, mpi, cli, unit, sanitize)" >&2
+      exit 2
+      ;;
+    esac
+  ) >"$log" 2>&1
+  local rc=$?
+  set -e
+  tail -n 40 "$log"
+  echo "gpu-setup: step $name exit $rc"
+  return $rc
+}
+
+# Hides, in the current mount namespace, every file the system's own copies
+# of the carried packages installed (an empty file bound over each, tmpfs
+# over their private directories), so that only /opt/deps can answer.
+hide_system_copies() {
+  local p f n=0
+  for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || continue
+    while IFS= read -r f; do
+      if [ -f "$f" ] && [ ! -L "$f" ]; then
+        mount --bind /dev/null "$f" && n=$((n + 1))
+      fi
+    done < <(dpkg -L "$p")
+  done
+  for d in /usr/lib/$ARCH/openmpi /usr/lib/$ARCH/pmix2 /usr/share/openmpi /etc/openmpi \
+    /usr/include/$ARCH/openmpi /usr/lib/$ARCH/openblas-pthread; do
+    [ -d "$d" ] && mount -t tmpfs none "$d"
+  done
+  echo "gpu-setup check: hid $n files of the system's copies"
+}
+
+check() {
+  local dir=${1:-build-reloc}
+  [ "$(id -u)" = 0 ] || { echo "gpu-setup check: needs root (a mount namespace)" >&2; exit 77; }
+  { ls .debs/*.deb && [ -s .debs/nccl/nccl.h ]; } >/dev/null 2>&1 || "$0" download >/dev/null
+  export ZRT_DEPS_PREFIX=${ZRT_CHECK_DEPS:-/tmp/zrt-gpu-setup-deps}
+  rm -rf "$ZRT_DEPS_PREFIX"
+  # shellcheck disable=SC2016
+  unshare -m --propagation private bash -c '
+    set -euo pipefail
+    source <(sed -n "/^hide_system_copies()/,/^}/p" "$0")
+    PKGS=('"${PKGS[*]}"') ARCH='"$ARCH"'
+    hide_system_copies
+    # the GPU image has NCCL only as a Python wheel: hide the library and
+    # header of the toolkit, and offer the library laid out as the wheel lays it
+    wheel=$(mktemp -d /tmp/zrt-nccl-wheel.XXXXXX)
+    trap "rm -rf \"$wheel\"" EXIT
+    mkdir -p "$wheel/nvidia/nccl/lib"
+    for f in /usr/local/cuda/lib64/libnccl.so*; do
+      [ -f "$f" ] && [ ! -L "$f" ] && cp "$f" "$wheel/nvidia/nccl/lib/libnccl.so.2"
+    done
+    for f in /usr/local/cuda/lib64/libnccl* /usr/local/cuda/include/nccl.h; do
+      [ -f "$f" ] && [ ! -L "$f" ] && mount --bind /dev/null "$f"
+    done
+    export PYTHONPATH="$wheel"
+    # the system copies are gone: mpiexec and pkg-config answer only from the carried ones
+    if /usr/bin/orterun --version >/dev/null 2>&1; then echo "gpu-setup check: system Open MPI still visible" >&2; exit 1; fi
+    export OUT='"$OUT"' ZRT_ALLOW_NO_NCCL='"${ZRT_ALLOW_NO_NCCL:-0}"'
+    "$0" step build "$1"
+    ZRT_REQUIRE_GPU=0 "$0" step gpu "$1"
+    ZRT_STEP_S=900 "$0" run bash -c "cd \"$1\" && ctest --output-on-failure -R \"^(unit.test_dtype|unit.test_config|mpi.test_comm_collectives.np2|mpi.test_engine_equiv.np2|cli.test_launch)$\""
+  ' "$0" "$dir"
 }
 
 case "${1:-}" in
 download)
   EXCL=$(git rev-parse --git-path info/exclude)
   grep -qx '/.debs/' "$EXCL" 2>/dev/null || echo '/.debs/' >>"$EXCL"
-  mkdir -p .debs
-  (cd .debs && apt-get download "${PKGS[@]}")
+  mkdir -p .debs/nccl
+  # (the package lists may be stale or absent on a fresh machine: update once and retry)
+  (cd .debs && apt-get download "${PKGS[@]}") ||
+    { apt-get update -qq && (cd .debs && apt-get download "${PKGS[@]}"); }
+  # the header for the GPU image's header-less NCCL wheel
+  [ -e /usr/local/cuda/include/nccl.h ] && cp -f /usr/local/cuda/include/nccl.h .debs/nccl/
   du -sh .debs
   ;;
 env)
   env_lines
   ;;
-build)
-  DIR=${2:-build-gpu}
-  unpack
-  eval "$(env_lines)"
-  echo "== preflight"
-  nvidia-smi || echo "gpu-setup: nvidia-smi failed"
-  nvcc --version | tail -2 || true
-  ls /usr/local/cuda/lib64/libnccl* /usr/lib/$ARCH/libnccl* 2>/dev/null || echo "gpu-setup: no NCCL library found"
-  mpiexec --version | head -1
-  ompi_info | head -3
-  pkg-config --modversion yaml-0.1 libcjson jemalloc numa liburing 2>&1 | tr '\n' ' '; echo
-  echo "== configure + build ($DIR)"
-  cmake -S . -B "$DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZRT_CUDA=ON -DZRT_CUDA_ARCH=90 \
-    -DMPI_C_COMPILER="$DEPS/bin/mpicc" -DCMAKE_PREFIX_PATH="$P"
-  cmake --build "$DIR" -j"$(nproc)"
-  "$DIR/bin/zrt" env
+build) # the old name of `step build`, without a log file
+  step_build "${2:-build-gpu}"
+  ;;
+step)
+  [ -n "${2:-}" ] || { echo "gpu-setup: step needs a name (build, gpu, mpi, cli, unit, sanitize)" >&2; exit 2; }
+  step "$2" "${3:-build-gpu}"
+  ;;
+check)
+  check "${2:-build-reloc}"
   ;;
 run)
   shift
@@ -101,7 +281,7 @@ run)
   exec "$@"
   ;;
 *)
-  sed -n '2,25p' "$0"
+  sed -n '2,38p' "$0"
   exit 2
   ;;
 esac

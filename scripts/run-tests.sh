@@ -5,7 +5,8 @@
 # there is no GPU), the .clang-format check, an ASan+UBSan build of the suite,
 # and a short libFuzzer pass over the config loaders.
 # Environment: ZRT_FUZZ_SECONDS (default 20 per target), ZRT_SKIP_ASAN=1,
-# ZRT_SKIP_FUZZ=1 to shorten a local run, ZRT_TORCH=0 not to install torch.
+# ZRT_SKIP_FUZZ=1, ZRT_SKIP_GPU_SETUP_CHECK=1 to shorten a local run,
+# ZRT_TORCH=0 not to install torch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -56,6 +57,20 @@ if [ "${ZRT_SKIP_ASAN:-0}" != 1 ]; then
   (cd build-asan && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --output-on-failure -j"$jobs" -L mpi --timeout 900)
+fi
+
+# The GPU machine's set-up (docs/gpu.md): the carried Debian packages alone,
+# in a mount namespace that hides the system's copies, configure and build
+# zrt with CUDA and NCCL and run a CPU test subset with the relocated Open
+# MPI, so a broken set-up is found before a GPU is lent. Needs root.
+if [ "${ZRT_SKIP_GPU_SETUP_CHECK:-0}" != 1 ]; then
+  if [ "$(id -u)" = 0 ] && command -v nvcc >/dev/null; then
+    echo "== gpu-setup check (build-reloc/, carried packages only)"
+    OUT=build-reloc-logs ./scripts/gpu-setup.sh check build-reloc ||
+      { echo "gpu-setup check failed: logs in build-reloc-logs/"; exit 1; }
+  else
+    echo "== gpu-setup check: skipped (needs root and nvcc)"
+  fi
 fi
 
 if [ "${ZRT_SKIP_FUZZ:-0}" != 1 ] && [ -x scripts/fuzz.sh ]; then

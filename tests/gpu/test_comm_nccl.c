@@ -146,6 +146,15 @@ int main(void) {
 #ifndef ZRT_HAVE_NCCL
   (void)zt_failures;
   zt_gpu_or_skip(); /* fails under ZRT_REQUIRE_GPU=1 */
+  /* A GPU machine that must run the GPU tests (ZRT_REQUIRE_GPU=1) must not
+   * pass this one by having built without NCCL (issue 23: the set-up found
+   * no libnccl and the comm silently went through MPI). */
+  if (zrt_require_gpu()) {
+    fprintf(stderr, "FAIL: ZRT_REQUIRE_GPU is set but this zrt is built without NCCL "
+                    "(configure found no libnccl/nccl.h: pass -DZRT_NCCL_LIB and -DZRT_NCCL_INC, "
+                    "as scripts/gpu-setup.sh does)\n");
+    return 1;
+  }
   ZT_SKIP("built without NCCL");
 #else
   zt_gpu_or_skip();
