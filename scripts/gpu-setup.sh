@@ -219,6 +219,7 @@ hide_system_copies() {
 check() {
   local dir=${1:-build-reloc}
   [ "$(id -u)" = 0 ] || { echo "gpu-setup check: needs root (a mount namespace)" >&2; exit 77; }
+  unshare -m true 2>/dev/null || { echo "gpu-setup check: no mount namespace here (unshare -m refused)" >&2; exit 77; }
   { ls .debs/*.deb && [ -s .debs/nccl/nccl.h ]; } >/dev/null 2>&1 || "$0" download >/dev/null
   export ZRT_DEPS_PREFIX=${ZRT_CHECK_DEPS:-/tmp/zrt-gpu-setup-deps}
   rm -rf "$ZRT_DEPS_PREFIX"

@@ -66,8 +66,14 @@ fi
 if [ "${ZRT_SKIP_GPU_SETUP_CHECK:-0}" != 1 ]; then
   if [ "$(id -u)" = 0 ] && command -v nvcc >/dev/null; then
     echo "== gpu-setup check (build-reloc/, carried packages only)"
-    OUT=build-reloc-logs ./scripts/gpu-setup.sh check build-reloc ||
-      { echo "gpu-setup check failed: logs in build-reloc-logs/"; exit 1; }
+    rc=0
+    OUT=build-reloc-logs ./scripts/gpu-setup.sh check build-reloc || rc=$?
+    if [ "$rc" = 77 ]; then
+      echo "== gpu-setup check: skipped (see the line above)"
+    elif [ "$rc" != 0 ]; then
+      echo "gpu-setup check failed: logs in build-reloc-logs/"
+      exit 1
+    fi
   else
     echo "== gpu-setup check: skipped (needs root and nvcc)"
   fi
