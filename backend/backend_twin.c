@@ -40,8 +40,9 @@
  * without access, so with PKU the twin runs OpenBLAS single-threaded (GEMM
  * results do not depend on OpenBLAS's thread count: it splits M and N,
  * never K). Without PKU (logged once) the twin checks pointer kinds at op
- * boundaries: a copy's kind must match where its pointers live, a kernel
- * may read only device memory or host memory registered with the backend.
+ * boundaries: a kernel may read only device memory or host memory
+ * registered with the backend (copies, like cudaMemcpyDefault, take their
+ * direction from the pointers).
  * Both modes apply the op-boundary checks.
  *
  * Copies follow CUDA: to or from pageable host memory the host waits for
@@ -215,11 +216,6 @@ static int twin_is_reg(twin_ctx *c, const void *p, size_t bytes) {
   for (int i = 0; i < c->nregs && !ok; i++) ok = lo >= c->regs[i].lo && hi <= c->regs[i].hi;
   pthread_mutex_unlock(&c->mu);
   return ok;
-}
-
-static const char *twin_kind_of(twin_ctx *c, const void *p, size_t bytes) {
-  if (twin_is_dev(c, p)) return "device";
-  return twin_is_reg(c, p, bytes) ? "registered host" : "pageable host";
 }
 
 /* A kernel's operand: device memory or registered host memory (a kernel
@@ -552,26 +548,18 @@ static zrt_status twin_run_copy(twin_ctx *c, void *a) {
   return c->cpu.iface->memcpy(c->b, m.dst, m.src, m.bytes, ZRT_COPY_D2D, NULL);
 }
 
+/* Like the CUDA backend's cudaMemcpyDefault, the direction comes from where
+ * the pointers live (unified addressing), not from `kind`. */
 static zrt_status twin_memcpy(void *ctx, void *dst, const void *src, size_t bytes,
                               zrt_copy_kind kind, zrt_stream s) {
   twin_ctx *c = ctx;
-  static const char *kinds[4] = {"H2D", "D2H", "D2D", "H2H"};
-  int dst_dev = kind == ZRT_COPY_H2D || kind == ZRT_COPY_D2D;
-  int src_dev = kind == ZRT_COPY_D2H || kind == ZRT_COPY_D2D;
-  if (twin_is_dev(c, dst) != dst_dev || twin_is_dev(c, src) != src_dev)
-    return zrt_error(ZRT_ERR_INVALID_ARG,
-                     "twin memcpy %s of %zu bytes: the destination %p is %s memory and the "
-                     "source %p is %s memory; an %s copy goes %s to %s",
-                     kinds[kind], bytes, dst, twin_kind_of(c, dst, bytes), src,
-                     twin_kind_of(c, src, bytes), kinds[kind], src_dev ? "device" : "host",
-                     dst_dev ? "device" : "host");
+  (void)kind;
   twin_stream *ts = twin_stream_of(c, s);
   twin_copy_args m = {dst, src, bytes};
   ZRT_CHECK(twin_enqueue(c, ts, twin_run_copy, "memcpy", &m, sizeof m));
   /* CUDA: a copy to or from pageable host memory returns when it is done */
-  const void *host = !dst_dev ? dst : !src_dev ? src : NULL;
-  int blocking = host && !twin_is_reg(c, host, bytes);
-  if (kind == ZRT_COPY_H2H) blocking = !twin_is_reg(c, dst, bytes) || !twin_is_reg(c, src, bytes);
+  int blocking = (!twin_is_dev(c, dst) && !twin_is_reg(c, dst, bytes)) ||
+                 (!twin_is_dev(c, src) && !twin_is_reg(c, src, bytes));
   if (!blocking || twin_cur == ts) return ZRT_OK;
   ZRT_BACKEND_COUNT(c->b, host_waits);
   return twin_wait_done(ts, twin_enq_of(ts));
@@ -1033,7 +1021,7 @@ zrt_status zrt_backend_twin_init(zrt_backend *b, size_t device_memory_limit) {
     if (key >= 0) pkey_free(key);
     zrt_log_once("twin.pku", ZRT_LOG_INFO,
                  "twin: %s; host touches of device memory are not caught here, only pointer "
-                 "kinds at op boundaries (copy kinds, kernel operands)",
+                 "kinds at op boundaries (kernel operands)",
                  key >= 0 ? "another twin in this process holds the protection key"
                           : "this CPU or kernel has no protection keys (PKU)");
   }

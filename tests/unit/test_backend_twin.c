@@ -226,13 +226,11 @@ static void test_copies_and_kinds(void) {
   zrt_backend_host_unregister(b, pinned);
   free(pinned);
 
-  /* copy kinds must match where the pointers live */
-  ZT_CHECK(zrt_backend_memcpy(b, &h, x, 4, ZRT_COPY_H2D, NULL) == ZRT_ERR_INVALID_ARG);
-  ZT_CONTAINS(zrt_last_error(), "destination");
-  ZT_CONTAINS(zrt_last_error(), "pageable host");
-  ZT_CHECK(zrt_backend_memcpy(b, x, x + 1, 4, ZRT_COPY_H2H, NULL) == ZRT_ERR_INVALID_ARG);
-  printf("twin copies: pageable blocks, registered is async, kinds checked, new memory NaN"
-         "\n");
+  /* like cudaMemcpyDefault, the pointers give the direction, not the kind */
+  h = 0;
+  ZT_OK(zrt_backend_memcpy(b, &h, x, 4, ZRT_COPY_H2D, NULL));
+  ZT_CHECK(h == 5.0f);
+  printf("twin copies: pageable blocks, registered is async, operands checked, new memory NaN\n");
   zrt_backend_free(b, x);
   zrt_backend_destroy(b);
 }
