@@ -2,7 +2,7 @@
  * backend.c — the backend registry and the dispatch helpers (backend.h).
  *
  * The registry picks the backend by the rules of device_rules.h ("auto" =
- * CUDA when it is compiled in and a GPU is usable; the CPU when there is no
+ * CUDA when it is compiled in and a GPU is usable; "twin" only when asked; the CPU when there is no
  * GPU, and the CPU with a warning carrying CUDA's message on a driver
  * problem), runs its constructor, and puts the accounted device pool in
  * front of the backend's raw allocator with a capacity of
@@ -118,7 +118,7 @@ zrt_status zrt_backend_create(const char *want, size_t device_memory_limit, int 
                      local_rank);
   zrt_cuda_probe probe;
   memset(&probe, 0, sizeof probe);
-  if (strcmp(want, "cpu")) zrt_backend_cuda_probe_devices(&probe);
+  if (strcmp(want, "cpu") && strcmp(want, "twin")) zrt_backend_cuda_probe_devices(&probe);
   int use_cuda = 0;
   ZRT_CHECK(zrt_backend_decide(want, &probe, &use_cuda));
   int ndev = probe.count;
@@ -135,7 +135,9 @@ zrt_status zrt_backend_create(const char *want, size_t device_memory_limit, int 
     ZRT_CHECK_GOTO(zrt_backend_cuda_init(b, device, sharing), st, fail);
   } else
 #endif
-  {
+      if (!strcmp(want, "twin")) {
+    ZRT_CHECK_GOTO(zrt_backend_twin_init(b, device_memory_limit), st, fail);
+  } else {
     (void)use_cuda;
     (void)ndev;
     ZRT_CHECK_GOTO(zrt_backend_cpu_init(b), st, fail);
@@ -226,6 +228,7 @@ zrt_status zrt_backend_alloc(zrt_backend *b, size_t bytes, zrt_mem_category cat,
                      "zrt_backend_create)",
                      b->iface->name);
   zrt_backend_raw_err[0] = '\0';
+  ZRT_BACKEND_COUNT(b, allocs);
   zrt_status st = zrt_pool_alloc(b->pool, bytes, cat, out);
   if (st == ZRT_ERR_OOM && zrt_backend_raw_err[0]) {
     char msg[4096];
@@ -249,6 +252,7 @@ zrt_status zrt_backend_memcpy(zrt_backend *b, void *dst, const void *src, size_t
   if (kind < ZRT_COPY_H2D || kind > ZRT_COPY_H2H)
     return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_backend_memcpy: copy kind %d is not H2D/D2H/D2D/H2H",
                      (int)kind);
+  if (kind == ZRT_COPY_D2H && bytes <= ZRT_BACKEND_SCALAR_BYTES) ZRT_BACKEND_COUNT(b, d2h_reads);
   if (b->iface->memcpy) return b->iface->memcpy(b->ctx, dst, src, bytes, kind, s);
   if (b->device_id >= 0) return zrt_backend_missing(b, "memcpy");
   memmove(dst, src, bytes);
@@ -371,6 +375,7 @@ zrt_status zrt_backend_optim_step(zrt_backend *b, const zrt_optim_hparams *hp, f
 
 zrt_status zrt_backend_synchronize(zrt_backend *b, zrt_stream s) {
   ZRT_BACKEND_NN(b, "synchronize");
+  if (b->iface->synchronize) ZRT_BACKEND_COUNT(b, host_waits);
   return b->iface->synchronize ? b->iface->synchronize(b->ctx, s) : ZRT_OK;
 }
 
@@ -421,6 +426,7 @@ zrt_status zrt_backend_stream_join(zrt_backend *b, zrt_stream s) {
 zrt_status zrt_backend_event_synchronize(zrt_backend *b, zrt_event e) {
   ZRT_BACKEND_NN(b, "event_synchronize");
   if (!b->iface->event_synchronize || !e) return ZRT_OK;
+  ZRT_BACKEND_COUNT(b, host_waits);
   return b->iface->event_synchronize(b->ctx, e);
 }
 
@@ -443,4 +449,21 @@ zrt_status zrt_backend_host_register(zrt_backend *b, void *ptr, size_t bytes) {
 
 void zrt_backend_host_unregister(zrt_backend *b, void *ptr) {
   if (b && b->iface && ptr && b->iface->host_unregister) b->iface->host_unregister(b->ctx, ptr);
+}
+
+zrt_status zrt_backend_launch_host(zrt_backend *b, zrt_host_fn fn, const void *args, size_t bytes,
+                                   zrt_stream s) {
+  ZRT_BACKEND_NN(b, "launch_host");
+  ZRT_CHECK(zrt_backend_check_ptr("launch_host", "fn", (const void *)fn));
+  if (bytes) ZRT_CHECK(zrt_backend_check_ptr("launch_host", "args", args));
+  if (b->iface->launch_host) return b->iface->launch_host(b->ctx, fn, args, bytes, s);
+  ZRT_CHECK(zrt_backend_synchronize(b, s));
+  /* fn may write its copy: give it one, as the asynchronous slot does */
+  unsigned char small[256];
+  void *copy = bytes <= sizeof small ? (void *)small : malloc(bytes);
+  if (!copy) return zrt_error(ZRT_ERR_OOM, "zrt_backend_launch_host: out of host memory");
+  if (bytes) memcpy(copy, args, bytes);
+  zrt_status st = fn(copy);
+  if (copy != small) free(copy);
+  return st;
 }

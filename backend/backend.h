@@ -4,15 +4,18 @@
  * a generic fallback in backend.c.
  *
  * Backends: "cpu" (always built; enforces device_memory_limit as a device
- * capacity through its pool) and "cuda" (built when nvcc is found, chosen
- * when a GPU is present). Every op is tested against the CPU backend.
+ * capacity through its pool), "twin" (always built: the CPU's kernels with
+ * a GPU's streams, events and memory rules, backend_twin.c) and "cuda"
+ * (built when nvcc is found, chosen when a GPU is present). Every op is
+ * tested against the CPU backend.
  *
  * Memory: every allocation goes through b->pool (zrt_backend_alloc), so the
  * device pool accounts all device bytes by category.
  *
  * Streams: ops take a zrt_stream (NULL = the backend's default stream). On
  * the CPU backend ops complete before they return and streams/events are
- * no-ops. On CUDA ops are asynchronous w.r.t. the host unless stated.
+ * no-ops. On the twin and on CUDA ops are asynchronous w.r.t. the host
+ * unless stated.
  */
 #ifndef ZRT_BACKEND_H
 #define ZRT_BACKEND_H
@@ -24,7 +27,7 @@ typedef void *zrt_stream;
 typedef void *zrt_event;
 
 typedef struct zrt_backend_iface {
-  const char *name; /* "cpu", "cuda" */
+  const char *name; /* "cpu", "twin", "cuda" */
 
   /* raw device memory (wrapped by the pool) */
   zrt_status (*alloc)(void *ctx, size_t bytes, void **out);
@@ -76,8 +79,28 @@ typedef struct zrt_backend_iface {
   zrt_status (*host_register)(void *ctx, void *ptr, size_t bytes);
   void (*host_unregister)(void *ctx, void *ptr);
 
+  /* Queues fn(copy of args) on s after the work queued there so far
+   * (cudaLaunchHostFunc's idea; the copy is made before the call returns).
+   * Optional: NULL = synchronize s, then run fn on the calling thread. */
+  zrt_status (*launch_host)(void *ctx, zrt_host_fn fn, const void *args, size_t bytes,
+                            zrt_stream s);
+
   void (*destroy)(void *ctx);
 } zrt_backend_iface;
+
+/* Host-side costs of the ordering, counted where they happen (backend.c's
+ * dispatch, the twin's blocking copies): host_waits = synchronize,
+ * event_synchronize, copies that block the host (pageable memory on twin
+ * and CUDA) and ops whose results are host values (scale_check);
+ * d2h_reads = device-to-host reads of scalars (copies of at most
+ * ZRT_BACKEND_SCALAR_BYTES, scale_check); allocs = zrt_backend_alloc calls.
+ * Monotonic; the engine reports per-step differences (engine/monitor.c). */
+#define ZRT_BACKEND_SCALAR_BYTES 64
+typedef struct zrt_backend_counters {
+  uint64_t host_waits, d2h_reads, allocs; /* updated with ZRT_BACKEND_COUNT (atomic) */
+} zrt_backend_counters;
+#define ZRT_BACKEND_COUNT(b, field) __atomic_fetch_add(&(b)->counters.field, 1, __ATOMIC_RELAXED)
+#define ZRT_BACKEND_COUNTER(b, field) __atomic_load_n(&(b)->counters.field, __ATOMIC_RELAXED)
 
 typedef struct zrt_backend {
   const zrt_backend_iface *iface;
@@ -92,9 +115,10 @@ typedef struct zrt_backend {
                              its init found, less a reserve, divided among the local ranks
                              that share the device (device_rules.h; 0 = unbounded: CPU);
                              the pool's capacity is device_memory_limit when set, else this */
+  zrt_backend_counters counters;
 } zrt_backend;
 
-/* want: "auto" | "cpu" | "cuda" (device_rules.h: zrt_backend_decide).
+/* want: "auto" | "cpu" | "twin" | "cuda" (device_rules.h: zrt_backend_decide).
  * device_memory_limit 0 = this rank's share of the device's free memory
  * (unlimited on CPU). local_rank picks the GPU (local_rank % count); the
  * local world size ($OMPI_COMM_WORLD_LOCAL_SIZE / $LOCAL_WORLD_SIZE) says
@@ -158,11 +182,24 @@ zrt_status zrt_backend_cuda_gpu_key(int device, char *buf, size_t n);
  * only on backends without the slot. */
 zrt_status zrt_backend_host_register(zrt_backend *b, void *ptr, size_t bytes);
 void zrt_backend_host_unregister(zrt_backend *b, void *ptr);
+/* fn(copy of args, bytes) on stream s, ordered after the work queued there:
+ * on the twin a stream worker runs it (it may touch device memory and issue
+ * backend ops, which then run in place on that stream); on backends without
+ * the slot (cpu, cuda) the host synchronizes s and runs it at once. An
+ * error fn returns is reported by this call where fn ran at once, else by
+ * the next call that touches the stream (sticky, as a CUDA kernel's). */
+zrt_status zrt_backend_launch_host(zrt_backend *b, zrt_host_fn fn, const void *args, size_t bytes,
+                                   zrt_stream s);
 
 /* Backend constructors (registry in backend.c). They fill iface, ctx,
  * device_id, numa_node, description and device_capacity of a zeroed b; the
  * registry then creates b->pool over iface->alloc/free. */
 zrt_status zrt_backend_cpu_init(zrt_backend *b);
+/* The twin's device mapping is device_memory_limit (plus slack for the
+ * pool's rounding) when set, else physical memory's size, reserved. */
+zrt_status zrt_backend_twin_init(zrt_backend *b, size_t device_memory_limit);
+/* 1 when this CPU and kernel give the twin protection keys (PKU). */
+int zrt_backend_twin_pku(void);
 #ifdef ZRT_HAVE_CUDA
 /* sharing: local ranks using this device (device_rules.h); the capacity is
  * this rank's share of the free memory. */

@@ -29,10 +29,12 @@ void zrt_cuda_probe_classify(int err, int no_device_code, int count, int driver_
 zrt_status zrt_backend_decide(const char *want, const zrt_cuda_probe *p, int *use_cuda) {
   *use_cuda = 0;
   if (!want || !*want) want = "auto";
-  if (!strcmp(want, "cpu")) return ZRT_OK;
+  if (!strcmp(want, "cpu") || !strcmp(want, "twin")) return ZRT_OK;
   if (strcmp(want, "auto") && strcmp(want, "cuda"))
     return zrt_error(ZRT_ERR_INVALID_ARG,
-                     "backend \"%s\" is unknown: expected \"auto\", \"cpu\" or \"cuda\"", want);
+                     "backend \"%s\" is unknown: expected \"auto\", \"cpu\", \"twin\" or "
+                     "\"cuda\"",
+                     want);
   int cuda = !strcmp(want, "cuda");
   switch (p->kind) {
   case ZRT_CUDA_PROBE_OK: *use_cuda = 1; return ZRT_OK;

@@ -40,7 +40,7 @@ void zrt_cuda_probe_classify(int err, int no_device_code, int count, int driver_
  * device is usable (the error carries CUDA's message on a driver problem);
  * "auto" takes CUDA when usable, the CPU when there is no GPU, and the CPU
  * with a logged warning carrying CUDA's message on a driver problem;
- * "cpu" never probes. */
+ * "cpu" and "twin" (the CPU with a GPU's rules) never probe. */
 zrt_status zrt_backend_decide(const char *want, const zrt_cuda_probe *probe, int *use_cuda);
 
 /* Local ranks that land on device `device` when local rank r uses device

@@ -234,3 +234,21 @@ void zrt_pool_reset_peak(zrt_pool *pool) {
 }
 
 size_t zrt_pool_capacity(const zrt_pool *pool) { return pool ? pool->capacity : 0; }
+
+int zrt_pool_find(const zrt_pool *pool, const void *ptr, void **base, size_t *bytes,
+                  zrt_mem_category *cat) {
+  if (!pool || !pool->tab) return 0;
+  const unsigned char *q = ptr;
+  for (size_t i = 0; i < pool->tab_cap; i++) {
+    zrt_pool_entry e = pool->tab[i];
+    if (!e.ptr || e.ptr == ZRT_POOL_TOMB) continue;
+    const unsigned char *p = e.ptr;
+    if (q >= p && q < p + e.bytes) {
+      *base = e.ptr;
+      *bytes = e.bytes;
+      *cat = (zrt_mem_category)e.cat;
+      return 1;
+    }
+  }
+  return 0;
+}

@@ -44,5 +44,10 @@ zrt_status zrt_pool_reserve(zrt_pool *pool, size_t bytes, zrt_mem_category cat);
 void zrt_pool_stats(const zrt_pool *pool, zrt_mem_stats *out);
 void zrt_pool_reset_peak(zrt_pool *pool);
 size_t zrt_pool_capacity(const zrt_pool *pool);
+/* The live allocation containing ptr: 1 with its start, size and category,
+ * else 0. Takes no lock (diagnostics from a signal handler: a table being
+ * changed meanwhile may give a wrong answer, never a crash). */
+int zrt_pool_find(const zrt_pool *pool, const void *ptr, void **base, size_t *bytes,
+                  zrt_mem_category *cat);
 
 #endif

@@ -160,6 +160,11 @@ zrt_status zrt_comm_create(const char *want, zrt_backend *backend, double timeou
     if (env_world <= 1) {
       pick = "self";
       snprintf(why, sizeof why, "world size 1");
+    } else if (dev && strcmp(backend->iface->name, "cuda")) {
+      /* the twin: device buffers as on a GPU, no NCCL: staged via host */
+      pick = "mpi";
+      snprintf(why, sizeof why, "%s backend (device buffers, no NCCL): staged via host",
+               backend->iface->name);
     } else if (dev) {
 #ifdef ZRT_HAVE_NCCL
       /* NCCL refuses two ranks on one GPU ("Duplicate GPU"); such runs

@@ -213,9 +213,11 @@ const zrt_cfg_row zrt_cfg_rows[] = {
       "JSON-lines file of per-step metrics (empty = none)", metrics_path),
     R("zrt.comm_timeout_s", D, Z, "1800", NULL, 1e-3, 1e9, "ZRT_COMM_TIMEOUT_S",
       "seconds a collective may take before the comm reports a hang", comm_timeout_s),
-    {{"zrt.backend", ZRT_CFGT_ENUM, Z | NC, "auto", "auto|cpu|cuda", 1, 0, "ZRT_BACKEND",
+    {{"zrt.backend", ZRT_CFGT_ENUM, Z | NC, "auto", "auto|cpu|twin|cuda", 1, 0, "ZRT_BACKEND",
       "compute backend (auto: cuda when built and a GPU is present; cpu when there is no GPU, "
-      "and cpu with a warning carrying CUDA's message on a driver problem)"},
+      "and cpu with a warning carrying CUDA's message on a driver problem; twin: the cpu's "
+      "numerics with a GPU's streams, events and device memory the host cannot touch, "
+      "for checking the GPU's rules without one)"},
      F(backend),
      0,
      NULL},

@@ -888,6 +888,11 @@ zrt_status zrt_engine_synchronize(zrt_engine *eng) {
   return zrt_backend_synchronize(eng->backend, NULL);
 }
 
+zrt_status zrt_engine_launch(zrt_engine *eng, zrt_host_fn fn, const void *args, size_t bytes) {
+  if (!eng) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_launch: NULL engine");
+  return zrt_backend_launch_host(eng->backend, fn, args, bytes, NULL);
+}
+
 zrt_status zrt_engine_all_reduce_sum(zrt_engine *eng, float *host_vals, size_t n) {
   if (!eng || (!host_vals && n))
     return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_all_reduce_sum: NULL argument");

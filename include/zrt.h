@@ -334,6 +334,25 @@ zrt_status zrt_engine_gemm(zrt_engine *eng, int trans_a, int trans_b, int64_t m,
                            zrt_dtype c_dtype);
 /* Blocks until the backend has finished all work issued so far. */
 zrt_status zrt_engine_synchronize(zrt_engine *eng);
+/* A host function launched on a stream: it gets a copy of the launch's
+ * argument bytes (valid during the call) and returns ZRT_OK or an error. */
+typedef zrt_status (*zrt_host_fn)(void *args);
+/* Launches a program's CPU compute on the engine's compute stream, as a
+ * CUDA program launches a kernel (cudaLaunchHostFunc's idea): fn runs with
+ * a copy of the `bytes` bytes at `args` (copied before this returns), after
+ * the work queued on the stream so far and before the work queued after.
+ * Inside fn the program may read and write backend memory (zrt_param_data,
+ * zrt_param_grad, zrt_engine_alloc) and call zrt_engine_memcpy / _gemm,
+ * which run in place on the stream; it must not call other engine functions
+ * (fetch, release, grads_ready, step) nor read host memory the host still
+ * writes. A value the host needs back (a loss) comes back by a D2H
+ * zrt_engine_memcpy after the launch. Where it runs: the twin backend, a
+ * stream worker (asynchronously: fn's error comes back from a later call
+ * that waits for the stream); cpu, at once on the calling thread; cuda,
+ * at once on the calling thread after a synchronize of the stream (a CUDA
+ * program launches kernels instead; host functions suit its host-side
+ * work). */
+zrt_status zrt_engine_launch(zrt_engine *eng, zrt_host_fn fn, const void *args, size_t bytes);
 /* The stream the engine computes on, as the device API's handle
  * (cudaStream_t on the CUDA backend; NULL on the CPU backend, whose work is
  * synchronous). A program launches its own kernels, memsets and copies on

@@ -59,6 +59,10 @@ static void cli_env_build(void) {
 #endif
   printf("sanitizers: %s\n", san);
   printf("CUDA backend: %s\n", zrt_backend_cuda_built() ? "built" : "not built");
+  printf("backends (zrt.backend / ZRT_BACKEND): auto, cpu, twin (GPU rules on the CPU: %s), cuda\n",
+         zrt_backend_twin_pku()
+             ? "protection keys guard device memory"
+             : "no protection keys here, pointer kinds checked at op boundaries");
   char nv[160];
   zrt_comm_nccl_version(nv, sizeof nv);
   printf("NCCL comm: %s\n", strncmp(nv, "not built", 9) ? "built" : "not built");

@@ -2,9 +2,10 @@
  * mlp_model.h — a 3-layer tanh MLP regression model written only against
  * include/zrt.h, shared by examples/mlp/train_mlp.c and the engine's
  * equivalence tests. Each layer (weight + bias) is one zrt module.
- * Forward and backward run on the CPU: weights are copied out of the
- * engine's working dtype into fp32 host tiles (accounted as activations),
- * GEMMs go through zrt_engine_gemm, the rest is plain C loops.
+ * Forward and backward run on the CPU, launched on the engine's compute
+ * stream (zrt_engine_launch): weights are widened from the engine's working
+ * dtype into fp32 tiles in backend memory (accounted as activations), GEMMs
+ * go through zrt_engine_gemm, the rest is plain C loops.
  *
  * Data are a pure function of the global sample index, so a run over N
  * ranks with micro batch B sees exactly the samples of one rank with micro
@@ -31,7 +32,7 @@ typedef struct mlp {
   float *wt[MLP_LAYERS], *bt[MLP_LAYERS]; /* fp32 host copies of the working weights */
   float *act[MLP_LAYERS + 1];             /* activations: input, h1, h2, output */
   float *gw, *gb, *d0, *d1;               /* backward scratch */
-  void *stage;                            /* working-dtype staging */
+  float *loss;                            /* the micro-batch loss */
 } mlp;
 
 static inline float mlp_h2f(uint16_t h, zrt_dtype dt) {
@@ -133,7 +134,7 @@ static inline zrt_status mlp_alloc(zrt_engine *eng, mlp *m) {
   if ((st = zrt_engine_alloc(eng, (size_t)m->batch * maxd * fb, ZRT_MEM_ACTIVATIONS,
                              (void **)&m->d1)))
     return st;
-  return zrt_engine_alloc(eng, big, ZRT_MEM_ACTIVATIONS, &m->stage);
+  return zrt_engine_alloc(eng, sizeof(float), ZRT_MEM_ACTIVATIONS, (void **)&m->loss);
 }
 
 static inline void mlp_free(zrt_engine *eng, mlp *m) {
@@ -146,99 +147,160 @@ static inline void mlp_free(zrt_engine *eng, mlp *m) {
   zrt_engine_free(eng, m->gb);
   zrt_engine_free(eng, m->d0);
   zrt_engine_free(eng, m->d1);
-  zrt_engine_free(eng, m->stage);
+  zrt_engine_free(eng, m->loss);
 }
 
-/* Copies a working-dtype parameter into an fp32 host tile. */
-static inline zrt_status mlp_load(zrt_engine *eng, mlp *m, int param, float *dst, int64_t n) {
-  void *p;
-  zrt_status st = zrt_param_data(eng, param, &p);
-  if (st) return st;
-  if (m->dt == ZRT_F32) return zrt_engine_memcpy(eng, dst, p, (size_t)n * 4, ZRT_COPY_D2H);
-  if ((st = zrt_engine_memcpy(eng, m->stage, p, (size_t)n * 2, ZRT_COPY_D2H))) return st;
-  for (int64_t i = 0; i < n; i++) dst[i] = mlp_h2f(((uint16_t *)m->stage)[i], m->dt);
-  return ZRT_OK;
+/* The compute runs on the engine's compute stream (zrt_engine_launch), as
+ * a GPU program's kernels do: each launch gets its pointers and scalars by
+ * value, reads and writes only backend memory, and issues its GEMMs from
+ * there (they run in place on the stream). The host never touches backend
+ * memory; the loss comes back by a copy. One program text, one ordering on
+ * the cpu (launches run at once), twin (a stream worker runs them) and cuda
+ * backends. */
+
+/* n working-dtype values at src as fp32 at dst (backend memory). */
+static inline void mlp_widen(const mlp *m, float *dst, const void *src, int64_t n) {
+  if (m->dt == ZRT_F32)
+    memcpy(dst, src, (size_t)n * 4);
+  else
+    for (int64_t i = 0; i < n; i++) dst[i] = mlp_h2f(((const uint16_t *)src)[i], m->dt);
 }
 
-/* grad(param) += src (fp32 host), in the working dtype. */
-static inline zrt_status mlp_add_grad(zrt_engine *eng, mlp *m, int param, const float *src,
-                                      int64_t n) {
-  void *g;
-  zrt_status st = zrt_param_grad(eng, param, &g);
-  if (st) return st;
-  size_t es = m->dt == ZRT_F32 ? 4 : 2;
-  if ((st = zrt_engine_memcpy(eng, m->stage, g, (size_t)n * es, ZRT_COPY_D2H))) return st;
+/* grad (working dtype, backend memory) += src (fp32). */
+static inline void mlp_add_grad(const mlp *m, void *g, const float *src, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     if (m->dt == ZRT_F32)
-      ((float *)m->stage)[i] += src[i];
+      ((float *)g)[i] += src[i];
     else {
-      uint16_t *h = (uint16_t *)m->stage;
+      uint16_t *h = (uint16_t *)g;
       h[i] = mlp_f2h(mlp_h2f(h[i], m->dt) + src[i], m->dt);
     }
   }
-  return zrt_engine_memcpy(eng, g, m->stage, (size_t)n * es, ZRT_COPY_H2D);
 }
 
-/* One micro-batch forward + backward starting at global sample `base`.
- * Returns the micro-batch loss in *loss. The loss gradient is multiplied
- * by the engine's loss scale. */
-static inline zrt_status mlp_micro(zrt_engine *eng, mlp *m, int64_t base, float *loss) {
-  zrt_status st;
-  int B = m->batch, O = m->dims[MLP_LAYERS];
-  for (int b = 0; b < B; b++)
-    mlp_sample(m, base + b, m->act[0] + (size_t)b * m->dims[0], m->d1 + (size_t)b * O);
-  /* forward */
-  for (int l = 0; l < MLP_LAYERS; l++) {
-    int in = m->dims[l], out = m->dims[l + 1];
-    if ((st = zrt_module_fetch(eng, m->mod[l]))) return st;
-    if ((st = mlp_load(eng, m, m->w[l], m->wt[l], (int64_t)in * out))) return st;
-    if ((st = mlp_load(eng, m, m->b[l], m->bt[l], out))) return st;
-    if ((st = zrt_module_release(eng, m->mod[l]))) return st;
-    float *y = m->act[l + 1];
-    for (int b = 0; b < B; b++) memcpy(y + (size_t)b * out, m->bt[l], (size_t)out * 4);
-    /* y[B,out] += x[B,in] * W^T  (W is [out,in]) */
-    if ((st = zrt_engine_gemm(eng, 0, 1, B, out, in, 1.0f, m->act[l], in, m->wt[l], in, ZRT_F32,
-                              1.0f, y, out, ZRT_F32)))
-      return st;
-    if (l < MLP_LAYERS - 1)
-      for (size_t i = 0; i < (size_t)B * out; i++) y[i] = tanhf(y[i]);
-  }
+typedef struct mlp_launch {
+  zrt_engine *eng;
+  const mlp *m;
+  int l;
+  int64_t base;
+  const void *w, *b; /* working weights (forward, backward) */
+  void *gw, *gb;     /* gradient buffers (backward) */
   float scale;
-  if ((st = zrt_engine_loss_scale(eng, &scale))) return st;
+  float *dy; /* backward: this layer's output gradient */
+} mlp_launch;
+
+static inline zrt_status mlp_k_data(void *a) {
+  const mlp_launch *k = a;
+  const mlp *m = k->m;
+  int O = m->dims[MLP_LAYERS];
+  for (int b = 0; b < m->batch; b++)
+    mlp_sample(m, k->base + b, m->act[0] + (size_t)b * m->dims[0], m->d1 + (size_t)b * O);
+  return ZRT_OK;
+}
+
+static inline zrt_status mlp_k_forward(void *a) {
+  const mlp_launch *k = a;
+  const mlp *m = k->m;
+  int l = k->l, B = m->batch, in = m->dims[l], out = m->dims[l + 1];
+  mlp_widen(m, m->wt[l], k->w, (int64_t)in * out);
+  mlp_widen(m, m->bt[l], k->b, out);
+  float *y = m->act[l + 1];
+  for (int b = 0; b < B; b++) memcpy(y + (size_t)b * out, m->bt[l], (size_t)out * 4);
+  /* y[B,out] += x[B,in] * W^T  (W is [out,in]) */
+  zrt_status st = zrt_engine_gemm(k->eng, 0, 1, B, out, in, 1.0f, m->act[l], in, m->wt[l], in,
+                                  ZRT_F32, 1.0f, y, out, ZRT_F32);
+  if (st) return st;
+  if (l < MLP_LAYERS - 1)
+    for (size_t i = 0; i < (size_t)B * out; i++) y[i] = tanhf(y[i]);
+  return ZRT_OK;
+}
+
+/* Loss (into m->loss, backend memory) and the scaled output gradient (d0). */
+static inline zrt_status mlp_k_loss(void *a) {
+  const mlp_launch *k = a;
+  const mlp *m = k->m;
+  int B = m->batch, O = m->dims[MLP_LAYERS];
   double L = 0;
   float *dy = m->d0, *yh = m->act[MLP_LAYERS];
   for (size_t i = 0; i < (size_t)B * O; i++) {
     float e = yh[i] - m->d1[i];
     L += 0.5 * (double)e * e;
-    dy[i] = e * scale / (float)B;
+    dy[i] = e * k->scale / (float)B;
   }
-  *loss = (float)(L / B);
-  /* backward */
-  for (int l = MLP_LAYERS - 1; l >= 0; l--) {
-    int in = m->dims[l], out = m->dims[l + 1];
-    if ((st = zrt_module_fetch(eng, m->mod[l]))) return st;
-    if ((st = mlp_load(eng, m, m->w[l], m->wt[l], (int64_t)in * out))) return st;
-    /* gW[out,in] = dy^T[out,B] x[B,in]; gb = sum_b dy */
-    if ((st = zrt_engine_gemm(eng, 1, 0, out, in, B, 1.0f, dy, out, m->act[l], in, ZRT_F32, 0.0f,
-                              m->gw, in, ZRT_F32)))
+  *m->loss = (float)(L / B);
+  return ZRT_OK;
+}
+
+static inline zrt_status mlp_k_backward(void *a) {
+  const mlp_launch *k = a;
+  const mlp *m = k->m;
+  int l = k->l, B = m->batch, in = m->dims[l], out = m->dims[l + 1];
+  float *dy = k->dy;
+  mlp_widen(m, m->wt[l], k->w, (int64_t)in * out);
+  /* gW[out,in] = dy^T[out,B] x[B,in]; gb = sum_b dy */
+  zrt_status st = zrt_engine_gemm(k->eng, 1, 0, out, in, B, 1.0f, dy, out, m->act[l], in, ZRT_F32,
+                                  0.0f, m->gw, in, ZRT_F32);
+  if (st) return st;
+  for (int o = 0; o < out; o++) {
+    float s = 0;
+    for (int b = 0; b < B; b++) s += dy[(size_t)b * out + o];
+    m->gb[o] = s;
+  }
+  mlp_add_grad(m, k->gw, m->gw, (int64_t)in * out);
+  mlp_add_grad(m, k->gb, m->gb, out);
+  if (l > 0) {
+    float *dx = dy == m->d0 ? m->d1 : m->d0;
+    /* dx[B,in] = dy[B,out] W[out,in], through tanh of layer l-1's output */
+    if ((st = zrt_engine_gemm(k->eng, 0, 0, B, in, out, 1.0f, dy, out, m->wt[l], in, ZRT_F32, 0.0f,
+                              dx, in, ZRT_F32)))
       return st;
-    for (int o = 0; o < out; o++) {
-      float s = 0;
-      for (int b = 0; b < B; b++) s += dy[(size_t)b * out + o];
-      m->gb[o] = s;
-    }
-    if ((st = mlp_add_grad(eng, m, m->w[l], m->gw, (int64_t)in * out))) return st;
-    if ((st = mlp_add_grad(eng, m, m->b[l], m->gb, out))) return st;
-    if (l > 0) {
-      float *dx = dy == m->d0 ? m->d1 : m->d0;
-      /* dx[B,in] = dy[B,out] W[out,in], through tanh of layer l-1's output */
-      if ((st = zrt_engine_gemm(eng, 0, 0, B, in, out, 1.0f, dy, out, m->wt[l], in, ZRT_F32, 0.0f,
-                                dx, in, ZRT_F32)))
-        return st;
-      const float *h = m->act[l];
-      for (size_t i = 0; i < (size_t)B * in; i++) dx[i] *= 1.0f - h[i] * h[i];
-      dy = dx;
-    }
+    const float *h = m->act[l];
+    for (size_t i = 0; i < (size_t)B * in; i++) dx[i] *= 1.0f - h[i] * h[i];
+  }
+  return ZRT_OK;
+}
+
+/* One micro-batch forward + backward starting at global sample `base`.
+ * Returns the micro-batch loss in *loss (a D2H copy). The loss gradient is
+ * multiplied by the engine's loss scale. */
+static inline zrt_status mlp_micro(zrt_engine *eng, mlp *m, int64_t base, float *loss) {
+  zrt_status st;
+  mlp_launch k;
+  memset(&k, 0, sizeof k);
+  k.eng = eng;
+  k.m = m;
+  k.base = base;
+  if ((st = zrt_engine_launch(eng, mlp_k_data, &k, sizeof k))) return st;
+  /* forward */
+  for (int l = 0; l < MLP_LAYERS; l++) {
+    void *w, *b;
+    if ((st = zrt_module_fetch(eng, m->mod[l]))) return st;
+    if ((st = zrt_param_data(eng, m->w[l], &w)) || (st = zrt_param_data(eng, m->b[l], &b)))
+      return st;
+    k.l = l;
+    k.w = w;
+    k.b = b;
+    if ((st = zrt_engine_launch(eng, mlp_k_forward, &k, sizeof k))) return st;
+    if ((st = zrt_module_release(eng, m->mod[l]))) return st;
+  }
+  if ((st = zrt_engine_loss_scale(eng, &k.scale))) return st;
+  if ((st = zrt_engine_launch(eng, mlp_k_loss, &k, sizeof k))) return st;
+  if ((st = zrt_engine_memcpy(eng, loss, m->loss, sizeof *loss, ZRT_COPY_D2H))) return st;
+  /* backward: layer l's output gradient alternates between d0 and d1 */
+  float *dy = m->d0;
+  for (int l = MLP_LAYERS - 1; l >= 0; l--) {
+    void *w, *gw, *gb;
+    if ((st = zrt_module_fetch(eng, m->mod[l]))) return st;
+    if ((st = zrt_param_data(eng, m->w[l], &w))) return st;
+    if ((st = zrt_param_grad(eng, m->w[l], &gw)) || (st = zrt_param_grad(eng, m->b[l], &gb)))
+      return st;
+    k.l = l;
+    k.w = w;
+    k.gw = gw;
+    k.gb = gb;
+    k.dy = dy;
+    if ((st = zrt_engine_launch(eng, mlp_k_backward, &k, sizeof k))) return st;
+    dy = dy == m->d0 ? m->d1 : m->d0;
     if ((st = zrt_module_grads_ready(eng, m->mod[l]))) return st;
     if ((st = zrt_module_release(eng, m->mod[l]))) return st;
   }

@@ -66,6 +66,14 @@ static int zt_failures;
     exit(77);                                                                                      \
   } while (0)
 
+/* The backend of a test whose model computes on the host (launched on the
+ * compute stream): "twin" when ZRT_BACKEND=twin (the suites' twin runs,
+ * tests/CMakeLists.txt), else "cpu" (auto would pick CUDA on a GPU). */
+static inline const char *zt_host_backend(void) {
+  const char *b = getenv("ZRT_BACKEND");
+  return b && !strcmp(b, "twin") ? "twin" : "cpu";
+}
+
 #define ZT_DONE()                                                                                  \
   do {                                                                                             \
     if (zt_failures)                                                                               \

@@ -80,7 +80,7 @@ static zrt_status model_create(model *m, const run_opts *o) {
       {"zero_optimization.sub_group_size", "1024"},
       {"zero_optimization.stage3_param_persistence_threshold", "0"},
       {"zrt.comm", "mpi"},
-      {"zrt.backend", "cpu"}, /* the model computes on the host */
+      {"zrt.backend", zt_host_backend()}, /* the model computes on the host */
       {"zrt.pin_memory_fallback", "true"},
       {"zrt.seed", "99"},
       {"zero_optimization.offload_optimizer.device", o->oo == 2 ? "nvme" : "cpu"}};

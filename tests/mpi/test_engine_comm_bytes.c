@@ -124,7 +124,7 @@ static float *run(const run_cfg *rc, int64_t *nmaster) {
   zrt_config *cfg;
   ZT_OK(zrt_config_create(&cfg));
   /* the model computes on the host: pin the CPU backend (auto picks CUDA on a GPU) */
-  ZT_OK(zrt_config_set(cfg, "zrt.backend", "cpu", "test"));
+  ZT_OK(zrt_config_set(cfg, "zrt.backend", zt_host_backend(), "test"));
   char v[64];
   snprintf(v, sizeof v, "%d", rc->stage);
   ZT_OK(zrt_config_set(cfg, "zero_optimization.stage", v, "test"));

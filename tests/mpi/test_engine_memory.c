@@ -68,7 +68,7 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
   zrt_config *cfg;
   ZT_OK(zrt_config_create(&cfg));
   /* the model computes on the host: pin the CPU backend (auto picks CUDA on a GPU) */
-  ZT_OK(zrt_config_set(cfg, "zrt.backend", "cpu", "test"));
+  ZT_OK(zrt_config_set(cfg, "zrt.backend", zt_host_backend(), "test"));
   char v[64];
   snprintf(v, sizeof v, "%d", stage);
   ZT_OK(zrt_config_set(cfg, "zero_optimization.stage", v, "test"));

@@ -60,7 +60,7 @@ static void run(int stage, int explicit_marks) {
   zrt_config *cfg;
   ZT_OK(zrt_config_create(&cfg));
   /* the model computes on the host: pin the CPU backend (auto picks CUDA on a GPU) */
-  ZT_OK(zrt_config_set(cfg, "zrt.backend", "cpu", "test"));
+  ZT_OK(zrt_config_set(cfg, "zrt.backend", zt_host_backend(), "test"));
   char v[16];
   snprintf(v, sizeof v, "%d", stage);
   ZT_OK(zrt_config_set(cfg, "zero_optimization.stage", v, "test"));
@@ -185,7 +185,7 @@ static void check_errors(void) {
   zrt_config *cfg;
   ZT_OK(zrt_config_create(&cfg));
   /* the model computes on the host: pin the CPU backend (auto picks CUDA on a GPU) */
-  ZT_OK(zrt_config_set(cfg, "zrt.backend", "cpu", "test"));
+  ZT_OK(zrt_config_set(cfg, "zrt.backend", zt_host_backend(), "test"));
   ZT_OK(zrt_config_set(cfg, "zrt.comm", "mpi", "test"));
   zrt_engine *eng;
   ZT_OK(zrt_engine_create(cfg, &eng));

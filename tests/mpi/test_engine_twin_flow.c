@@ -81,7 +81,7 @@ static zrt_status make(const run_opts *ro, zrt_engine **out) {
   zrt_config *cfg;
   ZT_OK(zrt_config_create(&cfg));
   char v[64];
-  ZT_OK(zrt_config_set(cfg, "zrt.backend", "cpu", "test"));
+  ZT_OK(zrt_config_set(cfg, "zrt.backend", zt_host_backend(), "test"));
   snprintf(v, sizeof v, "%d", ro->stage);
   ZT_OK(zrt_config_set(cfg, "zero_optimization.stage", v, "test"));
   ZT_OK(zrt_config_set(cfg, ro->fp16 ? "fp16.enabled" : "bf16.enabled", "true", "test"));

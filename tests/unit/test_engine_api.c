@@ -12,7 +12,7 @@ int main(void) {
   zrt_config *cfg;
   ZT_OK(zrt_config_create(&cfg));
   /* the model computes on the host: pin the CPU backend (auto picks CUDA on a GPU) */
-  ZT_OK(zrt_config_set(cfg, "zrt.backend", "cpu", "test"));
+  ZT_OK(zrt_config_set(cfg, "zrt.backend", zt_host_backend(), "test"));
   ZT_CHECK(zrt_engine_set_activation_bytes(NULL, 1) == ZRT_ERR_INVALID_ARG);
   ZT_CONTAINS(zrt_last_error(), "zrt_engine_set_activation_bytes: NULL engine");
   zrt_engine *eng;

@@ -1,0 +1,285 @@
+/*
+ * test_backend_twin.c — the twin backend (backend/backend_twin.c): its ops
+ * bit-equal to the CPU backend's (tolerance: exact, the same kernels), CUDA's
+ * stream and event semantics (a wait on the event orders, its absence is
+ * visible, a never-recorded event is a no-op, join, sticky errors), copies
+ * that block for pageable memory and not for registered memory, the
+ * pointer-kind checks at op boundaries, new memory filled with NaN bytes,
+ * host functions on a stream worker, the counters and ZRT_TWIN_JITTER's
+ * validation. Slow producers are host functions that sleep
+ * ZT_TWIN_SLOW_MS, far longer than the consumer needs to run.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "ztest.h"
+
+#define ZT_TWIN_SLOW_MS 60
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float srand1(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return (float)((double)(rng_state >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+static void *balloc(zrt_backend *b, size_t bytes) {
+  void *p = NULL;
+  ZT_OK(zrt_backend_alloc(b, bytes, ZRT_MEM_ACTIVATIONS, &p));
+  return p;
+}
+
+typedef struct {
+  float *dst;
+  float value;
+  int sleep_ms;
+  pthread_t *who;
+} write_args;
+
+static zrt_status slow_write(void *a) {
+  write_args w;
+  memcpy(&w, a, sizeof w);
+  if (w.sleep_ms) {
+    struct timespec ts = {0, (long)w.sleep_ms * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  if (w.who) *w.who = pthread_self();
+  *w.dst = w.value;
+  return ZRT_OK;
+}
+
+static zrt_status failing(void *a) {
+  (void)a;
+  return zrt_error(ZRT_ERR_INTERNAL, "the test's host function fails on purpose");
+}
+
+static zrt_backend *twin(void) {
+  zrt_backend *b = NULL;
+  ZT_OK(zrt_backend_create("twin", 0, 0, &b));
+  ZT_CHECK(!strcmp(b->iface->name, "twin") && b->device_id == 0);
+  return b;
+}
+
+/* Host copy of one float of device memory (a blocking D2H copy). */
+static float peek(zrt_backend *b, const float *dev) {
+  float h = 0;
+  ZT_OK(zrt_backend_memcpy(b, &h, dev, sizeof h, ZRT_COPY_D2H, NULL));
+  return h;
+}
+
+static void test_same_numerics(void) {
+  zrt_backend *t = twin(), *c = NULL;
+  ZT_OK(zrt_backend_create("cpu", 0, 0, &c));
+  enum { M = 37, N = 29, K = 41 };
+  float ha[M * K], hb[K * N], hc[M * N];
+  for (int i = 0; i < M * K; i++) ha[i] = srand1();
+  for (int i = 0; i < K * N; i++) hb[i] = srand1();
+  for (int i = 0; i < M * N; i++) hc[i] = srand1();
+  float rc[M * N], rt[M * N];
+  for (int dt = 0; dt < 3; dt++) {
+    zrt_backend *bs[2] = {c, t};
+    float *outs[2] = {rc, rt};
+    for (int k = 0; k < 2; k++) {
+      zrt_backend *b = bs[k];
+      float *a = balloc(b, sizeof ha), *bm = balloc(b, sizeof hb), *cm = balloc(b, sizeof hc);
+      void *a16 = balloc(b, sizeof ha), *b16 = balloc(b, sizeof hb);
+      ZT_OK(zrt_backend_memcpy(b, a, ha, sizeof ha, ZRT_COPY_H2D, NULL));
+      ZT_OK(zrt_backend_memcpy(b, bm, hb, sizeof hb, ZRT_COPY_H2D, NULL));
+      ZT_OK(zrt_backend_memcpy(b, cm, hc, sizeof hc, ZRT_COPY_H2D, NULL));
+      ZT_OK(zrt_backend_convert(b, a16, (zrt_dtype)dt, a, ZRT_F32, M * K, NULL));
+      ZT_OK(zrt_backend_convert(b, b16, (zrt_dtype)dt, bm, ZRT_F32, K * N, NULL));
+      ZT_OK(zrt_backend_gemm(b, 0, 0, M, N, K, 0.5f, a16, K, b16, N, (zrt_dtype)dt, 0.25f, cm, N,
+                             ZRT_F32, NULL));
+      ZT_OK(zrt_backend_accumulate(b, cm, a16, (zrt_dtype)dt, 0.125f, M * N < M * K ? M * N : 0,
+                                   NULL));
+      zrt_optim_hparams hp;
+      memset(&hp, 0, sizeof hp);
+      hp.type = ZRT_OPTIM_ADAMW;
+      hp.lr = 1e-2f;
+      hp.beta1 = 0.9f;
+      hp.beta2 = 0.999f;
+      hp.eps = 1e-8f;
+      hp.weight_decay = 0.1f;
+      hp.bias_correction = 1;
+      hp.step = 1;
+      hp.grad_mul = 1.0f;
+      float *s1 = balloc(b, sizeof hc), *s2 = balloc(b, sizeof hc);
+      ZT_OK(zrt_backend_memset(b, s1, 0, sizeof hc, NULL));
+      ZT_OK(zrt_backend_memset(b, s2, 0, sizeof hc, NULL));
+      ZT_OK(zrt_backend_optim_step(b, &hp, cm, s1, s2, a, ZRT_F32, NULL, ZRT_F32, M * N, NULL));
+      double sumsq = 0;
+      int nf = 0;
+      ZT_OK(zrt_backend_scale_check(b, cm, ZRT_F32, M * N, 2.0f, &sumsq, &nf, NULL));
+      ZT_OK(zrt_backend_memcpy(b, outs[k], cm, sizeof hc, ZRT_COPY_D2H, NULL));
+      outs[k][0] += (float)(sumsq * 0.0); /* read back after the check */
+      ZT_CHECK(nf == 0);
+      void *ps[7] = {a, bm, cm, a16, b16, s1, s2};
+      for (int i = 0; i < 7; i++) zrt_backend_free(b, ps[i]);
+    }
+    ZT_CHECK(!memcmp(rc, rt, sizeof rc));
+  }
+  printf("twin gemm/convert/accumulate/optim_step/scale_check: bit-equal to cpu (3 dtypes)"
+         "\n");
+  zrt_backend_destroy(c);
+  zrt_backend_destroy(t);
+}
+
+static void test_events(void) {
+  zrt_backend *b = twin();
+  zrt_stream sa = NULL, sb = NULL;
+  ZT_OK(zrt_backend_stream_create(b, &sa));
+  ZT_OK(zrt_backend_stream_create(b, &sb));
+  zrt_event e = NULL;
+  ZT_OK(zrt_backend_event_create(b, &e));
+  float *x = balloc(b, 64), *y = balloc(b, 64);
+  float one = 1.0f;
+  ZT_OK(zrt_backend_memcpy(b, y, &one, 4, ZRT_COPY_H2D, NULL));
+
+  /* never recorded: a wait and a host wait are no-ops (CUDA) */
+  ZT_OK(zrt_backend_stream_wait_event(b, sb, e));
+  ZT_OK(zrt_backend_event_synchronize(b, e));
+
+  /* producer on A (slow), consumer on B: with the wait B reads A's value */
+  write_args w = {x, 7.0f, ZT_TWIN_SLOW_MS, NULL};
+  ZT_OK(zrt_backend_launch_host(b, slow_write, &w, sizeof w, sa));
+  ZT_OK(zrt_backend_event_record(b, e, sa));
+  ZT_OK(zrt_backend_stream_wait_event(b, sb, e));
+  ZT_OK(zrt_backend_memcpy(b, y, x, 4, ZRT_COPY_D2D, sb));
+  ZT_OK(zrt_backend_synchronize(b, sb));
+  ZT_CHECK(peek(b, y) == 7.0f);
+
+  /* without it B runs first and copies what x held before */
+  w.value = 9.0f;
+  ZT_OK(zrt_backend_launch_host(b, slow_write, &w, sizeof w, sa));
+  ZT_OK(zrt_backend_memcpy(b, y, x, 4, ZRT_COPY_D2D, sb));
+  ZT_OK(zrt_backend_synchronize(b, sb));
+  ZT_CHECK(peek(b, y) == 7.0f);
+  ZT_OK(zrt_backend_synchronize(b, NULL));
+  ZT_CHECK(peek(b, x) == 9.0f);
+
+  /* the record captures the work queued so far, not later work */
+  w.value = 11.0f;
+  ZT_OK(zrt_backend_event_record(b, e, sa));
+  ZT_OK(zrt_backend_launch_host(b, slow_write, &w, sizeof w, sa));
+  ZT_OK(zrt_backend_event_synchronize(b, e));
+  ZT_CHECK(peek(b, x) == 9.0f);
+
+  /* join: B after everything queued on every stream */
+  w.value = 13.0f;
+  ZT_OK(zrt_backend_launch_host(b, slow_write, &w, sizeof w, sa));
+  ZT_OK(zrt_backend_stream_join(b, sb));
+  ZT_OK(zrt_backend_memcpy(b, y, x, 4, ZRT_COPY_D2D, sb));
+  ZT_OK(zrt_backend_synchronize(b, sb));
+  ZT_CHECK(peek(b, y) == 13.0f);
+  printf("twin events: wait orders, its absence shows, record captures queued work, join"
+         "\n");
+
+  zrt_backend_free(b, x);
+  zrt_backend_free(b, y);
+  zrt_backend_event_destroy(b, e);
+  zrt_backend_stream_destroy(b, sa);
+  zrt_backend_stream_destroy(b, sb);
+  zrt_backend_destroy(b);
+}
+
+static void test_copies_and_kinds(void) {
+  zrt_backend *b = twin();
+  float *x = balloc(b, 4096);
+  /* new memory holds NaN bytes, not zeros */
+  uint32_t bits = 0;
+  ZT_OK(zrt_backend_memcpy(b, &bits, x, 4, ZRT_COPY_D2H, NULL));
+  ZT_CHECK(bits == 0xFFFFFFFFu);
+
+  /* pageable D2H blocks until the producer is done and counts a host wait */
+  write_args w = {x, 3.0f, ZT_TWIN_SLOW_MS, NULL};
+  ZT_OK(zrt_backend_launch_host(b, slow_write, &w, sizeof w, NULL));
+  uint64_t hw = ZRT_BACKEND_COUNTER(b, host_waits), rd = ZRT_BACKEND_COUNTER(b, d2h_reads);
+  float h = 0;
+  ZT_OK(zrt_backend_memcpy(b, &h, x, 4, ZRT_COPY_D2H, NULL));
+  ZT_CHECK(h == 3.0f);
+  ZT_CHECK(ZRT_BACKEND_COUNTER(b, host_waits) == hw + 1);
+  ZT_CHECK(ZRT_BACKEND_COUNTER(b, d2h_reads) == rd + 1);
+
+  /* registered memory: asynchronous, visible after a synchronize */
+  float *pinned = aligned_alloc(64, 4096);
+  pinned[0] = -1.0f;
+  ZT_OK(zrt_backend_host_register(b, pinned, 4096));
+  ZT_CHECK(zrt_backend_host_register(b, pinned + 16, 64) == ZRT_ERR_INVALID_ARG);
+  w.value = 5.0f;
+  ZT_OK(zrt_backend_launch_host(b, slow_write, &w, sizeof w, NULL));
+  ZT_OK(zrt_backend_memcpy(b, pinned, x, 4, ZRT_COPY_D2H, NULL));
+  ZT_CHECK(__atomic_load_n((volatile uint32_t *)pinned, __ATOMIC_ACQUIRE) == 0xBF800000u);
+  ZT_OK(zrt_backend_synchronize(b, NULL));
+  ZT_CHECK(pinned[0] == 5.0f);
+  /* a kernel may read registered host memory, not pageable memory */
+  ZT_OK(zrt_backend_convert(b, x, ZRT_F32, pinned, ZRT_F32, 1, NULL));
+  float pageable[4] = {0};
+  ZT_CHECK(zrt_backend_convert(b, x, ZRT_F32, pageable, ZRT_F32, 1, NULL) == ZRT_ERR_INVALID_ARG);
+  ZT_CONTAINS(zrt_last_error(), "pageable host memory");
+  ZT_OK(zrt_backend_synchronize(b, NULL));
+  zrt_backend_host_unregister(b, pinned);
+  free(pinned);
+
+  /* like cudaMemcpyDefault, the pointers give the direction, not the kind */
+  h = 0;
+  ZT_OK(zrt_backend_memcpy(b, &h, x, 4, ZRT_COPY_H2D, NULL));
+  ZT_CHECK(h == 5.0f);
+  printf("twin copies: pageable blocks, registered is async, operands checked, new memory NaN\n");
+  zrt_backend_free(b, x);
+  zrt_backend_destroy(b);
+}
+
+static void test_host_fn_and_errors(void) {
+  zrt_backend *b = twin(), *c = NULL;
+  float *x = balloc(b, 64);
+  pthread_t who = pthread_self();
+  write_args w = {x, 1.0f, 0, &who};
+  ZT_OK(zrt_backend_launch_host(b, slow_write, &w, sizeof w, NULL));
+  ZT_OK(zrt_backend_synchronize(b, NULL));
+  ZT_CHECK(!pthread_equal(who, pthread_self())); /* a stream worker ran it */
+  /* cpu: at once on the calling thread */
+  ZT_OK(zrt_backend_create("cpu", 0, 0, &c));
+  float hx = 0;
+  who = (pthread_t)0;
+  write_args wc = {&hx, 2.0f, 0, &who};
+  ZT_OK(zrt_backend_launch_host(c, slow_write, &wc, sizeof wc, NULL));
+  ZT_CHECK(hx == 2.0f && pthread_equal(who, pthread_self()));
+  zrt_backend_destroy(c);
+
+  /* an error in a queued op is sticky and reported by the next wait */
+  ZT_OK(zrt_backend_launch_host(b, failing, NULL, 0, NULL));
+  ZT_CHECK(zrt_backend_synchronize(b, NULL) == ZRT_ERR_INTERNAL);
+  ZT_CONTAINS(zrt_last_error(), "fails on purpose");
+  ZT_CONTAINS(zrt_last_error(), "host function");
+  printf("twin host functions: on a worker; errors sticky, reported by the next wait"
+         "\n");
+  zrt_backend_free(b, x);
+  zrt_backend_destroy(b);
+}
+
+static void test_jitter_env(void) {
+  zrt_backend *b = NULL;
+  setenv("ZRT_TWIN_JITTER", "x1", 1);
+  ZT_CHECK(zrt_backend_create("twin", 0, 0, &b) == ZRT_ERR_CONFIG);
+  ZT_CONTAINS(zrt_last_error(), "ZRT_TWIN_JITTER");
+  setenv("ZRT_TWIN_JITTER", "7", 1);
+  ZT_OK(zrt_backend_create("twin", 0, 0, &b));
+  ZT_CONTAINS(b->description, "jitter");
+  zrt_backend_destroy(b);
+  unsetenv("ZRT_TWIN_JITTER");
+}
+
+int main(void) {
+  test_same_numerics();
+  test_events();
+  test_copies_and_kinds();
+  test_host_fn_and_errors();
+  test_jitter_env();
+  ZT_DONE();
+}
