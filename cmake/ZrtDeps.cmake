@@ -45,7 +45,9 @@ if(ZRT_FIND_CUDA AND CUDAToolkit_FOUND)
   set(ZRT_HAVE_CUDA ON)
   set(CMAKE_CUDA_ARCHITECTURES ${ZRT_CUDA_ARCH})
   target_compile_definitions(zrt_deps INTERFACE ZRT_HAVE_CUDA=1)
-  target_link_libraries(zrt_deps INTERFACE CUDA::cudart CUDA::cublas CUDA::cublasLt)
+  # stdc++: the CUDA objects' host code needs the C++ runtime, which a C
+  # link (a program using libzrt.a) does not add by itself
+  target_link_libraries(zrt_deps INTERFACE CUDA::cudart CUDA::cublas CUDA::cublasLt stdc++)
   message(STATUS "zrt: CUDA compiler ${CMAKE_CUDA_COMPILER}, archs ${ZRT_CUDA_ARCH}")
   if(TARGET ZrtDeps::nccl)
     set(ZRT_HAVE_NCCL ON)

@@ -103,12 +103,14 @@ set(CPACK_DEBIAN_PACKAGE_SECTION libs)
 set(ZRT_DEB_DEPENDS libc6 libgomp1 libopenmpi3 openmpi-bin
     "libopenblas0-pthread | libopenblas0-openmp | libopenblas0-serial" libjemalloc2 libnuma1
     libyaml-0-2 libcjson1 liburing2)
-string(REPLACE ";" ", " CPACK_DEBIAN_PACKAGE_DEPENDS "${ZRT_DEB_DEPENDS}")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS
     "pkg-config, libopenmpi-dev, libopenblas-dev, libjemalloc-dev, libnuma-dev, libyaml-dev, libcjson-dev, liburing-dev")
 if(ZRT_HAVE_CUDA)
+  # the CUDA objects' host code links the C++ runtime
+  list(APPEND ZRT_DEB_DEPENDS libstdc++6 libgcc-s1)
   string(APPEND CPACK_PACKAGE_DESCRIPTION_SUMMARY
-         " — built with CUDA ${CUDAToolkit_VERSION}: needs that toolkit at ${CUDAToolkit_LIBRARY_DIR}")
+         "; built with CUDA ${CUDAToolkit_VERSION}: needs that toolkit at ${CUDAToolkit_LIBRARY_DIR}")
 endif()
+string(REPLACE ";" ", " CPACK_DEBIAN_PACKAGE_DEPENDS "${ZRT_DEB_DEPENDS}")
 set(CPACK_GENERATOR DEB)
 include(CPack)
