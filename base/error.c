@@ -34,6 +34,15 @@ void zrt_error_trace_push(const char *file, int line) {
            zrt_base_name(file), line);
 }
 
+/* The header's macros as this library was compiled: a program compiled
+ * against another zrt.h sees the difference here. */
+zrt_status zrt_version(int *major, int *minor, int *patch) {
+  if (major) *major = ZRT_VERSION_MAJOR;
+  if (minor) *minor = ZRT_VERSION_MINOR;
+  if (patch) *patch = ZRT_VERSION_PATCH;
+  return ZRT_OK;
+}
+
 const char *zrt_status_string(zrt_status st) {
   switch (st) {
   case ZRT_OK: return "ZRT_OK";

@@ -25,10 +25,23 @@
 extern "C" {
 #endif
 
+/* The API and ABI version. The build reads these lines (CMakeLists.txt): the
+ * shared library is libzrt.so.MAJOR, and MAJOR changes whenever a program
+ * built against an older zrt.h could misbehave with this library. A program
+ * compares zrt_version() (the library it runs with) with these (the header
+ * it was compiled with). */
 #define ZRT_VERSION_MAJOR 0
 #define ZRT_VERSION_MINOR 1
 #define ZRT_VERSION_PATCH 0
 #define ZRT_VERSION_STRING "0.1.0"
+
+/* Marks the public functions: the shared library exports these and hides
+ * every other symbol (it is built with -fvisibility=hidden). */
+#if defined(__GNUC__)
+#define ZRT_API __attribute__((visibility("default")))
+#else
+#define ZRT_API
+#endif
 
 /* ---------------------------------------------------------------- status */
 
@@ -46,25 +59,31 @@ typedef enum zrt_status {
   ZRT_ERR_UNSUPPORTED = 9  /* valid request this build/backend cannot serve */
 } zrt_status;
 
+/* The version of the library the program runs with (each output may be
+ * NULL): compare with ZRT_VERSION_* (the header it was compiled with). A
+ * different major means the program was built for another ABI. Never fails:
+ * ZRT_OK. */
+ZRT_API zrt_status zrt_version(int *major, int *minor, int *patch);
+
 /* Static name of a status ("ZRT_ERR_OOM"). Never NULL. */
-const char *zrt_status_string(zrt_status st);
+ZRT_API const char *zrt_status_string(zrt_status st);
 /* Message of the last error set on this thread ("" when none). The string
  * stays valid until the next failing zrt call on the same thread. */
-const char *zrt_last_error(void);
+ZRT_API const char *zrt_last_error(void);
 /* Where the calling thread's last error came from: "file:line" of the call
  * that set it, then " <- file:line" for every library call site that passed
  * it up (NCCL's file:line trail), e.g. "comm_mpi.c:412 <- bucket.c:97 <-
  * engine_step.c:231". For bug reports; empty when no error was set. */
-const char *zrt_last_error_trace(void);
+ZRT_API const char *zrt_last_error_trace(void);
 
 /* ----------------------------------------------------------------- types */
 
 typedef enum zrt_dtype { ZRT_F32 = 0, ZRT_F16 = 1, ZRT_BF16 = 2 } zrt_dtype;
 
 /* Bytes per element of a dtype (4 or 2). */
-size_t zrt_dtype_size(zrt_dtype dt);
+ZRT_API size_t zrt_dtype_size(zrt_dtype dt);
 /* "fp32", "fp16", "bf16". */
-const char *zrt_dtype_name(zrt_dtype dt);
+ZRT_API const char *zrt_dtype_name(zrt_dtype dt);
 
 /* Memory categories every pool accounts separately (DESIGN.md rule 6). */
 typedef enum zrt_mem_category {
@@ -80,7 +99,7 @@ typedef enum zrt_mem_category {
 
 /* "params16", "grads", "master32", "optim_state", "activations", "comm",
  * "other" — the names the metrics file uses. */
-const char *zrt_mem_category_name(zrt_mem_category c);
+ZRT_API const char *zrt_mem_category_name(zrt_mem_category c);
 
 typedef struct zrt_mem_stats {
   size_t current[ZRT_MEM_NCAT];
@@ -97,22 +116,22 @@ typedef struct zrt_mem_stats {
 typedef struct zrt_config zrt_config;
 
 /* A config holding every schema default. */
-zrt_status zrt_config_create(zrt_config **out);
-void zrt_config_destroy(zrt_config *cfg);
+ZRT_API zrt_status zrt_config_create(zrt_config **out);
+ZRT_API void zrt_config_destroy(zrt_config *cfg);
 
 /* Overlays a file: DeepSpeed JSON, a zrt/DeepSpeed YAML, or a launch YAML
  * (accelerate-style, with deepspeed_config: or deepspeed_config_file:). The
  * format is detected from content. On error nothing in cfg changes and
  * zrt_last_error() names file, line, column, key path and what was
  * expected; every error found is reported, one per line. */
-zrt_status zrt_config_load_file(zrt_config *cfg, const char *path);
+ZRT_API zrt_status zrt_config_load_file(zrt_config *cfg, const char *path);
 
 /* Overlays ZRT_<KEY> environment variables (zrt section keys). */
-zrt_status zrt_config_load_env(zrt_config *cfg);
+ZRT_API zrt_status zrt_config_load_env(zrt_config *cfg);
 
 /* What a rank calls: defaults, then the file named by $ZRT_CONFIG_FILE
  * (written by `zrt launch`) when set, then the environment. */
-zrt_status zrt_config_from_env(zrt_config **out);
+ZRT_API zrt_status zrt_config_from_env(zrt_config **out);
 
 /* Sets one value by dotted key path ("zero_optimization.stage") from its
  * text form. `origin` names the source: "--flag..." is a flag, "ZRT_..."
@@ -124,17 +143,18 @@ zrt_status zrt_config_from_env(zrt_config **out);
  * "program default" fills only what the config leaves to the program: a
  * key that says "auto", and the micro-batch when the config gives no batch
  * size at all; elsewhere it is a no-op (ZRT_OK). */
-zrt_status zrt_config_set(zrt_config *cfg, const char *key_path, const char *value,
-                          const char *origin);
+ZRT_API zrt_status zrt_config_set(zrt_config *cfg, const char *key_path, const char *value,
+                                  const char *origin);
 
 /* Text form of a resolved value into buf. */
-zrt_status zrt_config_get(const zrt_config *cfg, const char *key_path, char *buf, size_t len);
+ZRT_API zrt_status zrt_config_get(const zrt_config *cfg, const char *key_path, char *buf,
+                                  size_t len);
 
 /* Resolves "auto" values and derived values (batch triple) for a world
  * size and validates cross-key rules. Idempotent. An "auto" the program did
  * not fill takes DeepSpeed's default for that key; the batch size left
  * "auto" with nothing to derive it from is an error. */
-zrt_status zrt_config_resolve(zrt_config *cfg, int world_size);
+ZRT_API zrt_status zrt_config_resolve(zrt_config *cfg, int world_size);
 
 /* ---------------------------------------------------------------- engine */
 
@@ -189,26 +209,27 @@ typedef struct zrt_step_info {
  * world size is 1) and logs the choice once. Initialises MPI when needed.
  * The program may set "train_micro_batch_size_per_gpu" etc. on cfg first
  * so that "auto" values resolve from it. */
-zrt_status zrt_engine_create(const zrt_config *cfg, zrt_engine **out);
+ZRT_API zrt_status zrt_engine_create(const zrt_config *cfg, zrt_engine **out);
 /* Frees everything, finalises the comm. Accepts NULL. */
-void zrt_engine_destroy(zrt_engine *eng);
-zrt_status zrt_engine_get_info(const zrt_engine *eng, zrt_engine_info *out);
+ZRT_API void zrt_engine_destroy(zrt_engine *eng);
+ZRT_API zrt_status zrt_engine_get_info(const zrt_engine *eng, zrt_engine_info *out);
 
 /* Registers a module (the unit of stage-3 gather/release) before build. */
-zrt_status zrt_module_add(zrt_engine *eng, const char *name, int *module_id);
+ZRT_API zrt_status zrt_module_add(zrt_engine *eng, const char *name, int *module_id);
 /* Registers a parameter of module_id before build. Names must be unique. */
-zrt_status zrt_param_add(zrt_engine *eng, int module_id, const char *name, int ndim,
-                         const int64_t *shape, zrt_init init, unsigned flags, int *param_id);
+ZRT_API zrt_status zrt_param_add(zrt_engine *eng, int module_id, const char *name, int ndim,
+                                 const int64_t *shape, zrt_init init, unsigned flags,
+                                 int *param_id);
 /* Bytes of backend memory the program will allocate per rank after build
  * (activations and workspaces: what it passes to zrt_engine_alloc), so
  * that zero_optimization.stage "auto" picks a configuration where model
  * states AND these bytes fit, and an OOM at build says what the program
  * still needs. Before build; 0 (the default) = not declared, and auto then
  * logs that activations were not counted. */
-zrt_status zrt_engine_set_activation_bytes(zrt_engine *eng, uint64_t bytes);
+ZRT_API zrt_status zrt_engine_set_activation_bytes(zrt_engine *eng, uint64_t bytes);
 /* Lays out, partitions, allocates and initialises (each rank only its
  * shard). Fails with ZRT_ERR_OOM and a hint when model states do not fit. */
-zrt_status zrt_engine_build(zrt_engine *eng);
+ZRT_API zrt_status zrt_engine_build(zrt_engine *eng);
 /* Overwrites initial weights (after build) from path: a safetensors file, a
  * sharded checkpoint's model.safetensors.index.json, or a Hugging Face
  * directory holding model.safetensors or that index. Tensor names are the
@@ -217,12 +238,12 @@ zrt_status zrt_engine_build(zrt_engine *eng);
  * finite: a NaN or Inf is an error naming the tensor and nothing is
  * loaded (every rank checks whole tensors, so all ranks agree); then each
  * rank reads only its shard. Collective (the working weights are refreshed). */
-zrt_status zrt_engine_load_safetensors(zrt_engine *eng, const char *path);
+ZRT_API zrt_status zrt_engine_load_safetensors(zrt_engine *eng, const char *path);
 /* Compares tensors a and b of the weights at path (same forms as
  * zrt_engine_load_safetensors, same name resolution) after conversion to
  * fp32: *result 1 when equal element for element, 0 when they differ (or
  * differ in shape), -1 when either is absent. No engine; reads only. */
-zrt_status zrt_weights_compare(const char *path, const char *a, const char *b, int *result);
+ZRT_API zrt_status zrt_weights_compare(const char *path, const char *a, const char *b, int *result);
 
 /* Makes a module's working weights available (stage 3: all-gather unless
  * the gathered copy is still valid, and prefetch of the modules that
@@ -231,34 +252,34 @@ zrt_status zrt_weights_compare(const char *path, const char *a, const char *b, i
  * again and needs one release per fetch. Fetch only to read weights: a
  * backward that only writes grads (an embedding's) needs no fetch, and at
  * stage 3 each fetch after a release costs one all-gather of the module. */
-zrt_status zrt_module_fetch(zrt_engine *eng, int module_id);
+ZRT_API zrt_status zrt_module_fetch(zrt_engine *eng, int module_id);
 /* Ends one use of a module's weights (stage 3: the release that ends the
  * outermost fetch frees the gathered copy unless persistent). */
-zrt_status zrt_module_release(zrt_engine *eng, int module_id);
+ZRT_API zrt_status zrt_module_release(zrt_engine *eng, int module_id);
 /* Declares the module's gradients complete for this micro-batch (the
  * program has accumulated into zrt_param_grad). Stage 2/3 may start the
  * bucket's reduce-scatter asynchronously. */
-zrt_status zrt_module_grads_ready(zrt_engine *eng, int module_id);
+ZRT_API zrt_status zrt_module_grads_ready(zrt_engine *eng, int module_id);
 
 /* Working weights (dtype of engine info) of a fetched module's parameter,
  * in backend memory. */
-zrt_status zrt_param_data(zrt_engine *eng, int param_id, void **ptr);
+ZRT_API zrt_status zrt_param_data(zrt_engine *eng, int param_id, void **ptr);
 /* Gradient buffer of a parameter (working dtype, backend memory) that the
  * program's backward ADDS into; the module need not be fetched. Stage 2/3: zero at the start of
  * each micro-batch (allocated on first use, freed by grads_ready). Stage 0/1: zero at the start of
  * each accumulation window — the program's adds of successive micro-batches accumulate in it, as in
  * DeepSpeed. */
-zrt_status zrt_param_grad(zrt_engine *eng, int param_id, void **ptr);
+ZRT_API zrt_status zrt_param_grad(zrt_engine *eng, int param_id, void **ptr);
 /* Element count of a parameter. */
-zrt_status zrt_param_numel(const zrt_engine *eng, int param_id, int64_t *numel);
+ZRT_API zrt_status zrt_param_numel(const zrt_engine *eng, int param_id, int64_t *numel);
 
 /* Current loss scale the program multiplies its loss gradient by. */
-zrt_status zrt_engine_loss_scale(const zrt_engine *eng, float *scale);
+ZRT_API zrt_status zrt_engine_loss_scale(const zrt_engine *eng, float *scale);
 
 /* Ends a micro-batch. `loss` is this rank's mean micro-batch loss. At the
  * accumulation boundary: reduces, checks overflow, clips, steps the
  * optimizer and scheduler, writes metrics; info->boundary says which. */
-zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info);
+ZRT_API zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info);
 
 /* Phases of a training step the program may mark for the step breakdown. */
 typedef enum zrt_phase {
@@ -275,7 +296,7 @@ typedef enum zrt_phase {
  * that. After the first explicit mark only explicit marks count, so a
  * program that evaluates between steps marks ZRT_PHASE_OTHER around it
  * and the figures stay exact. */
-zrt_status zrt_engine_mark(zrt_engine *eng, zrt_phase phase);
+ZRT_API zrt_status zrt_engine_mark(zrt_engine *eng, zrt_phase phase);
 
 /* Where the time of the last optimizer step went (this rank, host clock,
  * seconds). The window runs from the end of the previous boundary (or of
@@ -300,22 +321,24 @@ typedef struct zrt_step_timing {
   double overlap_fraction; /* 1 - comm_wait_s / comm_busy_s: comm hidden behind
                             * compute (0 when no collective ran) */
 } zrt_step_timing;
-zrt_status zrt_engine_step_timing(const zrt_engine *eng, zrt_step_timing *out);
+ZRT_API zrt_status zrt_engine_step_timing(const zrt_engine *eng, zrt_step_timing *out);
 
 /* Tokens (or samples) one rank processes per micro-batch, for the metrics'
  * tokens_per_s (= tokens * grad_accum * world / step time). 0 = unknown. */
-zrt_status zrt_engine_set_tokens_per_micro(zrt_engine *eng, int64_t tokens);
+ZRT_API zrt_status zrt_engine_set_tokens_per_micro(zrt_engine *eng, int64_t tokens);
 
 /* Which pool zrt_engine_memory reports (the values 0 and 1 are stable). */
 typedef enum zrt_mem_where { ZRT_MEM_DEVICE = 0, ZRT_MEM_HOST_PINNED = 1 } zrt_mem_where;
 /* Memory accounting of the device pool or the pinned host pool. Local
  * rank only. */
-zrt_status zrt_engine_memory(const zrt_engine *eng, zrt_mem_where where, zrt_mem_stats *out);
+ZRT_API zrt_status zrt_engine_memory(const zrt_engine *eng, zrt_mem_where where,
+                                     zrt_mem_stats *out);
 
 /* Backend memory for the program (activations, workspaces), accounted in
  * the device pool under `cat`. */
-zrt_status zrt_engine_alloc(zrt_engine *eng, size_t bytes, zrt_mem_category cat, void **ptr);
-void zrt_engine_free(zrt_engine *eng, void *ptr);
+ZRT_API zrt_status zrt_engine_alloc(zrt_engine *eng, size_t bytes, zrt_mem_category cat,
+                                    void **ptr);
+ZRT_API void zrt_engine_free(zrt_engine *eng, void *ptr);
 
 /* Backend compute helpers for programs written only against this header. */
 typedef enum zrt_copy_kind {
@@ -324,16 +347,16 @@ typedef enum zrt_copy_kind {
   ZRT_COPY_D2D,
   ZRT_COPY_H2H
 } zrt_copy_kind;
-zrt_status zrt_engine_memcpy(zrt_engine *eng, void *dst, const void *src, size_t bytes,
-                             zrt_copy_kind kind);
+ZRT_API zrt_status zrt_engine_memcpy(zrt_engine *eng, void *dst, const void *src, size_t bytes,
+                                     zrt_copy_kind kind);
 /* C = alpha * op(A) op(B) + beta * C, row-major, fp32 accumulation; A, B in
  * dtype ab, C in dtype c. op = transpose when trans_* is nonzero. */
-zrt_status zrt_engine_gemm(zrt_engine *eng, int trans_a, int trans_b, int64_t m, int64_t n,
-                           int64_t k, float alpha, const void *a, int64_t lda, const void *b,
-                           int64_t ldb, zrt_dtype ab, float beta, void *c, int64_t ldc,
-                           zrt_dtype c_dtype);
+ZRT_API zrt_status zrt_engine_gemm(zrt_engine *eng, int trans_a, int trans_b, int64_t m, int64_t n,
+                                   int64_t k, float alpha, const void *a, int64_t lda,
+                                   const void *b, int64_t ldb, zrt_dtype ab, float beta, void *c,
+                                   int64_t ldc, zrt_dtype c_dtype);
 /* Blocks until the backend has finished all work issued so far. */
-zrt_status zrt_engine_synchronize(zrt_engine *eng);
+ZRT_API zrt_status zrt_engine_synchronize(zrt_engine *eng);
 /* A host function launched on a stream: it gets a copy of the launch's
  * argument bytes (valid during the call) and returns ZRT_OK or an error. */
 typedef zrt_status (*zrt_host_fn)(void *args);
@@ -352,18 +375,19 @@ typedef zrt_status (*zrt_host_fn)(void *args);
  * at once on the calling thread after a synchronize of the stream (a CUDA
  * program launches kernels instead; host functions suit its host-side
  * work). */
-zrt_status zrt_engine_launch(zrt_engine *eng, zrt_host_fn fn, const void *args, size_t bytes);
+ZRT_API zrt_status zrt_engine_launch(zrt_engine *eng, zrt_host_fn fn, const void *args,
+                                     size_t bytes);
 /* The stream the engine computes on, as the device API's handle
  * (cudaStream_t on the CUDA backend; NULL on the CPU backend, whose work is
  * synchronous). A program launches its own kernels, memsets and copies on
  * it (never on CUDA's legacy default stream, which a non-blocking stream
  * does not wait for), so they are ordered with the engine's work; the
  * engine orders its other streams against it with events. */
-void *zrt_engine_stream(const zrt_engine *eng);
+ZRT_API void *zrt_engine_stream(const zrt_engine *eng);
 
 /* Collectives over the engine's comm for program data (e.g. losses). */
-zrt_status zrt_engine_all_reduce_sum(zrt_engine *eng, float *host_vals, size_t n);
-zrt_status zrt_engine_barrier(zrt_engine *eng);
+ZRT_API zrt_status zrt_engine_all_reduce_sum(zrt_engine *eng, float *host_vals, size_t n);
+ZRT_API zrt_status zrt_engine_barrier(zrt_engine *eng);
 
 /* ---------------------------------------------------------- checkpoints */
 
@@ -371,19 +395,19 @@ zrt_status zrt_engine_barrier(zrt_engine *eng);
  * metadata (including user_json, an optional JSON object string owned by
  * the caller, e.g. data position) and then dir/latest. Atomic: temporary
  * files, fsync, rename, pointer last. Collective. */
-zrt_status zrt_engine_save(zrt_engine *eng, const char *dir, const char *user_json);
+ZRT_API zrt_status zrt_engine_save(zrt_engine *eng, const char *dir, const char *user_json);
 /* Loads dir/latest (or dir itself when it is a step directory) into a built
  * engine, resharding when the world size or stage differ. On any error the
  * engine is unchanged. *user_json (may be NULL) receives a malloc'd copy of
  * the saved user JSON. Collective. */
-zrt_status zrt_engine_load(zrt_engine *eng, const char *dir, char **user_json);
+ZRT_API zrt_status zrt_engine_load(zrt_engine *eng, const char *dir, char **user_json);
 /* Reads, without an engine, the step and user JSON of the checkpoint
  * zrt_engine_load(dir) would load: metadata only (rank files are neither
  * opened nor checked), no collective, no write. Lets a program compare its
  * own configuration (e.g. model shape) with the checkpoint's before building.
  * *user_json (may be NULL): malloc'd, "{}" when none was saved. Same errors
  * as zrt_engine_load for a missing or malformed checkpoint. */
-zrt_status zrt_ckpt_peek(const char *dir, int64_t *step, char **user_json);
+ZRT_API zrt_status zrt_ckpt_peek(const char *dir, int64_t *step, char **user_json);
 /* The spelling of zrt 0.1 (checkpoints now use the one prefix zrt_ckpt_). */
 #define zrt_checkpoint_peek zrt_ckpt_peek
 
@@ -396,7 +420,7 @@ typedef enum zrt_log_level {
   ZRT_LOG_DEBUG
 } zrt_log_level;
 /* Log to stderr prefixed with "[zrt rank R]". Level from ZRT_LOG_LEVEL. */
-void zrt_log(zrt_log_level level, const char *fmt, ...)
+ZRT_API void zrt_log(zrt_log_level level, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif

@@ -26,10 +26,6 @@
 #include "bench_train_util.h"
 #include "perf.h"
 
-#ifndef ZRT_SOURCE_DIR
-#define ZRT_SOURCE_DIR "."
-#endif
-
 /* plan (the default: thread plan + shm comm), wide (OpenMP teams as wide as
  * the machine), plan_mpi (thread plan, ZRT_COMM=mpi) */
 #define ZRT_MJ_WAYS 3
@@ -56,11 +52,11 @@ static int zrt_mj_bench(const zrt_perf_args *a, cJSON *result) {
   s = zrt_perf_opt(a, "rounds");
   int rounds = s ? atoi(s) : (a->quick ? 3 : 5);
   const char *cfg = zrt_perf_opt(a, "config_file");
+  /* the README's config beside the programs: BIN/../share/zrt/configs in
+   * a build tree (copied by the build) and in an installed prefix */
   char cfgbuf[1024];
-  if (!cfg) {
-    snprintf(cfgbuf, sizeof cfgbuf, "%s/examples/configs/zero3_offload.yaml", ZRT_SOURCE_DIR);
-    cfg = cfgbuf;
-  }
+  snprintf(cfgbuf, sizeof cfgbuf, "%s/../share/zrt/configs/zero3_offload.yaml", zrt_pt_bindir());
+  if (!cfg) cfg = cfgbuf;
   struct stat sb;
   if (steps < 2 || rounds < 1 || stat(cfg, &sb) != 0) {
     zrt_perf_note("zrt-perf mainjob: needs --steps >= 2, --rounds >= 1 and a readable launch "

@@ -44,9 +44,31 @@
 #include "gpt2_cuda.h"
 #endif
 
-#ifndef GPT2_DEFAULT_DATA
-#define GPT2_DEFAULT_DATA "build/data/corpus.txt"
-#endif
+/* The default corpus lies beside the program, wherever it was built or
+ * installed: BIN/../data/corpus.txt in a build tree (examples/gpt2/
+ * CMakeLists.txt makes it there), BIN/../share/zrt/data/corpus.txt in an
+ * installed prefix. The first that exists; the build tree's name when
+ * neither does (then opening it fails with a message naming both). */
+static const char *gpt2_default_data(void) {
+  static char path[4096 + 32];
+  static char other[4096 + 32];
+  if (path[0]) return path;
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) {
+    snprintf(path, sizeof path, "data/corpus.txt");
+    return path;
+  }
+  exe[n] = 0;
+  char *slash = strrchr(exe, '/');
+  if (slash) *slash = 0;
+  snprintf(path, sizeof path, "%s/../data/corpus.txt", exe);
+  snprintf(other, sizeof other, "%s/../share/zrt/data/corpus.txt", exe);
+  struct stat sb;
+  if (stat(path, &sb) != 0 && stat(other, &sb) == 0) memcpy(path, other, sizeof path);
+  return path;
+}
+#define GPT2_DEFAULT_DATA gpt2_default_data()
 
 #define CHECK(call)                                                                                \
   do {                                                                                             \
@@ -839,8 +861,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train_gpt2: --data: %s%s\n", msg,
             strcmp(a.data, GPT2_DEFAULT_DATA)
                 ? ""
-                : "\n  (the default corpus is built by examples/gpt2/make_corpus.sh, run by the "
-                  "build; or pass --data FILE)");
+                : "\n  (the default corpus, BIN/../data/corpus.txt in a build tree or "
+                  "BIN/../share/zrt/data/corpus.txt installed, is built by "
+                  "examples/gpt2/make_corpus.sh, run by the build; or pass --data FILE)");
     return 2;
   }
   all_sp = (split){&data, 0, data.n};
