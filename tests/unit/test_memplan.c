@@ -61,7 +61,9 @@ static void make_prog(prog *p) {
    * and fp32 accumulators without offload: 18 bytes per element; the 16-bit
    * shards with optimizer offload: 2), then up to 2 bytes per element of
    * the model 2.5 times over for the gathered copies and gradients */
-  uint64_t stays = p->offload == 0 ? 18 * (uint64_t)total : p->offload == 1 ? 2 * (uint64_t)total : 0;
+  uint64_t stays = p->offload == 0   ? 18 * (uint64_t)total
+                   : p->offload == 1 ? 2 * (uint64_t)total
+                                     : 0;
   p->limit = p->acts + stays + 40000 + (uint64_t)(next() % (unsigned)(5 * total + 1));
   int stack[4], depth = 0, held[MAXMOD] = {0}, graded[MAXMOD] = {0}, pending[MAXMOD], npend = 0;
   p->nev = 0;
