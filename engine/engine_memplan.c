@@ -113,30 +113,14 @@ typedef struct zrt_plan {
 
 /* The steady device peak with prefetch pf and reuse ru; 0 when the replay
  * ran out of host memory. */
-static uint64_t zrt_plan_peak(zrt_plan *p, int64_t pf, int64_t ru) {
+static uint64_t zrt_plan_peak(void *arg, int64_t pf, int64_t ru) {
+  zrt_plan *p = arg;
   zrt_coord_sim s = p->sim;
   s.prefetch_elems = pf;
   s.reuse_distance = ru;
   zrt_coord_sim_peaks pk;
   if (zrt_coord_sim_run(&s, &pk) != 0) return 0;
   return p->fixed + p->ws * (uint64_t)ZRT_MAX(pk.both, (int64_t)0);
-}
-
-/* The largest value in [0, bad) with a fitting peak (0 fits), bisected:
- * which = 0 varies the reuse distance at prefetch other, 1 the prefetch
- * at reuse other. Every value returned was replayed and fits. */
-static int64_t zrt_plan_search(zrt_plan *p, int which, int64_t other, int64_t bad,
-                               uint64_t target) {
-  int64_t lo = 0, hi = bad;
-  while (hi - lo > 1) {
-    int64_t mid = lo + (hi - lo) / 2;
-    uint64_t pk = which ? zrt_plan_peak(p, mid, other) : zrt_plan_peak(p, other, mid);
-    if (pk != 0 && pk <= target)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  return lo;
 }
 
 /* The largest of the ranks' values (exactly: 24-bit limbs in fp32). */
@@ -218,25 +202,14 @@ zrt_status zrt_engine_plan_first_boundary(zrt_engine *eng) {
   size_t cap = d.capacity;
   uint64_t target = cap ? zrt_memest_plan_bytes(cap) : UINT64_MAX;
   int64_t pf0 = eng->prefetch_elems, ru0 = eng->reuse_distance, pf = pf0, ru = ru0;
-  uint64_t want = zrt_plan_peak(&p, pf0, ru0), got = want;
-  if (want == 0) {
-    st = zrt_error(ZRT_ERR_OOM, "stage 3 memory plan: out of host memory replaying the fetch "
-                                "order");
+  uint64_t want = 0, got = 0;
+  if (zrt_memest_fit_window(zrt_plan_peak, &p, target, &pf, &ru, &want, &got) != 0) {
+    st =
+        zrt_error(ZRT_ERR_OOM, "stage 3 memory plan: out of host memory replaying the fetch order");
     goto done;
   }
-  if (want > target) {
-    uint64_t no_reuse = ru0 > 0 ? zrt_plan_peak(&p, pf0, 0) : want;
-    if (no_reuse != 0 && no_reuse <= target) {
-      ru = zrt_plan_search(&p, 0, pf0, ru0, target);
-    } else {
-      ru = 0;
-      uint64_t none = pf0 > 0 ? zrt_plan_peak(&p, 0, 0) : no_reuse;
-      pf = none != 0 && none <= target ? zrt_plan_search(&p, 1, 0, pf0, target) : 0;
-    }
-    got = zrt_plan_peak(&p, pf, ru);
-  }
   char b1[32], b2[32], b3[32], b4[32];
-  if (got == 0 || (cap && got > cap)) {
+  if (cap && got > cap) {
     st = zrt_error(ZRT_ERR_OOM,
                    "stage 3 memory plan: the first step's fetch order, replayed without prefetch "
                    "or reuse, needs %s per rank on the device (%s of it besides the gathered "

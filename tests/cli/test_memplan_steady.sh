@@ -9,7 +9,9 @@
 #   a/b/c. 4 layers x 256 at 20 MiB on 1 and 2 ranks, 6 layers x 256 at
 #      24 MiB on 1 rank: the engine logs once what the plan lowered, trains
 #      4 steps, every step's device peak is under the limit and from the
-#      second step on equals the plan (metrics device_plan_bytes) to the byte;
+#      second step on equals the plan (metrics device_plan_bytes) to the byte,
+#      and `zrt estimate-memory --hf_config` (same shape and settings) says
+#      the same bytes and the same lowered prefetch;
 #   d. micro-batch 2 at 20 MiB: the activations alone leave no room for one
 #      gathered block and its gradients; the build refuses with the figure
 #      and what to change, and nothing trains (no metrics line).
@@ -33,9 +35,17 @@ trained() { # name limit ranks layers embd heads batch
   run "$@" || fail "case $name: train_gpt2 failed:$(echo; cat "$tmp/$name.out")"
   grep -q "stage 3 memory plan: .*stage3_prefetch_bucket_size 50000000 -> " "$tmp/$name.out" ||
     fail "case $name: no plan line:$(echo; cat "$tmp/$name.out")"
-  python3 - "$name" "$tmp/$name.jsonl" "$limit" <<'PY'
-import json, sys
-name, path, limit = sys.argv[1], sys.argv[2], sys.argv[3]
+  printf '{"n_layer":%d,"n_embd":%d,"n_head":%d,"vocab_size":256,"n_positions":64}\n' \
+    "$4" "$5" "$6" >"$tmp/$name.hf.json"
+  "$Z" estimate-memory --hf_config "$tmp/$name.hf.json" --batch_size "$7" --seq_len 64 \
+    --world_sizes "$3" --dtype bf16 --device_memory "$limit" --json >"$tmp/$name.est" ||
+    fail "case $name: estimate-memory failed"
+  python3 - "$name" "$tmp/$name.jsonl" "$limit" "$tmp/$name.est" "$tmp/$name.out" <<'PY'
+import json, re, sys
+name, path, limit, epath, opath = sys.argv[1:]
+est = [c for c in json.load(open(epath))["configs"]
+       if c["stage"] == 3 and c["offload"] == "optimizer+param"][0]
+pf = int(re.search(r"stage3_prefetch_bucket_size 50000000 -> (\d+)", open(opath).read()).group(1))
 limit = int(limit[:-3]) << 20
 rows = [json.loads(l) for l in open(path) if l.strip()]
 if len(rows) != 4:
@@ -47,6 +57,10 @@ if max(peaks) > limit:
     sys.exit(f"FAIL: case {name}: a step peaked over the limit")
 if any(p != plan for p in peaks[1:]):
     sys.exit(f"FAIL: case {name}: steps 2..4 peak {peaks[1:]} != plan {plan}")
+print(f"case {name}: estimate-memory {est['device_bytes']} (prefetch {est['prefetch_elems']}), "
+      f"engine's plan {plan} (prefetch {pf})")
+if est["device_bytes"] != plan or est["prefetch_elems"] != pf:
+    sys.exit(f"FAIL: case {name}: estimate-memory differs from the engine's plan")
 PY
 }
 
