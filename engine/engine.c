@@ -165,6 +165,7 @@ void zrt_engine_destroy(zrt_engine *eng) {
   free(eng->params);
   free(eng->coord_names);
   free(eng->inject_steps);
+  zrt_engine_plan_free(eng);
   if (eng->metrics) fclose(eng->metrics);
   zrt_monitor_destroy(eng->monitor);
   zrt_engine_offload_teardown(eng);
@@ -426,6 +427,10 @@ static zrt_status zrt_engine_choose_stage(zrt_engine *eng) {
 
 static zrt_status zrt_engine_oom_hint(zrt_engine *eng, zrt_status st) {
   if (st != ZRT_ERR_OOM) return st;
+  /* already everything zrt offloads: the error says what is left to change */
+  if (eng->policy->shard_params && eng->offload_opt != ZRT_OFFLOAD_NONE &&
+      eng->offload_par != ZRT_OFFLOAD_NONE)
+    return st;
   zrt_memest_layout lay;
   zrt_engine_layout_totals(eng, &lay);
   zrt_memest_result here, s3;
@@ -556,7 +561,7 @@ static zrt_status zrt_engine_coord_create(zrt_engine *eng) {
   names = NULL;
   for (int m = 0; m < eng->nmodules; m++) eng->coord_names[m] = eng->modules[m].name;
   zrt_coord_opts o = {.dtype = eng->dtype,
-                      .prefetch_elems = eng->cfg->stage3_prefetch_bucket_size,
+                      .prefetch_elems = eng->prefetch_elems,
                       .max_live_elems = eng->cfg->stage3_max_live_parameters,
                       .reuse_distance = eng->reuse_distance,
                       .persist_threshold = eng->cfg->stage3_param_persistence_threshold,
@@ -587,6 +592,12 @@ zrt_status zrt_engine_build(zrt_engine *eng) {
    * minimum scale, stage 0's FP16_Optimizer keeps the floor (DeepSpeed) */
   eng->scaler.raise_at_min = eng->policy->shard_optimizer;
   zrt_engine_fit_reuse(eng);
+  eng->prefetch_elems = eng->cfg->stage3_prefetch_bucket_size;
+  {
+    zrt_memest_layout lay;
+    zrt_engine_layout_totals(eng, &lay);
+    ZRT_CHECK_GOTO(zrt_engine_plan_check_build(eng, &lay), st, done);
+  }
   ZRT_CHECK_GOTO(zrt_engine_offload_setup(eng), st, done); /* no-op without offload */
   {
     int64_t maxpart = 0;
@@ -667,6 +678,7 @@ zrt_status zrt_module_fetch(zrt_engine *eng, int module_id) {
     eng->modules[module_id].in_use++;
     return ZRT_OK;
   }
+  zrt_engine_plan_record(eng, ZRT_SIM_FETCH, module_id);
   double t0 = zrt_now_s();
   zrt_status st = zrt_coord_fetch(eng->coord, module_id);
   eng->ph.fetch_s += zrt_now_s() - t0;
@@ -679,6 +691,7 @@ zrt_status zrt_module_release(zrt_engine *eng, int module_id) {
     if (eng->modules[module_id].in_use > 0) eng->modules[module_id].in_use--;
     return ZRT_OK;
   }
+  zrt_engine_plan_record(eng, ZRT_SIM_RELEASE, module_id);
   return zrt_coord_release(eng->coord, module_id);
 }
 
@@ -689,6 +702,7 @@ static zrt_status zrt_engine_ensure_grad16(zrt_engine *eng, int m) {
   ZRT_CHECK(zrt_backend_alloc(eng->backend, bytes, ZRT_MEM_GRADS, &me->grad16));
   ZRT_CHECK(zrt_backend_memset(eng->backend, me->grad16, 0, bytes, NULL));
   me->grads_pending = 1;
+  if (eng->policy->shard_params) zrt_engine_plan_record(eng, ZRT_SIM_GRAD, m);
   return ZRT_OK;
 }
 
@@ -698,6 +712,7 @@ zrt_status zrt_engine_reduce_pending(zrt_engine *eng, int m, int async) {
   ZRT_CHECK(zrt_buckets_reduce(eng->buckets, me->grad16, me->padded, me->part, me->grad_acc,
                                me->grad_host, eng->policy->reduce_all_reduce, async));
   zrt_backend_free(eng->backend, me->grad16);
+  if (eng->policy->shard_params) zrt_engine_plan_record(eng, ZRT_SIM_GRAD_DONE, m);
   me->grad16 = NULL;
   me->grads_pending = 0;
   me->grads_reduced = 1;

@@ -44,6 +44,7 @@
 #include "comm.h"
 #include "config.h"
 #include "coordinator.h"
+#include "coordinator_sim.h"
 #include "hostpool.h"
 #include "layout.h"
 #include "lr_sched.h"
@@ -196,6 +197,16 @@ struct zrt_engine {
    * cache, sized identically on every rank, so retention never causes an
    * OOM and never diverges between ranks). */
   int64_t reuse_distance;
+  /* Effective stage3_prefetch_bucket_size (the config's until the memory
+   * plan lowers it at the first boundary). */
+  int64_t prefetch_elems;
+  /* engine_memplan.c: the program's stage-3 calls of the first optimizer
+   * step (fetch, release, first gradient access, grads_ready), recorded
+   * while plan_recording, replayed at the first boundary; and the steady
+   * per-rank device peak the plan promises from then on (0 = none yet). */
+  zrt_sim_event *plan_events;
+  int plan_nevents, plan_cap_events, plan_recording;
+  uint64_t plan_device_bytes;
 };
 
 /* engine_timing.c: the step breakdown. _enter switches the phase
@@ -208,6 +219,27 @@ void zrt_engine_timing_open(zrt_engine *eng, double now);
 void zrt_engine_timing_close(zrt_engine *eng, double boundary_start, double now);
 
 /* ------------------------------------------------ documented internals */
+
+/* engine_memplan.c: the device memory plan (docs/memory.md, "A plan the
+ * engine keeps").
+ * _check_build: before any allocation, the least any program needs on the
+ * device in this configuration (memest with one module gathered, one
+ * module's 16-bit gradients, no prefetch or reuse, the declared
+ * activations); ZRT_ERR_OOM naming the figure and what to change when it
+ * exceeds the device. Starts the recording at stage 3.
+ * _record: one stage-3 call of the program while recording.
+ * _first_boundary: after the first optimizer step (stage 3): replays the
+ * recorded step with the coordinator's rules (coordinator_sim.h) beside
+ * what the pools hold besides the gathered copies and 16-bit gradients,
+ * lowers the prefetch budget and the reuse distance until the steady state
+ * fits 90% of the device, logs what changed once, sets plan_device_bytes;
+ * ZRT_ERR_OOM when even no prefetch and no reuse cannot fit. Collective
+ * (the ranks agree on the bytes). */
+struct zrt_memest_layout;
+zrt_status zrt_engine_plan_check_build(zrt_engine *eng, const struct zrt_memest_layout *lay);
+void zrt_engine_plan_record(zrt_engine *eng, zrt_sim_kind kind, int module);
+zrt_status zrt_engine_plan_first_boundary(zrt_engine *eng);
+void zrt_engine_plan_free(zrt_engine *eng);
 
 /* engine_layout.c: offsets, padded and part of every module for the
  * engine's world size (sharding/layout.h's rules). */

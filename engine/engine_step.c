@@ -195,8 +195,10 @@ static zrt_status zrt_engine_write_metrics(zrt_engine *eng, const zrt_step_info 
     for (int k = 0; k < ZRT_MEM_NCAT; k++)
       peak_cat[k] = ZRT_MAX(peak_cat[k], zrt_unpack_u64(rec + 3 * k));
   }
-  fprintf(f, "],\"device_peak_bytes\":%llu,\"host_pinned_peak_bytes\":%llu",
-          (unsigned long long)dev_peak, (unsigned long long)host_peak);
+  fprintf(f,
+          "],\"device_peak_bytes\":%llu,\"device_plan_bytes\":%llu,\"host_pinned_peak_bytes\":%llu",
+          (unsigned long long)dev_peak, (unsigned long long)eng->plan_device_bytes,
+          (unsigned long long)host_peak);
   for (int k = 0; k < ZRT_MEM_NCAT; k++)
     if (k != ZRT_MEM_OTHER)
       fprintf(f, ",\"%s\":%llu", zrt_mem_category_name((zrt_mem_category)k),
@@ -318,6 +320,9 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
     zrt_log(eng->rank == 0 ? ZRT_LOG_INFO : ZRT_LOG_DEBUG,
             "step %lld: non-finite gradients, step skipped (loss scale %g -> %g)",
             (long long)eng->global_step + 1, (double)scale, eng->scaler.cur_scale);
+    /* copies kept for reuse end with the step, applied or not: the memory
+     * plan (engine_memplan.c) replays every step from nothing gathered */
+    if (eng->policy->shard_params) zrt_coord_invalidate(eng->coord);
   } else if (st == ZRT_OK) {
     st = zrt_engine_apply(eng, v.grad_mul);
     if (st == ZRT_OK) {
@@ -337,6 +342,8 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
   /* never silent: a NaN loss, or non-finite gradients the optimizer applied
    * (bf16 without check_grad_overflow, fp32), leave the master weights
    * non-finite for good */
+  /* the first boundary: the recorded step fixes the stage-3 memory plan */
+  if (st == ZRT_OK && eng->plan_recording != 0) st = zrt_engine_plan_first_boundary(eng);
   int applied_bad = v.overflow && !v.skip && !c->fp16_enabled;
   if (st == ZRT_OK && (applied_bad || !isfinite(v.loss))) {
     char what[160];

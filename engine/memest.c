@@ -299,3 +299,77 @@ uint64_t zrt_memest_gpt_activations(const zrt_memest_gpt *g, int64_t B, int64_t 
   }
   return 4 * floats + 8 * N;
 }
+
+/* The largest value in [0, bad) whose peak fits (0 fits), bisected: which
+ * = 0 varies the reuse distance at prefetch other, 1 the prefetch at reuse
+ * other. Every value returned was replayed and fits. */
+static int64_t zrt_memest_window_search(zrt_memest_peak_fn peak, void *ctx, int which,
+                                        int64_t other, int64_t bad, uint64_t target) {
+  int64_t lo = 0, hi = bad;
+  while (hi - lo > 1) {
+    int64_t mid = lo + (hi - lo) / 2;
+    uint64_t pk = which ? peak(ctx, mid, other) : peak(ctx, other, mid);
+    if (pk != 0 && pk <= target)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+int zrt_memest_fit_window(zrt_memest_peak_fn peak, void *ctx, uint64_t target, int64_t *prefetch,
+                          int64_t *reuse, uint64_t *want, uint64_t *got) {
+  int64_t pf0 = ZRT_MAX(*prefetch, (int64_t)0), ru0 = ZRT_MAX(*reuse, (int64_t)0);
+  int64_t pf = pf0, ru = ru0;
+  *want = *got = peak(ctx, pf0, ru0);
+  if (*want == 0) return -1;
+  if (*want <= target) return 0;
+  uint64_t no_reuse = ru0 > 0 ? peak(ctx, pf0, 0) : *want;
+  if (no_reuse != 0 && no_reuse <= target) {
+    ru = zrt_memest_window_search(peak, ctx, 0, pf0, ru0, target);
+  } else {
+    ru = 0;
+    uint64_t none = pf0 > 0 ? peak(ctx, 0, 0) : no_reuse;
+    pf = none != 0 && none <= target ? zrt_memest_window_search(peak, ctx, 1, 0, pf0, target) : 0;
+  }
+  *got = peak(ctx, pf, ru);
+  *prefetch = pf;
+  *reuse = ru;
+  return *got == 0 ? -1 : 0;
+}
+
+typedef struct zrt_memest_gpt_ctx {
+  const zrt_memest_gpt *g;
+  zrt_memest_layout lay;
+  int64_t persist;
+  int accum;
+} zrt_memest_gpt_ctx;
+
+static uint64_t zrt_memest_gpt_peak(void *arg, int64_t prefetch, int64_t reuse) {
+  zrt_memest_gpt_ctx *c = arg;
+  zrt_memest_layout l = c->lay;
+  l.prefetch_elems = prefetch;
+  l.reuse_elems = reuse;
+  if (zrt_memest_gpt_live(c->g, &l, c->persist, c->accum, &l.live) != 0) return 0;
+  l.live_known = 1;
+  zrt_memest_result r;
+  zrt_memest_predict(&l, &r);
+  return ZRT_MAX(r.device_total, (uint64_t)1);
+}
+
+int zrt_memest_gpt_plan(const zrt_memest_gpt *g, zrt_memest_layout *lay, int64_t persist_threshold,
+                        int grad_accum, uint64_t capacity) {
+  zrt_memest_gpt_ctx c = {.g = g, .lay = *lay, .persist = persist_threshold, .accum = grad_accum};
+  if (capacity) {
+    uint64_t want, got;
+    int64_t pf = lay->prefetch_elems, ru = lay->reuse_elems;
+    if (zrt_memest_fit_window(zrt_memest_gpt_peak, &c, zrt_memest_plan_bytes(capacity), &pf, &ru,
+                              &want, &got) != 0)
+      return -1;
+    lay->prefetch_elems = pf;
+    lay->reuse_elems = ru;
+  }
+  if (zrt_memest_gpt_live(g, lay, persist_threshold, grad_accum, &lay->live) != 0) return -1;
+  lay->live_known = 1;
+  return 0;
+}

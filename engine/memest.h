@@ -71,6 +71,19 @@ uint64_t zrt_memest_plan_bytes(uint64_t capacity);
  * and want <= 0 keep want. */
 int64_t zrt_memest_fit_reuse(const zrt_memest_layout *lay, uint64_t capacity, int64_t want);
 
+/* The stage-3 window the engine keeps from its second step on
+ * (engine_memplan.c; estimate-memory applies it to the GPT example's
+ * order): peak(ctx, prefetch, reuse) is the steady per-rank device peak
+ * with that prefetch budget and reuse distance (0: it could not be
+ * replayed). When the peak at (*prefetch, *reuse) exceeds target, the reuse
+ * distance is lowered first (the largest value whose peak fits, bisected),
+ * then, when no reuse at all does not fit, the prefetch budget; both end at
+ * 0 when nothing fits. *want: the peak at the start, *got: at the result.
+ * Returns 0, or -1 when a peak could not be replayed. */
+typedef uint64_t (*zrt_memest_peak_fn)(void *ctx, int64_t prefetch, int64_t reuse);
+int zrt_memest_fit_window(zrt_memest_peak_fn peak, void *ctx, uint64_t target, int64_t *prefetch,
+                          int64_t *reuse, uint64_t *want, uint64_t *got);
+
 /* DeepSpeed's own "cold" estimators of model-state memory per GPU / per
  * CPU node (stage_1_and_2.py estimate_zero2_model_states_mem_needs for
  * stages 1-2, stage3.py estimate_zero3_model_states_mem_needs for stage 3;
@@ -130,5 +143,14 @@ int zrt_memest_gpt_live(const zrt_memest_gpt *g, const zrt_memest_layout *lay,
  * working dtype the fp32 staging of the largest module twice plus wte. */
 uint64_t zrt_memest_gpt_activations(const zrt_memest_gpt *g, int64_t batch, int64_t seq,
                                     int dtype_bytes);
+
+/* estimate-memory's view of that window for train_gpt2 (lay: a stage-3
+ * layout with the settings' prefetch and the reuse fitted at build): lowers
+ * lay->prefetch_elems and lay->reuse_elems as the engine will at its first
+ * boundary under capacity (0: unlimited, nothing lowered), and sets
+ * lay->live (live_known) to the replay with the result. 0, or -1 when host
+ * memory runs out. */
+int zrt_memest_gpt_plan(const zrt_memest_gpt *g, zrt_memest_layout *lay, int64_t persist_threshold,
+                        int grad_accum, uint64_t capacity);
 
 #endif

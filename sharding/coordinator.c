@@ -92,6 +92,12 @@ void zrt_coord_freeze_trace(zrt_coord *c) {
   if (c && !c->trace_done && c->ntrace > 0) c->trace_done = 1;
 }
 
+void zrt_coord_set_window(zrt_coord *c, int64_t prefetch_elems, int64_t reuse_distance) {
+  if (!c) return;
+  c->o.prefetch_elems = prefetch_elems;
+  c->o.reuse_distance = reuse_distance;
+}
+
 void zrt_coord_stats_get(const zrt_coord *c, zrt_coord_stats *out) {
   memset(out, 0, sizeof *out);
   if (!c) return;

@@ -62,6 +62,11 @@ void *zrt_coord_full(const zrt_coord *c, int m);
 
 /* The first optimizer boundary: the trace recorded so far is frozen. */
 void zrt_coord_freeze_trace(zrt_coord *c);
+/* The prefetch budget and reuse distance from now on (elements; the
+ * engine's memory plan lowers them at the first boundary so that the
+ * steady state replayed over the recorded trace fits the device). Call
+ * between steps, with nothing gathered but persistent or held copies. */
+void zrt_coord_set_window(zrt_coord *c, int64_t prefetch_elems, int64_t reuse_distance);
 /* After an optimizer step: gathered copies are stale. */
 void zrt_coord_invalidate(zrt_coord *c);
 /* Waits for all pending gathers; drops the queued shard reads. */

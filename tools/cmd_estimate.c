@@ -88,6 +88,7 @@ typedef struct est_row {
   zrt_memest_result r;
   int fits;
   int64_t reuse;           /* stage3_max_reuse_distance the engine would use */
+  int64_t prefetch;        /* stage3_prefetch_bucket_size the engine keeps from step 2 on */
   int groups, dev_groups;  /* Twin-Flow rows: sub-groups, those on the device (groups 0: none) */
   int ds;                  /* DeepSpeed has an estimator for this row */
   uint64_t ds_cpu, ds_gpu; /* its figures (one node of `world` GPUs) */
@@ -462,13 +463,14 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       /* stage 3 under a capacity: the reuse distance the engine fits at build */
       lay.reuse_elems = zrt_memest_fit_reuse(&lay, devmem, reuse);
       if (g && lay.stage == 3) {
-        /* the gathered copies the coordinator holds over the example's fetch order */
-        if (zrt_memest_gpt_live(g, &lay, persist, (int)accum, &lay.live) != 0) {
+        /* the gathered copies the coordinator holds over the example's fetch
+         * order, with the prefetch and reuse the engine's memory plan keeps
+         * from its second step on under the device (engine_memplan.c) */
+        if (zrt_memest_gpt_plan(g, &lay, persist, (int)accum, devmem) != 0) {
           free(rows);
           fprintf(stderr, "zrt estimate-memory: out of host memory\n");
           return 1;
         }
-        lay.live_known = 1;
       }
       est_row *r = &rows[nrows++];
       r->groups = groups;
@@ -479,6 +481,7 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       r->op = cand[k].op;
       zrt_memest_predict(&lay, &r->r);
       r->reuse = lay.reuse_elems;
+      r->prefetch = lay.prefetch_elems;
       r->fits = devmem ? r->r.device_total <= zrt_memest_plan_bytes(devmem) : -1;
       r->ds =
           zrt_memest_deepspeed(r->stage, (double)nparams, (double)ds_largest(g, params, largest),
@@ -511,7 +514,9 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
                (unsigned long long)r->r.nvme_bytes);
       if (r->op) printf(",\"param_device\":\"%s\"", pnvme ? "nvme" : "cpu");
       if (devmem) printf(",\"fits\":%s", r->fits ? "true" : "false");
-      if (r->stage == 3) printf(",\"reuse_elems\":%lld", (long long)r->reuse);
+      if (r->stage == 3)
+        printf(",\"reuse_elems\":%lld,\"prefetch_elems\":%lld", (long long)r->reuse,
+               (long long)r->prefetch);
       if (r->groups)
         printf(",\"offload_ratio\":%g,\"sub_groups\":%d,\"device_sub_groups\":%d", ratio, r->groups,
                r->dev_groups);
@@ -574,8 +579,11 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
              ratio);
     if (devmem)
       printf("(fits = device total within %d/%d of the device, what the engine plans in; at "
-             "stage 3 the reuse distance is the one the engine fits at build)\n",
-             ZRT_MEMEST_PLAN_NUM, ZRT_MEMEST_PLAN_DEN);
+             "stage 3 the reuse distance is the one the engine fits at build%s)\n",
+             ZRT_MEMEST_PLAN_NUM, ZRT_MEMEST_PLAN_DEN,
+             g ? ", then with the prefetch and reuse its memory plan keeps from the second step "
+                 "on (--json: prefetch_elems, reuse_elems)"
+               : "");
     printf("(DeepSpeed: its estimate_zero2/zero3_model_states_mem_needs figures, one node of "
            "`world` GPUs, zero_init, buffer factor 1.5, largest layer %lld params: model states "
            "only — no activations or buckets; its offload gpu figure is 4 x the largest layer "
