@@ -53,6 +53,7 @@
 #include "launch_run.h"
 #include "launch_threads.h"
 #include "launch_util.h"
+#include "safe_file.h"
 #include "tools.h"
 #include "zrt.h"
 
@@ -295,7 +296,7 @@ fail:
 /* ------------------------------------------------------------ command */
 
 static int cli_count_hosts(const char *hostfile) {
-  FILE *f = fopen(hostfile, "r");
+  FILE *f = zrt_safe_fopen_read(hostfile, "hostfile"); /* a FIFO is an error, not a hang */
   if (!f) return -1;
   char line[1024];
   int n = 0;
@@ -408,7 +409,7 @@ static int cli_plan_job(const cli_launch_args *a, const char *prog, cli_plan *p,
   if (hostfile && a->val[cli_opt_index("num_machines")] == NULL && nmach == 1) {
     int nh = cli_count_hosts(hostfile);
     if (nh < 0) {
-      fprintf(stderr, "zrt launch: cannot read hostfile '%s': %s\n", hostfile, strerror(errno));
+      fprintf(stderr, "zrt launch: %s\n", zrt_last_error());
       zrt_config_destroy(cfg);
       return 2;
     }
