@@ -78,6 +78,6 @@ echo 'not json' >junk.json
 check 2 "not a JSON object" "${E[@]}" --hf_config junk.json
 check 2 "Hugging Face config 'missing.json' cannot be opened: it does not exist" "${E[@]}" --hf_config missing.json
 mkfifo fifo.json
-check 2 "Hugging Face config 'fifo.json' is a FIFO \\(named pipe\\), not a regular file" timeout 30 "${E[@]}" --hf_config fifo.json
+check 2 "Hugging Face config 'fifo.json' is a FIFO \\(named pipe\\), not a regular file" timeout -k 5 30 "${E[@]}" --hf_config fifo.json
 check 2 "give exactly one of" "${E[@]}" --hf_config gpt2.json --model gpt2
 pass "--hf_config"

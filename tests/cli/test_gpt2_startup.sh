@@ -23,9 +23,9 @@ fifo_case() { # fifo_case WHAT STATUS MESSAGE-START ARGS...
   local what=$1 want=$2 head=$3
   shift 3
   local t0=$SECONDS
-  timeout 30 "$EXE" "${RUN[@]}" "$@" >"$D/$what.log" 2>&1
+  timeout -k 5 30 "$EXE" "${RUN[@]}" "$@" >"$D/$what.log" 2>&1
   local rc=$?
-  [ $rc = 124 ] && fail "$what: train_gpt2 still blocked after 30 s"
+  [ $rc = 124 ] || [ $rc = 137 ] && fail "$what: train_gpt2 still blocked after 30 s (SIGTERM did not end it either: exit $rc)"
   [ $rc = "$want" ] || { cat "$D/$what.log"; fail "$what: exit $rc, expected $want"; }
   grep -q -- "^train_gpt2: $head.*'$D/.*' is a FIFO (named pipe), not a regular file" "$D/$what.log" ||
     { cat "$D/$what.log"; fail "$what: the message does not name the flag, the path and a FIFO"; }
