@@ -724,7 +724,7 @@ static int cli_supervise(cli_run *run, const cli_plan *p, char **av, cli_job_end
       cli_env_double("ZRT_LAUNCH_STOP_GRACE_S", CLI_STOP_GRACE_DEFAULT_S);
   int user_sig = 0, mp_status = 0, mp_done = 0;
   double t_user_wall = 0, t_user = -1;
-  double t_fail = -1, t_term = -1, t_kill = -1;
+  double t_fail = -1, t_term = -1, t_kill = -1, t_all = -1;
   struct timespec tick = {0, 100 * 1000 * 1000};
   while (!mp_done) {
     siginfo_t si;
@@ -774,8 +774,17 @@ static int cli_supervise(cli_run *run, const cli_plan *p, char **av, cli_job_end
     if (mp_done) break;
     if (user_sig && local && t_term < 0) {
       /* the ranks answer the interrupt as they choose (a save takes a
-       * while): only the stop grace ends the wait, not a rank's exit */
-      if (now - t_user >= stop_grace) {
+       * while): only the stop grace ends the wait, not a rank's exit; once
+       * every rank has ended, mpiexec gets ZRT_LAUNCH_ABORT_WAIT_S to exit
+       * (without its abort, Open MPI 4.1 stays up after ranks that died of
+       * a signal) */
+      int all = 1;
+      for (int r = 0; r < run->nranks && all; r++) all = run->rec[r].have;
+      if (all && t_all < 0) t_all = now;
+      if (t_all >= 0 && now - t_all >= abort_wait) {
+        kill(-mp, SIGTERM);
+        t_term = now;
+      } else if (now - t_user >= stop_grace) {
         fprintf(stderr,
                 "zrt launch: the ranks are still running %g s after the interrupt "
                 "(ZRT_LAUNCH_STOP_GRACE_S); ending them\n",
