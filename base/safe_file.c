@@ -197,3 +197,27 @@ zrt_status zrt_safe_open_read(int dfd, const char *dir, const char *name, const 
   if (fl >= 0) fcntl(*fd, F_SETFL, fl & ~O_NONBLOCK);
   return ZRT_OK;
 }
+
+FILE *zrt_safe_fopen_read(const char *path, const char *what) {
+  int fd = -1;
+  if (!path || !path[0]) {
+    zrt_error(ZRT_ERR_INVALID_ARG, "empty %s path", what);
+    return NULL;
+  }
+  if (zrt_safe_open_read(-1, NULL, path, what, &fd) != ZRT_OK) return NULL;
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    int e = errno;
+    close(fd);
+    zrt_error(ZRT_ERR_IO, "cannot read %s '%s': %s", what, path, strerror(e));
+  }
+  return f;
+}
+
+zrt_status zrt_file_open_read(const char *path, const char *what, int *fd) {
+  if (!fd) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_file_open_read: NULL fd");
+  *fd = -1;
+  if (!what) what = "file";
+  if (!path || !path[0]) return zrt_error(ZRT_ERR_INVALID_ARG, "empty %s path", what);
+  return zrt_safe_open_read(-1, NULL, path, what, fd);
+}

@@ -23,6 +23,7 @@
 #define ZRT_SAFE_FILE_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "internal.h"
@@ -61,5 +62,9 @@ int zrt_safe_is_tmp_of(const char *name, const char *base);
  * symlink (dir is then only for messages). */
 zrt_status zrt_safe_open_read(int dfd, const char *dir, const char *name, const char *what,
                               int *fd);
+
+/* The same for a path named as given (dfd AT_FDCWD: a symlink the user
+ * named is followed), as a stdio stream: NULL with zrt_error set. */
+FILE *zrt_safe_fopen_read(const char *path, const char *what);
 
 #endif

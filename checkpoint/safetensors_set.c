@@ -17,6 +17,7 @@
 
 #include "dtype.h"
 #include "internal.h"
+#include "safe_file.h"
 
 /* HF shards of a 5 GB limit: 1 TB models stay far below this. */
 #define ZRT_ST_SET_MAX 1024
@@ -47,8 +48,8 @@ static zrt_status open_index(zrt_st_set *s, const char *index) {
   zrt_status st = ZRT_OK;
   char *txt = NULL;
   cJSON *root = NULL;
-  FILE *fp = fopen(index, "rb");
-  if (!fp) return zrt_error(ZRT_ERR_IO, "cannot open the shard index '%s'", index);
+  FILE *fp = zrt_safe_fopen_read(index, "shard index"); /* a FIFO is an error, not a hang */
+  if (!fp) return ZRT_ERR_IO; /* the message names the index and what it is */
   fseek(fp, 0, SEEK_END);
   long len = ftell(fp);
   fseek(fp, 0, SEEK_SET);

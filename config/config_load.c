@@ -41,7 +41,12 @@ typedef struct lctx {
    * accelerate short name beside its DeepSpeed path) is a duplicate */
   const zrt_dnode *row_node[ZRT_CFG_MAXKEYS];
   const zrt_dnode *fsdp; /* accelerate's fsdp_config section */
+  long nunknown;         /* unknown top-level keys (warned: the first ZRT_CFG_UNKNOWN_SHOWN) */
 } lctx;
+
+/* Unknown top-level keys warned one by one; the rest are one line ("and N
+ * more"), so a file of 100k such keys prints a screenful, not 100k lines. */
+#define ZRT_CFG_UNKNOWN_SHOWN 10
 
 static zrt_status load_text(zrt_config *cfg, const char *text, size_t len, const char *file,
                             const char *dir, int prio, int nested, zrt_cfg_errs *errs,
@@ -157,29 +162,61 @@ static void apply_deprecated(lctx *c, const char *path, const zrt_dnode *n, cons
   zrt_config_add_warning(c->cfg, w);
 }
 
-static int check_dups(lctx *c, const zrt_dnode *map, size_t i, const char *prefix) {
-  const zrt_dnode *n = map->kids[i];
-  for (size_t j = 0; j < i; j++) {
-    const char *a = map->kids[j]->key, *b = n->key;
-    int same = !strcmp(a, b);
-    /* bf16 and bfloat16 are the same section */
-    if (!*prefix && ((!strcmp(a, "bf16") && !strcmp(b, "bfloat16")) ||
-                     (!strcmp(a, "bfloat16") && !strcmp(b, "bf16"))))
-      same = 1;
-    if (same) {
-      zrt_cfg_errs_add(
-          c->errs, "%s:%d:%d: %s%s%s: duplicate key (first given at line %d); keep one", c->file,
-          n->kline, n->kcol, prefix, *prefix ? "." : "", b, map->kids[j]->kline);
-      return 1;
-    }
+/* Duplicate keys of one mapping, in one pass: first[i] is the index of the
+ * earlier key that kid i repeats, or -1 (a hash table of the keys; bf16 and
+ * bfloat16 are the same section at the top level). NULL when out of
+ * memory: then every key counts as new, which only loses the message. */
+static uint64_t key_hash(const char *k) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (const char *p = k; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  return h;
+}
+
+static const char *dup_name(const char *k, int top) {
+  return top && !strcmp(k, "bfloat16") ? "bf16" : k;
+}
+
+static long *find_dups(const zrt_dnode *map, int top) {
+  size_t n = map->nkids, cap = 16;
+  while (cap < 2 * n) cap *= 2;
+  long *first = malloc(n * sizeof *first + 1);
+  long *slot = malloc(cap * sizeof *slot);
+  if (!first || !slot) {
+    free(first);
+    free(slot);
+    return NULL;
   }
-  return 0;
+  for (size_t j = 0; j < cap; j++) slot[j] = -1;
+  for (size_t i = 0; i < n; i++) {
+    const char *k = dup_name(map->kids[i]->key, top);
+    size_t j = (size_t)key_hash(k) & (cap - 1);
+    first[i] = -1;
+    for (; slot[j] >= 0; j = (j + 1) & (cap - 1))
+      if (!strcmp(dup_name(map->kids[slot[j]]->key, top), k)) {
+        first[i] = slot[j];
+        break;
+      }
+    if (first[i] < 0) slot[j] = (long)i;
+  }
+  free(slot);
+  return first;
+}
+
+static int check_dups(lctx *c, const zrt_dnode *map, const long *first, size_t i,
+                      const char *prefix) {
+  if (!first || first[i] < 0) return 0;
+  const zrt_dnode *n = map->kids[i];
+  zrt_cfg_errs_add(c->errs, "%s:%d:%d: %s%s%s: duplicate key (first given at line %d); keep one",
+                   c->file, n->kline, n->kcol, prefix, *prefix ? "." : "", n->key,
+                   map->kids[first[i]]->kline);
+  return 1;
 }
 
 static void apply_accelerate_ds(lctx *c, const zrt_dnode *map) {
+  long *first = find_dups(map, 0);
   for (size_t i = 0; i < map->nkids; i++) {
     const zrt_dnode *n = map->kids[i];
-    if (check_dups(c, map, i, "deepspeed_config")) continue;
+    if (check_dups(c, map, first, i, "deepspeed_config")) continue;
     char path[512];
     snprintf(path, sizeof path, "deepspeed_config.%s", n->key);
     if (!strcmp(n->key, "deepspeed_config_file")) {
@@ -205,12 +242,14 @@ static void apply_accelerate_ds(lctx *c, const zrt_dnode *map) {
     }
     set_leaf(c, (size_t)zrt_config_schema_find(to), to, n);
   }
+  free(first);
 }
 
 static void apply_map(lctx *c, const zrt_dnode *map, const char *prefix) {
+  long *first = find_dups(map, !*prefix);
   for (size_t i = 0; i < map->nkids; i++) {
     const zrt_dnode *n = map->kids[i];
-    if (check_dups(c, map, i, prefix)) continue;
+    if (check_dups(c, map, first, i, prefix)) continue;
     char path[512];
     const char *key = n->key;
     if (!*prefix && !strcmp(key, "bfloat16")) key = "bf16";
@@ -275,7 +314,9 @@ static void apply_map(lctx *c, const zrt_dnode *map, const char *prefix) {
     char sug[300];
     zrt_config_suggest(path, sug, sizeof sug);
     if (!*prefix && !*sug) {
-      /* DeepSpeed ignores unknown top-level keys; zrt says which */
+      /* DeepSpeed ignores unknown top-level keys; zrt says which (the
+       * first few; the rest are counted into one line at the end) */
+      if (++c->nunknown > ZRT_CFG_UNKNOWN_SHOWN) continue;
       char w[700];
       snprintf(w, sizeof w,
                "%s:%d:%d: unknown top-level key '%s' ignored (DeepSpeed ignores it too; see "
@@ -288,6 +329,7 @@ static void apply_map(lctx *c, const zrt_dnode *map, const char *prefix) {
     zrt_cfg_errs_add(c->errs, "%s:%d:%d: unknown key '%s'%s%s (see docs/config-reference.md)",
                      c->file, n->kline, n->kcol, path, *sug ? "; " : "", sug);
   }
+  free(first);
 }
 
 static int set_by_this(const lctx *c, size_t row) {
@@ -624,6 +666,15 @@ static zrt_status load_text(zrt_config *cfg, const char *text, size_t len, const
     note_ignored(&c, "fsdp_config", c.fsdp);
   if (c.sources) apply_sources(&c, c.sources);
   if (c.ds_file) load_beneath(&c);
+  if (c.nunknown > ZRT_CFG_UNKNOWN_SHOWN) {
+    char w[700];
+    snprintf(w, sizeof w,
+             "%s: and %ld more unknown top-level keys ignored (DeepSpeed ignores them too; see "
+             "docs/config-reference.md)",
+             file, c.nunknown - ZRT_CFG_UNKNOWN_SHOWN);
+    zrt_config_add_warning(cfg, w);
+    warn_once(w);
+  }
   if (c.warned[0]) {
     /* once per process: zrt launch loads the same file more than once */
     char msg[2400];

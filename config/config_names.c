@@ -12,6 +12,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,13 +80,17 @@ void zrt_dnode_free(zrt_dnode *n) {
   free(n);
 }
 
-int zrt_config_edit_distance(const char *a, const char *b) {
+/* The distance when it is at most `max`, else a value above max: a row of
+ * the table whose minimum exceeds max can only grow, so it stops there. */
+static int edit_distance_upto(const char *a, const char *b, int max) {
   size_t la = strlen(a), lb = strlen(b);
   if (la > 64 || lb > 64) return 99;
+  if ((int)(la > lb ? la - lb : lb - la) > max) return max + 1;
   int d[65][65];
   for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
   for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
-  for (size_t i = 1; i <= la; i++)
+  for (size_t i = 1; i <= la; i++) {
+    int rowmin = d[i][0];
     for (size_t j = 1; j <= lb; j++) {
       int c = tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]) ? 0 : 1;
       int v = d[i - 1][j - 1] + c;
@@ -95,9 +100,20 @@ int zrt_config_edit_distance(const char *a, const char *b) {
       if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v)
         v = d[i - 2][j - 2] + 1;
       d[i][j] = v;
+      if (v < rowmin) rowmin = v;
     }
+    /* a transposition reads two rows back: stop only when both exceed max */
+    if (rowmin > max && i > 1) {
+      int prevmin = d[i - 1][0];
+      for (size_t j = 1; j <= lb; j++)
+        if (d[i - 1][j] < prevmin) prevmin = d[i - 1][j];
+      if (prevmin > max) return max + 1;
+    }
+  }
   return d[la][lb];
 }
+
+int zrt_config_edit_distance(const char *a, const char *b) { return edit_distance_upto(a, b, 99); }
 
 int zrt_config_key_depth(const char *p) {
   int d = 0;
@@ -126,13 +142,62 @@ static const char *const extra_names[] = {"bfloat16",
                                           "_zrt_sources",
                                           NULL};
 
-static void consider(const char *cand, const char *path, int depth, const char **best, int *bestd) {
-  if (zrt_config_key_depth(cand) != depth) return;
-  int d = zrt_config_edit_distance(cand, path);
-  if (d < *bestd) {
-    *bestd = d;
-    *best = cand;
+/* The names a suggestion may offer, in the order they are tried (schema
+ * paths, section prefixes, extra names, ignored keys), each with its depth,
+ * length and a histogram of its characters (case folded, 6 bits): derived
+ * from the constant tables the first time a suggestion is asked for, so one
+ * suggestion is one pass over the names (a file with 100k unknown keys asks
+ * 100k times). Only the table's shape is kept; it never changes after. */
+#define SUGGEST_MAX (3 * ZRT_CFG_MAXKEYS)
+typedef struct suggest_name {
+  const char *name;
+  int depth, len;
+  unsigned char hist[64];
+} suggest_name;
+static suggest_name suggest_names[SUGGEST_MAX];
+static char suggest_sec[ZRT_CFG_MAXKEYS][96];
+static size_t suggest_n;
+static pthread_once_t suggest_once = PTHREAD_ONCE_INIT;
+
+static void suggest_hist(const char *s, unsigned char h[64]) {
+  memset(h, 0, 64);
+  for (; *s; s++) {
+    unsigned char *b = &h[tolower((unsigned char)*s) & 63];
+    if (*b < 255) (*b)++;
   }
+}
+
+static void suggest_add(const char *name) {
+  if (suggest_n >= SUGGEST_MAX) return;
+  suggest_name *e = &suggest_names[suggest_n++];
+  e->name = name;
+  e->depth = zrt_config_key_depth(name);
+  e->len = (int)strlen(name);
+  suggest_hist(name, e->hist);
+}
+
+static void suggest_names_init(void) {
+  size_t nsec = 0;
+  for (size_t i = 0; i < zrt_cfg_nrows; i++) {
+    const char *p = zrt_cfg_rows[i].k.path;
+    suggest_add(p);
+    const char *q = p;
+    while ((q = strchr(q, '.')) && nsec < ZRT_CFG_MAXKEYS) {
+      size_t n = (size_t)(q - p);
+      if (n < sizeof suggest_sec[0]) {
+        memcpy(suggest_sec[nsec], p, n);
+        suggest_sec[nsec][n] = 0;
+        int dup = 0;
+        for (size_t j = 0; j < nsec && !dup; j++) dup = !strcmp(suggest_sec[j], suggest_sec[nsec]);
+        if (!dup) nsec++;
+      }
+      q++;
+    }
+  }
+  /* sections after all the paths: a path wins a tie, as it always did */
+  for (size_t j = 0; j < nsec; j++) suggest_add(suggest_sec[j]);
+  for (size_t i = 0; extra_names[i]; i++) suggest_add(extra_names[i]);
+  for (size_t i = 0; zrt_cfg_ignored[i]; i++) suggest_add(zrt_cfg_ignored[i]);
 }
 
 const char *zrt_config_suggest(const char *key_path, char *buf, size_t len) {
@@ -140,33 +205,28 @@ const char *zrt_config_suggest(const char *key_path, char *buf, size_t len) {
   buf[0] = 0;
   if (!key_path) return buf;
   int depth = zrt_config_key_depth(key_path);
-  const char *best = NULL;
-  int bestd = 99;
-  char sec[ZRT_CFG_MAXKEYS][96];
-  size_t nsec = 0;
-  for (size_t i = 0; i < zrt_cfg_nrows; i++) {
-    const char *p = zrt_cfg_rows[i].k.path;
-    consider(p, key_path, depth, &best, &bestd);
-    /* section prefixes ("zero_optimization.offload_param") */
-    const char *q = p;
-    while ((q = strchr(q, '.')) && nsec < ZRT_CFG_MAXKEYS) {
-      size_t n = (size_t)(q - p);
-      if (n < sizeof sec[0]) {
-        memcpy(sec[nsec], p, n);
-        sec[nsec][n] = 0;
-        int dup = 0;
-        for (size_t j = 0; j < nsec && !dup; j++) dup = !strcmp(sec[j], sec[nsec]);
-        if (!dup) nsec++;
-      }
-      q++;
-    }
-  }
-  for (size_t j = 0; j < nsec; j++) consider(sec[j], key_path, depth, &best, &bestd);
-  for (size_t i = 0; extra_names[i]; i++) consider(extra_names[i], key_path, depth, &best, &bestd);
-  for (size_t i = 0; zrt_cfg_ignored[i]; i++)
-    consider(zrt_cfg_ignored[i], key_path, depth, &best, &bestd);
   int leaf = (int)strlen(zrt_config_key_leaf(key_path));
   int limit = leaf / 3 > 2 ? leaf / 3 : 2;
+  const char *best = NULL;
+  int bestd = limit + 1; /* nothing farther is offered */
+  int klen = (int)strlen(key_path);
+  unsigned char kh[64];
+  suggest_hist(key_path, kh);
+  pthread_once(&suggest_once, suggest_names_init);
+  for (size_t i = 0; i < suggest_n; i++) {
+    const suggest_name *e = &suggest_names[i];
+    if (e->depth != depth || abs(e->len - klen) >= bestd) continue;
+    /* each edit changes the character counts by at most 2 in all: a cheap
+     * lower bound that rules out most names before the distance table */
+    int l1 = 0;
+    for (int b = 0; b < 64; b++) l1 += abs((int)e->hist[b] - (int)kh[b]);
+    if ((l1 + 1) / 2 >= bestd) continue;
+    int d = edit_distance_upto(e->name, key_path, bestd - 1);
+    if (d < bestd) {
+      bestd = d;
+      best = e->name;
+    }
+  }
   if (best && bestd <= limit) snprintf(buf, len, "did you mean '%s'?", best);
   return buf;
 }

@@ -7,6 +7,12 @@
  * followed but bounded (depth and total node budget) so that recursive
  * anchors or "billion laughs" inputs end in an error, never a hang or a
  * crash. Duplicate keys are kept here and reported by the loader, like JSON.
+ *
+ * Depth is checked on libyaml's event stream before any document is built:
+ * libyaml's scanner rescans its stack of open levels on every token, so a
+ * document nested N deep costs O(N^2) to load (64k levels: half a minute).
+ * The event pass stops at the first level past YAML_MAX_DEPTH, having read
+ * only that far into the text.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -125,11 +131,43 @@ static void parser_error(const yaml_parser_t *p, const char *file, zrt_cfg_errs 
                    p->context ? " " : "", p->context ? p->context : "");
 }
 
+/* The event pass (see the top): 0 when no collection nests deeper than
+ * YAML_MAX_DEPTH, else -1 with the error added. A malformed text passes
+ * here; the document load below reports it. */
+static int depth_check(const char *text, size_t len, const char *file, zrt_cfg_errs *errs) {
+  yaml_parser_t parser;
+  if (!yaml_parser_initialize(&parser)) return 0; /* the load reports it */
+  yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+  int depth = 0, rc = 0;
+  for (;;) {
+    yaml_event_t ev;
+    if (!yaml_parser_parse(&parser, &ev)) break;
+    yaml_event_type_t t = ev.type;
+    if (t == YAML_SEQUENCE_START_EVENT || t == YAML_MAPPING_START_EVENT) {
+      if (++depth > YAML_MAX_DEPTH) {
+        zrt_cfg_errs_add(errs,
+                         "%s:%lu:%lu: YAML nests too deep (more than %d levels of mappings and "
+                         "lists); a config nests a few levels",
+                         file, (unsigned long)ev.start_mark.line + 1,
+                         (unsigned long)ev.start_mark.column + 1, YAML_MAX_DEPTH);
+        rc = -1;
+      }
+    } else if (t == YAML_SEQUENCE_END_EVENT || t == YAML_MAPPING_END_EVENT) {
+      depth--;
+    }
+    yaml_event_delete(&ev);
+    if (rc || t == YAML_STREAM_END_EVENT) break;
+  }
+  yaml_parser_delete(&parser);
+  return rc;
+}
+
 zrt_dnode *zrt_config_parse_yaml(const char *text, size_t len, const char *file,
                                  zrt_cfg_errs *errs) {
   yaml_parser_t parser;
   yaml_document_t doc;
   zrt_dnode *tree = NULL;
+  if (depth_check(text, len, file, errs)) return NULL;
   if (!yaml_parser_initialize(&parser)) {
     zrt_cfg_errs_add(errs, "%s: cannot initialise the YAML parser (out of memory)", file);
     return NULL;

@@ -411,6 +411,17 @@ ZRT_API zrt_status zrt_ckpt_peek(const char *dir, int64_t *step, char **user_jso
 /* The spelling of zrt 0.1 (checkpoints now use the one prefix zrt_ckpt_). */
 #define zrt_checkpoint_peek zrt_ckpt_peek
 
+/* ----------------------------------------------------------------- files */
+
+/* Opens an existing file for reading the way zrt opens every file it reads
+ * (docs/security.md): without blocking (a FIFO never hangs the open), and
+ * only a regular file is accepted; otherwise the error (zrt_last_error)
+ * names `what` ("--data file"), the path and what it is instead (a FIFO, a
+ * directory, missing, ...). *fd is a blocking read-only descriptor, or -1
+ * on failure; the caller closes it. Errors: ZRT_ERR_IO. For programs that
+ * read their own inputs (datasets, model configs) by the same rule. */
+zrt_status zrt_file_open_read(const char *path, const char *what, int *fd);
+
 /* -------------------------------------------------------------- logging */
 
 typedef enum zrt_log_level {

@@ -29,6 +29,7 @@
 #include "internal.h"
 #include "launch_threads.h"
 #include "launch_util.h"
+#include "safe_file.h"
 #include "tools.h"
 #include "zrt.h"
 
@@ -339,9 +340,13 @@ static void cli_env_config(void) {
   printf("\n== config ==\n");
   char p[4096];
   cli_default_config_path(p, sizeof p);
-  FILE *f = fopen(p, "r");
-  if (!f) {
+  if (access(p, F_OK) != 0) {
     printf("default config: %s (not present; `zrt config` writes it)\n", p);
+    return;
+  }
+  FILE *f = zrt_safe_fopen_read(p, "default config"); /* a FIFO: an error, not a hang */
+  if (!f) {
+    printf("default config: %s\n", zrt_last_error());
     return;
   }
   printf("default config: %s\n", p);

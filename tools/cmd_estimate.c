@@ -31,6 +31,7 @@
 #include "internal.h"
 #include "layout.h"
 #include "memest.h"
+#include "safe_file.h"
 #include "tools.h"
 
 static void est_usage(FILE *f) {
@@ -133,10 +134,9 @@ static int hf_int(const cJSON *o, const char *path, const char *const *keys, int
  * modules: embeddings, one per block, final norm; wte tied to the head).
  * Returns 0, or 2 after a message naming the file and what is wrong. */
 static int hf_config_load(const char *path, zrt_memest_gpt *g) {
-  FILE *f = fopen(path, "rb");
+  FILE *f = zrt_safe_fopen_read(path, "Hugging Face config"); /* a FIFO: an error, not a hang */
   if (!f) {
-    fprintf(stderr, "zrt estimate-memory: --hf_config %s: cannot open it (%s)\n", path,
-            strerror(errno));
+    fprintf(stderr, "zrt estimate-memory: --hf_config: %s\n", zrt_last_error());
     return 2;
   }
   char *text = NULL;

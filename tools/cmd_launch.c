@@ -13,7 +13,11 @@
  * moment to abort the job itself, then its process group gets SIGTERM,
  * then (after the grace period) SIGKILL, and every rank pid recorded in the
  * run directory is killed too, so no rank outlives the launcher. SIGINT /
- * SIGTERM / SIGHUP to the launcher do the same. The report names the first
+ * SIGTERM / SIGHUP to the launcher are passed once to each rank (through
+ * its wrapper; mpiexec stays up to carry output and serve MPI_Finalize),
+ * the ranks get ZRT_LAUNCH_STOP_GRACE_S to end as they choose (a program
+ * may save and exit 75), then the same teardown; the launcher exits with
+ * the ranks' common status. The report names the first
  * rank that failed and how, plus the comm watchdog's rank<R>.status files
  * (which rank is behind).
  *
@@ -53,6 +57,7 @@
 #include "launch_run.h"
 #include "launch_threads.h"
 #include "launch_util.h"
+#include "safe_file.h"
 #include "tools.h"
 #include "zrt.h"
 
@@ -294,8 +299,13 @@ fail:
 
 /* ------------------------------------------------------------ command */
 
+/* How long the ranks may take to answer an interrupt (finish a step, save
+ * a checkpoint, exit) before the launcher ends them: Slurm's default
+ * KillWait, the time a preempted job gets between SIGTERM and SIGKILL. */
+#define CLI_STOP_GRACE_DEFAULT_S 30.0
+
 static int cli_count_hosts(const char *hostfile) {
-  FILE *f = fopen(hostfile, "r");
+  FILE *f = zrt_safe_fopen_read(hostfile, "hostfile"); /* a FIFO is an error, not a hang */
   if (!f) return -1;
   char line[1024];
   int n = 0;
@@ -408,7 +418,7 @@ static int cli_plan_job(const cli_launch_args *a, const char *prog, cli_plan *p,
   if (hostfile && a->val[cli_opt_index("num_machines")] == NULL && nmach == 1) {
     int nh = cli_count_hosts(hostfile);
     if (nh < 0) {
-      fprintf(stderr, "zrt launch: cannot read hostfile '%s': %s\n", hostfile, strerror(errno));
+      fprintf(stderr, "zrt launch: %s\n", zrt_last_error());
       zrt_config_destroy(cfg);
       return 2;
     }
@@ -658,6 +668,8 @@ static int cli_supervise(cli_run *run, const cli_plan *p, char **av, cli_job_end
   /* mpiexec's own stderr goes through a filter into the run directory */
   pid_t noise_pid = -1;
   int noise_fd = zrt_launch_noise_start(run->dir, &noise_pid);
+  /* every rank on this machine: the launcher reaches each wrapper itself */
+  int local = !(p->hostfile || p->hosts);
   pid_t launcher = getpid();
   pid_t mp = fork();
   if (mp < 0) {
@@ -689,6 +701,16 @@ static int cli_supervise(cli_run *run, const cli_plan *p, char **av, cli_job_end
     snprintf(gbuf, sizeof gbuf, "%d", (int)(grace + 0.999));
     setenv("OMPI_MCA_odls_base_sigkill_timeout", gbuf, 0);
     setenv("PRTE_MCA_odls_base_sigkill_timeout", gbuf, 0);
+    /* On one machine the launcher, not mpiexec, decides when a rank's exit
+     * ends the job (it sees every wrapper's record, and a wrapper gone
+     * without one: cli_scan_lost)
+     * (the first failure, ZRT_LAUNCH_ABORT_WAIT_S): ranks that answer an
+     * interrupt by saving and exiting 75 one after the other are not a
+     * failure. Open MPI 4.1's own abort would kill the ranks still saving,
+     * and its kill path sleeps odls_base_sigkill_timeout twice in mpiexec's
+     * event loop, so their MPI_Finalize waits out both sleeps (3 s grace:
+     * 5.7 s to end an interrupted job; 1 s without it). */
+    if (local) setenv("OMPI_MCA_orte_abort_on_non_zero_status", "0", 0);
     execvp(av[0], av);
     fprintf(stderr, "zrt launch: cannot run '%s': %s (install Open MPI or set ZRT_MPIEXEC)\n",
             av[0], strerror(errno));
@@ -698,9 +720,11 @@ static int cli_supervise(cli_run *run, const cli_plan *p, char **av, cli_job_end
   if (noise_fd >= 0) close(noise_fd);
 
   double abort_wait = cli_env_double("ZRT_LAUNCH_ABORT_WAIT_S", 1.0);
+  double stop_grace = end->stop_grace =
+      cli_env_double("ZRT_LAUNCH_STOP_GRACE_S", CLI_STOP_GRACE_DEFAULT_S);
   int user_sig = 0, mp_status = 0, mp_done = 0;
-  double t_user_wall = 0;
-  double t_fail = -1, t_term = -1, t_kill = -1;
+  double t_user_wall = 0, t_user = -1;
+  double t_fail = -1, t_term = -1, t_kill = -1, t_all = -1;
   struct timespec tick = {0, 100 * 1000 * 1000};
   while (!mp_done) {
     siginfo_t si;
@@ -716,17 +740,60 @@ static int cli_supervise(cli_run *run, const cli_plan *p, char **av, cli_job_end
         char sn[32];
         user_sig = sig;
         t_user_wall = cli_wall();
-        fprintf(stderr, "zrt launch: got %s; ending all ranks\n", cli_signame(sig, sn, sizeof sn));
-        kill(-mp, sig);
-        cli_kill_recorded(run, SIGTERM);
-        t_term = now;
+        t_user = now;
+        if (local) {
+          /* Each rank gets the signal once, through its wrapper, and mpiexec
+           * none: it stays up to carry the ranks' output and to serve their
+           * MPI_Finalize, so a program that saves on the signal (train_gpt2:
+           * after the step, exit 75) ends as it chose. Signalling mpiexec
+           * would start its own teardown: the ranks' output stops, and their
+           * MPI_Finalize waits on a server that is going away until the
+           * SIGKILL. */
+          fprintf(stderr,
+                  "zrt launch: got %s; passing it to the ranks and waiting for them to end "
+                  "(ZRT_LAUNCH_STOP_GRACE_S %g s, then SIGTERM/SIGKILL; a second signal kills "
+                  "at once)\n",
+                  cli_signame(sig, sn, sizeof sn), stop_grace);
+          cli_forward_recorded(run, sig);
+        } else {
+          /* ranks on other machines are reached only through mpiexec */
+          fprintf(stderr, "zrt launch: got %s; ending all ranks\n",
+                  cli_signame(sig, sn, sizeof sn));
+          kill(-mp, sig);
+          cli_kill_recorded(run, SIGTERM);
+          t_term = now;
+        }
       }
     }
+    /* a wrapper that recorded itself after the interrupt gets it now */
+    if (user_sig && local && t_term < 0) cli_forward_recorded(run, user_sig);
     pid_t w = waitpid(mp, &mp_status, WNOHANG);
     if (w == mp) mp_done = 1;
     if (cli_scan_exits(run) && t_fail < 0) t_fail = now;
+    if (local && !user_sig && t_fail < 0 && cli_scan_lost(run)) t_fail = now;
     if (mp_done) break;
-    if (t_fail >= 0 && t_term < 0 && now - t_fail >= abort_wait) {
+    if (user_sig && local && t_term < 0) {
+      /* the ranks answer the interrupt as they choose (a save takes a
+       * while): only the stop grace ends the wait, not a rank's exit; once
+       * every rank has ended, mpiexec gets ZRT_LAUNCH_ABORT_WAIT_S to exit
+       * (without its abort, Open MPI 4.1 stays up after ranks that died of
+       * a signal) */
+      int all = 1;
+      for (int r = 0; r < run->nranks && all; r++) all = run->rec[r].have;
+      if (all && t_all < 0) t_all = now;
+      if (t_all >= 0 && now - t_all >= abort_wait) {
+        kill(-mp, SIGTERM);
+        t_term = now;
+      } else if (now - t_user >= stop_grace) {
+        fprintf(stderr,
+                "zrt launch: the ranks are still running %g s after the interrupt "
+                "(ZRT_LAUNCH_STOP_GRACE_S); ending them\n",
+                stop_grace);
+        kill(-mp, SIGTERM);
+        cli_kill_recorded(run, SIGTERM);
+        t_term = now;
+      }
+    } else if (t_fail >= 0 && t_term < 0 && now - t_fail >= abort_wait) {
       /* mpiexec did not end the job on its own */
       kill(-mp, SIGTERM);
       cli_kill_recorded(run, SIGTERM);
@@ -807,7 +874,7 @@ int zrt_cmd_launch(int argc, char **argv) {
   cli_job_end end;
   rc = cli_supervise(&run, &p, cmd.av, &end);
   int ret = rc ? rc : cli_report_end(&run, &end);
-  if (ret == 0)
+  if (ret == 0 || run.stopped) /* an interrupt the ranks all answered leaves nothing to inspect */
     cli_remove_run_dir(run.dir);
   else if (!rc)
     fprintf(stderr, "zrt launch: run directory kept for inspection: %s\n", run.dir);

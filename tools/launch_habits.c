@@ -14,6 +14,9 @@
 #define _GNU_SOURCE
 #include "launch_habits.h"
 
+#include "internal.h"
+#include "safe_file.h"
+
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -99,9 +102,9 @@ static int listed(const char *spec, const char *host, int *slots) {
 /* Writes the hostfile filtered by --include / --exclude to a temporary
  * file; returns its path (malloc) or NULL after a message. */
 static char *filter_hostfile(hstate *s) {
-  FILE *in = fopen(s->hostfile, "r");
+  FILE *in = zrt_safe_fopen_read(s->hostfile, "hostfile"); /* a FIFO is an error, not a hang */
   if (!in) {
-    fprintf(stderr, "zrt launch: cannot read hostfile '%s': %s\n", s->hostfile, strerror(errno));
+    fprintf(stderr, "zrt launch: %s\n", zrt_last_error());
     return NULL;
   }
   const char *tmp = getenv("TMPDIR");

@@ -112,6 +112,75 @@ static int cli_signal_recorded(const cli_run *run, int sig) {
 
 void cli_kill_recorded(const cli_run *run, int sig) { (void)cli_signal_recorded(run, sig); }
 
+/* Sends sig once to each rank wrapper recorded since the last call (the
+ * wrapper passes it to its program: one signal per program, as a user's
+ * kill of the program itself would be). Wrappers whose record is not
+ * written yet get it on a later call. */
+void cli_forward_recorded(cli_run *run, int sig) {
+  for (int r = 0; r < run->nranks; r++) {
+    if (run->rec[r].forwarded) continue;
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/rank%d.pid", run->dir, r);
+    char *txt = cli_slurp(path);
+    if (!txt) continue;
+    cJSON *j = cJSON_Parse(txt);
+    free(txt);
+    if (!j) continue;
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "wrapper_pid");
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "wrapper_start");
+    if (cJSON_IsNumber(p) && cJSON_IsNumber(st) && p->valueint > 1) {
+      pid_t pid = (pid_t)p->valueint;
+      if ((double)cli_proc_start(pid) == st->valuedouble) kill(pid, sig);
+      run->rec[r].forwarded = 1; /* gone already: nothing left to tell */
+    }
+    cJSON_Delete(j);
+  }
+}
+
+/* 1 when a rank's wrapper recorded its pid and is gone without writing an
+ * exit record (SIGKILLed: its program went with it), checked twice a tick
+ * apart so a record written just before the wrapper's exit is not missed.
+ * With mpiexec's own abort off, this is how the launcher sees such a rank
+ * end. */
+int cli_scan_lost(cli_run *run) {
+  for (int r = 0; r < run->nranks; r++) {
+    cli_exit_rec *e = &run->rec[r];
+    if (e->have || e->lost > 1) continue;
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/rank%d.pid", run->dir, r);
+    char *txt = cli_slurp(path);
+    if (!txt) continue;
+    cJSON *j = cJSON_Parse(txt);
+    free(txt);
+    if (!j) continue;
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "wrapper_pid");
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "wrapper_start");
+    int gone = cJSON_IsNumber(p) && cJSON_IsNumber(st) &&
+               (double)cli_proc_start((pid_t)p->valueint) != st->valuedouble;
+    cJSON_Delete(j);
+    if (gone && ++e->lost > 1) return 1;
+  }
+  return 0;
+}
+
+/* How the ranks ended after an interrupt: 1 with *status the launcher's
+ * exit status when every rank's record is there and all say the same (exit
+ * code, or 128 + signal), else 0. */
+static int cli_common_end(const cli_run *run, int *status) {
+  int have = 0, st = -1;
+  for (int r = 0; r < run->nranks; r++) {
+    const cli_exit_rec *e = &run->rec[r];
+    if (!e->have) return 0;
+    int s = e->sig ? 128 + e->sig : e->code;
+    if (have && s != st) return 0;
+    st = s;
+    have = 1;
+  }
+  if (!have) return 0;
+  *status = st;
+  return 1;
+}
+
 int cli_any_recorded_alive(const cli_run *run) { return cli_signal_recorded(run, 0) > 0; }
 
 /* Prints the comm watchdog's rank<R>.status files (format: comm/comm.h)
@@ -252,12 +321,37 @@ int cli_report_end(cli_run *run, const cli_job_end *end) {
               cli_signame(ms, sn, sizeof sn), run->dir, ZRT_NOISE_FILE);
   }
   if (user_sig) {
-    int nended = 0;
+    int nended = 0, common = 0;
     for (int r = 0; r < run->nranks; r++) nended += run->rec[r].have;
     fprintf(stderr, "zrt launch: interrupted by %s; all ranks ended (%d of %d reported)\n",
             cli_signame(user_sig, sn, sizeof sn), nended, run->nranks);
     if (run->first_fail < 0) cli_report_status(run);
-    ret = 128 + user_sig;
+    if (cli_common_end(run, &common)) {
+      /* the ranks' own answer to the signal: 75 when they saved and asked
+       * to be run again (a requeue wrapper's cue), 143 when it killed them */
+      if (run->rec[0].sig)
+        fprintf(stderr, "zrt launch: every rank was killed by signal %d (%s); exiting with %d\n",
+                run->rec[0].sig, cli_signame(run->rec[0].sig, sn, sizeof sn), common);
+      else
+        fprintf(stderr, "zrt launch: every rank exited with status %d; exiting with it\n", common);
+      ret = common;
+      run->stopped = 1;
+    } else {
+      /* no single answer: say how each ended; the interrupt is the status */
+      for (int r = 0; r < run->nranks; r++) {
+        const cli_exit_rec *o = &run->rec[r];
+        if (!o->have)
+          fprintf(stderr, "zrt launch:   rank %d: no exit record\n", r);
+        else if (o->sig)
+          fprintf(stderr, "zrt launch:   rank %d: killed by signal %d (%s)\n", r, o->sig,
+                  cli_signame(o->sig, sn, sizeof sn));
+        else
+          fprintf(stderr, "zrt launch:   rank %d: exited with status %d\n", r, o->code);
+      }
+      fprintf(stderr, "zrt launch: the ranks ended differently; exiting with %d (128 + %s)\n",
+              128 + user_sig, cli_signame(user_sig, sn, sizeof sn));
+      ret = 128 + user_sig;
+    }
   } else if (run->first_fail < 0) {
     /* no rank failed: mpiexec's own words are the story */
     if (WIFSIGNALED(mp_status) || WEXITSTATUS(mp_status) != 0)

@@ -19,6 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "zrt.h"
+
 static int ends_with(const char *s, const char *t) {
   size_t a = strlen(s), b = strlen(t);
   return a >= b && !strcmp(s + a - b, t);
@@ -27,15 +29,20 @@ static int ends_with(const char *s, const char *t) {
 /* Maps one file and checks it; sets *is_tok. */
 static int shard_open(gpt2_shard *s, const char *path, int *is_tok, char *msg, size_t len) {
   s->path = strdup(path);
-  int fd = open(path, O_RDONLY);
-  if (fd < 0 || !s->path) {
-    snprintf(msg, len, "cannot open %s: %s", path, strerror(errno));
-    if (fd >= 0) close(fd);
+  if (!s->path) {
+    snprintf(msg, len, "out of memory opening %s", path);
+    return -1;
+  }
+  /* zrt's rule for what it reads: a FIFO or a device is an error naming
+   * it, never a hang in open() */
+  int fd;
+  if (zrt_file_open_read(path, "data file", &fd) != ZRT_OK) {
+    snprintf(msg, len, "%s", zrt_last_error());
     return -1;
   }
   struct stat sb;
-  if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
-    snprintf(msg, len, "%s is not a regular file", path);
+  if (fstat(fd, &sb)) {
+    snprintf(msg, len, "cannot stat %s: %s", path, strerror(errno));
     close(fd);
     return -1;
   }

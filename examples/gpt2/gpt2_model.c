@@ -13,11 +13,14 @@
 #include "gpt2_model.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* exp and tanh of the float kernels, branch-free so that the `omp simd`
  * loops vectorise them (libm's are scalar calls and were a tenth of a
@@ -126,15 +129,35 @@ int gpt2_config_validate(const gpt2_config *cfg, char *msg, size_t len) {
   return 0;
 }
 
+/* A config.json is a few hundred bytes; this only bounds the allocation. */
+#define GPT2_HF_CONFIG_MAX (16L << 20)
+
 int gpt2_config_from_hf(const char *dir, gpt2_config *cfg, char *msg, size_t len) {
   char path[4200];
   snprintf(path, sizeof path, "%s/config.json", dir);
-  FILE *f = fopen(path, "rb");
-  if (!f) return 0;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *txt = malloc(n > 0 ? (size_t)n + 1 : 1);
+  /* none there: a safetensors file or directory without one */
+  struct stat lb;
+  if (lstat(path, &lb) != 0 && errno == ENOENT) return 0;
+  /* anything else is read by zrt's rule: a FIFO (or a directory, a
+   * device) is an error naming it, never a hang in open() */
+  int fd;
+  if (zrt_file_open_read(path, "Hugging Face config", &fd) != ZRT_OK) {
+    snprintf(msg, len, "%s", zrt_last_error());
+    return -1;
+  }
+  FILE *f = fdopen(fd, "rb");
+  struct stat sb;
+  if (!f || fstat(fd, &sb) != 0 || sb.st_size > GPT2_HF_CONFIG_MAX) {
+    snprintf(msg, len, "cannot read %s%s", path,
+             f && sb.st_size > GPT2_HF_CONFIG_MAX ? ": larger than any Hugging Face config" : "");
+    if (f)
+      fclose(f);
+    else
+      close(fd);
+    return -1;
+  }
+  long n = (long)sb.st_size;
+  char *txt = malloc((size_t)n + 1);
   int rc = -1;
   if (!txt || fread(txt, 1, (size_t)n, f) != (size_t)n) {
     snprintf(msg, len, "cannot read %s", path);

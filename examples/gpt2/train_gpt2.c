@@ -735,13 +735,39 @@ static int check_save_dir(const char *dir) {
   return 0;
 }
 
-/* Slurm's preemption signals (SIGTERM, SIGUSR1) and Ctrl-C only raise a
- * flag; the training loop agrees on it across ranks after every step, so
- * every rank finishes the same step and saves the same checkpoint. A
- * second Ctrl-C kills at once (the default action is restored). */
+/* The exit status of a run stopped by a signal (EX_TEMPFAIL: "try again
+ * later" — continue it with --resume): after a save in the training loop,
+ * or at once during start-up, when nothing has been written yet. */
+#define GPT2_EXIT_INTERRUPTED 75
+
+/* Slurm's preemption signals (SIGTERM, SIGUSR1) and Ctrl-C.
+ *
+ * During start-up (reading the data, creating the engine, building,
+ * loading: anything may block there, e.g. MPI waiting for a peer) a signal
+ * ends the program at once with status 75: nothing has been written yet,
+ * so running it again loses nothing. Once every rank is past start-up
+ * (g_in_loop, set before a barrier) a signal only raises a flag; the
+ * training loop agrees on it across ranks after every step, so every rank
+ * finishes the same step and saves the same checkpoint. A second Ctrl-C
+ * kills at once (the default action is restored). */
 static volatile sig_atomic_t g_stop_signal;
+static volatile sig_atomic_t g_in_loop;
+
+static void startup_signal_exit(int sig) {
+  /* async-signal-safe: constant strings and write(2) only */
+  static const char head[] = "train_gpt2: interrupted (";
+  static const char tail[] = ") during start-up, before any step: nothing was saved or changed "
+                             "(exit status 75: run it again)\n";
+  const char *name = sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "SIGINT";
+  ssize_t w = write(STDERR_FILENO, head, sizeof head - 1);
+  w = write(STDERR_FILENO, name, strlen(name));
+  w = write(STDERR_FILENO, tail, sizeof tail - 1);
+  (void)w;
+  _exit(GPT2_EXIT_INTERRUPTED);
+}
 
 static void on_stop_signal(int sig) {
+  if (!g_in_loop) startup_signal_exit(sig);
   if (!g_stop_signal) g_stop_signal = sig;
   if (sig == SIGINT) signal(SIGINT, SIG_DFL);
 }
@@ -756,10 +782,6 @@ static void install_stop_handlers(void) {
   sigaction(SIGUSR1, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
 }
-
-/* The exit status of a run stopped by a signal after saving (EX_TEMPFAIL:
- * "try again later" — continue it with --resume). */
-#define GPT2_EXIT_INTERRUPTED 75
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
   (void)sb;
@@ -849,7 +871,7 @@ int main(int argc, char **argv) {
   int rc = 1;
   memset(&tr, 0, sizeof tr);
   if (parse_args(argc, argv, &a)) return 2;
-  /* from the start: a signal during build or load stops after step 1 */
+  /* from the start: a signal during start-up ends the program at once */
   install_stop_handlers();
 
   if (resolve_shape(&a, &tr.cfg)) return 2;
@@ -1088,6 +1110,13 @@ int main(int argc, char **argv) {
     if (rank0)
       printf("resumed from %s at step %lld (data row %lld)\n", a.resume, (long long)start_step,
              (long long)start_row);
+  }
+  if (!a.eval_only) {
+    /* Start-up is over: from here a signal stops the run after a step and
+     * a save. The barrier makes that true on every rank before the banner
+     * (which tells a watcher the handlers have switched). */
+    g_in_loop = 1;
+    CHECK(zrt_engine_barrier(tr.eng));
   }
   if (rank0) {
     double step_gflop = gpt2_flops_per_token(&tr.cfg) * (double)T * (double)tr.info.micro_batch *

@@ -76,6 +76,8 @@ echo '{"n_layer": 2, "n_embd": 64, "n_head": 3, "vocab_size": 256, "n_positions"
 check 2 "n_head 3 does not divide n_embd 64" "${E[@]}" --hf_config heads.json
 echo 'not json' >junk.json
 check 2 "not a JSON object" "${E[@]}" --hf_config junk.json
-check 2 "cannot open it" "${E[@]}" --hf_config missing.json
+check 2 "Hugging Face config 'missing.json' cannot be opened: it does not exist" "${E[@]}" --hf_config missing.json
+mkfifo fifo.json
+check 2 "Hugging Face config 'fifo.json' is a FIFO \\(named pipe\\), not a regular file" timeout -k 5 30 "${E[@]}" --hf_config fifo.json
 check 2 "give exactly one of" "${E[@]}" --hf_config gpt2.json --model gpt2
 pass "--hf_config"

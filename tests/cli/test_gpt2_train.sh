@@ -20,7 +20,7 @@ if "$EXE" --data "$tmp/corpus.txt" --n_head 3 >"$tmp/err" 2>&1; then
 fi
 grep -q "not divisible by --n_head 3" "$tmp/err" || { echo "FAIL: message:"; cat "$tmp/err"; exit 1; }
 if "$EXE" --data "$tmp/nope.txt" >"$tmp/err" 2>&1; then echo "FAIL: missing data accepted"; exit 1; fi
-grep -q -- "--data: cannot open $tmp/nope.txt: No such file" "$tmp/err" || { echo "FAIL: message:"; cat "$tmp/err"; exit 1; }
+grep -q -- "--data: data file '$tmp/nope.txt' cannot be opened: it does not exist" "$tmp/err" || { echo "FAIL: message:"; cat "$tmp/err"; exit 1; }
 if "$EXE" --eval_only --data "$tmp/corpus.txt" >"$tmp/err" 2>&1; then echo "FAIL: eval without weights"; exit 1; fi
 grep -q "needs weights" "$tmp/err" || { echo "FAIL: message:"; cat "$tmp/err"; exit 1; }
 

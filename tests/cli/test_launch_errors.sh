@@ -34,6 +34,12 @@ check 2 "nope.yaml" "$ZRT" launch --config_file nope.yaml true
 printf 'localhost slots=2\nlocalhost2 slots=2\n' >hosts
 check 2 'num_processes 3 is not a multiple of num_machines 2' \
   "$ZRT" launch --hostfile hosts --num_processes 3 true
+# a FIFO named as the hostfile is an error naming it, never a hang
+mkfifo fifo_hosts
+check 2 "hostfile 'fifo_hosts' is a FIFO \(named pipe\), not a regular file" \
+  timeout -k 5 30 "$ZRT" launch --hostfile fifo_hosts --num_processes 2 true
+check 2 "hostfile 'fifo_hosts' is a FIFO \(named pipe\), not a regular file" \
+  timeout -k 5 30 "$ZRT" launch --hostfile fifo_hosts --include localhost --num_processes 2 true
 check 2 'num_machines is 2 but no machines are named: pass --hostfile' \
   "$ZRT" launch --num_machines 2 --num_processes 2 true
 check 0 'nothing to start here' "$ZRT" launch --num_machines 2 --num_processes 2 --machine_rank 1 true

@@ -1,8 +1,10 @@
 #!/bin/bash
 # test_launch_signal.sh — SIGINT or SIGTERM to the launcher ends every rank
-# (forwarded to mpiexec's process group, the recorded rank pids, SIGKILL
-# after the grace period); the launcher exits 128+signal and leaves no
-# process behind.
+# (passed once to each rank's wrapper, which passes it to the program;
+# SIGTERM/SIGKILL only after ZRT_LAUNCH_STOP_GRACE_S); the probe ranks die
+# of it, so the launcher exits with their common status, 128+signal, and
+# leaves no process behind. (Ranks that save and exit 75:
+# test_launch_preempt.sh.)
 . "$(dirname "$0")/lib.sh"
 need_mpiexec
 cd "$T"
@@ -19,7 +21,8 @@ for sig in INT TERM; do
   rc=$?
   want=$((128 + $(kill -l $sig)))
   expect_status $want $rc "launcher after SIG$sig"
-  expect_grep "^zrt launch: got SIG$sig; ending all ranks$" out.$sig
+  expect_grep "^zrt launch: got SIG$sig; passing it to the ranks" out.$sig
+  expect_grep "^zrt launch: every rank was killed by signal $(kill -l $sig) \(SIG$sig\); exiting with $want$" out.$sig
   expect_grep "^zrt launch: interrupted by SIG$sig; all ranks ended" out.$sig
   expect_no_grep 'exited with status' out.$sig "interrupt report"
   no_leftovers "SIG$sig to the launcher"
