@@ -420,7 +420,7 @@ ZRT_API zrt_status zrt_ckpt_peek(const char *dir, int64_t *step, char **user_jso
  * directory, missing, ...). *fd is a blocking read-only descriptor, or -1
  * on failure; the caller closes it. Errors: ZRT_ERR_IO. For programs that
  * read their own inputs (datasets, model configs) by the same rule. */
-zrt_status zrt_file_open_read(const char *path, const char *what, int *fd);
+ZRT_API zrt_status zrt_file_open_read(const char *path, const char *what, int *fd);
 
 /* -------------------------------------------------------------- logging */
 
