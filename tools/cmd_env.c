@@ -148,6 +148,8 @@ static void cli_env_cpu(void) {
   const char *omp = getenv("OMP_NUM_THREADS");
   printf("OpenMP: %d threads (OMP_NUM_THREADS=%s), spec %d\n", omp_get_max_threads(),
          omp ? omp : "unset", _OPENMP);
+  char wp[320];
+  printf("%s\n", cli_wait_policy_text(wp, sizeof wp));
 }
 
 /* The thread plan `zrt launch` applies (launch_threads.c): for this rank
