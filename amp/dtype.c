@@ -5,9 +5,9 @@
  *
  * The ISA follows base/cpu_features.c's choice (zrt_isa_best: cpuid once
  * per process, $ZRT_CPU_ISA may force a lesser path): AVX-512 kernels when it
- * says avx512, the scalar reference otherwise (there is no AVX2 kernel here;
- * an AVX2-only CPU runs the scalar loop, which gcc auto-vectorises poorly
- * because of the NaN branches). Every path gives the same bits.
+ * says avx512, AVX2 (+F16C) kernels when it says avx2, the scalar reference
+ * otherwise (gcc auto-vectorises that loop poorly because of the NaN
+ * branches). Every path gives the same bits.
  */
 #include "dtype.h"
 
@@ -24,17 +24,35 @@ const char *zrt_dtype_name(zrt_dtype dt) {
   }
 }
 
-/* 0 scalar, 1 AVX-512, 2 AVX-512 with AVX512_BF16. Cached once per process
- * like the ISA it derives from (a cached cpu parameter, DESIGN.md rule 5):
- * the reduction runs inside MPI's progress loop, once per segment. */
+/* Cached once per process like the ISA it derives from (a cached cpu
+ * parameter, DESIGN.md rule 5): the reduction runs inside MPI's progress
+ * loop, once per segment. */
+enum { DT_SCALAR, DT_AVX512, DT_AVX512_BF16, DT_AVX2 };
 static int zrt_dtype_path_cached = -1;
 
 static int zrt_dtype_path(void) {
   int p = zrt_dtype_path_cached;
   if (p >= 0) return p;
-  p = zrt_isa_best() != ZRT_ISA_AVX512 ? 0 : zrt_isa_has_avx512bf16() ? 2 : 1;
+  zrt_isa isa = zrt_isa_best();
+  p = isa == ZRT_ISA_AVX512 ? (zrt_isa_has_avx512bf16() ? DT_AVX512_BF16 : DT_AVX512)
+      : isa == ZRT_ISA_AVX2 ? DT_AVX2
+                            : DT_SCALAR;
   zrt_dtype_path_cached = p;
   return p;
+}
+
+static void dt_widen(int path, float *dst, const uint16_t *src, zrt_dtype dt, size_t n) {
+  if (path == DT_AVX2)
+    zrt_dtype_widen_avx2(dst, src, dt, n);
+  else
+    zrt_dtype_widen_avx512(dst, src, dt, n);
+}
+
+static void dt_narrow(int path, uint16_t *dst, const float *src, zrt_dtype dt, size_t n) {
+  if (path == DT_AVX2)
+    zrt_dtype_narrow_avx2(dst, src, dt, n);
+  else
+    zrt_dtype_narrow_avx512(dst, src, dt, n, path == DT_AVX512_BF16);
 }
 
 void zrt_dtype_convert_scalar(void *dst, zrt_dtype dst_dt, const void *src, zrt_dtype src_dt,
@@ -52,16 +70,16 @@ void zrt_dtype_convert_host(void *dst, zrt_dtype dst_dt, const void *src, zrt_dt
                             size_t n) {
   int path = dst_dt == src_dt ? 0 : zrt_dtype_path();
   if (path && src_dt != ZRT_F32 && dst_dt == ZRT_F32) {
-    zrt_dtype_widen_avx512(dst, src, src_dt, n);
+    dt_widen(path, dst, src, src_dt, n);
   } else if (path && src_dt == ZRT_F32) {
-    zrt_dtype_narrow_avx512(dst, src, dst_dt, n, path == 2);
+    dt_narrow(path, dst, src, dst_dt, n);
   } else if (path) {
     /* fp16 <-> bf16: through fp32 in cache-sized pieces. */
     float tmp[1024];
     for (size_t i = 0; i < n; i += 1024) {
       size_t k = n - i < 1024 ? n - i : 1024;
-      zrt_dtype_widen_avx512(tmp, (const uint16_t *)src + i, src_dt, k);
-      zrt_dtype_narrow_avx512((uint16_t *)dst + i, tmp, dst_dt, k, path == 2);
+      dt_widen(path, tmp, (const uint16_t *)src + i, src_dt, k);
+      dt_narrow(path, (uint16_t *)dst + i, tmp, dst_dt, k);
     }
   } else {
     zrt_dtype_convert_scalar(dst, dst_dt, src, src_dt, n);
@@ -73,7 +91,9 @@ void zrt_half_reduce_scalar(uint16_t *inout, const uint16_t *in, zrt_dtype dt, s
   for (size_t i = 0; i < n; i++) {
     float a = zrt_load_f(inout, dt, i), b = zrt_load_f(in, dt, i);
     if (op == ZRT_HALF_SUM) {
-      zrt_store_f(inout, dt, i, a + b);
+      /* a NaN in inout wins, quieted by the narrowing (a + b of two NaNs
+       * keeps whichever operand the compiler put first) */
+      zrt_store_f(inout, dt, i, a != a ? a : a + b);
     } else if (a == a) { /* a NaN in inout stays */
       int take_b = b != b || (op == ZRT_HALF_MAX ? b > a : b < a);
       if (take_b) inout[i] = in[i];
@@ -83,8 +103,10 @@ void zrt_half_reduce_scalar(uint16_t *inout, const uint16_t *in, zrt_dtype dt, s
 
 void zrt_half_reduce(uint16_t *inout, const uint16_t *in, zrt_dtype dt, size_t n, zrt_half_op op) {
   int path = zrt_dtype_path();
-  if (path)
-    zrt_half_reduce_avx512(inout, in, dt, n, op, path == 2);
+  if (path == DT_AVX2)
+    zrt_half_reduce_avx2(inout, in, dt, n, op);
+  else if (path)
+    zrt_half_reduce_avx512(inout, in, dt, n, op, path == DT_AVX512_BF16);
   else
     zrt_half_reduce_scalar(inout, in, dt, n, op);
 }

@@ -5,9 +5,10 @@
  * conversions live in amp/dtype_scalar.h, shared with the CUDA kernels;
  * they are the reference every backend's conversion is tested against.
  *
- * The bulk functions (zrt_dtype_convert_host, zrt_half_reduce) pick an
- * AVX-512 path at run time when the CPU has one (and $ZRT_CPU_ISA does not
- * force scalar or avx2); every path gives the scalar functions' bits.
+ * The bulk functions (zrt_dtype_convert_host, zrt_half_reduce) pick the
+ * AVX-512, AVX2 (+F16C) or scalar path at run time: the best the CPU has,
+ * or a lesser one $ZRT_CPU_ISA forces; every path gives the scalar
+ * functions' bits.
  */
 #ifndef ZRT_DTYPE_H
 #define ZRT_DTYPE_H
@@ -42,7 +43,8 @@ void zrt_dtype_convert_host(void *dst, zrt_dtype dst_dt, const void *src, zrt_dt
 /* Pairwise reduction of 16-bit values, the combine step of a 16-bit
  * collective: inout[i] = op(inout[i], in[i]) for dt fp16 or bf16. SUM
  * widens both to fp32, adds once in fp32 and rounds once to dt (so the
- * result equals zrt_store_f(zrt_load_f(a) + zrt_load_f(b))). MAX / MIN
+ * result equals zrt_store_f(zrt_load_f(a) + zrt_load_f(b)); where both
+ * are NaN, inout's NaN, quieted, on every path). MAX / MIN
  * return one of the two inputs bit for bit; a NaN operand wins (NaN
  * propagates), -0 and +0 compare equal (inout kept). */
 typedef enum zrt_half_op { ZRT_HALF_SUM = 0, ZRT_HALF_MAX, ZRT_HALF_MIN } zrt_half_op;

@@ -130,7 +130,10 @@ DT_AI void reduce_step(uint16_t *inout, const uint16_t *in, zrt_dtype dt, zrt_ha
     __m512 b = dt == ZRT_F16
                    ? _mm512_cvtph_ps(hb)
                    : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hb), 16));
-    __m256i r = op == ZRT_HALF_SUM ? narrow(_mm512_add_ps(a, b), dt, insn) : pick(ha, hb, a, b, op);
+    /* SUM: a NaN in inout wins (the reference's rule; the narrowing
+     * quiets it) */
+    __m512 s = _mm512_mask_mov_ps(_mm512_add_ps(a, b), _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), a);
+    __m256i r = op == ZRT_HALF_SUM ? narrow(s, dt, insn) : pick(ha, hb, a, b, op);
     st16(inout, k, full, r);
   }
 }

@@ -12,7 +12,7 @@
 #include <stddef.h>
 
 /* dst <- src (no overlap): the 64-byte aligned middle of dst with
- * non-temporal stores (AVX-512 where zrt_isa_best() says so, else SSE2),
+ * non-temporal stores (AVX-512 or AVX2 as zrt_isa_best() says, else SSE2),
  * head and tail ordinarily. Call zrt_store_fence() before another thread
  * or process may read dst. */
 void zrt_copy_stream(void *dst, const void *src, size_t bytes);
@@ -23,5 +23,9 @@ void zrt_store_fence(void);
 
 /* The AVX-512 body (copy_stream_avx512.c); call only on an AVX-512 CPU. */
 void zrt_copy_stream_avx512(void *dst, const void *src, size_t bytes);
+/* The AVX2 body (copy_stream_avx2.c); call only on an AVX2 CPU. */
+void zrt_copy_stream_avx2(void *dst, const void *src, size_t bytes);
+/* The SSE2 body (any x86-64; copy_stream.c); memcpy elsewhere. */
+void zrt_copy_stream_sse2(void *dst, const void *src, size_t bytes);
 
 #endif

@@ -2,8 +2,11 @@
  * cpu_features.c — which vector ISA this CPU runs (cpuid through
  * __builtin_cpu_supports), chosen once per process and cached (a cached cpu
  * parameter, DESIGN.md rule 5); $ZRT_CPU_ISA = scalar|avx2|avx512 forces a
- * lesser path (a request this CPU cannot run is logged and the best path is
- * used instead). Read by the CPU optimizer and the dtype kernels. Also the
+ * lesser path ($ZRT_ISA is the same knob under the name issue 25 used;
+ * $ZRT_CPU_ISA wins when both are set; a request this CPU cannot run is
+ * logged and the best path is used instead). Read by every vector kernel:
+ * the CPU optimizer, the dtype conversions, the shm comm's SUM, the
+ * streaming copy. Also the
  * last-level cache size (the shm comm's non-temporal threshold).
  */
 #include <stdio.h>
@@ -49,7 +52,8 @@ zrt_isa zrt_isa_best(void) {
   zrt_isa best = zrt_isa_supported(ZRT_ISA_AVX512) ? ZRT_ISA_AVX512
                  : zrt_isa_supported(ZRT_ISA_AVX2) ? ZRT_ISA_AVX2
                                                    : ZRT_ISA_SCALAR;
-  const char *env = getenv("ZRT_CPU_ISA");
+  const char *var = "ZRT_CPU_ISA", *env = getenv(var);
+  if (!env || !*env) env = getenv(var = "ZRT_ISA");
   if (env && *env) {
     int want = !strcasecmp(env, "scalar")   ? ZRT_ISA_SCALAR
                : !strcasecmp(env, "avx2")   ? ZRT_ISA_AVX2
@@ -57,15 +61,15 @@ zrt_isa zrt_isa_best(void) {
                                             : -1;
     if (want < 0)
       zrt_log(ZRT_LOG_WARN,
-              "ZRT_CPU_ISA=%s is not one of scalar|avx2|avx512; using %s (the best this CPU has)",
-              env, zrt_isa_name(best));
+              "%s=%s is not one of scalar|avx2|avx512; using %s (the best this CPU has)", var, env,
+              zrt_isa_name(best));
     else if (!zrt_isa_supported((zrt_isa)want))
-      zrt_log(ZRT_LOG_WARN, "ZRT_CPU_ISA=%s: this CPU cannot run it; using %s", env,
+      zrt_log(ZRT_LOG_WARN, "%s=%s: this CPU cannot run it; using %s", var, env,
               zrt_isa_name(best));
     else
       best = (zrt_isa)want;
   }
-  zrt_log_once("cpu_optim_isa", ZRT_LOG_DEBUG, "cpu optimizer: %s path%s", zrt_isa_name(best),
+  zrt_log_once("cpu_optim_isa", ZRT_LOG_DEBUG, "cpu kernels: %s path%s", zrt_isa_name(best),
                best == ZRT_ISA_AVX512 && zrt_isa_has_avx512bf16() ? " with AVX512_BF16" : "");
   zrt_isa_cached = (int)best;
   return best;

@@ -9,7 +9,8 @@
 
 typedef enum zrt_isa { ZRT_ISA_SCALAR = 0, ZRT_ISA_AVX2, ZRT_ISA_AVX512 } zrt_isa;
 
-/* The best path this CPU runs, or the one $ZRT_CPU_ISA forces (cached). */
+/* The best path this CPU runs, or the one $ZRT_CPU_ISA (alias $ZRT_ISA)
+ * forces (cached). */
 zrt_isa zrt_isa_best(void);
 const char *zrt_isa_name(zrt_isa isa);
 /* 1 when this CPU can run isa. */

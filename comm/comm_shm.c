@@ -74,6 +74,10 @@ static void add_f32(float *o, const float *a, const float *c, size_t k) {
 /* out[i] = in[0][i] + in[1][i] + ... in rank order, fp32, through a block
  * accumulator (out may be one of the inputs). */
 static void sum_f32(float *out, const float *const *in, int n, size_t len) {
+  if (n == 1) {
+    memmove(out, in[0], len * sizeof(float));
+    return;
+  }
   float acc[SHM_BLOCK];
   for (size_t b = 0; b < len; b += SHM_BLOCK) {
     size_t k = len - b < SHM_BLOCK ? len - b : SHM_BLOCK;
@@ -111,16 +115,19 @@ static void pick_f32(float *out, const float *const *in, int n, size_t len, zrt_
   }
 }
 
-/* The SUM kernel: 0 portable loops, 1 AVX-512, 2 AVX-512 rounding bf16
- * with vcvtne2ps2bf16 (a cached CPU parameter, as amp/dtype.c caches its
- * own; unit.test_shm_kernel holds both AVX-512 roundings to the scalar
- * bits). */
+/* The SUM kernel: the portable loops, AVX2, AVX-512, or AVX-512 rounding
+ * bf16 with vcvtne2ps2bf16 (a cached CPU parameter, as amp/dtype.c caches
+ * its own; unit.test_shm_kernel holds every path this CPU runs to the
+ * scalar bits). */
+enum { SHM_PORTABLE, SHM_AVX2, SHM_AVX512, SHM_AVX512_BF16 };
 static int shm_sum_path = -1;
 
-static int avx512_path(void) {
+static int sum_path(void) {
   if (shm_sum_path < 0) {
-    int insn = zrt_isa_has_avx512bf16() != 0;
-    shm_sum_path = zrt_isa_best() == ZRT_ISA_AVX512 ? 1 + insn : 0;
+    zrt_isa isa = zrt_isa_best();
+    shm_sum_path = isa == ZRT_ISA_AVX512 ? (zrt_isa_has_avx512bf16() ? SHM_AVX512_BF16 : SHM_AVX512)
+                   : isa == ZRT_ISA_AVX2 ? SHM_AVX2
+                                         : SHM_PORTABLE;
   }
   return shm_sum_path;
 }
@@ -128,13 +135,18 @@ static int avx512_path(void) {
 /* out[i] = in[0][i] (op) in[1][i] ... in rank order, and out2 the same
  * bits when not NULL (a region). out may be one of the inputs exactly (in
  * place): every path reads all inputs of an element before writing it.
- * nt: out (recv) with non-temporal stores where the AVX-512 kernel runs. */
+ * nt: out (recv) with non-temporal stores where a vector kernel runs. */
 void zrt_shm_reduce_into(void *out, void *out2, const void *const *in, int n, size_t len,
                          zrt_dtype dt, zrt_redop red, int nt) {
   if (!len) return;
   size_t es = zrt_dtype_size(dt);
-  if (red == ZRT_RED_SUM && avx512_path()) {
-    zrt_shm_sum_avx512(out, out2, in, n, len, dt, nt, avx512_path() == 2);
+  int path = red == ZRT_RED_SUM ? sum_path() : SHM_PORTABLE;
+  if (path == SHM_AVX2) {
+    zrt_shm_sum_avx2(out, out2, in, n, len, dt, nt);
+    return;
+  }
+  if (path != SHM_PORTABLE) {
+    zrt_shm_sum_avx512(out, out2, in, n, len, dt, nt, path == SHM_AVX512_BF16);
     return;
   }
   if (dt == ZRT_F32) {
@@ -158,9 +170,10 @@ void zrt_shm_reduce_into(void *out, void *out2, const void *const *in, int n, si
   if (out2) memcpy(out2, out, len * es);
 }
 
-/* A copy into recv: non-temporal for an nt request where AVX-512 runs. */
+/* A copy into recv: non-temporal for an nt request (zrt_copy_stream: AVX-512,
+ * AVX2 or SSE2 stores, every x86-64 CPU streams). */
 void zrt_shm_copy_out(const shm_req *q, void *dst, const void *src, size_t bytes) {
-  if (q->nt && avx512_path())
+  if (q->nt)
     zrt_copy_stream(dst, src, bytes);
   else
     memcpy(dst, src, bytes);

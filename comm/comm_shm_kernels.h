@@ -30,4 +30,10 @@
 void zrt_shm_sum_avx512(void *out, void *out2, const void *const *in, int n, size_t len,
                         zrt_dtype dt, int nt, int bf16_insn);
 
+/* AVX2 + FMA + F16C: the same contract and bits as zrt_shm_sum_avx512
+ * (out2, in place, nt with the caller's sfence), any n. Call only when
+ * zrt_isa_supported(ZRT_ISA_AVX2). */
+void zrt_shm_sum_avx2(void *out, void *out2, const void *const *in, int n, size_t len, zrt_dtype dt,
+                      int nt);
+
 #endif

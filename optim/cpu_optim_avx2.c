@@ -3,9 +3,9 @@
  * the sum-of-squares check (built with -mavx2 -mf16c -mfma; only called after
  * cpuid says avx2, f16c and fma are present).
  *
- * 8 lanes per iteration; the tail (< 8 elements) runs the scalar reference
- * itself, so tails are exact by construction. bf16 stores use the
- * shift-based round-to-nearest-even of amp/dtype.h in vector form.
+ * 8 lanes per iteration (software prefetch ZRT_OPTIM_PF_ELEMS ahead); the tail (< 8 elements) runs
+ * the scalar reference itself, so tails are exact by construction. bf16 stores use the integer
+ * round-to-nearest-even of amp/bf16_avx2.h (shared with the AVX2 conversions and shm SUM).
  *
  * Invariant: per element the same IEEE operations in the same order as the
  * scalar reference; FMA contraction is off for this file.
@@ -15,30 +15,27 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "bf16_avx2.h"
 #include "cpu_optim_internal.h"
 #include "dtype.h"
 
 #define ZRT_P_NONE (-1)
+
+/* Software prefetch distance in elements (4 KiB of fp32 ahead of each of
+ * master, m, v and the gradient). Issue 25 measured +11-14% from software
+ * prefetch on a quiet 2-core Zen 3 (the hardware prefetcher alone left the
+ * step at 0.86 of DeepSpeed CPUAdam); the alternated runs of
+ * perf/RESULTS.md, taken under a load of 17-20 on 2 cores, could not resolve
+ * a difference either way. Prefetches change no result. */
+#ifndef ZRT_OPTIM_PF_ELEMS
+#define ZRT_OPTIM_PF_ELEMS 1024
+#endif
 
 static inline __attribute__((always_inline)) __m256 zrt_ld_grad8(const void *g, int gdt, size_t i) {
   if (gdt == ZRT_F32) return _mm256_loadu_ps((const float *)g + i);
   __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)g + i));
   if (gdt == ZRT_F16) return _mm256_cvtph_ps(h);
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-static inline __attribute__((always_inline)) __m128i zrt_bf16_shift8(__m256 x) {
-  __m256i u = _mm256_castps_si256(x);
-  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
-  __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-  /* a > 0x7f800000 as signed is fine: a is non-negative */
-  __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000));
-  __m256i q = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
-  r = _mm256_blendv_epi8(r, q, nan);
-  r = _mm256_srli_epi32(r, 16);
-  __m256i packed = _mm256_packus_epi32(r, r); /* per 128-bit lane */
-  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
 }
 
 static inline __attribute__((always_inline)) void
@@ -51,7 +48,18 @@ zrt_kernel8(const zrt_optim_consts *c, float *master, float *s1, float *s2, cons
                decay = _mm256_set1_ps(c->decay), mom = _mm256_set1_ps(c->momentum),
                one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
   size_t n8 = n & ~(size_t)7;
+  const size_t gsz = gdt == ZRT_F32 ? 4 : 2;
   for (size_t i = 0; i < n8; i += 8) {
+    if (!(i & 15) && i + ZRT_OPTIM_PF_ELEMS < n) {
+      /* one line ahead of each stream per 64 bytes of fp32 (every other
+       * 8-lane step); the 16-bit streams get a line per 32 elements */
+      size_t j = i + ZRT_OPTIM_PF_ELEMS;
+      _mm_prefetch((const char *)(master + j), _MM_HINT_T0);
+      _mm_prefetch((const char *)(s1 + j), _MM_HINT_T0);
+      if (type == ZRT_OPTIM_ADAM || type == ZRT_OPTIM_ADAMW)
+        _mm_prefetch((const char *)(s2 + j), _MM_HINT_T0);
+      if (gsz == 4 || !(i & 31)) _mm_prefetch((const char *)grad + j * gsz, _MM_HINT_T0);
+    }
     __m256 g = _mm256_mul_ps(zrt_ld_grad8(grad, gdt, i), mul);
     __m256 p = _mm256_loadu_ps(master + i);
     if (type == ZRT_OPTIM_ADAM || type == ZRT_OPTIM_ADAMW) {
@@ -89,7 +97,7 @@ zrt_kernel8(const zrt_optim_consts *c, float *master, float *s1, float *s2, cons
       _mm_storeu_si128((__m128i *)((uint16_t *)param16 + i),
                        _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     else if (pdt == ZRT_BF16)
-      _mm_storeu_si128((__m128i *)((uint16_t *)param16 + i), zrt_bf16_shift8(p));
+      _mm_storeu_si128((__m128i *)((uint16_t *)param16 + i), zrt_bf16_pack8(p));
   }
 }
 

@@ -69,7 +69,8 @@ static void cli_env_build(void) {
   printf("NCCL comm: %s\n", strncmp(nv, "not built", 9) ? "built" : "not built");
   printf("CPU comms: mpi, shm (ranks on one machine), hier (shm within machines, MPI across); "
          "zrt.comm / $ZRT_COMM auto picks by placement (docs/comms.md)\n");
-  printf("cpu optimizer ISA: %s (best this CPU runs; $ZRT_CPU_ISA forces one)\n",
+  printf("cpu kernels ISA: %s (optimizer, conversions, shm SUM, streaming copy; best this CPU "
+         "runs; $ZRT_CPU_ISA or $ZRT_ISA forces a lesser one)\n",
          zrt_isa_name(zrt_isa_best()));
 }
 
@@ -152,6 +153,8 @@ static void cli_env_cpu(void) {
   const char *omp = getenv("OMP_NUM_THREADS");
   printf("OpenMP: %d threads (OMP_NUM_THREADS=%s), spec %d\n", omp_get_max_threads(),
          omp ? omp : "unset", _OPENMP);
+  char wp[320];
+  printf("%s\n", cli_wait_policy_text(wp, sizeof wp));
 }
 
 /* The thread plan `zrt launch` applies (launch_threads.c): for this rank

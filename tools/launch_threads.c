@@ -126,3 +126,29 @@ void cli_thread_plan_apply(int local_rank, int local_ranks, cli_thread_plan *out
     setenv("OMP_NUM_THREADS", b, 1);
   }
 }
+
+void cli_wait_policy_apply(void) {
+  const char *w = getenv("OMP_WAIT_POLICY"), *sc = getenv("GOMP_SPINCOUNT");
+  int user = (w && *w) || (sc && *sc);
+  if (!user) setenv("OMP_WAIT_POLICY", "passive", 1);
+  setenv("ZRT_LAUNCH_WAIT_POLICY", user ? "user" : "passive", 1);
+}
+
+const char *cli_wait_policy_text(char *buf, size_t len) {
+  const char *w = getenv("OMP_WAIT_POLICY"), *sc = getenv("GOMP_SPINCOUNT");
+  const char *by = getenv("ZRT_LAUNCH_WAIT_POLICY");
+  if (by && !strcmp(by, "passive"))
+    snprintf(buf, len,
+             "OpenMP wait policy: passive (set by zrt launch: idle team threads sleep, so a core "
+             "taken by another process does not stall every region; OMP_WAIT_POLICY=active "
+             "before zrt launch keeps libgomp's spinning)");
+  else if ((w && *w) || (sc && *sc))
+    snprintf(buf, len, "OpenMP wait policy: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s (the user's)",
+             w && *w ? w : "unset", sc && *sc ? sc : "unset");
+  else
+    snprintf(buf, len,
+             "OpenMP wait policy: libgomp's default (idle threads spin before sleeping; with a "
+             "core busy that stalls every parallel region: zrt launch sets "
+             "OMP_WAIT_POLICY=passive, or set it yourself)");
+  return buf;
+}

@@ -99,6 +99,7 @@ int main(int argc, char **argv) {
           o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", o ? "," : "", c);
     printf("probe rank=%s cpus=%s ncpus=%d omp_num_threads=%s\n", rank_s, list, CPU_COUNT(&set),
            env_or("OMP_NUM_THREADS", "unset"));
+    printf("probe rank=%s omp_wait_policy=%s\n", rank_s, env_or("OMP_WAIT_POLICY", "unset"));
   }
   printf("probe rank=%s ready\n", rank_s);
   fflush(stdout);

@@ -12,13 +12,14 @@
  * hand-picked edges (±0, subnormals, max finite, overflow, NaN payloads).
  * Tolerance: exact (bit equality; NaN compared as "is NaN, quiet, sign").
  *
- * Bulk paths (test_bulk, test_half_reduce): the AVX-512 kernels (with and
- * without the AVX512_BF16 instruction) and the dispatching
+ * Bulk paths (test_bulk, test_half_reduce): every vector kernel this CPU
+ * runs (AVX2 + F16C; AVX-512 with and without the AVX512_BF16
+ * instruction) and the dispatching
  * zrt_dtype_convert_host / zrt_half_reduce must give the scalar
  * reference's bits exactly — NaN payloads, ±Inf, fp32 and 16-bit
  * denormals, round-to-nearest-even ties of both types, overflow — at every
- * length 0..40 (masked tails) and on 2^16+ element sweeps; narrowing also
- * in place. Tolerance: bit equality (memcmp).
+ * length 0..40 (tails) and on 2^16+ element sweeps, nothing written past
+ * n; narrowing also in place. Tolerance: bit equality (memcmp).
  */
 #include <math.h>
 #include <stdint.h>
@@ -295,12 +296,56 @@ static void expect_same(const char *what, const void *got, const void *want, siz
   }
 }
 
+/* The vector kernels this CPU runs: 0 AVX2, 1 AVX-512, 2 AVX-512 with the
+ * AVX512_BF16 instructions. */
+enum { VK_AVX2, VK_AVX512, VK_AVX512_INSN, VK_COUNT };
+static const char *const vk_name[VK_COUNT] = {"avx2", "avx512", "avx512+bf16insn"};
+
+static int vk_can(int k) {
+  switch (k) {
+  case VK_AVX2: return zrt_isa_supported(ZRT_ISA_AVX2);
+  case VK_AVX512: return zrt_isa_supported(ZRT_ISA_AVX512);
+  default: return zrt_isa_supported(ZRT_ISA_AVX512) && zrt_isa_has_avx512bf16();
+  }
+}
+
+static void vk_narrow(int k, uint16_t *dst, const float *src, zrt_dtype dt, size_t n) {
+  if (k == VK_AVX2)
+    zrt_dtype_narrow_avx2(dst, src, dt, n);
+  else
+    zrt_dtype_narrow_avx512(dst, src, dt, n, k == VK_AVX512_INSN);
+}
+
+static void vk_widen(int k, float *dst, const uint16_t *src, zrt_dtype dt, size_t n) {
+  if (k == VK_AVX2)
+    zrt_dtype_widen_avx2(dst, src, dt, n);
+  else
+    zrt_dtype_widen_avx512(dst, src, dt, n);
+}
+
+static void vk_reduce(int k, uint16_t *inout, const uint16_t *in, zrt_dtype dt, size_t n,
+                      zrt_half_op op) {
+  if (k == VK_AVX2)
+    zrt_half_reduce_avx2(inout, in, dt, n, op);
+  else
+    zrt_half_reduce_avx512(inout, in, dt, n, op, k == VK_AVX512_INSN);
+}
+
+/* "avx2, avx512" etc.: the kernels a test ran */
+static const char *vk_list(void) {
+  static char buf[64];
+  buf[0] = 0;
+  for (int k = 0; k < VK_COUNT; k++)
+    if (vk_can(k))
+      snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", *buf ? ", " : "", vk_name[k]);
+  return *buf ? buf : "no vector kernel on this CPU: dispatch only";
+}
+
 static void test_bulk(void) {
   enum { CAP = 70000 };
   static float x[CAP], wide_ref[65536], wide_got[65536 + 1], f[CAP];
   static uint16_t ref[CAP], got[CAP + 1], h[65536];
   size_t n = bulk_inputs(x, CAP);
-  int avx512 = zrt_isa_supported(ZRT_ISA_AVX512), insn = zrt_isa_has_avx512bf16();
   const zrt_dtype dts[2] = {ZRT_F16, ZRT_BF16};
   long cases = 0;
   for (int d = 0; d < 2; d++) {
@@ -315,19 +360,18 @@ static void test_bulk(void) {
       snprintf(what, sizeof what, "convert_host f32->%s n=%zu", zrt_dtype_name(dt), m);
       expect_same(what, got, ref, m * 2, m);
       ZT_CHECK(got[m] == 0xabab); /* nothing past n written */
-      for (int k = 0; avx512 && k < 2; k++) {
-        if (k && !insn) continue;
+      for (int k = 0; k < VK_COUNT; k++) {
+        if (!vk_can(k)) continue;
         memset(got, 0xab, sizeof got);
-        zrt_dtype_narrow_avx512(got, x, dt, m, k);
-        snprintf(what, sizeof what, "narrow_avx512 %s bf16_insn=%d n=%zu", zrt_dtype_name(dt), k,
-                 m);
+        vk_narrow(k, got, x, dt, m);
+        snprintf(what, sizeof what, "narrow %s %s n=%zu", vk_name[k], zrt_dtype_name(dt), m);
         expect_same(what, got, ref, m * 2, m);
         ZT_CHECK(got[m] == 0xabab);
         /* in place: the fp32 buffer becomes the 16-bit one */
         memcpy(f, x, m * sizeof(float));
-        zrt_dtype_narrow_avx512((uint16_t *)f, f, dt, m, k);
-        snprintf(what, sizeof what, "narrow_avx512 in place %s bf16_insn=%d n=%zu",
-                 zrt_dtype_name(dt), k, m);
+        vk_narrow(k, (uint16_t *)f, f, dt, m);
+        snprintf(what, sizeof what, "narrow %s in place %s n=%zu", vk_name[k], zrt_dtype_name(dt),
+                 m);
         expect_same(what, f, ref, m * 2, m);
         cases += 2 * (long)m;
       }
@@ -338,15 +382,20 @@ static void test_bulk(void) {
     zrt_dtype_convert_host(wide_got, ZRT_F32, h, dt, 65536);
     snprintf(what, sizeof what, "convert_host %s->f32", zrt_dtype_name(dt));
     expect_same(what, wide_got, wide_ref, sizeof wide_ref, 65536);
-    for (size_t len = 0; avx512 && len <= 40; len++) {
-      memset(wide_got, 0xab, sizeof wide_got);
-      zrt_dtype_widen_avx512(wide_got, h + 65536 - 40, dt, len);
-      snprintf(what, sizeof what, "widen_avx512 %s n=%zu", zrt_dtype_name(dt), len);
-      expect_same(what, wide_got, wide_ref + 65536 - 40, len * 4, len);
-      ZT_CHECK(zrt_f32_to_bits(wide_got[len]) == 0xababababu);
+    for (int k = 0; k < VK_AVX512_INSN; k++) {
+      if (!vk_can(k)) continue;
+      for (size_t len = 0; len <= 40; len++) {
+        memset(wide_got, 0xab, sizeof wide_got);
+        vk_widen(k, wide_got, h + 65536 - 40, dt, len);
+        snprintf(what, sizeof what, "widen %s %s n=%zu", vk_name[k], zrt_dtype_name(dt), len);
+        expect_same(what, wide_got, wide_ref + 65536 - 40, len * 4, len);
+        ZT_CHECK(zrt_f32_to_bits(wide_got[len]) == 0xababababu);
+      }
+      vk_widen(k, wide_got, h, dt, 65536);
+      snprintf(what, sizeof what, "widen %s %s all patterns", vk_name[k], zrt_dtype_name(dt));
+      expect_same(what, wide_got, wide_ref, sizeof wide_ref, 65536);
+      cases += 65536;
     }
-    if (avx512) zrt_dtype_widen_avx512(wide_got, h, dt, 65536);
-    expect_same("widen_avx512 all patterns", wide_got, wide_ref, sizeof wide_ref, 65536);
     /* fp16 <-> bf16 through the bulk path */
     zrt_dtype convert_to = dt == ZRT_F16 ? ZRT_BF16 : ZRT_F16;
     zrt_dtype_convert_scalar(ref, convert_to, h, dt, 65536);
@@ -356,9 +405,8 @@ static void test_bulk(void) {
     expect_same(what, got, ref, 65536 * 2, 65536);
     cases += 3 * 65536;
   }
-  printf("bulk conversions: %ld elements bitwise vs scalar (%s)\n", cases,
-         avx512 ? (insn ? "AVX-512 with and without AVX512_BF16" : "AVX-512 without AVX512_BF16")
-                : "no AVX-512 on this CPU: dispatch only");
+  printf("bulk conversions: %ld elements bitwise vs scalar (dispatch: %s; kernels: %s)\n", cases,
+         zrt_isa_name(zrt_isa_best()), vk_list());
 }
 
 /* Pairwise reduction: all 2^16 patterns against a scrambled partner, plus
@@ -366,7 +414,6 @@ static void test_bulk(void) {
 static void test_half_reduce(void) {
   enum { M = 65536 + 64 };
   static uint16_t a[M], b[M], ref[M], got[M + 1];
-  int avx512 = zrt_isa_supported(ZRT_ISA_AVX512), insn = zrt_isa_has_avx512bf16();
   const zrt_dtype dts[2] = {ZRT_F16, ZRT_BF16};
   const char *opn[3] = {"sum", "max", "min"};
   long cases = 0;
@@ -393,13 +440,15 @@ static void test_half_reduce(void) {
         snprintf(what, sizeof what, "half_reduce %s %s n=%zu", opn[op], zrt_dtype_name(dt), m);
         expect_same(what, got, ref, m * 2, m);
         ZT_CHECK(got[m] == 0xabab);
-        for (int k = 0; avx512 && k < 2; k++) {
-          if (k && !insn) continue;
+        for (int k = 0; k < VK_COUNT; k++) {
+          if (!vk_can(k)) continue;
           memcpy(got, a + o, m * 2);
-          zrt_half_reduce_avx512(got, b + o, dt, m, (zrt_half_op)op, k);
-          snprintf(what, sizeof what, "half_reduce_avx512 %s %s bf16_insn=%d n=%zu", opn[op],
-                   zrt_dtype_name(dt), k, m);
+          got[m] = 0xabab;
+          vk_reduce(k, got, b + o, dt, m, (zrt_half_op)op);
+          snprintf(what, sizeof what, "half_reduce %s %s %s n=%zu", vk_name[k], opn[op],
+                   zrt_dtype_name(dt), m);
           expect_same(what, got, ref, m * 2, m);
+          ZT_CHECK(got[m] == 0xabab);
           cases += (long)m;
         }
       }
@@ -417,8 +466,8 @@ static void test_half_reduce(void) {
     zrt_half_reduce_scalar(&x, &y, dt, 1, ZRT_HALF_MIN);
     ZT_CHECK(x == nan);
   }
-  printf("half reduce: %ld pairs bitwise vs scalar (%s)\n", cases,
-         avx512 ? "AVX-512" : "no AVX-512 on this CPU: dispatch only");
+  printf("half reduce: %ld pairs bitwise vs scalar (dispatch: %s; kernels: %s)\n", cases,
+         zrt_isa_name(zrt_isa_best()), vk_list());
 }
 
 int main(void) {
