@@ -251,6 +251,87 @@ static int zrt_ckpt_own_name(const char *n) {
   return *p == '\0' || !strncmp(p, ".tmp.", 5);
 }
 
+/* Reads DIR/latest through the open root (never a link, a FIFO...) into
+ * name[len] without its newline; "" when there is no `latest`. */
+static zrt_status zrt_ckpt_latest_name(int root_fd, const char *dir, char *name, size_t len) {
+  struct stat sb;
+  name[0] = '\0';
+  if (fstatat(root_fd, "latest", &sb, AT_SYMLINK_NOFOLLOW) != 0) return ZRT_OK;
+  char *txt = NULL;
+  ZRT_CHECK(zrt_ckpt_read_fileat(root_fd, dir, "latest", &txt, NULL));
+  size_t n = strlen(txt);
+  while (n && (txt[n - 1] == '\n' || txt[n - 1] == ' ' || txt[n - 1] == '\r')) txt[--n] = '\0';
+  snprintf(name, len, "%s", txt);
+  free(txt);
+  return ZRT_OK;
+}
+
+zrt_status zrt_ckpt_remove(const char *dir, int64_t step, int *kept) {
+  if (kept) *kept = 0;
+  if (!dir || !dir[0] || step < 0)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_ckpt_remove: empty directory or negative step");
+  char step_name[64], latest[ZRT_CKPT_MSG], step_dir[4400], left[256] = "";
+  snprintf(step_name, sizeof step_name, "step_%lld", (long long)step);
+  snprintf(step_dir, sizeof step_dir, "%s/%s", dir, step_name);
+  int root_fd = -1, step_fd = -1, nleft = 0;
+  zrt_status st = ZRT_OK;
+  DIR *d = NULL;
+  ZRT_CHECK(zrt_safe_dir_open(dir, ZRT_DIR_NAMED, "checkpoint directory", &root_fd));
+  /* a `latest` that cannot be read stops the removal: it might name this step */
+  ZRT_CHECK_GOTO(zrt_ckpt_latest_name(root_fd, dir, latest, sizeof latest), st, done);
+  if (!strcmp(latest, step_name)) {
+    st = zrt_error(ZRT_ERR_INVALID_ARG,
+                   "'%s' is the checkpoint '%s/latest' names; zrt never removes it (save a "
+                   "newer step first)",
+                   step_dir, dir);
+    goto done;
+  }
+  ZRT_CHECK_GOTO(zrt_safe_dir_openat(root_fd, dir, step_name, ZRT_DIR_OWN,
+                                     "checkpoint step directory", &step_fd),
+                 st, done);
+  int cfd = fcntl(step_fd, F_DUPFD_CLOEXEC, 0);
+  d = cfd >= 0 ? fdopendir(cfd) : NULL;
+  if (!d) {
+    if (cfd >= 0) close(cfd);
+    st = zrt_error(ZRT_ERR_IO, "cannot list '%s': %s", step_dir, strerror(errno));
+    goto done;
+  }
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    struct stat lb;
+    int own = zrt_ckpt_own_name(e->d_name) &&
+              fstatat(step_fd, e->d_name, &lb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(lb.st_mode) &&
+              lb.st_uid == geteuid();
+    if (own && unlinkat(step_fd, e->d_name, 0) == 0) continue;
+    if (own && errno == ENOENT) continue;
+    if (nleft++ < 3) {
+      size_t at = strlen(left);
+      snprintf(left + at, sizeof left - at, "%s'%s'", at ? ", " : "", e->d_name);
+    }
+  }
+  if (fsync(step_fd) != 0 && errno != EINVAL)
+    st = zrt_error(ZRT_ERR_IO, "fsync of directory '%s' failed: %s", step_dir, strerror(errno));
+  if (st == ZRT_OK && nleft == 0) {
+    if (unlinkat(root_fd, step_name, AT_REMOVEDIR) != 0 && errno != ENOENT)
+      st = zrt_error(ZRT_ERR_IO, "cannot remove the emptied directory '%s': %s", step_dir,
+                     strerror(errno));
+    else if (fsync(root_fd) != 0 && errno != EINVAL)
+      st = zrt_error(ZRT_ERR_IO, "fsync of directory '%s' failed: %s", dir, strerror(errno));
+  }
+  if (st == ZRT_OK && nleft > 0)
+    zrt_log(ZRT_LOG_WARN,
+            "checkpoint %s: removed zrt's files; the directory stays, it holds %d entr%s zrt "
+            "did not write (%s%s)",
+            step_dir, nleft, nleft == 1 ? "y" : "ies", left, nleft > 3 ? ", ..." : "");
+  if (kept) *kept = nleft;
+done:
+  if (d) closedir(d);
+  if (step_fd >= 0) close(step_fd);
+  if (root_fd >= 0) close(root_fd);
+  return st;
+}
+
 /* Opens DIR (creating it and step_<N> when `create`) and DIR/step_<N>, as
  * safe_file.h requires. */
 static zrt_status zrt_ckpt_open_dirs(const char *dir, const char *step_name, int create,
@@ -289,17 +370,11 @@ static zrt_status zrt_ckpt_prepare(const char *dir, int root_fd, const char *ste
   *gen = 0;
   struct stat sb;
   if (fstatat(step_fd, "meta.json", &sb, AT_SYMLINK_NOFOLLOW) != 0) return ZRT_OK;
-  char *txt = NULL;
-  int live = 0;
   /* A `latest` that cannot be read (a link, a FIFO) stops the save: taking
    * it for "not this step" would remove the live step's meta.json. */
-  if (fstatat(root_fd, "latest", &sb, AT_SYMLINK_NOFOLLOW) == 0) {
-    ZRT_CHECK(zrt_ckpt_read_fileat(root_fd, dir, "latest", &txt, NULL));
-    size_t n = strlen(txt);
-    while (n && (txt[n - 1] == '\n' || txt[n - 1] == ' ')) txt[--n] = '\0';
-    live = !strcmp(txt, step_name);
-  }
-  free(txt);
+  char latest[ZRT_CKPT_MSG];
+  ZRT_CHECK(zrt_ckpt_latest_name(root_fd, dir, latest, sizeof latest));
+  int live = !strcmp(latest, step_name);
   if (!live) {
     /* A killed save's metadata that nothing references: drop it before the
      * rank files it describes are overwritten. */

@@ -365,6 +365,16 @@ zrt_status zrt_engine_load(zrt_engine *eng, const char *dir, char **user_json);
  * *user_json (may be NULL): malloc'd, "{}" when none was saved. Same errors
  * as zrt_engine_load for a missing or malformed checkpoint. */
 zrt_status zrt_ckpt_peek(const char *dir, int64_t *step, char **user_json);
+/* Removes the checkpoint dir/step_<step> the way zrt removes files
+ * (docs/security.md): only regular files owned by this user whose names
+ * zrt's saves give (meta.json, rank<R>.bin, rank<R>.g<G>.bin and their
+ * temporaries), relative to the directory's descriptor, never through a
+ * link; the directory itself only once empty. Anything else in it (a
+ * user's notes.txt) stays with the directory, *kept (may be NULL) counts
+ * it and a warning names it. Refuses the step dir/latest names, and stops
+ * when `latest` cannot be read (a link, a FIFO). Not collective: one
+ * process (rank 0) after zrt_engine_save returned. */
+zrt_status zrt_ckpt_remove(const char *dir, int64_t step, int *kept);
 /* The spelling of zrt 0.1 (checkpoints now use the one prefix zrt_ckpt_). */
 #define zrt_checkpoint_peek zrt_ckpt_peek
 
