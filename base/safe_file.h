@@ -23,6 +23,7 @@
 #define ZRT_SAFE_FILE_H
 
 #include <stddef.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "internal.h"
@@ -61,5 +62,22 @@ int zrt_safe_is_tmp_of(const char *name, const char *base);
  * symlink (dir is then only for messages). */
 zrt_status zrt_safe_open_read(int dfd, const char *dir, const char *name, const char *what,
                               int *fd);
+
+/* Leftovers of killed processes (a rank's /dev/shm segment or NVMe swap
+ * file, a killed save's temporary). Removable only when it is certain
+ * that nobody uses the name any more: */
+#define ZRT_STALE_AGE_S 60 /* unmodified this long: past any handshake or save */
+/* 1 when entry `name` of directory dfd, created by process `pid` of this
+ * machine (the caller parses it from the name), is such a leftover: `pid`
+ * no longer exists (kill(pid, 0) fails with ESRCH: a live process, one
+ * that reused the pid, or another user's process keeps the name), the
+ * entry is a regular file (never a link), owned by this user, and
+ * unmodified for ZRT_STALE_AGE_S seconds. *sb (may be NULL) gets its
+ * lstat. The caller removes it relative to dfd and names it in a warning. */
+int zrt_safe_is_stale(int dfd, const char *name, long pid, struct stat *sb);
+/* A short tag of this machine (a hash of its host name, 8 hex digits + NUL
+ * in tag[9]): a name whose pid must be judged on the machine that made it
+ * (a swap file on a shared disk) carries it. */
+void zrt_safe_host_tag(char tag[9]);
 
 #endif

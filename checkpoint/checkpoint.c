@@ -332,6 +332,45 @@ done:
   return st;
 }
 
+/* The pid in a temporary's name "<base>.tmp.<pid>.<hex>" (safe_file.h),
+ * 0 when the name is not of that form. */
+static long zrt_ckpt_tmp_pid(const char *name) {
+  const char *t = strstr(name, ".tmp.");
+  if (!t || t == name) return 0;
+  char *end;
+  long pid = strtol(t + 5, &end, 10);
+  if (end == t + 5 || *end != '.' || !end[1]) return 0;
+  for (const char *h = end + 1; *h; h++)
+    if (!((*h >= '0' && *h <= '9') || (*h >= 'a' && *h <= 'f'))) return 0;
+  return pid;
+}
+
+/* Temporaries a killed save left in dfd (`latest.tmp.*` in the root, the
+ * step files' in a step directory) whose writer is dead: removed, named
+ * (safe_file.h zrt_safe_is_stale). `own` tells zrt's names. */
+static void zrt_ckpt_sweep(int dfd, const char *dir, int (*own)(const char *)) {
+  int cfd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
+  DIR *d = cfd >= 0 ? fdopendir(cfd) : NULL;
+  if (!d) {
+    if (cfd >= 0) close(cfd);
+    return;
+  }
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    long pid = zrt_ckpt_tmp_pid(e->d_name);
+    struct stat sb;
+    if (pid <= 0 || !own(e->d_name) || !zrt_safe_is_stale(dfd, e->d_name, pid, &sb)) continue;
+    if (unlinkat(dfd, e->d_name, 0) == 0)
+      zrt_log(ZRT_LOG_WARN,
+              "checkpoint: removed %s/%s (%lld bytes): a temporary of a save by process %ld, "
+              "which was killed before it finished",
+              dir, e->d_name, (long long)sb.st_size, pid);
+  }
+  closedir(d);
+}
+
+static int zrt_ckpt_root_own_name(const char *n) { return zrt_safe_is_tmp_of(n, "latest"); }
+
 /* Opens DIR (creating it and step_<N> when `create`) and DIR/step_<N>, as
  * safe_file.h requires. */
 static zrt_status zrt_ckpt_open_dirs(const char *dir, const char *step_name, int create,
@@ -595,6 +634,7 @@ zrt_status zrt_engine_save(zrt_engine *eng, const char *dir, const char *user_js
   int gen = 0, root_fd = -1, step_fd = -1;
   if (st == ZRT_OK && eng->rank == 0) {
     st = zrt_ckpt_open_dirs(dir, step_name, 1, &root_fd, &step_fd);
+    if (st == ZRT_OK) zrt_ckpt_sweep(root_fd, dir, zrt_ckpt_root_own_name);
     if (st == ZRT_OK) st = zrt_ckpt_prepare(dir, root_fd, step_name, step_dir, step_fd, &gen);
   }
   float g = (float)gen;
