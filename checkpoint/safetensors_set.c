@@ -152,6 +152,8 @@ void zrt_st_set_close(zrt_st_set *s) {
 }
 
 const char *zrt_st_set_path(const zrt_st_set *s) { return s->path; }
+int zrt_st_set_nfiles(const zrt_st_set *s) { return s->n; }
+const zrt_st_file *zrt_st_set_file(const zrt_st_set *s, int i) { return s->f[i]; }
 
 const zrt_st_tensor *zrt_st_set_find(const zrt_st_set *s, const char *name,
                                      const zrt_st_file **file) {

@@ -213,11 +213,19 @@ zrt_status zrt_engine_build(zrt_engine *eng);
  * sharded checkpoint's model.safetensors.index.json, or a Hugging Face
  * directory holding model.safetensors or that index. Tensor names are the
  * parameter names, or those with the "transformer." prefix of HF's task
- * heads; F32, F16 or BF16; extra tensors are ignored. Every tensor must be
+ * heads; F32, F16 or BF16. A tensor no parameter uses is an error naming
+ * it (a few, then "and N more"): a config with fewer layers than the
+ * weights never loads silently. Every tensor must be
  * finite: a NaN or Inf is an error naming the tensor and nothing is
  * loaded (every rank checks whole tensors, so all ranks agree); then each
  * rank reads only its shard. Collective (the working weights are refreshed). */
 zrt_status zrt_engine_load_safetensors(zrt_engine *eng, const char *path);
+/* The same, allowing the unused tensors whose names match a pattern of
+ * unused_ok (fnmatch(3) patterns, NULL-terminated; matched against the name
+ * and the name without "transformer."), e.g. a model's non-parameter
+ * buffers ("h.*.attn.bias") or a tied head checked separately. */
+zrt_status zrt_engine_load_safetensors_ex(zrt_engine *eng, const char *path,
+                                          const char *const *unused_ok);
 /* Compares tensors a and b of the weights at path (same forms as
  * zrt_engine_load_safetensors, same name resolution) after conversion to
  * fp32: *result 1 when equal element for element, 0 when they differ (or
