@@ -717,6 +717,27 @@ static zrt_status zrt_ckpt_check_model(const zrt_engine *eng, const zrt_ckpt_met
   return ZRT_OK;
 }
 
+/* Adam and AdamW keep the same two moments with the same meaning; any other
+ * change of optimizer would read one optimizer's state as another's (an
+ * AdamW exp_avg as SGD's momentum), or drop it silently, so it is refused
+ * as DeepSpeed's load of a mismatched optimizer state dict fails. A
+ * checkpoint without the field (none is written without it) is not judged. */
+static zrt_status zrt_ckpt_check_optimizer(const zrt_engine *eng, const zrt_ckpt_meta *m) {
+  const cJSON *o = cJSON_GetObjectItemCaseSensitive(m->root, "optimizer");
+  if (!cJSON_IsString(o)) return ZRT_OK;
+  const char *saved = o->valuestring, *mine = zrt_ckpt_optim_name(eng->cfg->optimizer_type);
+  int adam_a = !strcmp(saved, "adam") || !strcmp(saved, "adamw");
+  int adam_b = !strcmp(mine, "adam") || !strcmp(mine, "adamw");
+  if (!strcmp(saved, mine) || (adam_a && adam_b)) return ZRT_OK;
+  return zrt_error(ZRT_ERR_INVALID_ARG,
+                   "checkpoint '%s' was saved with optimizer '%s' but this engine's optimizer is "
+                   "'%s': the optimizer state does not carry over between them. Resume with "
+                   "optimizer.type '%s', or start the new optimizer from the weights alone: "
+                   "'zrt consolidate %s OUT' writes them and zrt_engine_load_safetensors (the "
+                   "GPT example's --init OUT) loads them",
+                   m->step_dir, saved, mine, saved, m->step_dir);
+}
+
 typedef struct zrt_ckpt_staged {
   float *buf[3]; /* master, exp_avg, exp_avg_sq per module (NULL when absent) */
 } zrt_ckpt_staged;
@@ -749,6 +770,7 @@ zrt_status zrt_engine_load(zrt_engine *eng, const char *dir, char **user_json) {
   st = zrt_ckpt_meta_load(dir, &meta);
   have_meta = st == ZRT_OK;
   if (st == ZRT_OK) st = zrt_ckpt_check_model(eng, &meta);
+  if (st == ZRT_OK) st = zrt_ckpt_check_optimizer(eng, &meta);
   for (int k = ZRT_CKPT_EXP_AVG; st == ZRT_OK && k <= ZRT_CKPT_EXP_AVG_SQ; k++) {
     if (zrt_ckpt_engine_has(eng, k) && !meta.has_kind[k]) {
       const cJSON *o = cJSON_GetObjectItemCaseSensitive(meta.root, "optimizer");
