@@ -460,7 +460,7 @@ static cJSON *zrt_ckpt_config_json(zrt_engine *eng) {
 
 static zrt_status zrt_ckpt_write_meta(zrt_engine *eng, const char *dir, int root_fd,
                                       const char *step_dir, int step_fd, const char *step_name,
-                                      int gen, cJSON *user) {
+                                      int gen, cJSON *user, int *meta_done) {
   zrt_status st = ZRT_OK;
   char path[4600];
   char *text = NULL;
@@ -572,6 +572,7 @@ static zrt_status zrt_ckpt_write_meta(zrt_engine *eng, const char *dir, int root
   ZRT_CHECK_GOTO(zrt_ckpt_meta_seal(&text), st, done);
   ZRT_CHECK_GOTO(zrt_ckpt_write_fileat(step_fd, step_dir, "meta.json", text, strlen(text)), st,
                  done);
+  *meta_done = 1; /* from here the rank files are referenced */
   char latest_txt[300];
   snprintf(latest_txt, sizeof latest_txt, "%s\n", step_name);
   ZRT_CHECK_GOTO(zrt_ckpt_write_fileat(root_fd, dir, "latest", latest_txt, strlen(latest_txt)), st,
@@ -659,9 +660,23 @@ zrt_status zrt_engine_save(zrt_engine *eng, const char *dir, const char *user_js
     goto done;
   }
 
+  int meta_done = 0;
   if (eng->rank == 0)
-    st = zrt_ckpt_write_meta(eng, dir, root_fd, step_dir, step_fd, step_name, gen, user);
-  ZRT_CHECK_GOTO(zrt_ckpt_agree(eng, st, NULL, 0), st, done);
+    st =
+        zrt_ckpt_write_meta(eng, dir, root_fd, step_dir, step_fd, step_name, gen, user, &meta_done);
+  float md = (float)meta_done;
+  st = zrt_ckpt_agree(eng, st, &md, 1);
+  if (st != ZRT_OK) {
+    /* meta.json was not written (a full disk): no metadata references this
+     * generation's rank files, so every rank removes its own. Once it is
+     * written they are a checkpoint (of the step `latest` may name) and
+     * stay. */
+    if (md == 0.0f && step_fd >= 0) {
+      unlinkat(step_fd, name, 0);
+      fsync(step_fd);
+    }
+    goto done;
+  }
   zrt_log0(ZRT_LOG_INFO, "checkpoint saved: %s", step_dir);
 done:
   if (root_fd >= 0) close(root_fd);
