@@ -205,8 +205,9 @@ int main(int argc, char **argv) {
   ZT_CHECK(tree_crc(victim) == vdir0);
 
   /* 6. every rank file written, then meta.json fails (a full disk on rank
-   * 0, emulated with RLIMIT_FSIZE at the size of its rank file: meta.json
-   * is larger): the rank files go too, latest still names step_4 */
+   * 0, emulated with RLIMIT_FSIZE 64 bytes short of step_4's meta.json,
+   * far above a rank file): the rank files go too, latest still names
+   * step_4 */
   ZT_OK(ckm_train(&a, 6, 8, l));
   zrt_engine_barrier(a.eng);
   struct rlimit lim0;
