@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -371,6 +372,85 @@ static void zrt_ckpt_sweep(int dfd, const char *dir, int (*own)(const char *)) {
 
 static int zrt_ckpt_root_own_name(const char *n) { return zrt_safe_is_tmp_of(n, "latest"); }
 
+#define ZRT_CKPT_LOCK "zrt.lock"
+
+/* Rank 0: takes (or already holds) the flock on DIR/zrt.lock, so a second
+ * job saving into the same directory stops before it removes the first's
+ * temporaries, naming the process that holds it; then sweeps the killed
+ * saves' temporaries (nobody else saves there now). Another engine of the
+ * same process shares the lock. */
+static zrt_status zrt_ckpt_lock(zrt_engine *eng, const char *dir, int root_fd) {
+  struct stat rs, ls;
+  if (fstat(root_fd, &rs) != 0)
+    return zrt_error(ZRT_ERR_IO, "cannot stat checkpoint directory '%s': %s", dir, strerror(errno));
+  if (eng->ckpt_lock_fd >= 0 && eng->ckpt_lock_dev == (unsigned long long)rs.st_dev &&
+      eng->ckpt_lock_ino == (unsigned long long)rs.st_ino)
+    return ZRT_OK;
+  int fd =
+      openat(root_fd, ZRT_CKPT_LOCK, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return zrt_error(ZRT_ERR_IO, "cannot open the lock '%s/%s': %s", dir, ZRT_CKPT_LOCK,
+                     errno == ELOOP ? "it is a symbolic link (zrt makes a regular file there; "
+                                      "remove the link)"
+                                    : strerror(errno));
+  if (fstat(fd, &ls) != 0 || !S_ISREG(ls.st_mode) || ls.st_uid != geteuid()) {
+    close(fd);
+    return zrt_error(ZRT_ERR_IO,
+                     "the lock '%s/%s' is not a regular file of this user; remove it (zrt makes "
+                     "it itself)",
+                     dir, ZRT_CKPT_LOCK);
+  }
+  char host[256] = "?";
+  if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "?");
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    char txt[320] = "", who[300] = "";
+    ssize_t n = pread(fd, txt, sizeof txt - 1, 0);
+    close(fd);
+    txt[n > 0 ? n : 0] = '\0';
+    long pid = 0;
+    if (sscanf(txt, "pid %ld host %255s", &pid, who) == 2 && pid == (long)getpid() &&
+        !strcmp(who, host))
+      return ZRT_OK; /* an engine of this process holds it */
+    if (e != EWOULDBLOCK)
+      return zrt_error(ZRT_ERR_IO, "cannot lock '%s/%s': %s", dir, ZRT_CKPT_LOCK, strerror(e));
+    if (pid <= 0) snprintf(who, sizeof who, "?");
+    return zrt_error(ZRT_ERR_IO,
+                     "checkpoint directory '%s' is in use by another job: process %ld on host %s "
+                     "holds its lock %s/%s. Two jobs saving into one directory would remove each "
+                     "other's files; save into another directory, or end that job first",
+                     dir, pid, who, dir, ZRT_CKPT_LOCK);
+  }
+  char txt[320];
+  int n = snprintf(txt, sizeof txt, "pid %ld host %s\n", (long)getpid(), host);
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, txt, (size_t)n, 0) != n) {
+    zrt_status st = zrt_error(ZRT_ERR_IO, "cannot write the lock '%s/%s': %s", dir, ZRT_CKPT_LOCK,
+                              strerror(errno));
+    close(fd);
+    return st;
+  }
+  if (eng->ckpt_lock_fd >= 0) close(eng->ckpt_lock_fd);
+  eng->ckpt_lock_fd = fd;
+  eng->ckpt_lock_dev = (unsigned long long)rs.st_dev;
+  eng->ckpt_lock_ino = (unsigned long long)rs.st_ino;
+  zrt_ckpt_sweep(root_fd, dir, zrt_ckpt_root_own_name);
+  return ZRT_OK;
+}
+
+zrt_status zrt_engine_save_claim(zrt_engine *eng, const char *dir) {
+  if (!eng || !dir || !dir[0])
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_save_claim: NULL engine or empty directory");
+  zrt_status st = ZRT_OK;
+  int root_fd = -1;
+  if (eng->rank == 0) {
+    st = zrt_ckpt_mkdirs(dir);
+    if (st == ZRT_OK) st = zrt_safe_dir_open(dir, ZRT_DIR_NAMED, "checkpoint directory", &root_fd);
+    if (st == ZRT_OK) st = zrt_ckpt_lock(eng, dir, root_fd);
+    if (root_fd >= 0) close(root_fd);
+  }
+  return zrt_ckpt_agree(eng, st, NULL, 0);
+}
+
 /* Opens DIR (creating it and step_<N> when `create`) and DIR/step_<N>, as
  * safe_file.h requires. */
 static zrt_status zrt_ckpt_open_dirs(const char *dir, const char *step_name, int create,
@@ -635,7 +715,7 @@ zrt_status zrt_engine_save(zrt_engine *eng, const char *dir, const char *user_js
   int gen = 0, root_fd = -1, step_fd = -1;
   if (st == ZRT_OK && eng->rank == 0) {
     st = zrt_ckpt_open_dirs(dir, step_name, 1, &root_fd, &step_fd);
-    if (st == ZRT_OK) zrt_ckpt_sweep(root_fd, dir, zrt_ckpt_root_own_name);
+    if (st == ZRT_OK) st = zrt_ckpt_lock(eng, dir, root_fd);
     if (st == ZRT_OK) st = zrt_ckpt_prepare(dir, root_fd, step_name, step_dir, step_fd, &gen);
   }
   float g = (float)gen;

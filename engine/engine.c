@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dtype.h"
 #include "engine_internal.h"
@@ -70,6 +71,7 @@ zrt_status zrt_engine_create(const zrt_config *cfg, zrt_engine **out) {
   *out = NULL;
   zrt_engine *eng = calloc(1, sizeof *eng);
   if (!eng) return zrt_error(ZRT_ERR_OOM, "zrt_engine_create: out of host memory");
+  eng->ckpt_lock_fd = -1;
   ZRT_CHECK_GOTO(zrt_config_copy(cfg, &eng->config), st, fail);
   const zrt_cfg *c = zrt_config_values(eng->config);
   int local_rank = zrt_env_int("OMPI_COMM_WORLD_LOCAL_RANK", zrt_env_int("LOCAL_RANK", 0));
@@ -166,6 +168,7 @@ void zrt_engine_destroy(zrt_engine *eng) {
   free(eng->coord_names);
   free(eng->inject_steps);
   if (eng->metrics) fclose(eng->metrics);
+  if (eng->ckpt_lock_fd >= 0) close(eng->ckpt_lock_fd); /* releases the flock */
   zrt_monitor_destroy(eng->monitor);
   zrt_engine_offload_teardown(eng);
   zrt_comm_destroy(eng->comm);

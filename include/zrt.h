@@ -361,6 +361,14 @@ zrt_status zrt_engine_barrier(zrt_engine *eng);
  * the caller, e.g. data position) and then dir/latest. Atomic: temporary
  * files, fsync, rename, pointer last. Collective. */
 zrt_status zrt_engine_save(zrt_engine *eng, const char *dir, const char *user_json);
+/* Claims dir for this engine's saves: creates it and checks it as
+ * zrt_engine_save does, and takes its lock (rank 0: flock on dir/zrt.lock,
+ * held until zrt_engine_destroy), so a second job saving into the same
+ * directory fails, naming the process and host that hold it, instead of
+ * removing the first's temporaries; then removes the temporaries of killed
+ * saves there. zrt_engine_save claims its directory itself on its first
+ * call; call this at start to fail before training. Collective. */
+zrt_status zrt_engine_save_claim(zrt_engine *eng, const char *dir);
 /* Loads dir/latest (or dir itself when it is a step directory) into a built
  * engine, resharding when the world size or stage differ. On any error the
  * engine is unchanged. *user_json (may be NULL) receives a malloc'd copy of

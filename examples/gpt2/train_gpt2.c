@@ -1115,6 +1115,8 @@ int main(int argc, char **argv) {
       printf("resumed from %s at step %lld (data row %lld)\n", a.resume, (long long)start_step,
              (long long)start_row);
   }
+  /* before step 1: another job saving into the same DIR stops here, named */
+  if (a.save) CHECK(zrt_engine_save_claim(tr.eng, a.save));
   keep.resumed = a.resume && a.save ? keep_resumed_from(a.save, a.resume, start_step) : -1;
   if (rank0) {
     double step_gflop = gpt2_flops_per_token(&tr.cfg) * (double)T * (double)tr.info.micro_batch *
