@@ -44,5 +44,8 @@ zrt_status zrt_pool_reserve(zrt_pool *pool, size_t bytes, zrt_mem_category cat);
 void zrt_pool_stats(const zrt_pool *pool, zrt_mem_stats *out);
 void zrt_pool_reset_peak(zrt_pool *pool);
 size_t zrt_pool_capacity(const zrt_pool *pool);
+/* How many allocations this pool refused (its capacity, or its allocator):
+ * a caller tells its own OOM from another resource's by the change. */
+size_t zrt_pool_oom_count(const zrt_pool *pool);
 
 #endif

@@ -427,8 +427,12 @@ static zrt_status zrt_engine_choose_stage(zrt_engine *eng) {
   return ZRT_OK;
 }
 
-static zrt_status zrt_engine_oom_hint(zrt_engine *eng, zrt_status st) {
-  if (st != ZRT_ERR_OOM) return st;
+/* The model-states hint, when the device ran out (its pool refused an
+ * allocation since build began: device_ooms is the count then). Another
+ * resource's OOM (a full /dev/shm under the comm's buffers, host memory)
+ * keeps its own message, the real cause, unprefixed. */
+static zrt_status zrt_engine_oom_hint(zrt_engine *eng, zrt_status st, size_t device_ooms) {
+  if (st != ZRT_ERR_OOM || zrt_pool_oom_count(eng->backend->pool) == device_ooms) return st;
   zrt_memest_layout lay;
   zrt_engine_layout_totals(eng, &lay);
   zrt_memest_result here, s3;
@@ -584,6 +588,7 @@ zrt_status zrt_engine_build(zrt_engine *eng) {
     return zrt_error(ZRT_ERR_INVALID_ARG,
                      "zrt_engine_build: no parameters registered (zrt_module_add + zrt_param_add "
                      "first)");
+  size_t device_ooms = zrt_pool_oom_count(eng->backend->pool);
   zrt_engine_layout(eng);
   ZRT_CHECK(zrt_engine_choose_stage(eng));
   /* the stage is final: ZeRO's DynamicLossScaler (stages 1-3) raises at the
@@ -646,7 +651,7 @@ zrt_status zrt_engine_build(zrt_engine *eng) {
 done:
   free(tmp);
   if (st != ZRT_OK) {
-    st = zrt_engine_oom_hint(eng, st);
+    st = zrt_engine_oom_hint(eng, st, device_ooms);
     zrt_engine_free_buffers(eng);
   }
   return st;
