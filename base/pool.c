@@ -32,6 +32,7 @@ struct zrt_pool {
   pthread_mutex_t mu;
   size_t cur[ZRT_MEM_NCAT], peak[ZRT_MEM_NCAT];
   size_t cur_total, peak_total;
+  size_t ooms; /* refused allocations (zrt_pool_oom_count) */
   zrt_pool_entry *tab;
   size_t tab_cap, tab_used; /* used counts live + tombstones */
 };
@@ -101,6 +102,10 @@ void zrt_pool_destroy(zrt_pool *pool) {
   free(pool);
 }
 
+size_t zrt_pool_oom_count(const zrt_pool *pool) {
+  return pool ? __atomic_load_n(&pool->ooms, __ATOMIC_RELAXED) : 0;
+}
+
 void zrt_pool_set_hint(zrt_pool *pool, const char *hint) {
   if (pool) snprintf(pool->hint, sizeof pool->hint, "%s", hint ? hint : "");
 }
@@ -108,6 +113,7 @@ void zrt_pool_set_hint(zrt_pool *pool, const char *hint) {
 static zrt_status zrt_pool_oom(zrt_pool *pool, size_t bytes, zrt_mem_category cat,
                                const char *why) {
   char msg[2048], a[32], b[32];
+  __atomic_fetch_add(&pool->ooms, 1, __ATOMIC_RELAXED);
   int off =
       snprintf(msg, sizeof msg, "%s memory exhausted: cannot allocate %s for %s (%s); in use %s",
                pool->name, zrt_format_size(bytes, a, sizeof a), zrt_mem_category_name(cat), why,

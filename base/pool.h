@@ -49,5 +49,8 @@ size_t zrt_pool_capacity(const zrt_pool *pool);
  * changed meanwhile may give a wrong answer, never a crash). */
 int zrt_pool_find(const zrt_pool *pool, const void *ptr, void **base, size_t *bytes,
                   zrt_mem_category *cat);
+/* How many allocations this pool refused (its capacity, or its allocator):
+ * a caller tells its own OOM from another resource's by the change. */
+size_t zrt_pool_oom_count(const zrt_pool *pool);
 
 #endif

@@ -9,10 +9,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static void zrt_safe_join(char *buf, size_t len, const char *dir, const char *name) {
@@ -149,6 +152,24 @@ zrt_status zrt_safe_create_tmp(int dfd, const char *dir, const char *base, int f
 int zrt_safe_is_tmp_of(const char *name, const char *base) {
   size_t n = strlen(base);
   return !strncmp(name, base, n) && !strncmp(name + n, ".tmp.", 5);
+}
+
+int zrt_safe_is_stale(int dfd, const char *name, long pid, struct stat *sb) {
+  struct stat st;
+  if (pid <= 0 || pid > INT_MAX || kill((pid_t)pid, 0) == 0 || errno != ESRCH) return 0;
+  if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+      st.st_uid != geteuid() || time(NULL) - st.st_mtime < ZRT_STALE_AGE_S)
+    return 0;
+  if (sb) *sb = st;
+  return 1;
+}
+
+void zrt_safe_host_tag(char tag[9]) {
+  char host[256] = "";
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (const char *p = host; *p; p++) h = (h ^ (unsigned char)*p) * 16777619u;
+  snprintf(tag, 9, "%08x", h);
 }
 
 zrt_status zrt_safe_open_read(int dfd, const char *dir, const char *name, const char *what,

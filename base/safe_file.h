@@ -24,6 +24,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "internal.h"
@@ -66,5 +67,21 @@ zrt_status zrt_safe_open_read(int dfd, const char *dir, const char *name, const 
 /* The same for a path named as given (dfd AT_FDCWD: a symlink the user
  * named is followed), as a stdio stream: NULL with zrt_error set. */
 FILE *zrt_safe_fopen_read(const char *path, const char *what);
+/* Leftovers of killed processes (a rank's /dev/shm segment or NVMe swap
+ * file, a killed save's temporary). Removable only when it is certain
+ * that nobody uses the name any more: */
+#define ZRT_STALE_AGE_S 60 /* unmodified this long: past any handshake or save */
+/* 1 when entry `name` of directory dfd, created by process `pid` of this
+ * machine (the caller parses it from the name), is such a leftover: `pid`
+ * no longer exists (kill(pid, 0) fails with ESRCH: a live process, one
+ * that reused the pid, or another user's process keeps the name), the
+ * entry is a regular file (never a link), owned by this user, and
+ * unmodified for ZRT_STALE_AGE_S seconds. *sb (may be NULL) gets its
+ * lstat. The caller removes it relative to dfd and names it in a warning. */
+int zrt_safe_is_stale(int dfd, const char *name, long pid, struct stat *sb);
+/* A short tag of this machine (a hash of its host name, 8 hex digits + NUL
+ * in tag[9]): a name whose pid must be judged on the machine that made it
+ * (a swap file on a shared disk) carries it. */
+void zrt_safe_host_tag(char tag[9]);
 
 #endif

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -251,6 +252,205 @@ static int zrt_ckpt_own_name(const char *n) {
   return *p == '\0' || !strncmp(p, ".tmp.", 5);
 }
 
+/* Reads DIR/latest through the open root (never a link, a FIFO...) into
+ * name[len] without its newline; "" when there is no `latest`. */
+static zrt_status zrt_ckpt_latest_name(int root_fd, const char *dir, char *name, size_t len) {
+  struct stat sb;
+  name[0] = '\0';
+  if (fstatat(root_fd, "latest", &sb, AT_SYMLINK_NOFOLLOW) != 0) return ZRT_OK;
+  char *txt = NULL;
+  ZRT_CHECK(zrt_ckpt_read_fileat(root_fd, dir, "latest", &txt, NULL));
+  size_t n = strlen(txt);
+  while (n && (txt[n - 1] == '\n' || txt[n - 1] == ' ' || txt[n - 1] == '\r')) txt[--n] = '\0';
+  snprintf(name, len, "%s", txt);
+  free(txt);
+  return ZRT_OK;
+}
+
+zrt_status zrt_ckpt_remove(const char *dir, int64_t step, int *kept) {
+  if (kept) *kept = 0;
+  if (!dir || !dir[0] || step < 0)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_ckpt_remove: empty directory or negative step");
+  char step_name[64], latest[ZRT_CKPT_MSG], step_dir[4400], left[256] = "";
+  snprintf(step_name, sizeof step_name, "step_%lld", (long long)step);
+  snprintf(step_dir, sizeof step_dir, "%s/%s", dir, step_name);
+  int root_fd = -1, step_fd = -1, nleft = 0;
+  zrt_status st = ZRT_OK;
+  DIR *d = NULL;
+  ZRT_CHECK(zrt_safe_dir_open(dir, ZRT_DIR_NAMED, "checkpoint directory", &root_fd));
+  /* a `latest` that cannot be read stops the removal: it might name this step */
+  ZRT_CHECK_GOTO(zrt_ckpt_latest_name(root_fd, dir, latest, sizeof latest), st, done);
+  if (!strcmp(latest, step_name)) {
+    st = zrt_error(ZRT_ERR_INVALID_ARG,
+                   "'%s' is the checkpoint '%s/latest' names; zrt never removes it (save a "
+                   "newer step first)",
+                   step_dir, dir);
+    goto done;
+  }
+  ZRT_CHECK_GOTO(zrt_safe_dir_openat(root_fd, dir, step_name, ZRT_DIR_OWN,
+                                     "checkpoint step directory", &step_fd),
+                 st, done);
+  int cfd = fcntl(step_fd, F_DUPFD_CLOEXEC, 0);
+  d = cfd >= 0 ? fdopendir(cfd) : NULL;
+  if (!d) {
+    if (cfd >= 0) close(cfd);
+    st = zrt_error(ZRT_ERR_IO, "cannot list '%s': %s", step_dir, strerror(errno));
+    goto done;
+  }
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    struct stat lb;
+    int own = zrt_ckpt_own_name(e->d_name) &&
+              fstatat(step_fd, e->d_name, &lb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(lb.st_mode) &&
+              lb.st_uid == geteuid();
+    if (own && unlinkat(step_fd, e->d_name, 0) == 0) continue;
+    if (own && errno == ENOENT) continue;
+    if (nleft++ < 3) {
+      size_t at = strlen(left);
+      snprintf(left + at, sizeof left - at, "%s'%s'", at ? ", " : "", e->d_name);
+    }
+  }
+  if (fsync(step_fd) != 0 && errno != EINVAL)
+    st = zrt_error(ZRT_ERR_IO, "fsync of directory '%s' failed: %s", step_dir, strerror(errno));
+  if (st == ZRT_OK && nleft == 0) {
+    if (unlinkat(root_fd, step_name, AT_REMOVEDIR) != 0 && errno != ENOENT)
+      st = zrt_error(ZRT_ERR_IO, "cannot remove the emptied directory '%s': %s", step_dir,
+                     strerror(errno));
+    else if (fsync(root_fd) != 0 && errno != EINVAL)
+      st = zrt_error(ZRT_ERR_IO, "fsync of directory '%s' failed: %s", dir, strerror(errno));
+  }
+  if (st == ZRT_OK && nleft > 0)
+    zrt_log(ZRT_LOG_WARN,
+            "checkpoint %s: removed zrt's files; the directory stays, it holds %d entr%s zrt "
+            "did not write (%s%s)",
+            step_dir, nleft, nleft == 1 ? "y" : "ies", left, nleft > 3 ? ", ..." : "");
+  if (kept) *kept = nleft;
+done:
+  if (d) closedir(d);
+  if (step_fd >= 0) close(step_fd);
+  if (root_fd >= 0) close(root_fd);
+  return st;
+}
+
+/* The pid in a temporary's name "<base>.tmp.<pid>.<hex>" (safe_file.h),
+ * 0 when the name is not of that form. */
+static long zrt_ckpt_tmp_pid(const char *name) {
+  const char *t = strstr(name, ".tmp.");
+  if (!t || t == name) return 0;
+  char *end;
+  long pid = strtol(t + 5, &end, 10);
+  if (end == t + 5 || *end != '.' || !end[1]) return 0;
+  for (const char *h = end + 1; *h; h++)
+    if (!((*h >= '0' && *h <= '9') || (*h >= 'a' && *h <= 'f'))) return 0;
+  return pid;
+}
+
+/* Temporaries a killed save left in dfd (`latest.tmp.*` in the root, the
+ * step files' in a step directory) whose writer is dead: removed, named
+ * (safe_file.h zrt_safe_is_stale). `own` tells zrt's names. */
+static void zrt_ckpt_sweep(int dfd, const char *dir, int (*own)(const char *)) {
+  int cfd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
+  DIR *d = cfd >= 0 ? fdopendir(cfd) : NULL;
+  if (!d) {
+    if (cfd >= 0) close(cfd);
+    return;
+  }
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    long pid = zrt_ckpt_tmp_pid(e->d_name);
+    struct stat sb;
+    if (pid <= 0 || !own(e->d_name) || !zrt_safe_is_stale(dfd, e->d_name, pid, &sb)) continue;
+    if (unlinkat(dfd, e->d_name, 0) == 0)
+      zrt_log(ZRT_LOG_WARN,
+              "checkpoint: removed %s/%s (%lld bytes): a temporary of a save by process %ld, "
+              "which was killed before it finished",
+              dir, e->d_name, (long long)sb.st_size, pid);
+  }
+  closedir(d);
+}
+
+static int zrt_ckpt_root_own_name(const char *n) { return zrt_safe_is_tmp_of(n, "latest"); }
+
+#define ZRT_CKPT_LOCK "zrt.lock"
+
+/* Rank 0: takes (or already holds) the flock on DIR/zrt.lock, so a second
+ * job saving into the same directory stops before it removes the first's
+ * temporaries, naming the process that holds it; then sweeps the killed
+ * saves' temporaries (nobody else saves there now). Another engine of the
+ * same process shares the lock. */
+static zrt_status zrt_ckpt_lock(zrt_engine *eng, const char *dir, int root_fd) {
+  struct stat rs, ls;
+  if (fstat(root_fd, &rs) != 0)
+    return zrt_error(ZRT_ERR_IO, "cannot stat checkpoint directory '%s': %s", dir, strerror(errno));
+  if (eng->ckpt_lock_fd >= 0 && eng->ckpt_lock_dev == (unsigned long long)rs.st_dev &&
+      eng->ckpt_lock_ino == (unsigned long long)rs.st_ino)
+    return ZRT_OK;
+  int fd =
+      openat(root_fd, ZRT_CKPT_LOCK, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return zrt_error(ZRT_ERR_IO, "cannot open the lock '%s/%s': %s", dir, ZRT_CKPT_LOCK,
+                     errno == ELOOP ? "it is a symbolic link (zrt makes a regular file there; "
+                                      "remove the link)"
+                                    : strerror(errno));
+  if (fstat(fd, &ls) != 0 || !S_ISREG(ls.st_mode) || ls.st_uid != geteuid()) {
+    close(fd);
+    return zrt_error(ZRT_ERR_IO,
+                     "the lock '%s/%s' is not a regular file of this user; remove it (zrt makes "
+                     "it itself)",
+                     dir, ZRT_CKPT_LOCK);
+  }
+  char host[256] = "?";
+  if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "?");
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    char txt[320] = "", who[300] = "";
+    ssize_t n = pread(fd, txt, sizeof txt - 1, 0);
+    close(fd);
+    txt[n > 0 ? n : 0] = '\0';
+    long pid = 0;
+    if (sscanf(txt, "pid %ld host %255s", &pid, who) == 2 && pid == (long)getpid() &&
+        !strcmp(who, host))
+      return ZRT_OK; /* an engine of this process holds it */
+    if (e != EWOULDBLOCK)
+      return zrt_error(ZRT_ERR_IO, "cannot lock '%s/%s': %s", dir, ZRT_CKPT_LOCK, strerror(e));
+    if (pid <= 0) snprintf(who, sizeof who, "?");
+    return zrt_error(ZRT_ERR_IO,
+                     "checkpoint directory '%s' is in use by another job: process %ld on host %s "
+                     "holds its lock %s/%s. Two jobs saving into one directory would remove each "
+                     "other's files; save into another directory, or end that job first",
+                     dir, pid, who, dir, ZRT_CKPT_LOCK);
+  }
+  char txt[320];
+  int n = snprintf(txt, sizeof txt, "pid %ld host %s\n", (long)getpid(), host);
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, txt, (size_t)n, 0) != n) {
+    zrt_status st = zrt_error(ZRT_ERR_IO, "cannot write the lock '%s/%s': %s", dir, ZRT_CKPT_LOCK,
+                              strerror(errno));
+    close(fd);
+    return st;
+  }
+  if (eng->ckpt_lock_fd >= 0) close(eng->ckpt_lock_fd);
+  eng->ckpt_lock_fd = fd;
+  eng->ckpt_lock_dev = (unsigned long long)rs.st_dev;
+  eng->ckpt_lock_ino = (unsigned long long)rs.st_ino;
+  zrt_ckpt_sweep(root_fd, dir, zrt_ckpt_root_own_name);
+  return ZRT_OK;
+}
+
+zrt_status zrt_engine_save_claim(zrt_engine *eng, const char *dir) {
+  if (!eng || !dir || !dir[0])
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_save_claim: NULL engine or empty directory");
+  zrt_status st = ZRT_OK;
+  int root_fd = -1;
+  if (eng->rank == 0) {
+    st = zrt_ckpt_mkdirs(dir);
+    if (st == ZRT_OK) st = zrt_safe_dir_open(dir, ZRT_DIR_NAMED, "checkpoint directory", &root_fd);
+    if (st == ZRT_OK) st = zrt_ckpt_lock(eng, dir, root_fd);
+    if (root_fd >= 0) close(root_fd);
+  }
+  return zrt_ckpt_agree(eng, st, NULL, 0);
+}
+
 /* Opens DIR (creating it and step_<N> when `create`) and DIR/step_<N>, as
  * safe_file.h requires. */
 static zrt_status zrt_ckpt_open_dirs(const char *dir, const char *step_name, int create,
@@ -289,17 +489,11 @@ static zrt_status zrt_ckpt_prepare(const char *dir, int root_fd, const char *ste
   *gen = 0;
   struct stat sb;
   if (fstatat(step_fd, "meta.json", &sb, AT_SYMLINK_NOFOLLOW) != 0) return ZRT_OK;
-  char *txt = NULL;
-  int live = 0;
   /* A `latest` that cannot be read (a link, a FIFO) stops the save: taking
    * it for "not this step" would remove the live step's meta.json. */
-  if (fstatat(root_fd, "latest", &sb, AT_SYMLINK_NOFOLLOW) == 0) {
-    ZRT_CHECK(zrt_ckpt_read_fileat(root_fd, dir, "latest", &txt, NULL));
-    size_t n = strlen(txt);
-    while (n && (txt[n - 1] == '\n' || txt[n - 1] == ' ')) txt[--n] = '\0';
-    live = !strcmp(txt, step_name);
-  }
-  free(txt);
+  char latest[ZRT_CKPT_MSG];
+  ZRT_CHECK(zrt_ckpt_latest_name(root_fd, dir, latest, sizeof latest));
+  int live = !strcmp(latest, step_name);
   if (!live) {
     /* A killed save's metadata that nothing references: drop it before the
      * rank files it describes are overwritten. */
@@ -346,7 +540,7 @@ static cJSON *zrt_ckpt_config_json(zrt_engine *eng) {
 
 static zrt_status zrt_ckpt_write_meta(zrt_engine *eng, const char *dir, int root_fd,
                                       const char *step_dir, int step_fd, const char *step_name,
-                                      int gen, cJSON *user) {
+                                      int gen, cJSON *user, int *meta_done) {
   zrt_status st = ZRT_OK;
   char path[4600];
   char *text = NULL;
@@ -458,6 +652,7 @@ static zrt_status zrt_ckpt_write_meta(zrt_engine *eng, const char *dir, int root
   ZRT_CHECK_GOTO(zrt_ckpt_meta_seal(&text), st, done);
   ZRT_CHECK_GOTO(zrt_ckpt_write_fileat(step_fd, step_dir, "meta.json", text, strlen(text)), st,
                  done);
+  *meta_done = 1; /* from here the rank files are referenced */
   char latest_txt[300];
   snprintf(latest_txt, sizeof latest_txt, "%s\n", step_name);
   ZRT_CHECK_GOTO(zrt_ckpt_write_fileat(root_fd, dir, "latest", latest_txt, strlen(latest_txt)), st,
@@ -520,6 +715,7 @@ zrt_status zrt_engine_save(zrt_engine *eng, const char *dir, const char *user_js
   int gen = 0, root_fd = -1, step_fd = -1;
   if (st == ZRT_OK && eng->rank == 0) {
     st = zrt_ckpt_open_dirs(dir, step_name, 1, &root_fd, &step_fd);
+    if (st == ZRT_OK) st = zrt_ckpt_lock(eng, dir, root_fd);
     if (st == ZRT_OK) st = zrt_ckpt_prepare(dir, root_fd, step_name, step_dir, step_fd, &gen);
   }
   float g = (float)gen;
@@ -544,9 +740,23 @@ zrt_status zrt_engine_save(zrt_engine *eng, const char *dir, const char *user_js
     goto done;
   }
 
+  int meta_done = 0;
   if (eng->rank == 0)
-    st = zrt_ckpt_write_meta(eng, dir, root_fd, step_dir, step_fd, step_name, gen, user);
-  ZRT_CHECK_GOTO(zrt_ckpt_agree(eng, st, NULL, 0), st, done);
+    st =
+        zrt_ckpt_write_meta(eng, dir, root_fd, step_dir, step_fd, step_name, gen, user, &meta_done);
+  float md = (float)meta_done;
+  st = zrt_ckpt_agree(eng, st, &md, 1);
+  if (st != ZRT_OK) {
+    /* meta.json was not written (a full disk): no metadata references this
+     * generation's rank files, so every rank removes its own. Once it is
+     * written they are a checkpoint (of the step `latest` may name) and
+     * stay. */
+    if (md == 0.0f && step_fd >= 0) {
+      unlinkat(step_fd, name, 0);
+      fsync(step_fd);
+    }
+    goto done;
+  }
   zrt_log0(ZRT_LOG_INFO, "checkpoint saved: %s", step_dir);
 done:
   if (root_fd >= 0) close(root_fd);
@@ -602,6 +812,27 @@ static zrt_status zrt_ckpt_check_model(const zrt_engine *eng, const zrt_ckpt_met
   return ZRT_OK;
 }
 
+/* Adam and AdamW keep the same two moments with the same meaning; any other
+ * change of optimizer would read one optimizer's state as another's (an
+ * AdamW exp_avg as SGD's momentum), or drop it silently, so it is refused
+ * as DeepSpeed's load of a mismatched optimizer state dict fails. A
+ * checkpoint without the field (none is written without it) is not judged. */
+static zrt_status zrt_ckpt_check_optimizer(const zrt_engine *eng, const zrt_ckpt_meta *m) {
+  const cJSON *o = cJSON_GetObjectItemCaseSensitive(m->root, "optimizer");
+  if (!cJSON_IsString(o)) return ZRT_OK;
+  const char *saved = o->valuestring, *mine = zrt_ckpt_optim_name(eng->cfg->optimizer_type);
+  int adam_a = !strcmp(saved, "adam") || !strcmp(saved, "adamw");
+  int adam_b = !strcmp(mine, "adam") || !strcmp(mine, "adamw");
+  if (!strcmp(saved, mine) || (adam_a && adam_b)) return ZRT_OK;
+  return zrt_error(ZRT_ERR_INVALID_ARG,
+                   "checkpoint '%s' was saved with optimizer '%s' but this engine's optimizer is "
+                   "'%s': the optimizer state does not carry over between them. Resume with "
+                   "optimizer.type '%s', or start the new optimizer from the weights alone: "
+                   "'zrt consolidate %s OUT' writes them and zrt_engine_load_safetensors (the "
+                   "GPT example's --init OUT) loads them",
+                   m->step_dir, saved, mine, saved, m->step_dir);
+}
+
 typedef struct zrt_ckpt_staged {
   float *buf[3]; /* master, exp_avg, exp_avg_sq per module (NULL when absent) */
 } zrt_ckpt_staged;
@@ -634,6 +865,7 @@ zrt_status zrt_engine_load(zrt_engine *eng, const char *dir, char **user_json) {
   st = zrt_ckpt_meta_load(dir, &meta);
   have_meta = st == ZRT_OK;
   if (st == ZRT_OK) st = zrt_ckpt_check_model(eng, &meta);
+  if (st == ZRT_OK) st = zrt_ckpt_check_optimizer(eng, &meta);
   for (int k = ZRT_CKPT_EXP_AVG; st == ZRT_OK && k <= ZRT_CKPT_EXP_AVG_SQ; k++) {
     if (zrt_ckpt_engine_has(eng, k) && !meta.has_kind[k]) {
       const cJSON *o = cJSON_GetObjectItemCaseSensitive(meta.root, "optimizer");

@@ -259,7 +259,13 @@ zrt_status zrt_ckpt_meta_load(const char *dir, zrt_ckpt_meta *m) {
   size_t len = 0;
   ZRT_CHECK(zrt_ckpt_resolve(dir, step_dir, sizeof step_dir));
   snprintf(path, sizeof path, "%s/meta.json", step_dir);
-  ZRT_CHECK(zrt_ckpt_read_file(path, &text, &len));
+  /* the step directory may be a link the user named; the files zrt wrote
+   * in it are read like `latest`: never through a link */
+  int dfd = open(step_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return zrt_error(ZRT_ERR_IO, "cannot open '%s': %s", step_dir, strerror(errno));
+  zrt_status rs = zrt_ckpt_read_fileat(dfd, step_dir, "meta.json", &text, &len);
+  close(dfd);
+  ZRT_CHECK(rs);
   zrt_status st = zrt_ckpt_meta_check(text, len, path);
   if (st == ZRT_OK) st = zrt_ckpt_meta_parse(text, path, step_dir, m);
   free(text);
@@ -443,7 +449,14 @@ static zrt_status zrt_ckpt_rankfile_open(zrt_ckpt_reader *r, int rank) {
   zrt_status st = ZRT_OK;
   unsigned char *table = NULL;
   snprintf(f->path, sizeof f->path, "%s/%s", m->step_dir, rm->file);
-  st = zrt_safe_open_read(-1, NULL, f->path, "checkpoint file", &f->fd);
+  int dfd = open(m->step_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) {
+    st = zrt_error(ZRT_ERR_IO, "cannot open '%s': %s", m->step_dir, strerror(errno));
+    goto fail;
+  }
+  /* never through a link, like meta.json and `latest` */
+  st = zrt_safe_open_read(dfd, m->step_dir, rm->file, "checkpoint file", &f->fd);
+  close(dfd);
   if (st != ZRT_OK) {
     zrt_error_context(st, "rank %d of %d: ", rank, m->world);
     goto fail;

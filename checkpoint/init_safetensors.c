@@ -2,11 +2,13 @@
  * init_safetensors.c — zrt_engine_load_safetensors: initial weights from a
  * safetensors file, a sharded index or a Hugging Face directory
  * (safetensors_set.h; F32, F16 or BF16). Every tensor is validated
- * (present, dtype, shape, finite) before anything is written; then each rank reads only the
+ * (present, dtype, shape, finite), and every tensor of the file must be
+ * used (or allowed unused by the caller), before anything is written; then each rank reads only the
  * elements of its own master extent and the 16-bit working weights are
  * re-derived (zrt_engine_refresh_params). Above the engine in the layers
  * because it is a file format reader feeding the engine, like checkpoints.
  */
+#include <fnmatch.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +19,59 @@
 #include "safetensors.h"
 #include "safetensors_set.h"
 
+#define ZRT_ST_UNUSED_NAMED 4 /* unused tensors named in the error, then a count */
+
+static int zrt_ptr_cmp(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t) * (const void *const *)a, y = (uintptr_t) * (const void *const *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* A tensor no parameter resolves to is refused (a config.json with fewer
+ * layers than the weights would otherwise load a different model
+ * silently), unless a pattern of unused_ok matches its name or its name
+ * without the "transformer." prefix. Names the first few, then a count. */
+static zrt_status zrt_st_check_unused(const zrt_engine *eng, const zrt_st_set *f, const char *path,
+                                      const char *const *unused_ok) {
+  const void **used = malloc((size_t)(eng->nparams ? eng->nparams : 1) * sizeof *used);
+  if (!used) return zrt_error(ZRT_ERR_OOM, "zrt_engine_load_safetensors: out of host memory");
+  for (int i = 0; i < eng->nparams; i++) used[i] = zrt_st_set_find(f, eng->params[i].name, NULL);
+  qsort(used, (size_t)eng->nparams, sizeof *used, zrt_ptr_cmp);
+  char names[512] = "";
+  int64_t n = 0;
+  for (int s = 0; s < zrt_st_set_nfiles(f); s++) {
+    const zrt_st_file *sf = zrt_st_set_file(f, s);
+    for (size_t i = 0; i < zrt_st_count(sf); i++) {
+      const zrt_st_tensor *t = zrt_st_get(sf, i);
+      const void *key = t;
+      if (bsearch(&key, used, (size_t)eng->nparams, sizeof *used, zrt_ptr_cmp)) continue;
+      const char *base = strncmp(t->name, "transformer.", 12) ? t->name : t->name + 12;
+      int ok = 0;
+      for (int k = 0; unused_ok && unused_ok[k] && !ok; k++)
+        ok = !fnmatch(unused_ok[k], t->name, 0) || !fnmatch(unused_ok[k], base, 0);
+      if (ok) continue;
+      if (n++ < ZRT_ST_UNUSED_NAMED) {
+        size_t at = strlen(names);
+        snprintf(names + at, sizeof names - at, "%s'%s'", at ? ", " : "", t->name);
+      }
+    }
+  }
+  free(used);
+  if (!n) return ZRT_OK;
+  char more[64] = "";
+  if (n > ZRT_ST_UNUSED_NAMED)
+    snprintf(more, sizeof more, " and %lld more", (long long)(n - ZRT_ST_UNUSED_NAMED));
+  return zrt_error(ZRT_ERR_IO,
+                   "%s: %lld tensor%s the model does not use: %s%s (fewer layers in config.json "
+                   "than in the weights, or weights of another model? nothing was loaded)",
+                   path, (long long)n, n == 1 ? "" : "s", names, more);
+}
+
 zrt_status zrt_engine_load_safetensors(zrt_engine *eng, const char *path) {
+  return zrt_engine_load_safetensors_ex(eng, path, NULL);
+}
+
+zrt_status zrt_engine_load_safetensors_ex(zrt_engine *eng, const char *path,
+                                          const char *const *unused_ok) {
   zrt_status st = ZRT_OK;
   zrt_st_set *f = NULL;
   float *tmp = NULL;
@@ -59,6 +113,7 @@ zrt_status zrt_engine_load_safetensors(zrt_engine *eng, const char *path) {
     }
     maxnumel = ZRT_MAX(maxnumel, p->numel);
   }
+  ZRT_CHECK_GOTO(zrt_st_check_unused(eng, f, path, unused_ok), st, done);
   size_t maxlen = 0;
   for (int m = 0; m < eng->nmodules; m++) {
     int64_t off, len;

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "checkpoint_io.h"
 #include "dtype.h"
 #include "internal.h"
 #include "safe_file.h"
@@ -33,9 +34,11 @@ static int is_dir(const char *p) {
   struct stat sb;
   return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
-static int is_file(const char *p) {
+/* Any kind of entry: what it is (a FIFO, a directory) is the opener's
+ * message (safe_file.h), never "missing". */
+static int exists(const char *p) {
   struct stat sb;
-  return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+  return lstat(p, &sb) == 0;
 }
 static int ends_with(const char *s, const char *t) {
   size_t a = strlen(s), b = strlen(t);
@@ -48,19 +51,8 @@ static zrt_status open_index(zrt_st_set *s, const char *index) {
   zrt_status st = ZRT_OK;
   char *txt = NULL;
   cJSON *root = NULL;
-  FILE *fp = zrt_safe_fopen_read(index, "shard index"); /* a FIFO is an error, not a hang */
-  if (!fp) return ZRT_ERR_IO; /* the message names the index and what it is */
-  fseek(fp, 0, SEEK_END);
-  long len = ftell(fp);
-  fseek(fp, 0, SEEK_SET);
-  txt = malloc(len > 0 ? (size_t)len + 1 : 1);
-  if (!txt || fread(txt, 1, (size_t)len, fp) != (size_t)len) {
-    fclose(fp);
-    free(txt);
-    return zrt_error(ZRT_ERR_IO, "cannot read the shard index '%s'", index);
-  }
-  fclose(fp);
-  txt[len] = '\0';
+  st = zrt_ckpt_read_file(index, &txt, NULL);
+  if (st != ZRT_OK) return zrt_error_context(st, "the shard index: ");
   root = cJSON_Parse(txt);
   const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
   if (!cJSON_IsObject(wm) || !wm->child) {
@@ -96,7 +88,7 @@ static zrt_status open_index(zrt_st_set *s, const char *index) {
     }
     char p[8192];
     snprintf(p, sizeof p, "%s%s", dir, e->valuestring);
-    if (!is_file(p)) {
+    if (!exists(p)) {
       st = zrt_error(ZRT_ERR_IO, "'%s' names the shard '%s' (for tensor '%s'), which is missing",
                      index, p, e->string);
       goto done;
@@ -121,10 +113,10 @@ zrt_status zrt_st_set_open(const char *path, zrt_st_set **out) {
     char single[4200], index[4200];
     snprintf(single, sizeof single, "%s/model.safetensors", path);
     snprintf(index, sizeof index, "%s/model.safetensors.index.json", path);
-    if (is_file(single)) {
+    if (exists(single)) {
       ZRT_CHECK_GOTO(zrt_st_open(single, &s->f[0]), st, fail);
       s->n = 1;
-    } else if (is_file(index)) {
+    } else if (exists(index)) {
       ZRT_CHECK_GOTO(open_index(s, index), st, fail);
     } else {
       st = zrt_error(ZRT_ERR_IO,
@@ -153,6 +145,8 @@ void zrt_st_set_close(zrt_st_set *s) {
 }
 
 const char *zrt_st_set_path(const zrt_st_set *s) { return s->path; }
+int zrt_st_set_nfiles(const zrt_st_set *s) { return s->n; }
+const zrt_st_file *zrt_st_set_file(const zrt_st_set *s, int i) { return s->f[i]; }
 
 const zrt_st_tensor *zrt_st_set_find(const zrt_st_set *s, const char *name,
                                      const zrt_st_file **file) {

@@ -24,6 +24,9 @@ void zrt_st_set_close(zrt_st_set *s); /* accepts NULL */
  * the shard holding it. */
 const zrt_st_tensor *zrt_st_set_find(const zrt_st_set *s, const char *name,
                                      const zrt_st_file **file);
+/* The shards, in the order they were opened (every tensor is in one). */
+int zrt_st_set_nfiles(const zrt_st_set *s);
+const zrt_st_file *zrt_st_set_file(const zrt_st_set *s, int i);
 /* The path given to open, for messages. */
 const char *zrt_st_set_path(const zrt_st_set *s);
 /* Reads tensor t (of shard f) elements [e0, e0 + n) converted to fp32;

@@ -30,6 +30,7 @@
 
 #include "comm_shm_impl.h"
 #include "dtype.h"
+#include "safe_file.h"
 
 /* One collective allocation: every rank's segment, mapped here. */
 struct shm_zc_alloc {
@@ -77,10 +78,6 @@ static zrt_status zc_env(shm_ctx *s) {
   return ZRT_OK;
 }
 
-/* Seconds a name must have existed before a sweep may remove it: far
- * longer than the handshakes between its creation and its unlink. */
-#define SHM_STALE_AGE_S 60
-
 /* Parses "zrt-zc-<uid>-<pid>-<id>" / "zrt-shm-<uid>-<pid>-<hex>"; the
  * creator's pid, or 0 when the name is not one of ours. */
 static int stale_pid(const char *name, int uid) {
@@ -98,17 +95,13 @@ void zrt_shm_sweep_stale(void) {
   if (!d) return;
   int uid = (int)getuid(), n = 0;
   unsigned long long bytes = 0;
-  time_t now = time(NULL);
   struct dirent *e;
   while ((e = readdir(d))) {
     int pid = stale_pid(e->d_name, uid);
     /* only a creator that no longer exists, and only an old name: one in
-     * its handshake window is seconds old */
-    if (pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH) continue;
+     * its handshake window is seconds old (safe_file.h) */
     struct stat st;
-    if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
-        st.st_uid != (uid_t)uid || now - st.st_mtime < SHM_STALE_AGE_S)
-      continue;
+    if (pid <= 0 || !zrt_safe_is_stale(dirfd(d), e->d_name, pid, &st)) continue;
     char name[300];
     snprintf(name, sizeof name, "/%s", e->d_name);
     if (shm_unlink(name) == 0) {

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dtype.h"
 #include "engine_internal.h"
@@ -70,6 +71,7 @@ zrt_status zrt_engine_create(const zrt_config *cfg, zrt_engine **out) {
   *out = NULL;
   zrt_engine *eng = calloc(1, sizeof *eng);
   if (!eng) return zrt_error(ZRT_ERR_OOM, "zrt_engine_create: out of host memory");
+  eng->ckpt_lock_fd = -1;
   ZRT_CHECK_GOTO(zrt_config_copy(cfg, &eng->config), st, fail);
   const zrt_cfg *c = zrt_config_values(eng->config);
   int local_rank = zrt_env_int("OMPI_COMM_WORLD_LOCAL_RANK", zrt_env_int("LOCAL_RANK", 0));
@@ -167,6 +169,7 @@ void zrt_engine_destroy(zrt_engine *eng) {
   free(eng->inject_steps);
   zrt_engine_plan_free(eng);
   if (eng->metrics) fclose(eng->metrics);
+  if (eng->ckpt_lock_fd >= 0) close(eng->ckpt_lock_fd); /* releases the flock */
   zrt_monitor_destroy(eng->monitor);
   zrt_engine_offload_teardown(eng);
   zrt_comm_destroy(eng->comm);
@@ -425,8 +428,12 @@ static zrt_status zrt_engine_choose_stage(zrt_engine *eng) {
   return ZRT_OK;
 }
 
-static zrt_status zrt_engine_oom_hint(zrt_engine *eng, zrt_status st) {
-  if (st != ZRT_ERR_OOM) return st;
+/* The model-states hint, when the device ran out (its pool refused an
+ * allocation since build began: device_ooms is the count then). Another
+ * resource's OOM (a full /dev/shm under the comm's buffers, host memory)
+ * keeps its own message, the real cause, unprefixed. */
+static zrt_status zrt_engine_oom_hint(zrt_engine *eng, zrt_status st, size_t device_ooms) {
+  if (st != ZRT_ERR_OOM || zrt_pool_oom_count(eng->backend->pool) == device_ooms) return st;
   /* already everything zrt offloads: the error says what is left to change */
   if (eng->policy->shard_params && eng->offload_opt != ZRT_OFFLOAD_NONE &&
       eng->offload_par != ZRT_OFFLOAD_NONE)
@@ -586,6 +593,7 @@ zrt_status zrt_engine_build(zrt_engine *eng) {
     return zrt_error(ZRT_ERR_INVALID_ARG,
                      "zrt_engine_build: no parameters registered (zrt_module_add + zrt_param_add "
                      "first)");
+  size_t device_ooms = zrt_pool_oom_count(eng->backend->pool);
   zrt_engine_layout(eng);
   ZRT_CHECK(zrt_engine_choose_stage(eng));
   /* the stage is final: ZeRO's DynamicLossScaler (stages 1-3) raises at the
@@ -654,7 +662,7 @@ zrt_status zrt_engine_build(zrt_engine *eng) {
 done:
   free(tmp);
   if (st != ZRT_OK) {
-    st = zrt_engine_oom_hint(eng, st);
+    st = zrt_engine_oom_hint(eng, st, device_ooms);
     zrt_engine_free_buffers(eng);
   }
   return st;

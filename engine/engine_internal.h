@@ -172,8 +172,12 @@ struct zrt_engine {
 
   zrt_scaler scaler;
   zrt_sched sched;
-  int64_t micro_step;    /* zrt_engine_step calls so far */
-  int64_t global_step;   /* optimizer steps (boundaries) so far, skipped included */
+  int64_t micro_step;  /* zrt_engine_step calls so far */
+  int64_t global_step; /* optimizer steps (boundaries) so far, skipped included */
+  /* rank 0: the flock on DIR/zrt.lock of the checkpoint directory this
+   * engine saves into (checkpoint.c), -1 before the first save or claim */
+  int ckpt_lock_fd;
+  unsigned long long ckpt_lock_dev, ckpt_lock_ino;
   int64_t applied_steps; /* non-skipped steps: optimizer bias-correction count */
   int64_t skipped_total;
   int64_t tokens_per_micro;

@@ -234,11 +234,19 @@ ZRT_API zrt_status zrt_engine_build(zrt_engine *eng);
  * sharded checkpoint's model.safetensors.index.json, or a Hugging Face
  * directory holding model.safetensors or that index. Tensor names are the
  * parameter names, or those with the "transformer." prefix of HF's task
- * heads; F32, F16 or BF16; extra tensors are ignored. Every tensor must be
+ * heads; F32, F16 or BF16. A tensor no parameter uses is an error naming
+ * it (a few, then "and N more"): a config with fewer layers than the
+ * weights never loads silently. Every tensor must be
  * finite: a NaN or Inf is an error naming the tensor and nothing is
  * loaded (every rank checks whole tensors, so all ranks agree); then each
  * rank reads only its shard. Collective (the working weights are refreshed). */
 ZRT_API zrt_status zrt_engine_load_safetensors(zrt_engine *eng, const char *path);
+/* The same, allowing the unused tensors whose names match a pattern of
+ * unused_ok (fnmatch(3) patterns, NULL-terminated; matched against the name
+ * and the name without "transformer."), e.g. a model's non-parameter
+ * buffers ("h.*.attn.bias") or a tied head checked separately. */
+ZRT_API zrt_status zrt_engine_load_safetensors_ex(zrt_engine *eng, const char *path,
+                                                  const char *const *unused_ok);
 /* Compares tensors a and b of the weights at path (same forms as
  * zrt_engine_load_safetensors, same name resolution) after conversion to
  * fp32: *result 1 when equal element for element, 0 when they differ (or
@@ -396,6 +404,14 @@ ZRT_API zrt_status zrt_engine_barrier(zrt_engine *eng);
  * the caller, e.g. data position) and then dir/latest. Atomic: temporary
  * files, fsync, rename, pointer last. Collective. */
 ZRT_API zrt_status zrt_engine_save(zrt_engine *eng, const char *dir, const char *user_json);
+/* Claims dir for this engine's saves: creates it and checks it as
+ * zrt_engine_save does, and takes its lock (rank 0: flock on dir/zrt.lock,
+ * held until zrt_engine_destroy), so a second job saving into the same
+ * directory fails, naming the process and host that hold it, instead of
+ * removing the first's temporaries; then removes the temporaries of killed
+ * saves there. zrt_engine_save claims its directory itself on its first
+ * call; call this at start to fail before training. Collective. */
+ZRT_API zrt_status zrt_engine_save_claim(zrt_engine *eng, const char *dir);
 /* Loads dir/latest (or dir itself when it is a step directory) into a built
  * engine, resharding when the world size or stage differ. On any error the
  * engine is unchanged. *user_json (may be NULL) receives a malloc'd copy of
@@ -408,6 +424,16 @@ ZRT_API zrt_status zrt_engine_load(zrt_engine *eng, const char *dir, char **user
  * *user_json (may be NULL): malloc'd, "{}" when none was saved. Same errors
  * as zrt_engine_load for a missing or malformed checkpoint. */
 ZRT_API zrt_status zrt_ckpt_peek(const char *dir, int64_t *step, char **user_json);
+/* Removes the checkpoint dir/step_<step> the way zrt removes files
+ * (docs/security.md): only regular files owned by this user whose names
+ * zrt's saves give (meta.json, rank<R>.bin, rank<R>.g<G>.bin and their
+ * temporaries), relative to the directory's descriptor, never through a
+ * link; the directory itself only once empty. Anything else in it (a
+ * user's notes.txt) stays with the directory, *kept (may be NULL) counts
+ * it and a warning names it. Refuses the step dir/latest names, and stops
+ * when `latest` cannot be read (a link, a FIFO). Not collective: one
+ * process (rank 0) after zrt_engine_save returned. */
+ZRT_API zrt_status zrt_ckpt_remove(const char *dir, int64_t step, int *kept);
 /* The spelling of zrt 0.1 (checkpoints now use the one prefix zrt_ckpt_). */
 #define zrt_checkpoint_peek zrt_ckpt_peek
 

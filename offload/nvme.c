@@ -14,6 +14,7 @@
  * failure names the file and offset of the very request.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
@@ -63,6 +64,61 @@ void zrt_nvme_destroy(zrt_nvme *nv) {
   free(nv);
 }
 
+/* "<prefix>_<pid>.<host>_<id>_<array>.bin" with prefix "zrt_...", host
+ * this machine's tag: the pid of the process that made it, else 0 (not
+ * one of ours, or another machine's on a shared disk). */
+static long zrt_nvme_name_pid(const char *name, const char *host) {
+  size_t n = strlen(name);
+  if (strncmp(name, "zrt_", 4) || n < 4 + 4) return 0;
+  const char *end = name + n - 4; /* ".bin" */
+  if (strcmp(end, ".bin")) return 0;
+  int arr = -1;
+  for (int a = 0; a < ZRT_NVME_MAX_ARRAYS && arr < 0; a++) {
+    size_t k = strlen(zrt_nvme_names[a]);
+    if ((size_t)(end - name) > k + 1 && !strncmp(end - k, zrt_nvme_names[a], k) &&
+        end[-k - 1] == '_')
+      arr = a, end -= k + 1;
+  }
+  if (arr < 0) return 0;
+  const char *p = end; /* "_<id>" before it */
+  while (p > name && p[-1] >= '0' && p[-1] <= '9') p--;
+  if (p == end || p <= name || p[-1] != '_') return 0;
+  end = p - 1; /* "_<pid>.<host>" before it */
+  size_t hl = strlen(host);
+  if ((size_t)(end - name) < hl + 2 || strncmp(end - hl, host, hl) || end[-hl - 1] != '.') return 0;
+  end -= hl + 1;
+  p = end;
+  while (p > name && p[-1] >= '0' && p[-1] <= '9') p--;
+  if (p == end || p - name < 5 || p[-1] != '_' || end - p > 9) return 0;
+  return strtol(p, NULL, 10);
+}
+
+/* Swap files of ranks that were killed (SIGKILL, OOM: no destroy ran)
+ * hold their whole optimizer state: removed here, at the next start, when
+ * safe_file.h says the name is a dead process's leftover; each named. */
+static void zrt_nvme_sweep(int dfd, const char *dir) {
+  char host[9];
+  zrt_safe_host_tag(host);
+  int cfd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
+  DIR *d = cfd >= 0 ? fdopendir(cfd) : NULL;
+  if (!d) {
+    if (cfd >= 0) close(cfd);
+    return;
+  }
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    long pid = zrt_nvme_name_pid(e->d_name, host);
+    struct stat sb;
+    if (pid <= 0 || !zrt_safe_is_stale(dfd, e->d_name, pid, &sb)) continue;
+    if (unlinkat(dfd, e->d_name, 0) == 0)
+      zrt_log(ZRT_LOG_WARN,
+              "nvme swap: removed %s/%s (%lld bytes): left by process %ld, which was killed "
+              "before it could remove its swap files",
+              dir, e->d_name, (long long)sb.st_size, pid);
+  }
+  closedir(d);
+}
+
 zrt_status zrt_nvme_create(const char *dir, size_t n, int narrays, int queue_depth,
                            zrt_nvme **out) {
   return zrt_nvme_create_named(dir, NULL, n, narrays, queue_depth, out);
@@ -100,10 +156,14 @@ zrt_status zrt_nvme_create_named(const char *dir, const char *prefix, size_t n, 
   nv->region = ZRT_ALIGN_UP(n * 4, (size_t)ZRT_NVME_ALIGN);
   nv->direct = 1;
   for (int a = 0; a < ZRT_NVME_MAX_ARRAYS; a++) nv->fd[a] = -1;
+  zrt_nvme_sweep(dfd, dir);
   int id = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
+  char host[9];
+  zrt_safe_host_tag(host);
   for (int a = 0; a < narrays; a++) {
     char name[512];
-    snprintf(name, sizeof name, "%s_%d_%d_%s.bin", prefix, (int)getpid(), id, zrt_nvme_names[a]);
+    snprintf(name, sizeof name, "%s_%d.%s_%d_%s.bin", prefix, (int)getpid(), host, id,
+             zrt_nvme_names[a]);
     snprintf(nv->path[a], sizeof nv->path[a], "%s/%s", dir, name);
     snprintf(nv->name[a], sizeof nv->name[a], "%s", name);
     int flags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;

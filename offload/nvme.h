@@ -28,9 +28,12 @@ typedef struct zrt_nvme zrt_nvme;
 /* Files for narrays arrays of n fp32 elements under dir (must exist).
  * queue_depth: requests in flight per tile I/O (buffer_count; >= 1). */
 zrt_status zrt_nvme_create(const char *dir, size_t n, int narrays, int queue_depth, zrt_nvme **out);
-/* Same, with file names "<dir>/<prefix>_<pid>_<id>_<array>.bin" (prefix
- * NULL = "zrt_swap"): the engine passes "zrt_rank<R>" so the files of ranks
- * sharing a drive are told apart by name. */
+/* Same, with file names "<dir>/<prefix>_<pid>.<host>_<id>_<array>.bin"
+ * (prefix NULL = "zrt_swap", host zrt_safe_host_tag's): the engine passes
+ * "zrt_rank<R>" so the files of ranks sharing a drive are told apart by
+ * name. Creating sweeps dir first: the files of a killed process of this
+ * machine (its pid gone, unmodified for a minute, a regular file of this
+ * user: zrt_safe_is_stale) are removed, each named in a warning. */
 zrt_status zrt_nvme_create_named(const char *dir, const char *prefix, size_t n, int narrays,
                                  int queue_depth, zrt_nvme **out);
 void zrt_nvme_destroy(zrt_nvme *nv); /* removes the files; NULL ok */

@@ -24,10 +24,9 @@
  * collective), including evaluation and sampling; all activations and
  * workspaces come from zrt_engine_alloc (accounted, capacity-checked).
  */
-#define _GNU_SOURCE /* nftw, strsignal */
+#define _GNU_SOURCE /* strsignal */
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -118,7 +117,8 @@ static void usage(FILE *f) {
           "                        one .safetensors file with HF GPT-2 names\n"
           "  --save DIR --save_interval K   checkpoint every K steps, at the end, and on\n"
           "                        SIGTERM / SIGUSR1 / Ctrl-C (then exit status 75)\n"
-          "  --keep_last K         keep the K newest checkpoints in --save DIR (0 = all)\n"
+          "  --keep_last K         keep the K newest checkpoints of this run's history in --save\n"
+          "                        DIR (0 = all; never latest, never another run's)\n"
           "  --resume DIR          continue from DIR/latest up to --steps\n"
           "  --eval_only           with --resume or --init: print {\"eval_loss\": x}\n"
           "  --eval_batches N      batches for --eval_only (default 8)\n",
@@ -783,11 +783,40 @@ static void install_stop_handlers(void) {
   sigaction(SIGINT, &sa, NULL);
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
+/* --keep_last K. Which checkpoints belong to this run's history, and may
+ * be pruned: the ones this run saved itself, and, when it resumed from a
+ * step of the same --save DIR, those at or below the step it resumed from
+ * (its own past). Never anything above the step just saved, never a step
+ * this run neither saved nor descends from (a longer run's or another
+ * branch's checkpoints in the same directory stay whole), never what
+ * `latest` names (zrt_ckpt_remove refuses it). Of the history, the K
+ * newest stay. Removal is zrt_ckpt_remove's: zrt's own files only, the
+ * directory only once empty (a user's notes.txt keeps it). Rank 0, after
+ * zrt_engine_save returned. */
+typedef struct keep_history {
+  int64_t *saved; /* steps this run saved, ascending */
+  int nsaved, cap;
+  int64_t resumed; /* the step resumed from in the same DIR; -1 none */
+} keep_history;
+
+/* The step directory the run resumed from is DIR/step_<step> itself (a
+ * --resume naming the root, or the step directory, of the same DIR). */
+static int64_t keep_resumed_from(const char *save, const char *resume, int64_t step) {
+  if (!resume) return -1;
+  char p[4200];
+  struct stat a, b;
+  snprintf(p, sizeof p, "%s/step_%lld", save, (long long)step);
+  if (stat(p, &a) != 0) return -1;
+  if (stat(resume, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) return step;
+  snprintf(p, sizeof p, "%s/step_%lld", resume, (long long)step);
+  if (stat(p, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) return step;
+  return -1;
+}
+
+static int keep_saved_by_run(const keep_history *h, int64_t step) {
+  for (int i = 0; i < h->nsaved; i++)
+    if (h->saved[i] == step) return 1;
+  return 0;
 }
 
 static int cmp_i64_desc(const void *x, const void *y) {
@@ -795,34 +824,49 @@ static int cmp_i64_desc(const void *x, const void *y) {
   return a < b ? 1 : a > b ? -1 : 0;
 }
 
-/* --keep_last K: after a checkpoint is complete (zrt_engine_save returned,
- * so DIR/latest already names it), removes all but the K newest step_<N>
- * directories. Only names of exactly that form are touched. Rank 0. */
-static void prune_checkpoints(const char *dir, int keep) {
+static void prune_checkpoints(const char *dir, int keep, keep_history *h, int64_t saved) {
+  if (h->nsaved == h->cap) {
+    int cap = h->cap ? 2 * h->cap : 64;
+    int64_t *p = realloc(h->saved, (size_t)cap * sizeof *p);
+    if (!p) {
+      fprintf(stderr, "train_gpt2: warning: --keep_last: out of memory; nothing removed\n");
+      return;
+    }
+    h->saved = p;
+    h->cap = cap;
+  }
+  if (!keep_saved_by_run(h, saved)) h->saved[h->nsaved++] = saved;
   DIR *d = opendir(dir);
   if (!d) return;
-  int64_t steps[4096];
-  int n = 0;
+  int64_t *steps = NULL;
+  int n = 0, cap = 0;
   struct dirent *e;
-  while ((e = readdir(d)) && n < (int)(sizeof steps / sizeof steps[0])) {
+  while ((e = readdir(d))) {
     const char *s = e->d_name;
-    if (strncmp(s, "step_", 5) || !s[5]) continue;
+    if (strncmp(s, "step_", 5) || s[5] < '0' || s[5] > '9') continue;
     char *end;
     long long v = strtoll(s + 5, &end, 10);
-    if (*end || v < 0) continue;
+    if (*end || v < 0 || v > saved) continue;
+    if (!keep_saved_by_run(h, v) && !(h->resumed >= 0 && v <= h->resumed)) continue;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 64;
+      int64_t *p = realloc(steps, (size_t)cap * sizeof *p);
+      if (!p) break;
+      steps = p;
+    }
     steps[n++] = v;
   }
   closedir(d);
-  qsort(steps, (size_t)n, sizeof steps[0], cmp_i64_desc);
+  if (steps) qsort(steps, (size_t)n, sizeof steps[0], cmp_i64_desc);
   for (int i = keep; i < n; i++) {
-    char p[4200];
-    snprintf(p, sizeof p, "%s/step_%lld", dir, (long long)steps[i]);
-    if (nftw(p, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
-      fprintf(stderr, "train_gpt2: warning: --keep_last could not remove %s: %s\n", p,
-              strerror(errno));
-    else
-      printf("removed checkpoint %s (--keep_last %d)\n", p, keep);
+    int kept = 0;
+    if (zrt_ckpt_remove(dir, steps[i], &kept) != ZRT_OK)
+      fprintf(stderr, "train_gpt2: warning: --keep_last did not remove %s/step_%lld: %s\n", dir,
+              (long long)steps[i], zrt_last_error());
+    else if (!kept)
+      printf("removed checkpoint %s/step_%lld (--keep_last %d)\n", dir, (long long)steps[i], keep);
   }
+  free(steps);
 }
 
 /* The MFU denominator: the backend's measured GEMM rate, through the same
@@ -868,6 +912,7 @@ int main(int argc, char **argv) {
   gpt2_data data = {0}, vdata = {0};
   zrt_config *zc = NULL;
   char *user_json = NULL;
+  keep_history keep = {.resumed = -1};
   int rc = 1;
   memset(&tr, 0, sizeof tr);
   if (parse_args(argc, argv, &a)) return 2;
@@ -1037,7 +1082,11 @@ int main(int argc, char **argv) {
   }
   CHECK(zrt_engine_build(tr.eng));
   if (a.init) {
-    CHECK(zrt_engine_load_safetensors(tr.eng, a.init));
+    /* Tensors of a Hugging Face GPT-2 that are no parameter here: the
+     * causal-mask buffers of older exports, and lm_head (compared below). */
+    static const char *const unused_ok[] = {"lm_head.weight", "h.*.attn.bias",
+                                            "h.*.attn.masked_bias", NULL};
+    CHECK(zrt_engine_load_safetensors_ex(tr.eng, a.init, unused_ok));
     /* A Hugging Face GPT2LMHeadModel may carry lm_head.weight; the head
      * here is wte, so it must be absent (save_pretrained drops tied
      * copies) or equal. */
@@ -1111,6 +1160,9 @@ int main(int argc, char **argv) {
       printf("resumed from %s at step %lld (data row %lld)\n", a.resume, (long long)start_step,
              (long long)start_row);
   }
+  /* before step 1: another job saving into the same DIR stops here, named */
+  if (a.save) CHECK(zrt_engine_save_claim(tr.eng, a.save));
+  keep.resumed = a.resume && a.save ? keep_resumed_from(a.save, a.resume, start_step) : -1;
   if (!a.eval_only) {
     /* Start-up is over: from here a signal stops the run after a step and
      * a save. The barrier makes that true on every rank before the banner
@@ -1221,7 +1273,7 @@ int main(int argc, char **argv) {
       if (rank0) {
         printf("%ssaved checkpoint step %lld to %s\n", tty ? "\n" : "", (long long)(step + 1),
                a.save);
-        if (a.keep_last) prune_checkpoints(a.save, a.keep_last);
+        if (a.keep_last) prune_checkpoints(a.save, a.keep_last, &keep, step + 1);
         fflush(stdout);
       }
     }
@@ -1253,6 +1305,7 @@ done:
   }
   zrt_engine_destroy(tr.eng);
   zrt_config_destroy(zc);
+  free(keep.saved);
   free(user_json);
   free(tr.mod_id);
   free(tr.pid);

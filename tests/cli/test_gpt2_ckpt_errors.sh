@@ -7,6 +7,8 @@
 #   * a rank file with one corrupted data byte,
 #   * a checkpoint of a model with the same parameter shapes but another
 #     n_head (only the user JSON's model record can tell),
+#   * an AdamW checkpoint resumed under SGD (refused naming both, and how
+#     to start SGD from the weights alone),
 # must exit non-zero with a message naming the file/field, and leave the
 # checkpoint directory exactly as it was (sha256 of every file before and
 # after; a missing directory is not created).
@@ -77,6 +79,11 @@ grep -qE "fails its CRC32C check \(stored 0x[0-9a-f]{8}, computed 0x[0-9a-f]{8}\
 
 cp -a "$D/ck" "$D/heads"
 expect_fail heads "$D/heads" "holds a different model: n_head 2 in the checkpoint, 4 in this run" --n_head 4
+
+cp -a "$D/ck" "$D/sgd"
+expect_fail sgd "$D/sgd" "checkpoint '$D/sgd/step_4' was saved with optimizer 'adamw' but this engine's optimizer is 'sgd'" \
+  --set optimizer.type=SGD
+grep -qF "'zrt consolidate $D/sgd/step_4 OUT'" "$D/sgd.log" || fail "sgd: no way to the weights alone"
 
 # The intact checkpoint still resumes (the failures above were the files').
 "${MPI[@]}" -n 2 "$EXE" "${COMMON[@]}" --steps 5 --resume "$D/ck" >"$D/ok.log" 2>&1 ||

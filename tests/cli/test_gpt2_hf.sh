@@ -10,7 +10,8 @@
 #     1e-5; the sharded directory with lm_head == wte and a glob of 20
 #     token shards (windows cross shard boundaries): identical loss;
 #   * refused with a message naming the culprit: lm_head != wte, a shape
-#     flag contradicting config.json, a NaN weight, a bad magic, a
+#     flag contradicting config.json, a NaN weight, a config.json with
+#     fewer layers than the weights (the unused tensors named), a bad magic, a
 #     truncated shard, a token outside the vocabulary;
 #   * train 3 steps from the HF directory on 2 ranks (token shards,
 #     --val_data), `zrt consolidate CKPT OUTDIR --max_shard_size 1MB`:
@@ -74,6 +75,16 @@ expect_err shape "--n_embd 32 contradicts n_embd 16 in $D/hf/config.json" --init
 $REF write "$D/hfn" --nan h.1.mlp.c_fc.weight >/dev/null
 expect_err nan "tensor 'transformer.h.1.mlp.c_fc.weight'" --init "$D/hfn" --data "$D/tok.bin" "${EV[@]}"
 grep -q "holds NaN at element" "$D/nan.err" || fail "NaN message"
+# config.json with fewer layers than the weights: the unused h.1.* are named
+cp -r "$D/hf" "$D/hf1"
+python3 - "$D/hf1/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["n_layer"] = 1; json.dump(c, open(sys.argv[1], "w"))
+PY
+expect_err fewer "12 tensors the model does not use: 'transformer.h.1." --init "$D/hf1" \
+  --data "$D/tok.bin" "${EV[@]}"
+grep -q "' and 8 more (fewer layers in config.json than in the weights" "$D/fewer.err" ||
+  { cat "$D/fewer.err"; fail "fewer layers: no count of the rest"; }
 printf 'not tokens at all' >"$D/bad.bin"
 expect_err magic "$D/bad.bin is not an llm.c token file: magic" --init "$D/hf" --data "$D/bad.bin" "${EV[@]}"
 head -c 2000 "$D/tok.bin" >"$D/trunc.bin"

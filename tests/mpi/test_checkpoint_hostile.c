@@ -17,12 +17,16 @@
  *     refused; the same directory sticky: saved;
  *   - one rank fails to write (a directory planted at its file name, as a
  *     full disk would fail it): every rank's finished file is removed, no
- *     temporary remains, `latest` still names the previous step.
+ *     temporary remains, `latest` still names the previous step;
+ *   - every rank file written, then meta.json fails (RLIMIT_FSIZE on rank
+ *     0): the rank files are removed as well, `latest` unchanged.
  * Runs as root in CI: "another user" is uid 65534 (nobody), set with
  * lchown.
  */
 #include <fcntl.h>
 #include <mpi.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -199,6 +203,36 @@ int main(int argc, char **argv) {
   ZT_OK(zrt_checkpoint_peek(root, &step, NULL));
   ZT_CHECK(step == 4);
   ZT_CHECK(tree_crc(victim) == vdir0);
+
+  /* 6. every rank file written, then meta.json fails (a full disk on rank
+   * 0, emulated with RLIMIT_FSIZE 64 bytes short of step_4's meta.json,
+   * far above a rank file): the rank files go too, latest still names
+   * step_4 */
+  ZT_OK(ckm_train(&a, 6, 8, l));
+  zrt_engine_barrier(a.eng);
+  struct rlimit lim0;
+  getrlimit(RLIMIT_FSIZE, &lim0);
+  if (a.rank == 0) {
+    struct stat rs, ms;
+    snprintf(p, sizeof p, "%s/step_4/rank0.bin", root);
+    ZT_CHECK(stat(p, &rs) == 0);
+    snprintf(p, sizeof p, "%s/step_4/meta.json", root);
+    ZT_CHECK(stat(p, &ms) == 0 && ms.st_size > rs.st_size);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = {(rlim_t)(ms.st_size - 64), lim0.rlim_max};
+    ZT_CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+  }
+  st = zrt_engine_save(a.eng, root, NULL);
+  if (a.rank == 0) ZT_CHECK(setrlimit(RLIMIT_FSIZE, &lim0) == 0);
+  printf("rank %d, meta.json fails: %s\n", a.rank, zrt_last_error());
+  ZT_CHECK(st == ZRT_ERR_IO);
+  ZT_CONTAINS(zrt_last_error(), "meta.json");
+  zrt_engine_barrier(a.eng);
+  snprintf(p, sizeof p, "%s/step_8", root);
+  ZT_CHECK(count_matching(p, "^rank") == 0);
+  ZT_CHECK(count_matching(p, "meta.json") == 0);
+  ZT_OK(zrt_checkpoint_peek(root, &step, NULL));
+  ZT_CHECK(step == 4);
 
   zrt_engine_barrier(a.eng);
   if (a.rank == 0) {

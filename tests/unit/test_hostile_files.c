@@ -11,10 +11,12 @@
  *   - `latest` holding someone's secret, or a symlink to it: the error never
  *     quotes it; `latest` or meta.json as a FIFO: "a FIFO";
  *   - a rank file replaced by a directory: "a directory", not "truncated";
- *     a symlink loop: "a loop of symbolic links", not "does not exist";
+ *     a symlink (a loop, or to a real file elsewhere): refused as a
+ *     symlinked `latest` is, never followed; meta.json a symlink: the same;
  *     the checkpoint directory a symlink loop: the same;
  *   - a config file, a deepspeed_config_file and a safetensors file that
- *     are FIFOs: "a FIFO";
+ *     are FIFOs, a weights directory whose model.safetensors or index is
+ *     one: "a FIFO" (not "holds no weights");
  *   - a safetensors header with __metadata__ twice (found by
  *     tests/fuzz/fuzz_safetensors: the second overran the first's table) or
  *     a tensor name twice: refused.
@@ -28,6 +30,7 @@
 
 #include "checkpoint_format.h"
 #include "safetensors.h"
+#include "safetensors_set.h"
 #include "ztest.h"
 
 static char D[256];
@@ -158,6 +161,8 @@ int main(void) {
   expect_load("latest a FIFO", "ck4", "a FIFO", NULL);
   sh("mkdir -p %s/ck5/step_1 && mkfifo %s/ck5/step_1/meta.json", D);
   expect_load("meta.json a FIFO", "ck5/step_1", "a FIFO", NULL);
+  sh("mkdir -p %s/ck6/step_1 && ln -s %s/ck/step_3/meta.json %s/ck6/step_1/meta.json", D);
+  expect_load("meta.json a symlink", "ck6/step_1", "meta.json' is a symbolic link", NULL);
   sh("ln -s loop_b %s/loop_a && ln -s loop_a %s/loop_b", D);
   expect_load("checkpoint dir a symlink loop", "loop_a", "a loop of symbolic links",
               "does not exist");
@@ -179,8 +184,17 @@ int main(void) {
   ZT_OK(zrt_ckpt_reader_init(&rd, &m));
   ZT_CHECK(zrt_ckpt_reader_open_all(&rd) == ZRT_ERR_IO);
   printf("rank file a symlink loop: %s\n", zrt_last_error());
-  ZT_CONTAINS(zrt_last_error(), "a loop of symbolic links");
+  ZT_CONTAINS(zrt_last_error(), "rank0.bin' is a symbolic link");
   ZT_CHECK(!strstr(zrt_last_error(), "does not exist"));
+  zrt_ckpt_reader_free(&rd);
+  /* a rank file linked to a real file elsewhere: refused as `latest` is */
+  sh("rm %s/ck/step_3/rank0.bin && echo data > %s/elsewhere.bin && ln -s %s/elsewhere.bin "
+     "%s/ck/step_3/rank0.bin",
+     D);
+  ZT_OK(zrt_ckpt_reader_init(&rd, &m));
+  ZT_CHECK(zrt_ckpt_reader_open_all(&rd) == ZRT_ERR_IO);
+  printf("rank file a symlink to a file: %s\n", zrt_last_error());
+  ZT_CONTAINS(zrt_last_error(), "rank0.bin' is a symbolic link; zrt wrote a regular file there");
   zrt_ckpt_reader_free(&rd);
   sh("rm %s/ck/step_3/rank0.bin && mkfifo %s/ck/step_3/rank0.bin", D);
   ZT_OK(zrt_ckpt_reader_init(&rd, &m));
@@ -213,6 +227,20 @@ int main(void) {
   ZT_CHECK(zrt_st_open(p, &sf) == ZRT_ERR_IO);
   printf("safetensors a FIFO: %s\n", zrt_last_error());
   ZT_CONTAINS(zrt_last_error(), "a FIFO (named pipe)");
+  /* a weights directory whose index, or whose model.safetensors, is a FIFO:
+   * said so, never "holds no weights" and never a hang */
+  sh("mkdir -p %s/hfi %s/hfs && mkfifo %s/hfi/model.safetensors.index.json && mkfifo "
+     "%s/hfs/model.safetensors",
+     D);
+  static const char *fifo_dirs[] = {"hfi", "hfs"};
+  for (int i = 0; i < 2; i++) {
+    zrt_st_set *set = NULL;
+    snprintf(p, sizeof p, "%s/%s", D, fifo_dirs[i]);
+    ZT_CHECK(zrt_st_set_open(p, &set) == ZRT_ERR_IO && set == NULL);
+    printf("weights directory with a FIFO (%s): %s\n", fifo_dirs[i], zrt_last_error());
+    ZT_CONTAINS(zrt_last_error(), "a FIFO (named pipe), not a regular file");
+    ZT_CHECK(!strstr(zrt_last_error(), "holds no weights"));
+  }
 
   /* ---- duplicate keys in a safetensors header */
   static const char *dups[][2] = {

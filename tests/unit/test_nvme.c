@@ -32,6 +32,7 @@
 #include "dtype.h"
 #include "nvme.h"
 #include "offload.h"
+#include "safe_file.h"
 #include "zt_child.h"
 #include "ztest.h"
 
@@ -214,8 +215,9 @@ int main(void) {
   zrt_nvme *nv = NULL;
   ZT_OK(zrt_nvme_create_named(dir, "plant", 1024, 1, 1, &nv));
   int id = -1;
-  char want[64];
-  snprintf(want, sizeof want, "plant_%d_", (int)getpid());
+  char want[64], host[9];
+  zrt_safe_host_tag(host);
+  snprintf(want, sizeof want, "plant_%d.%s_", (int)getpid(), host);
   d = opendir(dir);
   while (d && (e = readdir(d)))
     if (!strncmp(e->d_name, want, strlen(want))) id = atoi(e->d_name + strlen(want));
@@ -228,7 +230,7 @@ int main(void) {
   ZT_CHECK(vfd >= 0 && write(vfd, "precious", 8) == 8);
   close(vfd);
   char link[1200];
-  snprintf(link, sizeof link, "%s/plant_%d_%d_master.bin", dir, (int)getpid(), id + 1);
+  snprintf(link, sizeof link, "%s/plant_%d.%s_%d_master.bin", dir, (int)getpid(), host, id + 1);
   ZT_CHECK(symlink(victim, link) == 0);
   st = zrt_nvme_create_named(dir, "plant", 1024, 1, 1, &nv);
   printf("planted link: %s\n", zrt_last_error());
