@@ -107,6 +107,12 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
   uint64_t chunk = (uint64_t)zrt_memest_chunk(l), cb = (uint64_t)l->comm_bytes;
   o->device[ZRT_MEM_COMM] = 2 * (N + 1) * chunk * cb;
   o->device[ZRT_MEM_ACTIVATIONS] = l->activation_bytes;
+  {
+    uint64_t ad, ah;
+    zrt_memest_actckpt(l->actckpt_blocks, l->actckpt_bytes, l->actckpt_cpu, &ad, &ah);
+    o->device[ZRT_MEM_ACTIVATIONS] += ad;
+    o->host[ZRT_MEM_ACTIVATIONS] += ah;
+  }
   if (l->offload_optimizer) o->host[ZRT_MEM_COMM] = 4 * 4 * (uint64_t)zrt_memest_offload_tile(l);
   if (grad_host) /* the buckets' two host staging slots */
     o->host[ZRT_MEM_COMM] +=
@@ -119,6 +125,12 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
   }
   o->device_total -= apart;
   o->model_states -= apart;
+}
+
+void zrt_memest_actckpt(int64_t n, uint64_t bytes, int cpu, uint64_t *device, uint64_t *host) {
+  uint64_t nb = n > 0 ? (uint64_t)n : 0;
+  *device = (cpu ? ZRT_MIN(nb, (uint64_t)ZRT_MEMEST_ACTCKPT_SLOTS) : nb) * bytes;
+  *host = cpu ? nb * bytes : 0;
 }
 
 uint64_t zrt_memest_plan_bytes(uint64_t capacity) {

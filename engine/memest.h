@@ -39,6 +39,11 @@ typedef struct zrt_memest_layout {
                                  the modules whose optimizer stays on the device (those before
                                  zrt_layout_twin_split); 0 = every module offloaded */
   uint64_t activation_bytes;
+  /* activation checkpoints (zrt_actckpt_declare): checkpointed blocks, bytes
+   * each, 1 when they live in host memory (cpu_checkpointing) */
+  int64_t actckpt_blocks;
+  uint64_t actckpt_bytes;
+  int actckpt_cpu;
   uint64_t device_capacity; /* bytes (0 = unlimited): caps the bucket chunk
                                (zrt_layout_bucket_chunk_capped) */
 } zrt_memest_layout;
@@ -55,6 +60,12 @@ typedef struct zrt_memest_result {
 } zrt_memest_result;
 
 void zrt_memest_predict(const zrt_memest_layout *lay, zrt_memest_result *out);
+
+/* Activation checkpoints' bytes (in the activations category): on the
+ * device n * bytes, or with cpu min(n, ZRT_ACTCKPT_SLOTS = 2) staging slots
+ * of bytes each; on the host n * bytes with cpu, else 0. */
+#define ZRT_MEMEST_ACTCKPT_SLOTS 2
+void zrt_memest_actckpt(int64_t n, uint64_t bytes, int cpu, uint64_t *device, uint64_t *host);
 
 /* The share of a device capacity the engine plans in (stage "auto" and the
  * reuse fitting): the rest is headroom for what no model predicts (the
