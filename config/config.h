@@ -124,9 +124,9 @@ typedef struct zrt_cfg {
   char comm[32];    /* auto|self|mpi|shm|hier|nccl */
   int numa_node;    /* -1 = auto */
   int bind_cores_to_rank;
-  int blas_threads;        /* zrt.blas_threads: 0 = OpenBLAS's default */
-  int pin_memory_fallback; /* allow unpinned host memory when pinning fails (logged) */
-  int stop_on_nonfinite;   /* a NaN loss or applied non-finite grads stop the run */
+  int blas_threads;             /* zrt.blas_threads: 0 = OpenBLAS's default */
+  int pin_memory_fallback;      /* allow unpinned host memory when pinning fails (logged) */
+  int stop_on_nonfinite;        /* a NaN loss or applied non-finite grads stop the run */
   int activation_checkpointing; /* checkpoint the blocks a program offers */
 
   /* launch (launch YAML / zrt launch flags) */

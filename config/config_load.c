@@ -40,7 +40,7 @@ typedef struct lctx {
    * spellings ("zero_optimization.stage" beside the nested section, an
    * accelerate short name beside its DeepSpeed path) is a duplicate */
   const zrt_dnode *row_node[ZRT_CFG_MAXKEYS];
-  const zrt_dnode *fsdp; /* accelerate's fsdp_config section */
+  const zrt_dnode *fsdp;    /* accelerate's fsdp_config section */
   const zrt_dnode *actckpt; /* DeepSpeed's activation_checkpointing section (a mapping) */
 } lctx;
 

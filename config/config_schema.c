@@ -176,8 +176,7 @@ const zrt_cfg_row zrt_cfg_rows[] = {
       "checkpoint at most this many blocks, the first ones the program offers (null: every "
       "offered block)",
       actckpt_number),
-    R("activation_checkpointing.synchronize_checkpoint_boundary", B, 0, "false", NULL, 1, 0,
-      NULL,
+    R("activation_checkpointing.synchronize_checkpoint_boundary", B, 0, "false", NULL, 1, 0, NULL,
       "synchronize the device when a checkpointed block's forward starts (its save) and when its "
       "backward starts and ends (fetch, release), as DeepSpeed does around each checkpoint",
       actckpt_sync),
@@ -311,12 +310,12 @@ const char *const zrt_cfg_ignored[] = {
      * sections it hands to sub-configs, one by one) */
     "comms_logger", "eigenvalue", "dataloader_drop_last", "vocabulary_size",
     "use_data_before_expert_parallelism", "zero_allow_untested_optimizer",
-    "zero_force_ds_cpu_optimizer", "flops_profiler", "wandb", "comet",
-    "monitor_config", "elasticity", "aio", "dump_state", "prescale_gradients",
-    "gradient_predivide_factor", "sparse_gradients", "memory_breakdown", "checkpoint", "data_types",
-    "autotuning", "communication_data_type_reduce", "seq_parallel_communication_data_type",
-    "disable_allgather", "load_universal_checkpoint", "use_node_local_storage", "graph_harvesting",
-    "nebula", "timers", "weight_quantization", "compile", "fp16.auto_cast",
+    "zero_force_ds_cpu_optimizer", "flops_profiler", "wandb", "comet", "monitor_config",
+    "elasticity", "aio", "dump_state", "prescale_gradients", "gradient_predivide_factor",
+    "sparse_gradients", "memory_breakdown", "checkpoint", "data_types", "autotuning",
+    "communication_data_type_reduce", "seq_parallel_communication_data_type", "disable_allgather",
+    "load_universal_checkpoint", "use_node_local_storage", "graph_harvesting", "nebula", "timers",
+    "weight_quantization", "compile", "fp16.auto_cast",
     "bf16.immediate_grad_update", /* zero_optimization */
     "zero_optimization.round_robin_gradients", "zero_optimization.load_from_fp32_weights",
     "zero_optimization.elastic_checkpoint", "zero_optimization.ignore_unused_parameters",

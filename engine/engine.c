@@ -603,7 +603,7 @@ zrt_status zrt_engine_build(zrt_engine *eng) {
     ZRT_CHECK_GOTO(zrt_engine_plan_check_build(eng, &lay), st, done);
   }
   ZRT_CHECK_GOTO(zrt_engine_offload_setup(eng), st, done); /* no-op without offload */
-  ZRT_CHECK_GOTO(zrt_engine_actckpt_build(eng), st, done);  /* no-op without a declaration */
+  ZRT_CHECK_GOTO(zrt_engine_actckpt_build(eng), st, done); /* no-op without a declaration */
   {
     int64_t maxpart = 0;
     for (int m = 0; m < eng->nmodules; m++) maxpart = ZRT_MAX(maxpart, eng->modules[m].part);

@@ -163,9 +163,8 @@ zrt_status zrt_engine_actckpt_build(zrt_engine *eng) {
     ZRT_CHECK(zrt_backend_stream_create(be, &a->copy_stream));
   }
   char b1[32], b2[32];
-  zrt_log0(ZRT_LOG_INFO,
-           "activation checkpoints: %d of %d blocks, %s each, %s%s%s", a->n, a->nblocks,
-           zrt_format_size(a->bytes, b1, sizeof b1),
+  zrt_log0(ZRT_LOG_INFO, "activation checkpoints: %d of %d blocks, %s each, %s%s%s", a->n,
+           a->nblocks, zrt_format_size(a->bytes, b1, sizeof b1),
            a->cpu ? "in pinned host memory (2 device staging slots), " : "on the device, ",
            zrt_format_size(total, b2, sizeof b2),
            a->contiguous ? " in one buffer (contiguous_memory_optimization)" : "");
@@ -255,8 +254,8 @@ zrt_status zrt_actckpt_save(zrt_engine *eng, int block, const void *src) {
     ZRT_CHECK(zrt_backend_memcpy(be, a->slot[s], src, a->bytes, ZRT_COPY_D2D, NULL));
     ZRT_CHECK(zrt_backend_event_record(be, a->ev_ready[s], NULL));
     ZRT_CHECK(zrt_backend_stream_wait_event(be, a->copy_stream, a->ev_ready[s]));
-    ZRT_CHECK(
-        zrt_backend_memcpy(be, a->store[block], a->slot[s], a->bytes, ZRT_COPY_D2H, a->copy_stream));
+    ZRT_CHECK(zrt_backend_memcpy(be, a->store[block], a->slot[s], a->bytes, ZRT_COPY_D2H,
+                                 a->copy_stream));
     ZRT_CHECK(zrt_backend_event_record(be, a->ev_out[s], a->copy_stream));
     a->holds[s] = block;
     a->stats.bytes_out += a->bytes;

@@ -122,10 +122,10 @@ typedef struct zrt_actckpt_state {
   void *slot[ZRT_ACTCKPT_SLOTS];
   int holds[ZRT_ACTCKPT_SLOTS], busy[ZRT_ACTCKPT_SLOTS], next_slot;
   void *ev_ready[ZRT_ACTCKPT_SLOTS], *ev_out[ZRT_ACTCKPT_SLOTS], *ev_free[ZRT_ACTCKPT_SLOTS];
-  void *copy_stream;    /* cpu mode; NULL on backends without streams */
-  int fetched;          /* block fetched and not yet released (-1 none) */
+  void *copy_stream;      /* cpu mode; NULL on backends without streams */
+  int fetched;            /* block fetched and not yet released (-1 none) */
   double t_save, t_fetch; /* profile: when the open forward / backward began */
-  int prof_block;       /* profile: block whose forward is open (-1 none) */
+  int prof_block;         /* profile: block whose forward is open (-1 none) */
   zrt_actckpt_stats stats;
 } zrt_actckpt_state;
 
