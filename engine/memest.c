@@ -298,11 +298,14 @@ int zrt_memest_gpt_live(const zrt_memest_gpt *g, const zrt_memest_layout *lay,
   return rc;
 }
 
-uint64_t zrt_memest_gpt_activations(const zrt_memest_gpt *g, int64_t B, int64_t T, int w) {
+uint64_t zrt_memest_gpt_activations(const zrt_memest_gpt *g, int64_t B, int64_t T, int w,
+                                    int64_t nckpt) {
   uint64_t N = (uint64_t)B * (uint64_t)T, C = (uint64_t)g->d_model, V = (uint64_t)g->vocab;
   uint64_t H = (uint64_t)g->heads, L = (uint64_t)g->layers;
   uint64_t layer = 16 * N * C + 4 * N + (uint64_t)B * H * (uint64_t)T * (uint64_t)T;
-  uint64_t floats = N * C + L * layer + N * C + 3 * N + N * V + 6 * N * C; /* arena */
+  /* gpt2_acts_layer_slots: checkpointed blocks share one slot */
+  uint64_t slots = L - (uint64_t)nckpt + (nckpt > 0);
+  uint64_t floats = N * C + slots * layer + N * C + 3 * N + N * V + 6 * N * C; /* arena */
   uint64_t wte = V * C;
   floats += wte; /* dwte */
   if (w != 4) {

@@ -151,9 +151,12 @@ int zrt_memest_gpt_live(const zrt_memest_gpt *g, const zrt_memest_layout *lay,
 /* Bytes train_gpt2 allocates with zrt_engine_alloc (ZRT_MEM_ACTIVATIONS)
  * for micro batch `batch` and sequence `seq`: gpt2_acts_layout_init's fp32
  * arena, the fp32 wte gradient, the token/target ints, and for a 16-bit
- * working dtype the fp32 staging of the largest module twice plus wte. */
+ * working dtype the fp32 staging of the largest module twice plus wte.
+ * nckpt: blocks checkpointed (train_gpt2 --activation_checkpointing), which
+ * share one per-layer slot; their inputs are the engine's (actckpt_* of the
+ * layout: nckpt blocks of 4 * batch * seq * d_model bytes). */
 uint64_t zrt_memest_gpt_activations(const zrt_memest_gpt *g, int64_t batch, int64_t seq,
-                                    int dtype_bytes);
+                                    int dtype_bytes, int64_t nckpt);
 
 /* estimate-memory's view of that window for train_gpt2 (lay: a stage-3
  * layout with the settings' prefetch and the reuse fitted at build): lowers
