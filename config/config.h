@@ -97,6 +97,10 @@ typedef struct zrt_cfg {
   zrt_offload_cfg offload_optimizer;
   zrt_offload_cfg offload_param;
 
+  /* activation_checkpointing (ZeRO-R; engine/engine_actckpt.c) */
+  int actckpt_partition, actckpt_cpu, actckpt_contiguous, actckpt_sync, actckpt_profile;
+  int64_t actckpt_number; /* -1 = null: every offered block */
+
   /* optimizer */
   zrt_optim_type optimizer_type;
   double lr, beta1, beta2, eps, weight_decay, momentum;
@@ -120,9 +124,10 @@ typedef struct zrt_cfg {
   char comm[32];    /* auto|self|mpi|shm|hier|nccl */
   int numa_node;    /* -1 = auto */
   int bind_cores_to_rank;
-  int blas_threads;        /* zrt.blas_threads: 0 = OpenBLAS's default */
-  int pin_memory_fallback; /* allow unpinned host memory when pinning fails (logged) */
-  int stop_on_nonfinite;   /* a NaN loss or applied non-finite grads stop the run */
+  int blas_threads;             /* zrt.blas_threads: 0 = OpenBLAS's default */
+  int pin_memory_fallback;      /* allow unpinned host memory when pinning fails (logged) */
+  int stop_on_nonfinite;        /* a NaN loss or applied non-finite grads stop the run */
+  int activation_checkpointing; /* checkpoint the blocks a program offers */
 
   /* launch (launch YAML / zrt launch flags) */
   int64_t num_processes;

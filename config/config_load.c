@@ -40,8 +40,9 @@ typedef struct lctx {
    * spellings ("zero_optimization.stage" beside the nested section, an
    * accelerate short name beside its DeepSpeed path) is a duplicate */
   const zrt_dnode *row_node[ZRT_CFG_MAXKEYS];
-  const zrt_dnode *fsdp; /* accelerate's fsdp_config section */
-  long nunknown;         /* unknown top-level keys (warned: the first ZRT_CFG_UNKNOWN_SHOWN) */
+  const zrt_dnode *fsdp;    /* accelerate's fsdp_config section */
+  const zrt_dnode *actckpt; /* DeepSpeed's activation_checkpointing section (a mapping) */
+  long nunknown;            /* unknown top-level keys (warned: the first ZRT_CFG_UNKNOWN_SHOWN) */
 } lctx;
 
 /* Unknown top-level keys warned one by one; the rest are one line ("and N
@@ -304,6 +305,8 @@ static void apply_map(lctx *c, const zrt_dnode *map, const char *prefix) {
       continue;
     }
     if (is_section(path)) {
+      if (!*prefix && !strcmp(path, "activation_checkpointing") && n->kind == ZRT_DN_MAP)
+        c->actckpt = n;
       if (n->kind == ZRT_DN_MAP)
         apply_map(c, n, path);
       else if (!n->is_null) /* "offload_param": null is DeepSpeed for "none" */
@@ -639,6 +642,18 @@ static zrt_status load_text(zrt_config *cfg, const char *text, size_t len, const
   lctx c = {.cfg = cfg, .file = file, .prio = prio, .nested = nested, .errs = errs};
   snprintf(c.dir, sizeof c.dir, "%s", dir ? dir : "");
   apply_map(&c, tree, "");
+  if (c.actckpt) {
+    /* DeepSpeed checkpoints when the model calls deepspeed.checkpointing (a
+     * Hugging Face user switches gradient checkpointing on beside the
+     * section); in zrt the section itself says so, unless this same file
+     * sets zrt.activation_checkpointing */
+    long r = zrt_config_schema_find("zrt.activation_checkpointing");
+    if (!c.row_node[r]) {
+      zrt_cfg_source src = {.kind = ZRT_SRC_FILE};
+      snprintf(src.where, sizeof src.where, "%s:%d:%d", file, c.actckpt->kline, c.actckpt->kcol);
+      zrt_config_set_row(cfg, (size_t)r, "true", 0, 0, prio, &src, src.where, errs);
+    }
+  }
   if (c.set_mp) {
     /* mixed_precision sets fp16/bf16.enabled unless this same file names
      * them itself; "no" defers to a deepspeed_config_file beneath */

@@ -158,6 +158,33 @@ const zrt_cfg_row zrt_cfg_rows[] = {
       "the staging buffer, never parameter shards",
       offload_param.max_in_cpu),
 
+    /* ------------------------------------------- activation_checkpointing (ZeRO-R) */
+    R("activation_checkpointing.partition_activations", B, 0, "false", NULL, 1, 0, NULL,
+      "accepted, not acted on: DeepSpeed splits each checkpoint across the tensor-parallel "
+      "ranks, and zrt has no tensor parallelism (every rank keeps its whole checkpoints; true is "
+      "warned)",
+      actckpt_partition),
+    R("activation_checkpointing.cpu_checkpointing", B, 0, "false", NULL, 1, 0, NULL,
+      "keep the checkpoints in pinned host memory: each copied out on a copy stream as the "
+      "forward saves it, prefetched back in backward order one block ahead (two device staging "
+      "slots)",
+      actckpt_cpu),
+    R("activation_checkpointing.contiguous_memory_optimization", B, 0, "false", NULL, 1, 0, NULL,
+      "hold every checkpoint in one preallocated buffer instead of one allocation per block",
+      actckpt_contiguous),
+    R("activation_checkpointing.number_checkpoints", I, 0, NULL, NULL, 0, 1e9, NULL,
+      "checkpoint at most this many blocks, the first ones the program offers (null: every "
+      "offered block)",
+      actckpt_number),
+    R("activation_checkpointing.synchronize_checkpoint_boundary", B, 0, "false", NULL, 1, 0, NULL,
+      "synchronize the device when a checkpointed block's forward starts (its save) and when its "
+      "backward starts and ends (fetch, release), as DeepSpeed does around each checkpoint",
+      actckpt_sync),
+    R("activation_checkpointing.profile", B, 0, "false", NULL, 1, 0, NULL,
+      "log the forward and backward (recompute included) time of every checkpointed block, "
+      "device synchronized, on rank 0",
+      actckpt_profile),
+
     /* ------------------------------------------------------------- optimizer */
     RE("optimizer.type", NC, "Adam", "Adam|AdamW|SGD|Lion", optim_vals,
        "optimizer (case-insensitive; Adam means AdamW unless adam_w_mode is false, as in "
@@ -240,6 +267,10 @@ const zrt_cfg_row zrt_cfg_rows[] = {
       "pin each rank's threads to its share of the cores", bind_cores_to_rank),
     R("zrt.pin_memory_fallback", B, Z, "true", NULL, 1, 0, "ZRT_PIN_MEMORY_FALLBACK",
       "use unpinned host memory (logged) when page-locking fails", pin_memory_fallback),
+    R("zrt.activation_checkpointing", B, Z, "false", NULL, 1, 0, "ZRT_ACTIVATION_CHECKPOINTING",
+      "checkpoint the blocks the program offers (zrt_actckpt_declare): set by the presence of "
+      "DeepSpeed's activation_checkpointing section, or train_gpt2 --activation_checkpointing",
+      activation_checkpointing),
     R("zrt.stop_on_nonfinite", B, Z, "true", NULL, 1, 0, "ZRT_STOP_ON_NONFINITE",
       "stop the run (ZRT_ERR_OVERFLOW) when the loss is not finite or non-finite gradients were "
       "applied to the master weights; false logs it with the step and goes on",
@@ -281,12 +312,12 @@ const char *const zrt_cfg_ignored[] = {
      * sections it hands to sub-configs, one by one) */
     "comms_logger", "eigenvalue", "dataloader_drop_last", "vocabulary_size",
     "use_data_before_expert_parallelism", "zero_allow_untested_optimizer",
-    "zero_force_ds_cpu_optimizer", "activation_checkpointing", "flops_profiler", "wandb", "comet",
-    "monitor_config", "elasticity", "aio", "dump_state", "prescale_gradients",
-    "gradient_predivide_factor", "sparse_gradients", "memory_breakdown", "checkpoint", "data_types",
-    "autotuning", "communication_data_type_reduce", "seq_parallel_communication_data_type",
-    "disable_allgather", "load_universal_checkpoint", "use_node_local_storage", "graph_harvesting",
-    "nebula", "timers", "weight_quantization", "compile", "fp16.auto_cast",
+    "zero_force_ds_cpu_optimizer", "flops_profiler", "wandb", "comet", "monitor_config",
+    "elasticity", "aio", "dump_state", "prescale_gradients", "gradient_predivide_factor",
+    "sparse_gradients", "memory_breakdown", "checkpoint", "data_types", "autotuning",
+    "communication_data_type_reduce", "seq_parallel_communication_data_type", "disable_allgather",
+    "load_universal_checkpoint", "use_node_local_storage", "graph_harvesting", "nebula", "timers",
+    "weight_quantization", "compile", "fp16.auto_cast",
     "bf16.immediate_grad_update", /* zero_optimization */
     "zero_optimization.round_robin_gradients", "zero_optimization.load_from_fp32_weights",
     "zero_optimization.elastic_checkpoint", "zero_optimization.ignore_unused_parameters",

@@ -128,6 +128,7 @@ fail:
 }
 
 static void zrt_engine_free_buffers(zrt_engine *eng) {
+  zrt_engine_actckpt_free(eng);
   zrt_coord_destroy(eng->coord); /* waits for its gathers, frees its copies */
   eng->coord = NULL;
   zrt_buckets_destroy(eng->buckets);
@@ -321,6 +322,9 @@ static void zrt_engine_layout_totals(const zrt_engine *eng, zrt_memest_layout *l
   lay->param_buffer_size = eng->cfg->offload_param.buffer_size;
   lay->param_buffer_count = eng->cfg->offload_param.buffer_count;
   lay->activation_bytes = eng->activation_bytes;
+  lay->actckpt_blocks = eng->ack.n;
+  lay->actckpt_bytes = eng->ack.bytes;
+  lay->actckpt_cpu = eng->ack.cpu;
   lay->device_capacity = zrt_pool_capacity(eng->backend->pool);
 }
 
@@ -607,6 +611,7 @@ zrt_status zrt_engine_build(zrt_engine *eng) {
     ZRT_CHECK_GOTO(zrt_engine_plan_check_build(eng, &lay), st, done);
   }
   ZRT_CHECK_GOTO(zrt_engine_offload_setup(eng), st, done); /* no-op without offload */
+  ZRT_CHECK_GOTO(zrt_engine_actckpt_build(eng), st, done); /* no-op without a declaration */
   {
     int64_t maxpart = 0;
     for (int m = 0; m < eng->nmodules; m++) maxpart = ZRT_MAX(maxpart, eng->modules[m].part);

@@ -101,6 +101,34 @@ typedef struct zrt_module_entry {
                         the norm pass and the CPU optimizer read it in place */
 } zrt_module_entry;
 
+/* Activation checkpoints (engine_actckpt.c). Storage is allocated at
+ * build for the checkpointed blocks and held until destroy, so the device
+ * and host figures are constants the memory model counts to the byte:
+ * device mode n * bytes (one allocation per block, or one buffer with
+ * contiguous), cpu mode n * bytes of host pool plus ZRT_ACTCKPT_SLOTS
+ * (at most n) device staging slots. A slot holds one block's input
+ * (holds[s], -1 none); ev_ready[s]: its fill (D2D on the engine stream, or
+ * H2D on the copy stream) is done; ev_out[s]: its copy to the host is done;
+ * ev_free[s]: the engine stream's reads of it are done. */
+#define ZRT_ACTCKPT_SLOTS 2
+typedef struct zrt_actckpt_state {
+  int nblocks, n;       /* declared blocks, checkpointed ones */
+  size_t bytes;         /* per block */
+  unsigned char *on;    /* per block: checkpointed */
+  unsigned char *saved; /* per block: saved this pass, not yet released */
+  void **store;         /* per block: device checkpoint, or host copy (cpu) */
+  void *buf;            /* contiguous: the one buffer */
+  int cpu, contiguous, sync, profile;
+  void *slot[ZRT_ACTCKPT_SLOTS];
+  int holds[ZRT_ACTCKPT_SLOTS], busy[ZRT_ACTCKPT_SLOTS], next_slot;
+  void *ev_ready[ZRT_ACTCKPT_SLOTS], *ev_out[ZRT_ACTCKPT_SLOTS], *ev_free[ZRT_ACTCKPT_SLOTS];
+  void *copy_stream;      /* cpu mode; NULL on backends without streams */
+  int fetched;            /* block fetched and not yet released (-1 none) */
+  double t_save, t_fetch; /* profile: when the open forward / backward began */
+  int prof_block;         /* profile: block whose forward is open (-1 none) */
+  zrt_actckpt_stats stats;
+} zrt_actckpt_state;
+
 /* Per-step measurements feeding metrics and zrt_step_info. */
 typedef struct zrt_engine_stepstats {
   double t_start;              /* time of the first micro-step of this step */
@@ -208,6 +236,7 @@ struct zrt_engine {
    * step (fetch, release, first gradient access, grads_ready), recorded
    * while plan_recording, replayed at the first boundary; and the steady
    * per-rank device peak the plan promises from then on (0 = none yet). */
+  zrt_actckpt_state ack; /* activation checkpoints (engine_actckpt.c) */
   zrt_sim_event *plan_events;
   int plan_nevents, plan_cap_events, plan_recording;
   uint64_t plan_device_bytes;
@@ -244,6 +273,14 @@ zrt_status zrt_engine_plan_check_build(zrt_engine *eng, const struct zrt_memest_
 void zrt_engine_plan_record(zrt_engine *eng, zrt_sim_kind kind, int module);
 zrt_status zrt_engine_plan_first_boundary(zrt_engine *eng);
 void zrt_engine_plan_free(zrt_engine *eng);
+
+/* engine_actckpt.c: allocates the declared checkpoints' storage (build, after
+ * the stage and the pools are set; the host pool is created when
+ * cpu_checkpointing needs it and no offload did) and frees it. */
+zrt_status zrt_engine_actckpt_build(zrt_engine *eng);
+void zrt_engine_actckpt_free(zrt_engine *eng);
+/* Ends any open profile interval (the forward's last block) and logs it. */
+void zrt_engine_actckpt_forward_end(zrt_engine *eng);
 
 /* engine_layout.c: offsets, padded and part of every module for the
  * engine's world size (sharding/layout.h's rules). */

@@ -107,6 +107,12 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
   uint64_t chunk = (uint64_t)zrt_memest_chunk(l), cb = (uint64_t)l->comm_bytes;
   o->device[ZRT_MEM_COMM] = 2 * (N + 1) * chunk * cb;
   o->device[ZRT_MEM_ACTIVATIONS] = l->activation_bytes;
+  {
+    uint64_t ad, ah;
+    zrt_memest_actckpt(l->actckpt_blocks, l->actckpt_bytes, l->actckpt_cpu, &ad, &ah);
+    o->device[ZRT_MEM_ACTIVATIONS] += ad;
+    o->host[ZRT_MEM_ACTIVATIONS] += ah;
+  }
   if (l->offload_optimizer) o->host[ZRT_MEM_COMM] = 4 * 4 * (uint64_t)zrt_memest_offload_tile(l);
   if (grad_host) /* the buckets' two host staging slots */
     o->host[ZRT_MEM_COMM] +=
@@ -119,6 +125,12 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
   }
   o->device_total -= apart;
   o->model_states -= apart;
+}
+
+void zrt_memest_actckpt(int64_t n, uint64_t bytes, int cpu, uint64_t *device, uint64_t *host) {
+  uint64_t nb = n > 0 ? (uint64_t)n : 0;
+  *device = (cpu ? ZRT_MIN(nb, (uint64_t)ZRT_MEMEST_ACTCKPT_SLOTS) : nb) * bytes;
+  *host = cpu ? nb * bytes : 0;
 }
 
 uint64_t zrt_memest_plan_bytes(uint64_t capacity) {
@@ -286,11 +298,14 @@ int zrt_memest_gpt_live(const zrt_memest_gpt *g, const zrt_memest_layout *lay,
   return rc;
 }
 
-uint64_t zrt_memest_gpt_activations(const zrt_memest_gpt *g, int64_t B, int64_t T, int w) {
+uint64_t zrt_memest_gpt_activations(const zrt_memest_gpt *g, int64_t B, int64_t T, int w,
+                                    int64_t nckpt) {
   uint64_t N = (uint64_t)B * (uint64_t)T, C = (uint64_t)g->d_model, V = (uint64_t)g->vocab;
   uint64_t H = (uint64_t)g->heads, L = (uint64_t)g->layers;
   uint64_t layer = 16 * N * C + 4 * N + (uint64_t)B * H * (uint64_t)T * (uint64_t)T;
-  uint64_t floats = N * C + L * layer + N * C + 3 * N + N * V + 6 * N * C; /* arena */
+  /* gpt2_acts_layer_slots: checkpointed blocks share one slot */
+  uint64_t slots = L - (uint64_t)nckpt + (nckpt > 0);
+  uint64_t floats = N * C + slots * layer + N * C + 3 * N + N * V + 6 * N * C; /* arena */
   uint64_t wte = V * C;
   floats += wte; /* dwte */
   if (w != 4) {

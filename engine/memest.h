@@ -39,6 +39,11 @@ typedef struct zrt_memest_layout {
                                  the modules whose optimizer stays on the device (those before
                                  zrt_layout_twin_split); 0 = every module offloaded */
   uint64_t activation_bytes;
+  /* activation checkpoints (zrt_actckpt_declare): checkpointed blocks, bytes
+   * each, 1 when they live in host memory (cpu_checkpointing) */
+  int64_t actckpt_blocks;
+  uint64_t actckpt_bytes;
+  int actckpt_cpu;
   uint64_t device_capacity; /* bytes (0 = unlimited): caps the bucket chunk
                                (zrt_layout_bucket_chunk_capped) */
 } zrt_memest_layout;
@@ -55,6 +60,12 @@ typedef struct zrt_memest_result {
 } zrt_memest_result;
 
 void zrt_memest_predict(const zrt_memest_layout *lay, zrt_memest_result *out);
+
+/* Activation checkpoints' bytes (in the activations category): on the
+ * device n * bytes, or with cpu min(n, ZRT_ACTCKPT_SLOTS = 2) staging slots
+ * of bytes each; on the host n * bytes with cpu, else 0. */
+#define ZRT_MEMEST_ACTCKPT_SLOTS 2
+void zrt_memest_actckpt(int64_t n, uint64_t bytes, int cpu, uint64_t *device, uint64_t *host);
 
 /* The share of a device capacity the engine plans in (stage "auto" and the
  * reuse fitting): the rest is headroom for what no model predicts (the
@@ -140,9 +151,12 @@ int zrt_memest_gpt_live(const zrt_memest_gpt *g, const zrt_memest_layout *lay,
 /* Bytes train_gpt2 allocates with zrt_engine_alloc (ZRT_MEM_ACTIVATIONS)
  * for micro batch `batch` and sequence `seq`: gpt2_acts_layout_init's fp32
  * arena, the fp32 wte gradient, the token/target ints, and for a 16-bit
- * working dtype the fp32 staging of the largest module twice plus wte. */
+ * working dtype the fp32 staging of the largest module twice plus wte.
+ * nckpt: blocks checkpointed (train_gpt2 --activation_checkpointing), which
+ * share one per-layer slot; their inputs are the engine's (actckpt_* of the
+ * layout: nckpt blocks of 4 * batch * seq * d_model bytes). */
 uint64_t zrt_memest_gpt_activations(const zrt_memest_gpt *g, int64_t batch, int64_t seq,
-                                    int dtype_bytes);
+                                    int dtype_bytes, int64_t nckpt);
 
 /* estimate-memory's view of that window for train_gpt2 (lay: a stage-3
  * layout with the settings' prefetch and the reuse fitted at build): lowers

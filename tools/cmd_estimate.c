@@ -35,41 +35,45 @@
 #include "tools.h"
 
 static void est_usage(FILE *f) {
-  fprintf(f,
-          "usage: zrt estimate-memory (--model NAME | --hf_config config.json | --params N) "
-          "[options]\n"
-          "  --model NAME           GPT preset of examples/gpt2: tiny, gpt2, gpt2-medium, "
-          "gpt2-large, gpt2-xl\n"
-          "  --hf_config FILE       a Hugging Face GPT-2 config.json (n_layer, n_embd, n_head,\n"
-          "                         vocab_size, n_positions): the GPT layout of examples/gpt2\n"
-          "  --params N             parameter count (e.g. 1.5e9)\n"
-          "  --largest_module N     with --params: elements of the largest module (default N)\n"
-          "  --activation_bytes S   with --params: per-rank activation bytes (default 0)\n"
-          "  --batch_size B         micro batch per rank (default 1)\n"
-          "  --seq_len T            sequence length (default: the preset's)\n"
-          "  --world_sizes LIST     comma-separated ranks, default 1,2,4,8\n"
-          "  --dtype fp32|fp16|bf16 working precision (default fp16)\n"
-          "  --optimizer adam|sgd|lion  (default adam: 2 fp32 states)\n"
-          "  --reduce_bucket_size N (default 5e8)  --prefetch N (stage3_prefetch_bucket_size, "
-          "default 5e7)\n"
-          "  --persistence N        stage3_param_persistence_threshold (default 1e5)\n"
-          "  --max_reuse N          stage3_max_reuse_distance (default 1e9; 0 = gather every "
-          "use)\n"
-          "  --grad_accum N         gradient_accumulation_steps (default 1): the micro-batches "
-          "of the\n"
-          "                         fetch order replayed for the stage-3 gathered copies\n"
-          "  --offload_device cpu|nvme  where offloaded optimizer state lives (default cpu; "
-          "nvme: host holds staging only, swap file bytes reported)\n"
-          "  --offload_param_device cpu|nvme  where offloaded 16-bit parameter shards live "
-          "(stage 3 rows with param offload; default cpu)\n"
-          "  --param_buffer_count N offload_param.buffer_count: host staging slots of the "
-          "param-nvme reads (default 5, the config's default)\n"
-          "  --offload_ratio R      offload_optimizer.ratio (Twin-Flow, stage 3, cpu; default 1: "
-          "all offloaded, 0: none)\n"
-          "  --sub_group_size N     zero_optimization.sub_group_size: groups modules for the "
-          "ratio (default 1e9)\n"
-          "  --device_memory SIZE   mark configurations whose device total fits (e.g. 16GiB)\n"
-          "  --json                 one JSON document instead of the table\n");
+  fprintf(
+      f,
+      "usage: zrt estimate-memory (--model NAME | --hf_config config.json | --params N) "
+      "[options]\n"
+      "  --model NAME           GPT preset of examples/gpt2: tiny, gpt2, gpt2-medium, "
+      "gpt2-large, gpt2-xl\n"
+      "  --hf_config FILE       a Hugging Face GPT-2 config.json (n_layer, n_embd, n_head,\n"
+      "                         vocab_size, n_positions): the GPT layout of examples/gpt2\n"
+      "  --params N             parameter count (e.g. 1.5e9)\n"
+      "  --largest_module N     with --params: elements of the largest module (default N)\n"
+      "  --activation_bytes S   with --params: per-rank activation bytes (default 0)\n"
+      "  --activation_checkpointing all|N   with --model: train_gpt2 --activation_checkpointing\n"
+      "                         (all blocks, or activation_checkpointing.number_checkpoints N)\n"
+      "  --cpu_checkpointing true|false   the checkpoints in pinned host memory\n"
+      "  --batch_size B         micro batch per rank (default 1)\n"
+      "  --seq_len T            sequence length (default: the preset's)\n"
+      "  --world_sizes LIST     comma-separated ranks, default 1,2,4,8\n"
+      "  --dtype fp32|fp16|bf16 working precision (default fp16)\n"
+      "  --optimizer adam|sgd|lion  (default adam: 2 fp32 states)\n"
+      "  --reduce_bucket_size N (default 5e8)  --prefetch N (stage3_prefetch_bucket_size, "
+      "default 5e7)\n"
+      "  --persistence N        stage3_param_persistence_threshold (default 1e5)\n"
+      "  --max_reuse N          stage3_max_reuse_distance (default 1e9; 0 = gather every "
+      "use)\n"
+      "  --grad_accum N         gradient_accumulation_steps (default 1): the micro-batches "
+      "of the\n"
+      "                         fetch order replayed for the stage-3 gathered copies\n"
+      "  --offload_device cpu|nvme  where offloaded optimizer state lives (default cpu; "
+      "nvme: host holds staging only, swap file bytes reported)\n"
+      "  --offload_param_device cpu|nvme  where offloaded 16-bit parameter shards live "
+      "(stage 3 rows with param offload; default cpu)\n"
+      "  --param_buffer_count N offload_param.buffer_count: host staging slots of the "
+      "param-nvme reads (default 5, the config's default)\n"
+      "  --offload_ratio R      offload_optimizer.ratio (Twin-Flow, stage 3, cpu; default 1: "
+      "all offloaded, 0: none)\n"
+      "  --sub_group_size N     zero_optimization.sub_group_size: groups modules for the "
+      "ratio (default 1e9)\n"
+      "  --device_memory SIZE   mark configurations whose device total fits (e.g. 16GiB)\n"
+      "  --json                 one JSON document instead of the table\n");
 }
 
 static int est_num(const char *opt, const char *v, int64_t *out) {
@@ -224,7 +228,8 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
   int64_t bucket = 500000000, prefetch = 50000000, persist = 100000, reuse = 1000000000;
   uint64_t devmem = 0;
   int json = 0, nvme = 0, pnvme = 0;
-  int64_t pbufs = 5, accum = 1, sgs = 1000000000;
+  int64_t pbufs = 5, accum = 1, sgs = 1000000000, ackn = 0;
+  int ackcpu = 0;
   double ratio = 1.0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -246,7 +251,19 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       model = v;
     else if (!strcmp(a, "--hf_config"))
       hf_path = v;
-    else if (!strcmp(a, "--params"))
+    else if (!strcmp(a, "--activation_checkpointing")) {
+      if (!strcmp(v, "all"))
+        ackn = INT64_MAX;
+      else
+        bad = est_num(a, v, &ackn);
+    } else if (!strcmp(a, "--cpu_checkpointing")) {
+      if (strcmp(v, "true") && strcmp(v, "false")) {
+        fprintf(stderr,
+                "zrt estimate-memory: --cpu_checkpointing expects true or false, got '%s'\n", v);
+        return 2;
+      }
+      ackcpu = !strcmp(v, "true");
+    } else if (!strcmp(a, "--params"))
       bad = est_num(a, v, &params);
     else if (!strcmp(a, "--largest_module"))
       bad = est_num(a, v, &largest);
@@ -412,7 +429,14 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
   est_row *rows = calloc((size_t)nw * NC, sizeof *rows);
   if (!rows) return 1;
   int64_t nparams = params;
-  uint64_t acts = g ? zrt_memest_gpt_activations(g, batch, seq, w) : (uint64_t)act_bytes;
+  if (ackn && !g) {
+    fprintf(stderr, "zrt estimate-memory: --activation_checkpointing needs --model (the GPT "
+                    "example's blocks); with --params give --activation_bytes instead\n");
+    free(rows);
+    return 2;
+  }
+  if (g && ackn > g->layers) ackn = g->layers;
+  uint64_t acts = g ? zrt_memest_gpt_activations(g, batch, seq, w, ackn) : (uint64_t)act_bytes;
   int nrows = 0;
   for (int i = 0; i < nw; i++)
     for (int k = 0; k < NC; k++) {
@@ -445,6 +469,11 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       lay.offload_param_nvme = pnvme && cand[k].op;
       lay.param_buffer_count = pbufs;
       lay.activation_bytes = acts;
+      if (ackn) {
+        lay.actckpt_blocks = ackn;
+        lay.actckpt_bytes = 4 * (uint64_t)batch * (uint64_t)seq * (uint64_t)g->d_model;
+        lay.actckpt_cpu = ackcpu;
+      }
       lay.device_capacity = devmem;
       int groups = 0, dev_groups = 0;
       if (ratio < 1 && cand[k].stage == 3 && cand[k].oo) {

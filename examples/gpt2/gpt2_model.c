@@ -307,7 +307,17 @@ double gpt2_flops_per_token(const gpt2_config *cfg) {
   return 6.0 * (L * 12.0 * C * C + V * C) + 6.0 * L * T * C;
 }
 
-void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B) {
+size_t gpt2_acts_block_input(const gpt2_acts_layout *L, int layer) {
+  if (layer == 0) return L->encoded;
+  int prev = layer - 1, slot = prev < L->nckpt ? 0 : prev - L->nckpt + (L->nckpt > 0);
+  return L->layer_stride * (size_t)slot + L->res3;
+}
+
+int gpt2_acts_layer_slots(const gpt2_config *cfg, int nckpt) {
+  return cfg->n_layer - nckpt + (nckpt > 0);
+}
+
+void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, int nckpt) {
   size_t T = (size_t)cfg->seq_len, C = (size_t)cfg->n_embd, NH = (size_t)cfg->n_head;
   size_t N = (size_t)B * T, off = 0;
   memset(L, 0, sizeof *L);
@@ -338,7 +348,8 @@ void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B) {
   L->att += layer0, L->atty += layer0, L->res2 += layer0, L->ln2 += layer0;
   L->ln2_mean += layer0, L->ln2_rstd += layer0, L->fch += layer0, L->fch_gelu += layer0;
   L->res3 += layer0;
-  off = layer0 + L->layer_stride * (size_t)cfg->n_layer;
+  L->nckpt = nckpt;
+  off = layer0 + L->layer_stride * (size_t)gpt2_acts_layer_slots(cfg, nckpt);
   TAKE(lnf, N * C);
   TAKE(lnf_mean, N);
   TAKE(lnf_rstd, N);

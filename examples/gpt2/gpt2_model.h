@@ -94,17 +94,25 @@ int64_t gpt2_num_params(const gpt2_config *cfg);
 double gpt2_flops_per_token(const gpt2_config *cfg);
 
 /* Activation layout: offsets (in elements) into one buffer, so one
- * zrt_engine_alloc holds every activation and backward scratch. */
+ * zrt_engine_alloc holds every activation and backward scratch. With
+ * activation checkpointing the first nckpt layers share one per-layer slot
+ * (their inputs are the engine's checkpoints, zrt_actckpt_*, and their
+ * activations are recomputed in the backward); the others keep their own. */
 typedef struct gpt2_acts_layout {
   size_t encoded; /* [BT, C] residual stream into block 0 */
   size_t ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu,
       res3; /* per layer base; stride below */
   size_t layer_stride;
+  int nckpt; /* leading layers sharing slot 0 (0 = every layer its own slot) */
   size_t lnf, lnf_mean, lnf_rstd, logits, losses;
   size_t dres, dC, d4C; /* backward scratch (dC and d4C also forward temporaries) */
   size_t total;
 } gpt2_acts_layout;
-void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B);
+void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, int nckpt);
+/* Element offset of layer's input in the layout (where its forward reads it). */
+size_t gpt2_acts_block_input(const gpt2_acts_layout *L, int layer);
+/* Per-layer slots of the layout: n_layer - nckpt, plus the shared one. */
+int gpt2_acts_layer_slots(const gpt2_config *cfg, int nckpt);
 
 /* Instantiations: float (training) and double (gradient check). */
 #define GPT2_REAL float

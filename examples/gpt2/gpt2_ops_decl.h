@@ -48,13 +48,16 @@ typedef struct GPT2_SFX(gpt2_ops) {
 } GPT2_SFX(gpt2_ops);
 
 /* Per-module passes. w / g: the module's weight / gradient pointers in
- * parameter-table order. acts: the buffer laid out by L for batch B. */
+ * parameter-table order. acts: the buffer laid out by L for batch B. A
+ * block's `in` is its input (the residual stream, [B*T, C]): NULL = where
+ * the layout keeps it (the embedding's output or the previous layer's res3);
+ * a checkpointed block's backward and its recompute pass the checkpoint. */
 zrt_status GPT2_SFX(gpt2_embed_forward)(const GPT2_SFX(gpt2_ops) * ops, const gpt2_config *cfg,
                                         const gpt2_acts_layout *L, GPT2_REAL *acts,
                                         const int *tokens, int B, GPT2_REAL *const *w);
 zrt_status GPT2_SFX(gpt2_block_forward)(const GPT2_SFX(gpt2_ops) * ops, const gpt2_config *cfg,
                                         const gpt2_acts_layout *L, GPT2_REAL *acts, int B,
-                                        int layer, GPT2_REAL *const *w);
+                                        int layer, const GPT2_REAL *in, GPT2_REAL *const *w);
 /* Final LN, LM head (tied wte), cross-entropy into acts[L->losses]. When g
  * is non-NULL also the backward: the loss gradient is dloss per position
  * (loss scale / (B*T) for a mean loss), adding into g (ln_f) and dwte, and
@@ -65,7 +68,8 @@ zrt_status GPT2_SFX(gpt2_head)(const GPT2_SFX(gpt2_ops) * ops, const gpt2_config
                                GPT2_REAL dloss, GPT2_REAL *const *g, GPT2_REAL *dwte);
 zrt_status GPT2_SFX(gpt2_block_backward)(const GPT2_SFX(gpt2_ops) * ops, const gpt2_config *cfg,
                                          const gpt2_acts_layout *L, GPT2_REAL *acts, int B,
-                                         int layer, GPT2_REAL *const *w, GPT2_REAL *const *g);
+                                         int layer, const GPT2_REAL *in, GPT2_REAL *const *w,
+                                         GPT2_REAL *const *g);
 zrt_status GPT2_SFX(gpt2_embed_backward)(const GPT2_SFX(gpt2_ops) * ops, const gpt2_config *cfg,
                                          const gpt2_acts_layout *L, GPT2_REAL *acts,
                                          const int *tokens, int B, GPT2_REAL *const *g);

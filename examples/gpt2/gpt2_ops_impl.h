@@ -375,8 +375,17 @@ static void S(cpu_crossentropy)(R *losses, R *logits, const int *targets, int N,
     if (s_ != ZRT_OK) return s_;                                                                   \
   } while (0)
 
+/* Base of layer's slot: the first nckpt layers share slot 0. */
+static R *S(layer_base)(const gpt2_acts_layout *L, R *acts, int layer) {
+  int slot = layer < L->nckpt ? 0 : layer - L->nckpt + (L->nckpt > 0);
+  return acts + L->layer_stride * (size_t)slot;
+}
+
+/* A checkpointed layer's forward reads its input from the shared slot's
+ * res3 and writes res3 last, after its final read of the input (the
+ * residual add into res2), so sharing the slot is safe in the forward. */
 static R *S(res_in)(const gpt2_acts_layout *L, R *acts, int layer) {
-  return layer == 0 ? acts + L->encoded : acts + L->layer_stride * (layer - 1) + L->res3;
+  return layer == 0 ? acts + L->encoded : S(layer_base)(L, acts, layer - 1) + L->res3;
 }
 
 zrt_status S(gpt2_embed_forward)(const S(gpt2_ops) * ops, const gpt2_config *cfg,
@@ -388,11 +397,12 @@ zrt_status S(gpt2_embed_forward)(const S(gpt2_ops) * ops, const gpt2_config *cfg
 }
 
 zrt_status S(gpt2_block_forward)(const S(gpt2_ops) * ops, const gpt2_config *cfg,
-                                 const gpt2_acts_layout *L, R *acts, int B, int layer,
+                                 const gpt2_acts_layout *L, R *acts, int B, int layer, const R *in,
                                  R *const *w) {
   int T = cfg->seq_len, C = cfg->n_embd, NH = cfg->n_head, N = B * T;
   size_t NC = (size_t)N * C;
-  R *base = acts + L->layer_stride * layer, *res = S(res_in)(L, acts, layer);
+  R *base = S(layer_base)(L, acts, layer);
+  const R *res = in ? in : S(res_in)(L, acts, layer);
   R *ln1 = base + L->ln1, *qkv = base + L->qkv, *atty = base + L->atty, *res2 = base + L->res2;
   R *ln2 = base + L->ln2, *fch = base + L->fch, *fchg = base + L->fch_gelu, *res3 = base + L->res3;
   R *tmp = acts + L->dC;
@@ -441,10 +451,11 @@ zrt_status S(gpt2_head)(const S(gpt2_ops) * ops, const gpt2_config *cfg, const g
 }
 
 zrt_status S(gpt2_block_backward)(const S(gpt2_ops) * ops, const gpt2_config *cfg,
-                                  const gpt2_acts_layout *L, R *acts, int B, int layer, R *const *w,
-                                  R *const *g) {
+                                  const gpt2_acts_layout *L, R *acts, int B, int layer, const R *in,
+                                  R *const *w, R *const *g) {
   int T = cfg->seq_len, C = cfg->n_embd, NH = cfg->n_head, N = B * T;
-  R *base = acts + L->layer_stride * layer, *res = S(res_in)(L, acts, layer);
+  R *base = S(layer_base)(L, acts, layer);
+  const R *res = in ? in : S(res_in)(L, acts, layer);
   R *ln1 = base + L->ln1, *qkv = base + L->qkv, *atty = base + L->atty, *res2 = base + L->res2;
   R *ln2 = base + L->ln2, *fch = base + L->fch, *fchg = base + L->fch_gelu;
   R *dres = acts + L->dres, *dC = acts + L->dC, *d4C = acts + L->d4C;

@@ -84,6 +84,7 @@ typedef struct args {
   int n_layer, n_head, n_embd, seq_len, batch_size, vocab_size, n_positions, keep_last;
   int64_t steps;
   int val_every, val_batches, sample, eval_only, eval_batches, save_interval;
+  int actckpt; /* --activation_checkpointing */
   double lr, temperature;
   uint64_t seed;
   const char *sets[32];
@@ -121,7 +122,10 @@ static void usage(FILE *f) {
           "                        DIR (0 = all; never latest, never another run's)\n"
           "  --resume DIR          continue from DIR/latest up to --steps\n"
           "  --eval_only           with --resume or --init: print {\"eval_loss\": x}\n"
-          "  --eval_batches N      batches for --eval_only (default 8)\n",
+          "  --eval_batches N      batches for --eval_only (default 8)\n"
+          "  --activation_checkpointing   keep only each block's input (the engine's activation\n"
+          "                        checkpoints) and recompute the block in the backward; also on\n"
+          "                        when the config has an activation_checkpointing section\n",
           GPT2_DEFAULT_DATA);
 }
 
@@ -156,6 +160,10 @@ static int parse_args(int argc, char **argv, args *a) {
     }
     if (!strcmp(f, "--eval_only")) {
       a->eval_only = 1;
+      continue;
+    }
+    if (!strcmp(f, "--activation_checkpointing")) {
+      a->actckpt = 1;
       continue;
     }
     if (i + 1 >= argc || strncmp(f, "--", 2) != 0) {
@@ -284,6 +292,7 @@ typedef struct trainer {
   gpt2_config cfg;
   gpt2_acts_layout L;
   int B, nmod; /* modules: 0 embed, 1..n_layer blocks, n_layer+1 ln_f */
+  int nckpt;   /* blocks 0..nckpt-1 are checkpointed (zrt_actckpt_*) */
   int *mod_id; /* engine module ids */
   int (*pid)[GPT2_BLOCK_NPARAMS];
   int64_t (*numel)[GPT2_BLOCK_NPARAMS];
@@ -374,7 +383,11 @@ static zrt_status run_micro(trainer *tr, int train, float *loss) {
   for (int l = 0; l < nl; l++) {
     TRY(zrt_module_fetch(e, tr->mod_id[1 + l]));
     TRY(stage_weights(tr, 1 + l));
-    TRY(gpt2_block_forward_f32(ops, &tr->cfg, &tr->L, tr->acts, B, l, tr->w));
+    /* a checkpointed block's input is kept by the engine; its activations
+     * live in the shared slot the next checkpointed block overwrites */
+    if (train && l < tr->nckpt)
+      TRY(zrt_actckpt_save(e, l, tr->acts + gpt2_acts_block_input(&tr->L, l)));
+    TRY(gpt2_block_forward_f32(ops, &tr->cfg, &tr->L, tr->acts, B, l, NULL, tr->w));
     TRY(zrt_module_release(e, tr->mod_id[1 + l]));
   }
 
@@ -411,8 +424,15 @@ static zrt_status run_micro(trainer *tr, int train, float *loss) {
     for (int l = nl - 1; l >= 0; l--) {
       TRY(zrt_module_fetch(e, tr->mod_id[1 + l]));
       TRY(stage_weights(tr, 1 + l));
+      const float *in = NULL;
+      if (l < tr->nckpt) {
+        /* recompute the block's forward from its checkpointed input */
+        TRY(zrt_actckpt_fetch(e, l, (const void **)&in));
+        TRY(gpt2_block_forward_f32(ops, &tr->cfg, &tr->L, tr->acts, B, l, in, tr->w));
+      }
       TRY(stage_grads(tr, 1 + l));
-      TRY(gpt2_block_backward_f32(ops, &tr->cfg, &tr->L, tr->acts, B, l, tr->w, tr->g));
+      TRY(gpt2_block_backward_f32(ops, &tr->cfg, &tr->L, tr->acts, B, l, in, tr->w, tr->g));
+      if (l < tr->nckpt) TRY(zrt_actckpt_release(e, l));
       flush_grads(tr, 1 + l);
       TRY(zrt_module_grads_ready(e, tr->mod_id[1 + l]));
       TRY(zrt_module_release(e, tr->mod_id[1 + l]));
@@ -1071,10 +1091,35 @@ int main(int argc, char **argv) {
     }
     if (tot > max_mod) max_mod = tot;
   }
-  /* Activations and workspaces: one accounted allocation each, up front
-   * after build; declared first so that stage "auto" counts them. */
-  gpt2_acts_layout_init(&tr.L, &tr.cfg, tr.B);
+  /* Activation checkpointing: with --activation_checkpointing or a config
+   * that asks for it (an activation_checkpointing section), every block
+   * is offered; the engine checkpoints the first number_checkpoints of them
+   * (all when unset), and those share one slot of the activation layout. */
   size_t N = (size_t)tr.B * T, wte_n = (size_t)tr.numel[0][GPT2_WTE];
+  {
+    int want = 0;
+    CHECK(zrt_actckpt_wanted(tr.eng, &want));
+    if (want || a.actckpt) {
+      CHECK(zrt_actckpt_declare(tr.eng, tr.cfg.n_layer, N * (size_t)tr.cfg.n_embd * sizeof(float),
+                                NULL));
+      CHECK(zrt_actckpt_is_on(tr.eng, 0, &want, &tr.nckpt));
+      for (int l = 0; l < tr.cfg.n_layer; l++) {
+        int on = 0;
+        CHECK(zrt_actckpt_is_on(tr.eng, l, &on, NULL));
+        if (on != (l < tr.nckpt)) {
+          fprintf(stderr,
+                  "train_gpt2: the engine checkpoints block %d out of order; the layout "
+                  "shares one slot among the first checkpointed blocks\n",
+                  l);
+          goto fail;
+        }
+      }
+    }
+  }
+  /* Activations and workspaces: one accounted allocation each, up front
+   * after build; declared first so that stage "auto" counts them (the
+   * checkpoints are the engine's own and it counts them itself). */
+  gpt2_acts_layout_init(&tr.L, &tr.cfg, tr.B, tr.nckpt);
   {
     uint64_t act = (uint64_t)tr.L.total * 4 + wte_n * 4 + 2 * N * sizeof(int);
     if (tr.info.dtype != ZRT_F32) act += 2 * (uint64_t)max_mod * 4 + wte_n * 4;

@@ -10,14 +10,18 @@
 #   b. nothing offloaded, prefetch of a block ahead, reuse 0;
 #   c. optimizer offloaded, prefetch and reuse, 2 micro-batches per step;
 #   d. a tighter limit that lowers the reuse distance to what keeps only the
-#      last block across the head.
+#      last block across the head;
+#   e. b with every block checkpointed on the device (--activation_checkpointing);
+#   f. a with the checkpoints in pinned host memory (cpu_checkpointing: two
+#      device staging slots).
 set -euo pipefail
 . "$(dirname "$0")/gpt2_lib.sh" memest
 tmp=$D
 
 # case: name limit(bytes or 0) offload(none|optimizer|optimizer+param) prefetch reuse persist accum
+#       [checkpoints: none|device|cpu]
 check() {
-  local name=$1 limit=$2 off=$3 pf=$4 reuse=$5 persist=$6 accum=$7
+  local name=$1 limit=$2 off=$3 pf=$4 reuse=$5 persist=$6 accum=$7 ack=${8:-none}
   local sets=(--set zero_optimization.stage=3 --set bf16.enabled=true
     --set zero_optimization.reduce_bucket_size=4096
     --set zero_optimization.stage3_prefetch_bucket_size="$pf"
@@ -31,6 +35,12 @@ check() {
     sets+=(--set zrt.device_memory_limit="$limit")
     est+=(--device_memory "$limit")
   fi
+  case $ack in
+  device) sets+=(--activation_checkpointing)
+    est+=(--activation_checkpointing all) ;;
+  cpu) sets+=(--activation_checkpointing --set activation_checkpointing.cpu_checkpointing=true)
+    est+=(--activation_checkpointing all --cpu_checkpointing true) ;;
+  esac
   case $off in
   optimizer) sets+=(--set zero_optimization.offload_optimizer.device=cpu) ;;
   optimizer+param) sets+=(--set zero_optimization.offload_optimizer.device=cpu
@@ -70,4 +80,6 @@ check a 1800000 optimizer+param 0 1000000000 0 1
 check b 0 none 60000 0 0 1
 check c 0 optimizer 20000 60000 100 2
 check d 1300000 optimizer+param 0 1000000000 0 1
+check e 0 none 60000 0 0 1 device
+check f 1800000 optimizer+param 0 1000000000 0 1 cpu
 echo "PASS"

@@ -46,14 +46,15 @@ static double run64(double *acts, int grads) {
   const gpt2_ops_f64 *ops = &gpt2_cpu_ops_f64;
   int nl = cfg.n_layer, N = B * cfg.seq_len;
   ZT_OK(gpt2_embed_forward_f64(ops, &cfg, &L, acts, tokens, B, w64[0]));
-  for (int l = 0; l < nl; l++) ZT_OK(gpt2_block_forward_f64(ops, &cfg, &L, acts, B, l, w64[1 + l]));
+  for (int l = 0; l < nl; l++)
+    ZT_OK(gpt2_block_forward_f64(ops, &cfg, &L, acts, B, l, NULL, w64[1 + l]));
   ZT_OK(gpt2_head_f64(ops, &cfg, &L, acts, B, targets, w64[nl + 1], w64[0][GPT2_WTE], 1.0 / N,
                       grads ? g64[nl + 1] : NULL, g64[0][GPT2_WTE]));
   double loss = 0;
   for (int i = 0; i < N; i++) loss += acts[L.losses + i];
   if (grads) {
     for (int l = nl - 1; l >= 0; l--)
-      ZT_OK(gpt2_block_backward_f64(ops, &cfg, &L, acts, B, l, w64[1 + l], g64[1 + l]));
+      ZT_OK(gpt2_block_backward_f64(ops, &cfg, &L, acts, B, l, NULL, w64[1 + l], g64[1 + l]));
     ZT_OK(gpt2_embed_backward_f64(ops, &cfg, &L, acts, tokens, B, g64[0]));
   }
   return loss / N;
@@ -63,11 +64,12 @@ static double run32(float *acts, float *(*w)[GPT2_BLOCK_NPARAMS], float *(*g)[GP
   const gpt2_ops_f32 *ops = &gpt2_cpu_ops_f32;
   int nl = cfg.n_layer, N = B * cfg.seq_len;
   ZT_OK(gpt2_embed_forward_f32(ops, &cfg, &L, acts, tokens, B, w[0]));
-  for (int l = 0; l < nl; l++) ZT_OK(gpt2_block_forward_f32(ops, &cfg, &L, acts, B, l, w[1 + l]));
+  for (int l = 0; l < nl; l++)
+    ZT_OK(gpt2_block_forward_f32(ops, &cfg, &L, acts, B, l, NULL, w[1 + l]));
   ZT_OK(gpt2_head_f32(ops, &cfg, &L, acts, B, targets, w[nl + 1], w[0][GPT2_WTE], 1.0f / N,
                       g[nl + 1], g[0][GPT2_WTE]));
   for (int l = nl - 1; l >= 0; l--)
-    ZT_OK(gpt2_block_backward_f32(ops, &cfg, &L, acts, B, l, w[1 + l], g[1 + l]));
+    ZT_OK(gpt2_block_backward_f32(ops, &cfg, &L, acts, B, l, NULL, w[1 + l], g[1 + l]));
   ZT_OK(gpt2_embed_backward_f32(ops, &cfg, &L, acts, tokens, B, g[0]));
   double loss = 0;
   for (int i = 0; i < N; i++) loss += acts[L.losses + i];
@@ -118,7 +120,7 @@ int main(void) {
   ZT_CHECK(gpt2_num_params(&pre) == 85056000LL + 256LL * 768 + 1024LL * 768);
   ZT_CHECK(gpt2_config_preset("gpt3", &pre) != 0);
 
-  gpt2_acts_layout_init(&L, &cfg, B);
+  gpt2_acts_layout_init(&L, &cfg, B, 0);
   nmod = cfg.n_layer + 2;
   int64_t nparams = 0;
   for (int m = 0; m < nmod; m++) {
