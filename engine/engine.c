@@ -763,9 +763,16 @@ zrt_status zrt_param_numel(const zrt_engine *eng, int param_id, int64_t *numel) 
   return ZRT_OK;
 }
 
+float zrt_engine_backward_scale(const zrt_engine *eng) {
+  const zrt_cfg *c = eng->cfg;
+  if (!c->fp16_enabled) return zrt_scaler_scale(&eng->scaler);
+  int64_t K = c->gradient_accumulation_steps > 0 ? c->gradient_accumulation_steps : 1;
+  return (float)(eng->scaler.cur_scale / (double)K);
+}
+
 zrt_status zrt_engine_loss_scale(const zrt_engine *eng, float *scale) {
   if (!eng || !scale) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_loss_scale: NULL argument");
-  *scale = zrt_scaler_scale(&eng->scaler);
+  *scale = zrt_engine_backward_scale(eng);
   return ZRT_OK;
 }
 

@@ -239,6 +239,16 @@ zrt_status zrt_engine_shard_range(const zrt_engine *eng, int module, int rank, i
  * (seed, name, index) and the param's init). */
 float zrt_engine_param_init_value(const zrt_engine *eng, int param, int64_t index);
 
+/* The factor the program multiplies its loss gradient by in this
+ * accumulation window (zrt_engine_loss_scale): under fp16 the loss scale
+ * divided by gradient_accumulation_steps, as DeepSpeed's backward divides
+ * the loss by it before scaling, so the 16-bit gradient buffers hold the
+ * window's mean (stage 0/1 accumulate the micro-batches there) and
+ * overflow exactly where DeepSpeed's do; 1 under bf16 and fp32 (no loss
+ * scale: the division by the accumulation steps stays in the unscale).
+ * Constant within a window: the scaler changes only at the boundary. */
+float zrt_engine_backward_scale(const zrt_engine *eng);
+
 /* Parameter covering flat element `elem` of module `module`, or -1 in the
  * padding. */
 int zrt_engine_param_at(const zrt_engine *eng, int module, int64_t elem);

@@ -292,7 +292,9 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
   }
 
   float scale = zrt_scaler_scale(&eng->scaler);
-  float inv = zrt_gradstats_unscale(scale, eng->world, K);
+  /* the inverse of what the window's backward passes multiplied by: under
+   * fp16 (scale / K) * world * K, so the accumulated mean is unscaled */
+  float inv = zrt_gradstats_unscale(zrt_engine_backward_scale(eng), eng->world, K);
   double sumsq = 0;
   int nonfinite = 0;
   ZRT_CHECK(zrt_engine_grad_stats(eng, inv, &sumsq, &nonfinite));
