@@ -482,6 +482,7 @@ static void load_beneath(lctx *c) {
                "accelerate looks); using %s beside the launch YAML",
                c->file, n->kline, n->kcol, n->text, path);
       zrt_config_add_warning(c->cfg, w);
+      warn_once(w); /* zrt launch prints it too, as docs/launch.md says */
     }
   }
   char referer[700];
