@@ -239,6 +239,12 @@ zrt_status zrt_engine_shard_range(const zrt_engine *eng, int module, int rank, i
  * (seed, name, index) and the param's init). */
 float zrt_engine_param_init_value(const zrt_engine *eng, int param, int64_t index);
 
+/* offload_param without offload_optimizer: writes n 16-bit elements of a
+ * host shard (dst16) from fp32 masters in device memory, through a
+ * transient host chunk. Synchronises the backend first. */
+zrt_status zrt_engine_host16_from_master(zrt_engine *eng, const float *master, void *dst16,
+                                         int64_t n);
+
 /* The factor the program multiplies its loss gradient by in this
  * accumulation window (zrt_engine_loss_scale): under fp16 the loss scale
  * divided by gradient_accumulation_steps, as DeepSpeed's backward divides

@@ -407,7 +407,35 @@ static void accelerate_rules(void) {
   zrt_config_destroy(c);
 }
 
+/* The offload rules `zrt config check` applies are the engine's
+ * (zrt_config_offload_rule): offload_param alone at stage 3 loads, the
+ * refusals name the key. */
+static void offload_rules(void) {
+  const char *msg;
+  ZT_CHECK(load("{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": "
+                "\"cpu\"}}}",
+                &msg) == ZRT_OK);
+  ZT_CHECK(load("{\"zero_optimization\": {\"stage\": 2, \"offload_param\": {\"device\": "
+                "\"cpu\"}}}",
+                &msg) == ZRT_ERR_CONFIG);
+  ZT_CONTAINS(msg, "zero_optimization.offload_param needs zero_optimization.stage 3 (stage is 2)");
+  ZT_CHECK(load("{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
+                "\"cpu\", \"ratio\": 0.5}, \"offload_param\": {\"device\": \"cpu\"}}}",
+                &msg) == ZRT_ERR_CONFIG);
+  ZT_CONTAINS(msg, "zero_optimization.offload_optimizer.ratio 0.5 with offload_param.device cpu "
+                   "is not supported");
+  ZT_CHECK(load("{\"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {\"device\": "
+                "\"cpu\"}}}",
+                &msg) == ZRT_ERR_CONFIG);
+  ZT_CONTAINS(msg, "offload_optimizer needs zero_optimization.stage 1, 2 or 3");
+  /* ratio below stage 3 is ignored (a warning at build), not refused */
+  ZT_CHECK(load("{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
+                "\"nvme\", \"nvme_path\": \"/tmp\", \"ratio\": 0.5}}}",
+                &msg) == ZRT_OK);
+}
+
 int main(void) {
+  offload_rules();
   accelerate_rules();
   precision_config();
   spellings();
