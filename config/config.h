@@ -232,6 +232,22 @@ zrt_status zrt_config_source(const zrt_config *cfg, const char *key_path, zrt_cf
 /* Short word of a source kind: "default", "file", "env", "flag", "program",
  * "derived". */
 const char *zrt_config_source_kind_name(zrt_cfg_source_kind k);
+/* The offload rules that depend on the ZeRO stage, one function for the
+ * config's validation (the load, `zrt config check`) and the engine's
+ * build (which knows the stage "auto" resolved to): stage -1 (auto, not
+ * yet resolved) skips the stage-dependent ones. Returns 0 when allowed,
+ * else writes the refusal and the fix into msg (no location) and returns
+ * which key it is about: ZRT_OFFLOAD_RULE_*. */
+enum {
+  ZRT_OFFLOAD_RULE_OK = 0,
+  ZRT_OFFLOAD_RULE_PARAM_STAGE, /* zero_optimization.offload_param.device */
+  ZRT_OFFLOAD_RULE_OPTIM_STAGE, /* zero_optimization.offload_optimizer.device */
+  ZRT_OFFLOAD_RULE_RATIO_NVME,  /* zero_optimization.offload_optimizer.ratio */
+  ZRT_OFFLOAD_RULE_RATIO_PARAM  /* zero_optimization.offload_optimizer.ratio */
+};
+int zrt_config_offload_rule(int stage, zrt_offload_device optim, zrt_offload_device param,
+                            double ratio, char *msg, size_t len);
+
 /* Whether a key currently holds an unresolved "auto". */
 int zrt_config_is_auto(const zrt_config *cfg, const char *key_path);
 

@@ -25,6 +25,9 @@
 
 #define ZRT_CFG_MAX_FILE (16u << 20)
 
+/* Unknown top-level keys kept for the messages (all are counted). */
+#define ZRT_CFG_UNKNOWN_KEPT 64
+
 typedef struct lctx {
   zrt_config *cfg;
   const char *file; /* as shown in messages */
@@ -40,9 +43,14 @@ typedef struct lctx {
    * spellings ("zero_optimization.stage" beside the nested section, an
    * accelerate short name beside its DeepSpeed path) is a duplicate */
   const zrt_dnode *row_node[ZRT_CFG_MAXKEYS];
-  const zrt_dnode *fsdp;    /* accelerate's fsdp_config section */
-  const zrt_dnode *actckpt; /* DeepSpeed's activation_checkpointing section (a mapping) */
-  long nunknown;            /* unknown top-level keys (warned: the first ZRT_CFG_UNKNOWN_SHOWN) */
+  const zrt_dnode *fsdp;       /* accelerate's fsdp_config section */
+  const zrt_dnode *actckpt;    /* DeepSpeed's activation_checkpointing section (a mapping) */
+  const zrt_dnode *ds_section; /* accelerate's deepspeed_config section */
+  /* top-level keys zrt does not know (no near miss): a warning in a
+   * DeepSpeed file, an error in an accelerate launch file; the first
+   * ZRT_CFG_UNKNOWN_KEPT kept, all counted */
+  const zrt_dnode *unknown[ZRT_CFG_UNKNOWN_KEPT];
+  long nunknown;
 } lctx;
 
 /* Unknown top-level keys warned one by one; the rest are one line ("and N
@@ -230,15 +238,19 @@ static void apply_accelerate_ds(lctx *c, const zrt_dnode *map) {
     }
     const char *to = zrt_config_short_name(n->key);
     if (!to) {
-      char sug[300];
+      /* accelerate copies the section's keys onto its launch arguments and
+       * never looks at one it does not know: a warning, not an error */
+      char sug[300], w[1200];
       zrt_config_suggest(path, sug, sizeof sug);
-      zrt_cfg_errs_add(c->errs,
-                       "%s:%d:%d: unknown key '%s' (accelerate's deepspeed_config short "
-                       "names: zero_stage, offload_optimizer_device, offload_param_device, "
-                       "offload_optimizer_nvme_path, offload_param_nvme_path, "
-                       "gradient_accumulation_steps, gradient_clipping, deepspeed_config_file, "
-                       "zero3_init_flag, ...)%s%s",
-                       c->file, n->kline, n->kcol, path, *sug ? "; " : "", sug);
+      snprintf(w, sizeof w,
+               "%s:%d:%d: unknown key '%s' ignored (accelerate ignores it too; its "
+               "deepspeed_config short names: zero_stage, offload_optimizer_device, "
+               "offload_param_device, offload_optimizer_nvme_path, offload_param_nvme_path, "
+               "gradient_accumulation_steps, gradient_clipping, deepspeed_config_file, "
+               "zero3_init_flag, ...)%s%s",
+               c->file, n->kline, n->kcol, path, *sug ? "; " : "", sug);
+      zrt_config_add_warning(c->cfg, w);
+      warn_once(w);
       continue;
     }
     set_leaf(c, (size_t)zrt_config_schema_find(to), to, n);
@@ -276,7 +288,7 @@ static void apply_map(lctx *c, const zrt_dnode *map, const char *prefix) {
     }
     if (!*prefix && !strcmp(key, "deepspeed_config")) {
       if (n->kind == ZRT_DN_MAP)
-        apply_accelerate_ds(c, n);
+        c->ds_section = n; /* read after the map: only distributed_type DEEPSPEED uses it */
       else if (!n->is_null)
         zrt_cfg_errs_add(c->errs,
                          "%s:%d:%d: deepspeed_config: expected a mapping of accelerate's "
@@ -317,16 +329,10 @@ static void apply_map(lctx *c, const zrt_dnode *map, const char *prefix) {
     char sug[300];
     zrt_config_suggest(path, sug, sizeof sug);
     if (!*prefix && !*sug) {
-      /* DeepSpeed ignores unknown top-level keys; zrt says which (the
-       * first few; the rest are counted into one line at the end) */
-      if (++c->nunknown > ZRT_CFG_UNKNOWN_SHOWN) continue;
-      char w[700];
-      snprintf(w, sizeof w,
-               "%s:%d:%d: unknown top-level key '%s' ignored (DeepSpeed ignores it too; see "
-               "docs/config-reference.md)",
-               c->file, n->kline, n->kcol, path);
-      zrt_config_add_warning(c->cfg, w);
-      warn_once(w);
+      /* DeepSpeed ignores unknown top-level keys, accelerate refuses them:
+       * decided after the map (unknown_top_keys) */
+      if (c->nunknown < ZRT_CFG_UNKNOWN_KEPT) c->unknown[c->nunknown] = n;
+      c->nunknown++;
       continue;
     }
     zrt_cfg_errs_add(c->errs, "%s:%d:%d: unknown key '%s'%s%s (see docs/config-reference.md)",
@@ -522,6 +528,7 @@ static void load_beneath(lctx *c) {
                "accelerate looks); using %s beside the launch YAML",
                c->file, n->kline, n->kcol, n->text, path);
       zrt_config_add_warning(c->cfg, w);
+      warn_once(w); /* zrt launch prints it too, as docs/launch.md says */
     }
   }
   char referer[700];
@@ -610,6 +617,89 @@ static void apply_fsdp(lctx *c) {
   warn_once(msg);
 }
 
+/* A file naming distributed_type or compute_environment at its top level
+ * is an accelerate launch config (accelerate requires distributed_type). */
+static int is_accelerate_file(const zrt_dnode *tree) {
+  for (size_t i = 0; i < tree->nkids; i++)
+    if (!strcmp(tree->kids[i]->key, "distributed_type") ||
+        !strcmp(tree->kids[i]->key, "compute_environment"))
+      return 1;
+  return 0;
+}
+
+static int cmp_key(const void *a, const void *b) {
+  return strcmp((*(const zrt_dnode *const *)a)->key, (*(const zrt_dnode *const *)b)->key);
+}
+
+/* Unknown top-level keys: accelerate's ClusterConfig.from_yaml_file raises
+ * on them (listing them sorted), DeepSpeed ignores them. */
+static void unknown_top_keys(lctx *c, const zrt_dnode *tree) {
+  if (!c->nunknown) return;
+  int kept = c->nunknown < ZRT_CFG_UNKNOWN_KEPT ? (int)c->nunknown : ZRT_CFG_UNKNOWN_KEPT;
+  if (!is_accelerate_file(tree)) {
+    /* the first few one by one; the rest are one line at the end of the load */
+    for (int i = 0; i < kept && i < ZRT_CFG_UNKNOWN_SHOWN; i++) {
+      const zrt_dnode *n = c->unknown[i];
+      char w[700];
+      snprintf(w, sizeof w,
+               "%s:%d:%d: unknown top-level key '%s' ignored (DeepSpeed ignores it too; see "
+               "docs/config-reference.md)",
+               c->file, n->kline, n->kcol, n->key);
+      zrt_config_add_warning(c->cfg, w);
+      warn_once(w);
+    }
+    return;
+  }
+  const zrt_dnode *sorted[ZRT_CFG_UNKNOWN_KEPT];
+  memcpy(sorted, c->unknown, (size_t)kept * sizeof sorted[0]);
+  qsort(sorted, (size_t)kept, sizeof sorted[0], cmp_key);
+  char list[1500] = "";
+  for (int i = 0; i < kept; i++) {
+    size_t l = strlen(list);
+    snprintf(list + l, sizeof list - l, "%s'%s'", i ? ", " : "", sorted[i]->key);
+  }
+  if (c->nunknown > kept) {
+    size_t l = strlen(list);
+    snprintf(list + l, sizeof list - l, " and %ld more", c->nunknown - kept);
+  }
+  zrt_cfg_errs_add(c->errs,
+                   "%s:%d:%d: The config file at %s had unknown keys (%s): accelerate refuses "
+                   "them too; fix or remove them (a launch YAML takes accelerate's keys and "
+                   "DeepSpeed's, see docs/config-reference.md)",
+                   c->file, c->unknown[0]->kline, c->unknown[0]->kcol, c->file, list);
+}
+
+/* accelerate's parallelism_config: tensor, context and sequence parallel
+ * sizes above 1 split each sample or layer across ranks, which zrt cannot
+ * do; running the ranks as data parallel instead would train another
+ * batch, so the file is refused naming the key. Sizes of 1 and the data
+ * parallel sizes (dp_replicate, dp_shard: what ZeRO's data parallelism
+ * is) are accepted. */
+static void parallelism_config(lctx *c, const zrt_dnode *tree) {
+  for (size_t i = 0; i < tree->nkids; i++) {
+    const zrt_dnode *p = tree->kids[i];
+    if (strcmp(p->key, "parallelism_config") || p->kind != ZRT_DN_MAP) continue;
+    static const char *const split[][2] = {{"parallelism_config_tp_size", "tensor"},
+                                           {"parallelism_config_cp_size", "context"},
+                                           {"parallelism_config_sp_size", "sequence"}};
+    for (size_t j = 0; j < p->nkids; j++) {
+      const zrt_dnode *n = p->kids[j];
+      for (size_t k = 0; k < sizeof split / sizeof split[0]; k++) {
+        if (strcmp(n->key, split[k][0]) || n->kind != ZRT_DN_SCALAR) continue;
+        char *end;
+        long v = strtol(n->text, &end, 10);
+        if (*end || end == n->text || v <= 1) continue;
+        zrt_cfg_errs_add(c->errs,
+                         "%s:%d:%d: parallelism_config.%s %ld: zrt has no %s parallelism (it "
+                         "runs every rank as a data-parallel ZeRO rank, which would train "
+                         "another global batch than accelerate's %ld-rank %s shards); set it "
+                         "to 1 or remove parallelism_config",
+                         c->file, n->kline, n->kcol, n->key, v, split[k][1], v, split[k][1]);
+      }
+    }
+  }
+}
+
 /* Applies one text to cfg (already a tentative copy). Errors go to errs. */
 static zrt_status load_text(zrt_config *cfg, const char *text, size_t len, const char *file,
                             const char *dir, int prio, int nested, zrt_cfg_errs *errs,
@@ -654,6 +744,24 @@ static zrt_status load_text(zrt_config *cfg, const char *text, size_t len, const
       zrt_config_set_row(cfg, (size_t)r, "true", 0, 0, prio, &src, src.where, errs);
     }
   }
+  unknown_top_keys(&c, tree);
+  parallelism_config(&c, tree);
+  if (c.ds_section) {
+    /* accelerate reads deepspeed_config (and opens its deepspeed_config_file)
+     * only for distributed_type DEEPSPEED */
+    long dt = zrt_config_schema_find("distributed_type");
+    const char *type = cfg->v.distributed_type;
+    if (!strcmp(type, "DEEPSPEED") || !set_by_this(&c, (size_t)dt)) {
+      apply_accelerate_ds(&c, c.ds_section);
+    } else if (c.ds_section->nkids) {
+      char why[160];
+      snprintf(why, sizeof why,
+               "deepspeed_config (distributed_type %s: accelerate uses it only "
+               "with DEEPSPEED)",
+               type);
+      note_ignored(&c, why, c.ds_section);
+    }
+  }
   if (c.set_mp) {
     /* mixed_precision sets fp16/bf16.enabled unless this same file names
      * them itself; "no" defers to a deepspeed_config_file beneath */
@@ -681,7 +789,7 @@ static zrt_status load_text(zrt_config *cfg, const char *text, size_t len, const
     note_ignored(&c, "fsdp_config", c.fsdp);
   if (c.sources) apply_sources(&c, c.sources);
   if (c.ds_file) load_beneath(&c);
-  if (c.nunknown > ZRT_CFG_UNKNOWN_SHOWN) {
+  if (c.nunknown > ZRT_CFG_UNKNOWN_SHOWN && !is_accelerate_file(tree)) {
     char w[700];
     snprintf(w, sizeof w,
              "%s: and %ld more unknown top-level keys ignored (DeepSpeed ignores them too; see "

@@ -44,6 +44,47 @@ static const char *from(const zrt_config *cfg, const char *path, char *buf, size
   return buf;
 }
 
+int zrt_config_offload_rule(int stage, zrt_offload_device optim, zrt_offload_device param,
+                            double ratio, char *msg, size_t len) {
+  const char *dev[] = {"none", "cpu", "nvme"};
+  if (param != ZRT_OFFLOAD_NONE && stage >= 0 && stage != 3) {
+    snprintf(msg, len,
+             "zero_optimization.offload_param needs zero_optimization.stage 3 (stage is %d); set "
+             "stage 3 or remove offload_param",
+             stage);
+    return ZRT_OFFLOAD_RULE_PARAM_STAGE;
+  }
+  if (optim != ZRT_OFFLOAD_NONE && stage == 0) {
+    snprintf(msg, len,
+             "zero_optimization.offload_optimizer needs zero_optimization.stage 1, 2 or 3 (stage "
+             "is 0); set a stage or remove offload_optimizer");
+    return ZRT_OFFLOAD_RULE_OPTIM_STAGE;
+  }
+  /* Twin-Flow (ratio < 1) splits the optimizer only at stage 3; below it
+   * the ratio is ignored (the engine warns) */
+  if (optim == ZRT_OFFLOAD_NONE || ratio >= 1.0 || stage != 3) return ZRT_OFFLOAD_RULE_OK;
+  if (optim == ZRT_OFFLOAD_NVME) {
+    snprintf(msg, len,
+             "zero_optimization.offload_optimizer.ratio %g with offload_optimizer.device nvme is "
+             "not supported: Twin-Flow splits the optimizer between the device and host memory, "
+             "while nvme keeps every module's state in one swap-file set (DeepSpeed places only "
+             "in-memory sub-groups by ratio); set offload_optimizer.device cpu to split, or ratio "
+             "1 to keep nvme",
+             ratio);
+    return ZRT_OFFLOAD_RULE_RATIO_NVME;
+  }
+  if (param != ZRT_OFFLOAD_NONE) {
+    snprintf(msg, len,
+             "zero_optimization.offload_optimizer.ratio %g with offload_param.device %s is not "
+             "supported: the device-side optimizer steps write the 16-bit shard, which "
+             "offload_param keeps in host memory or NVMe; set offload_optimizer.ratio 1 or remove "
+             "offload_param",
+             ratio, dev[param]);
+    return ZRT_OFFLOAD_RULE_RATIO_PARAM;
+  }
+  return ZRT_OFFLOAD_RULE_OK;
+}
+
 void zrt_config_validate(const zrt_config *cfg, zrt_cfg_errs *errs) {
   const zrt_cfg *v = &cfg->v;
   char a[600], b[600];
@@ -61,19 +102,18 @@ void zrt_config_validate(const zrt_config *cfg, zrt_cfg_errs *errs) {
                      "micro * accumulation * world size, and %lld is not a multiple of %lld",
                      at(cfg, "train_batch_size", a, sizeof a), (long long)t, (long long)m,
                      (long long)g, (long long)t, (long long)(m * g));
-  int st = v->zero_stage;
-  if (v->offload_param.device != ZRT_OFFLOAD_NONE && st >= 0 && st != 3)
-    zrt_cfg_errs_add(errs,
-                     "%szero_optimization.offload_param needs zero_optimization.stage 3 (stage is "
-                     "%d, from %s); set stage 3 or remove offload_param",
-                     at(cfg, "zero_optimization.offload_param.device", a, sizeof a), st,
-                     from(cfg, "zero_optimization.stage", b, sizeof b));
-  if (v->offload_optimizer.device != ZRT_OFFLOAD_NONE && st == 0)
-    zrt_cfg_errs_add(errs,
-                     "%szero_optimization.offload_optimizer needs zero_optimization.stage 1, 2 or "
-                     "3 (stage is 0, from %s)",
-                     at(cfg, "zero_optimization.offload_optimizer.device", a, sizeof a),
-                     from(cfg, "zero_optimization.stage", b, sizeof b));
+  char rule[600];
+  int which = zrt_config_offload_rule((int)v->zero_stage, v->offload_optimizer.device,
+                                      v->offload_param.device, v->offload_optimizer.ratio, rule,
+                                      sizeof rule);
+  if (which) {
+    const char *key =
+        which == ZRT_OFFLOAD_RULE_PARAM_STAGE   ? "zero_optimization.offload_param.device"
+        : which == ZRT_OFFLOAD_RULE_OPTIM_STAGE ? "zero_optimization.offload_optimizer.device"
+                                                : "zero_optimization.offload_optimizer.ratio";
+    zrt_cfg_errs_add(errs, "%s%s (zero_optimization.stage from %s)", at(cfg, key, a, sizeof a),
+                     rule, from(cfg, "zero_optimization.stage", b, sizeof b));
+  }
   if (v->offload_optimizer.device == ZRT_OFFLOAD_NVME && !v->offload_optimizer.nvme_path[0])
     zrt_cfg_errs_add(errs,
                      "%szero_optimization.offload_optimizer.device is nvme but "

@@ -378,8 +378,14 @@ static zrt_status zrt_engine_choose_stage(zrt_engine *eng) {
   if (eng->stage >= 0) return ZRT_OK;
   size_t cap = zrt_pool_capacity(eng->backend->pool);
   if (cap == 0) {
-    zrt_engine_set_stage(eng, 0);
-    zrt_log0(ZRT_LOG_INFO, "stage auto: device memory is unlimited, picking stage 0 (fastest)");
+    /* the fastest stage the config's own offload settings allow
+     * (zrt_config_offload_rule) */
+    int st0 = eng->offload_par != ZRT_OFFLOAD_NONE   ? 3
+              : eng->offload_opt != ZRT_OFFLOAD_NONE ? 1
+                                                     : 0;
+    zrt_engine_set_stage(eng, st0);
+    zrt_log0(ZRT_LOG_INFO, "stage auto: device memory is unlimited, picking stage %d (fastest%s)",
+             st0, st0 ? " the offload settings allow" : "");
     return ZRT_OK;
   }
   /* the config's own offload settings are kept; auto only adds offload */
@@ -401,6 +407,7 @@ static zrt_status zrt_engine_choose_stage(zrt_engine *eng) {
   for (size_t k = 0; k < sizeof cand / sizeof cand[0]; k++) {
     int oo = cand[k].oo || user_oo, op = cand[k].op || user_op;
     if (op && !zrt_stage_policy_of(cand[k].stage)->shard_params) continue;
+    if (oo && cand[k].stage == 0) continue; /* offload_optimizer needs stage >= 1 */
     zrt_memest_layout lay;
     zrt_engine_set_stage(eng, cand[k].stage);
     zrt_engine_layout_totals(eng, &lay);
@@ -791,9 +798,16 @@ zrt_status zrt_param_numel(const zrt_engine *eng, int param_id, int64_t *numel) 
   return ZRT_OK;
 }
 
+float zrt_engine_backward_scale(const zrt_engine *eng) {
+  const zrt_cfg *c = eng->cfg;
+  if (!c->fp16_enabled) return zrt_scaler_scale(&eng->scaler);
+  int64_t K = c->gradient_accumulation_steps > 0 ? c->gradient_accumulation_steps : 1;
+  return (float)(eng->scaler.cur_scale / (double)K);
+}
+
 zrt_status zrt_engine_loss_scale(const zrt_engine *eng, float *scale) {
   if (!eng || !scale) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_loss_scale: NULL argument");
-  *scale = zrt_scaler_scale(&eng->scaler);
+  *scale = zrt_engine_backward_scale(eng);
   return ZRT_OK;
 }
 
@@ -841,7 +855,10 @@ zrt_status zrt_engine_refresh_params(zrt_engine *eng) {
       ZRT_CHECK(zrt_engine_nvme_refresh_module(eng, m));
       if (eng->policy->gather_after_step) ZRT_CHECK(zrt_engine_gather_module(eng, m));
     } else if (eng->policy->shard_params) {
-      if (me->shard16_host) {
+      if (me->shard16_host && !me->optim_host) {
+        /* offload_param alone: host shard from the device masters */
+        ZRT_CHECK(zrt_engine_host16_from_master(eng, me->master, me->shard16, len));
+      } else if (me->shard16_host) {
         /* host shard: convert on the host (host pool memory) */
         for (int64_t i = 0; i < len; i++)
           zrt_store_f(me->shard16, eng->dtype, (size_t)i, me->master[i]);

@@ -312,6 +312,22 @@ zrt_status zrt_engine_shard_range(const zrt_engine *eng, int module, int rank, i
  * (seed, name, index) and the param's init). */
 float zrt_engine_param_init_value(const zrt_engine *eng, int param, int64_t index);
 
+/* offload_param without offload_optimizer: writes n 16-bit elements of a
+ * host shard (dst16) from fp32 masters in device memory, through a
+ * transient host chunk. Synchronises the backend first. */
+zrt_status zrt_engine_host16_from_master(zrt_engine *eng, const float *master, void *dst16,
+                                         int64_t n);
+
+/* The factor the program multiplies its loss gradient by in this
+ * accumulation window (zrt_engine_loss_scale): under fp16 the loss scale
+ * divided by gradient_accumulation_steps, as DeepSpeed's backward divides
+ * the loss by it before scaling, so the 16-bit gradient buffers hold the
+ * window's mean (stage 0/1 accumulate the micro-batches there) and
+ * overflow exactly where DeepSpeed's do; 1 under bf16 and fp32 (no loss
+ * scale: the division by the accumulation steps stays in the unscale).
+ * Constant within a window: the scaler changes only at the boundary. */
+float zrt_engine_backward_scale(const zrt_engine *eng);
+
 /* Parameter covering flat element `elem` of module `module`, or -1 in the
  * padding. */
 int zrt_engine_param_at(const zrt_engine *eng, int module, int64_t elem);

@@ -54,9 +54,34 @@ static zrt_status zrt_engine_master_span(void *arg, int64_t e0, int64_t n, float
     int64_t off, len;
     zrt_engine_master_extent(eng, m, &off, &len);
     int64_t lo = ZRT_MAX(e0, me->nvme_off), hi = ZRT_MIN(e0 + n, me->nvme_off + len);
-    if (lo < hi) memcpy(dst + (lo - e0), me->master + (lo - me->nvme_off), (size_t)(hi - lo) * 4);
+    if (lo >= hi) continue;
+    if (me->optim_host)
+      memcpy(dst + (lo - e0), me->master + (lo - me->nvme_off), (size_t)(hi - lo) * 4);
+    else /* offload_param nvme alone: the masters are device memory */
+      ZRT_CHECK(zrt_backend_memcpy(eng->backend, dst + (lo - e0), me->master + (lo - me->nvme_off),
+                                   (size_t)(hi - lo) * 4, ZRT_COPY_D2H, NULL));
   }
   return ZRT_OK;
+}
+
+zrt_status zrt_engine_host16_from_master(zrt_engine *eng, const float *master, void *dst16,
+                                         int64_t n) {
+  const int64_t chunk = 1 << 20;
+  size_t ws = zrt_dtype_size(eng->dtype);
+  /* transient staging of one chunk, not model state */
+  float *tmp = malloc((size_t)ZRT_MAX(ZRT_MIN(chunk, n), (int64_t)1) * sizeof(float));
+  if (!tmp) return zrt_error(ZRT_ERR_OOM, "engine: out of host memory writing a host 16-bit shard");
+  zrt_status st = zrt_backend_synchronize(eng->backend, NULL); /* the step's writes */
+  for (int64_t t0 = 0; t0 < n && st == ZRT_OK; t0 += chunk) {
+    int64_t k = ZRT_MIN(chunk, n - t0);
+    st = zrt_backend_memcpy(eng->backend, tmp, master + t0, (size_t)k * 4, ZRT_COPY_D2H, NULL);
+    if (st != ZRT_OK) break;
+    /* the same round-to-nearest-even as the backends' optimizer write-back */
+    for (int64_t i = 0; i < k; i++)
+      zrt_store_f((char *)dst16 + (size_t)t0 * ws, eng->dtype, (size_t)i, tmp[i]);
+  }
+  free(tmp);
+  return st;
 }
 
 static int64_t zrt_engine_module_part(const void *arg, int i) {
@@ -92,21 +117,10 @@ static zrt_status zrt_engine_twin_resolve(zrt_engine *eng) {
              r, eng->stage);
     return ZRT_OK;
   }
-  if (eng->offload_opt == ZRT_OFFLOAD_NVME)
-    return zrt_error(ZRT_ERR_CONFIG,
-                     "zero_optimization.offload_optimizer.ratio %g with offload_optimizer.device "
-                     "nvme is not supported: Twin-Flow splits the optimizer between the device "
-                     "and host memory, while nvme keeps every module's state in one swap-file "
-                     "set (DeepSpeed places only in-memory sub-groups by ratio); set "
-                     "offload_optimizer.device cpu to split, or ratio 1 to keep nvme",
-                     r);
-  if (eng->offload_par != ZRT_OFFLOAD_NONE)
-    return zrt_error(ZRT_ERR_CONFIG,
-                     "zero_optimization.offload_optimizer.ratio %g with offload_param.device %s "
-                     "is not supported: the device-side optimizer steps write the 16-bit shard, "
-                     "which offload_param keeps in host memory or NVMe; set "
-                     "offload_optimizer.ratio 1 or remove offload_param",
-                     r, eng->offload_par == ZRT_OFFLOAD_NVME ? "nvme" : "cpu");
+  /* the refusals are config/'s rule, the one `zrt config check` applies */
+  char why[600];
+  if (zrt_config_offload_rule(eng->stage, eng->offload_opt, eng->offload_par, r, why, sizeof why))
+    return zrt_error(ZRT_ERR_CONFIG, "%s", why);
   int G, first;
   int split = zrt_layout_twin_split(eng->nmodules, zrt_engine_module_part, eng, c->sub_group_size,
                                     r, &G, &first);
@@ -133,15 +147,10 @@ zrt_status zrt_engine_offload_setup(zrt_engine *eng) {
   int oo = eng->offload_opt != ZRT_OFFLOAD_NONE;
   int op = eng->offload_par != ZRT_OFFLOAD_NONE;
   if (!oo && !op) return ZRT_OK;
-  if (op && !eng->policy->shard_params)
-    return zrt_error(ZRT_ERR_CONFIG,
-                     "zero_optimization.offload_param needs zero_optimization.stage 3 (stage is "
-                     "%d); set stage 3 or remove offload_param",
-                     eng->stage);
-  if (op && !oo)
-    return zrt_error(ZRT_ERR_CONFIG,
-                     "zero_optimization.offload_param without offload_optimizer is not supported; "
-                     "set zero_optimization.offload_optimizer.device to cpu as well");
+  char why[600]; /* config/'s rule, the one `zrt config check` applies, at the resolved stage */
+  if (zrt_config_offload_rule(eng->stage, eng->offload_opt, eng->offload_par,
+                              c->offload_optimizer.ratio, why, sizeof why))
+    return zrt_error(ZRT_ERR_CONFIG, "%s", why);
   int pnvme = op && eng->offload_par == ZRT_OFFLOAD_NVME;
   if (pnvme)
     ZRT_CHECK(zrt_engine_nvme_check_path(c->offload_param.nvme_path, "param",
@@ -169,14 +178,17 @@ zrt_status zrt_engine_offload_setup(zrt_engine *eng) {
   if (nvme)
     ZRT_CHECK(zrt_engine_nvme_check_path(c->offload_optimizer.nvme_path, "optimizer",
                                          "the optimizer state"));
-  ZRT_CHECK(zrt_offload_pipe_create(eng->backend, eng->hostpool, &oo_opts, &eng->offload));
+  /* offload_param alone (DeepSpeed supports it): the optimizer stays on the
+   * device, no pipe; the steps write the host (or NVMe) 16-bit shard from
+   * the device masters (zrt_engine_host16_from_master, master_span) */
+  if (oo) ZRT_CHECK(zrt_offload_pipe_create(eng->backend, eng->hostpool, &oo_opts, &eng->offload));
   /* offload_param cpu: the shards the optimizer writes are host memory */
   zrt_offload_pipe_set_param16_host(eng->offload, op && !pnvme);
   int64_t total = 0, pieces = 0;
   int split = zrt_engine_twin_split(eng); /* Twin-Flow: modules before it stay on the device */
   for (int m = 0; m < eng->nmodules; m++) {
     zrt_module_entry *me = &eng->modules[m];
-    me->optim_host = !nvme && m >= split;
+    me->optim_host = oo && !nvme && m >= split;
     me->optim_nvme = nvme;
     me->shard16_host = op && !pnvme;
     me->shard16_nvme = pnvme;
@@ -245,6 +257,14 @@ zrt_status zrt_engine_offload_setup(zrt_engine *eng) {
             zrt_format_size(zrt_offload_pipe_nvme_disk_bytes(eng->offload), b, sizeof b),
             zrt_hostpool_node(eng->hostpool),
             zrt_hostpool_pinned(eng->hostpool) ? "pinned" : "unpinned", op ? pwhere : "");
+    return ZRT_OK;
+  }
+  if (!oo) {
+    zrt_log(ZRT_LOG_INFO,
+            "offload: 16-bit parameter shards in %s (NUMA node %d, %s); optimizer state, fp32 "
+            "masters and gradients on the device (offload_param without offload_optimizer)",
+            pnvme ? "NVMe" : "host memory", zrt_hostpool_node(eng->hostpool),
+            zrt_hostpool_pinned(eng->hostpool) ? "pinned" : "unpinned");
     return ZRT_OK;
   }
   zrt_log(ZRT_LOG_INFO, "offload: optimizer state in host memory (NUMA node %d, %s)%s",

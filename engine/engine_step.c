@@ -74,6 +74,14 @@ static zrt_status zrt_engine_step_piece(zrt_engine *eng, const zrt_engine_piece 
   if (me->optim_host)
     return zrt_engine_offload_step(eng, &h, me->master + k, s1, s2, me->grad_acc + k, pc->w16,
                                    pc->n);
+  if (me->shard16_host) {
+    /* offload_param cpu alone: the device step updates the masters, the
+     * host shard is written from them (a device kernel never writes host
+     * memory) */
+    ZRT_CHECK(zrt_backend_optim_step(eng->backend, &h, me->master + k, s1, s2, me->grad_acc + k,
+                                     ZRT_F32, NULL, eng->dtype, pc->n, NULL));
+    return zrt_engine_host16_from_master(eng, me->master + k, pc->w16, (int64_t)pc->n);
+  }
   return zrt_backend_optim_step(eng->backend, &h, me->master + k, s1, s2, me->grad_acc + k, ZRT_F32,
                                 pc->w16, eng->dtype, pc->n, NULL);
 }
@@ -294,7 +302,9 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
   }
 
   float scale = zrt_scaler_scale(&eng->scaler);
-  float inv = zrt_gradstats_unscale(scale, eng->world, K);
+  /* the inverse of what the window's backward passes multiplied by: under
+   * fp16 (scale / K) * world * K, so the accumulated mean is unscaled */
+  float inv = zrt_gradstats_unscale(zrt_engine_backward_scale(eng), eng->world, K);
   double sumsq = 0;
   int nonfinite = 0;
   ZRT_CHECK(zrt_engine_grad_stats(eng, inv, &sumsq, &nonfinite));

@@ -198,7 +198,7 @@ typedef struct zrt_step_info {
   int skipped;           /* 1 when the boundary step was skipped (overflow) */
   float loss;            /* mean loss over the global batch of this step */
   float lr;              /* learning rate the step used */
-  float loss_scale;      /* scale the backward of this step used */
+  float loss_scale;      /* the step's loss scale (fp16; the backward used it / accumulation) */
   float grad_norm;       /* global norm of the unscaled gradient (pre-clip) */
   int64_t skipped_total; /* skipped steps so far */
 } zrt_step_info;
@@ -281,7 +281,12 @@ ZRT_API zrt_status zrt_param_grad(zrt_engine *eng, int param_id, void **ptr);
 /* Element count of a parameter. */
 ZRT_API zrt_status zrt_param_numel(const zrt_engine *eng, int param_id, int64_t *numel);
 
-/* Current loss scale the program multiplies its loss gradient by. */
+/* The factor the program multiplies its loss gradient by in the current
+ * accumulation window. Under fp16: the dynamic (or static) loss scale
+ * divided by gradient_accumulation_steps, as DeepSpeed's backward divides
+ * the loss by the accumulation steps before scaling it (the 16-bit
+ * gradient buffers hold the window's mean, not its sum); zrt_step_info's
+ * loss_scale is the undivided scale. 1 under bf16 and fp32. */
 ZRT_API zrt_status zrt_engine_loss_scale(const zrt_engine *eng, float *scale);
 
 /* Ends a micro-batch. `loss` is this rank's mean micro-batch loss. At the

@@ -190,9 +190,24 @@ static const char *cli_type_hint(const zrt_cfg_key *k, char *buf, size_t len) {
   return buf;
 }
 
-/* Quotes a YAML scalar when it is not a plain word. */
+/* YAML 1.1 reads these plain words as booleans or null (PyYAML's
+ * resolver): a text value spelled so is written quoted. */
+static int cli_yaml11_word(const char *v) {
+  static const char *const w[] = {"yes", "no", "true", "false", "on", "off", "null", "~", NULL};
+  for (size_t i = 0; w[i]; i++)
+    if (!strcasecmp(v, w[i])) return 1;
+  return 0;
+}
+
+/* Quotes a YAML scalar when it is not a plain word; an enum value YAML 1.1
+ * would read as a boolean ('no') in single quotes, as accelerate's
+ * yaml.safe_dump writes `mixed_precision: 'no'`. */
 static void cli_yaml_scalar(FILE *f, const zrt_cfg_key *k, const char *v) {
   int plain = v[0] != '\0' && k->type != ZRT_CFGT_STRING;
+  if (plain && k->type != ZRT_CFGT_BOOL && cli_yaml11_word(v)) {
+    fprintf(f, "'%s'", v);
+    return;
+  }
   if (!plain) {
     fputc('"', f);
     for (const char *p = v; *p; p++) {

@@ -13,7 +13,10 @@
  * keep the 16-bit shards in a swap file too (host: its staging buffer;
  * the file's bytes join nvme_bytes). --hf_config reads a Hugging Face
  * GPT-2 config.json (n_layer, n_embd, n_head, vocab_size, n_positions, or
- * their GPT2Config aliases) into the same GPT layout the presets use. Each
+ * their GPT2Config aliases) into the same GPT layout the presets use, or a
+ * Llama, Mistral or Qwen2 config.json into its parameter count per module
+ * (hf_decoder_count; the largest module one layer or the embedding, as
+ * --params N --largest_module M would give). Each
  * row also carries DeepSpeed's own estimator figure for that stage. With
  * --offload_ratio R < 1 (offload_optimizer.ratio, Twin-Flow) the stage-3
  * optimizer-offload rows keep the first int((1 - R) G) of the G sub-groups
@@ -41,8 +44,11 @@ static void est_usage(FILE *f) {
       "[options]\n"
       "  --model NAME           GPT preset of examples/gpt2: tiny, gpt2, gpt2-medium, "
       "gpt2-large, gpt2-xl\n"
-      "  --hf_config FILE       a Hugging Face GPT-2 config.json (n_layer, n_embd, n_head,\n"
-      "                         vocab_size, n_positions): the GPT layout of examples/gpt2\n"
+      "  --hf_config FILE       a Hugging Face config.json: GPT-2 (n_layer, n_embd, n_head,\n"
+      "                         vocab_size, n_positions): the GPT layout of examples/gpt2;\n"
+      "                         llama, mistral or qwen2 (hidden_size, intermediate_size,\n"
+      "                         heads, key-value heads, vocab_size, tie_word_embeddings):\n"
+      "                         parameters counted per module, no activations\n"
       "  --params N             parameter count (e.g. 1.5e9)\n"
       "  --largest_module N     with --params: elements of the largest module (default N)\n"
       "  --activation_bytes S   with --params: per-rank activation bytes (default 0)\n"
@@ -134,10 +140,82 @@ static int hf_int(const cJSON *o, const char *path, const char *const *keys, int
   return 0;
 }
 
+/* A Llama-family decoder (model_type llama, mistral, qwen2) counted per
+ * module from its config.json, as transformers builds it: embed_tokens
+ * V x H; per decoder layer q_proj H x (heads hd), k_proj and v_proj
+ * H x (kv hd), o_proj (heads hd) x H (biases: Llama's attention_bias on all
+ * four, Qwen2's fixed bias on q, k, v), gate/up/down H x I each (mlp_bias:
+ * I, I, H), two RMSNorm weights H; the final norm H; lm_head V x H unless
+ * tie_word_embeddings. */
+typedef struct hf_decoder {
+  int64_t embed, layer, layers, norm, head, total;
+} hf_decoder;
+
+static int hf_bool(const cJSON *o, const char *key, int dflt) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
+}
+
+/* Returns 0, or 2 after a message. */
+static int hf_decoder_count(const cJSON *o, const char *path, const char *type, hf_decoder *d) {
+  static const char *const names[] = {"hidden_size", "intermediate_size", "num_attention_heads",
+                                      "num_hidden_layers", "vocab_size"};
+  int64_t v[5];
+  for (int i = 0; i < 5; i++) {
+    const char *const keys[2] = {names[i], NULL};
+    int r = hf_int(o, path, keys, &v[i]);
+    if (r < 0) return 2;
+    if (r == 0) {
+      fprintf(stderr,
+              "zrt estimate-memory: --hf_config %s: \"%s\" is missing (a %s config has "
+              "hidden_size, intermediate_size, num_attention_heads, num_hidden_layers and "
+              "vocab_size)\n",
+              path, names[i], type);
+      return 2;
+    }
+  }
+  int64_t H = v[0], I = v[1], heads = v[2], L = v[3], V = v[4], kv = heads, hd = 0;
+  static const char *const k_kv[] = {"num_key_value_heads", NULL};
+  static const char *const k_hd[] = {"head_dim", NULL};
+  if (hf_int(o, path, k_kv, &kv) < 0 || hf_int(o, path, k_hd, &hd) < 0) return 2;
+  if (!hd) {
+    if (H % heads) {
+      fprintf(stderr,
+              "zrt estimate-memory: --hf_config %s: num_attention_heads %lld does not divide "
+              "hidden_size %lld (and there is no head_dim)\n",
+              path, (long long)heads, (long long)H);
+      return 2;
+    }
+    hd = H / heads;
+  }
+  if (heads % kv) {
+    fprintf(stderr,
+            "zrt estimate-memory: --hf_config %s: num_key_value_heads %lld does not divide "
+            "num_attention_heads %lld\n",
+            path, (long long)kv, (long long)heads);
+    return 2;
+  }
+  int qwen2 = !strcmp(type, "qwen2");
+  int attn_bias = !qwen2 && hf_bool(o, "attention_bias", 0);
+  int qkv_bias = qwen2 || attn_bias, mlp_bias = hf_bool(o, "mlp_bias", 0);
+  int64_t q = H * heads * hd + (qkv_bias ? heads * hd : 0);
+  int64_t k = H * kv * hd + (qkv_bias ? kv * hd : 0);
+  int64_t out = heads * hd * H + (attn_bias ? H : 0);
+  int64_t mlp = 3 * H * I + (mlp_bias ? 2 * I + H : 0);
+  d->embed = V * H;
+  d->layer = q + 2 * k + out + mlp + 2 * H;
+  d->layers = L;
+  d->norm = H;
+  d->head = hf_bool(o, "tie_word_embeddings", 0) ? 0 : V * H;
+  d->total = d->embed + L * d->layer + d->norm + d->head;
+  return 0;
+}
+
 /* A Hugging Face GPT-2 config.json as a GPT layout (examples/gpt2's
- * modules: embeddings, one per block, final norm; wte tied to the head).
+ * modules: embeddings, one per block, final norm; wte tied to the head),
+ * or (dec set, return 0) a Llama-family decoder's per-module counts.
  * Returns 0, or 2 after a message naming the file and what is wrong. */
-static int hf_config_load(const char *path, zrt_memest_gpt *g) {
+static int hf_config_load(const char *path, zrt_memest_gpt *g, hf_decoder *dec) {
   FILE *f = zrt_safe_fopen_read(path, "Hugging Face config"); /* a FIFO: an error, not a hang */
   if (!f) {
     fprintf(stderr, "zrt estimate-memory: --hf_config: %s\n", zrt_last_error());
@@ -174,12 +252,20 @@ static int hf_config_load(const char *path, zrt_memest_gpt *g) {
     return 2;
   }
   const cJSON *mt = cJSON_GetObjectItemCaseSensitive(o, "model_type");
-  if (mt && (!cJSON_IsString(mt) || strcmp(mt->valuestring, "gpt2"))) {
+  const char *type = cJSON_IsString(mt) ? mt->valuestring : NULL;
+  memset(dec, 0, sizeof *dec);
+  if (type && (!strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "qwen2"))) {
+    int rc = hf_decoder_count(o, path, type, dec);
+    cJSON_Delete(o);
+    return rc;
+  }
+  if (mt && (!type || strcmp(type, "gpt2"))) {
     fprintf(stderr,
-            "zrt estimate-memory: --hf_config %s: model_type \"%s\" — only gpt2 has a layout "
-            "here (the modules examples/gpt2 registers); for another architecture pass --params "
-            "N --largest_module M\n",
-            path, cJSON_IsString(mt) ? mt->valuestring : "?");
+            "zrt estimate-memory: --hf_config %s: model_type \"%s\" — the layouts here are "
+            "gpt2 (the modules examples/gpt2 registers) and the llama, mistral and qwen2 "
+            "decoders (counted per module); for another architecture pass --params N "
+            "--largest_module M\n",
+            path, type ? type : "?");
     cJSON_Delete(o);
     return 2;
   }
@@ -356,10 +442,24 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
   }
   const zrt_memest_gpt *g = NULL;
   zrt_memest_gpt hfg;
+  hf_decoder dec = {0};
   if (hf_path) {
-    int rc = hf_config_load(hf_path, &hfg);
+    int rc = hf_config_load(hf_path, &hfg, &dec);
     if (rc) return rc;
-    g = &hfg;
+    if (dec.total) {
+      /* a decoder: its parameter count, the largest module one layer or the
+       * embedding (the unit of a stage-3 gather); no activations */
+      params = dec.total;
+      largest = ZRT_MAX(dec.layer, ZRT_MAX(dec.embed, dec.head));
+      if (!json)
+        printf("hf_config %s: embed_tokens %lld + %lld layers x %lld + norm %lld + lm_head %lld%s "
+               "= %lld parameters\n",
+               hf_path, (long long)dec.embed, (long long)dec.layers, (long long)dec.layer,
+               (long long)dec.norm, (long long)dec.head, dec.head ? "" : " (tied)",
+               (long long)dec.total);
+    } else {
+      g = &hfg;
+    }
   }
   if (model && !(g = zrt_memest_gpt_find(model))) {
     fprintf(stderr,
@@ -521,8 +621,11 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
   if (json) {
     printf("{\"model\":\"%s\",\"params\":%lld,\"dtype\":\"%s\",\"batch_size\":%lld,"
            "\"seq_len\":%lld,\"activation_bytes\":%llu,\"device_memory\":%llu,\"configs\":[",
-           g ? g->name : "params", (long long)nparams, dtype, (long long)batch,
-           (long long)(g ? seq : 0), (unsigned long long)acts, (unsigned long long)devmem);
+           g         ? g->name
+           : hf_path ? "hf_config"
+                     : "params",
+           (long long)nparams, dtype, (long long)batch, (long long)(g ? seq : 0),
+           (unsigned long long)acts, (unsigned long long)devmem);
     for (int i = 0; i < nrows; i++) {
       const est_row *r = &rows[i];
       printf("%s{\"world_size\":%d,\"stage\":%d,\"offload\":\"%s\",\"device_bytes\":%llu,"
@@ -557,7 +660,10 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
     printf("]}\n");
   } else {
     char a[32], b[32], c[32], d[32];
-    printf("model %s: %lld parameters, dtype %s, %d optimizer state(s)", g ? g->name : "(--params)",
+    printf("model %s: %lld parameters, dtype %s, %d optimizer state(s)",
+           g         ? g->name
+           : hf_path ? "hf_config"
+                     : "(--params)",
            (long long)nparams, dtype, nstates);
     if (g)
       printf(", micro batch %lld x seq %lld: activations %s per rank", (long long)batch,

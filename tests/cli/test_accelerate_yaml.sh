@@ -48,6 +48,10 @@ acc sub/b.yaml no sub/ds.json "num_machines: 1"
 expect_status 0 $? "bare no, ds path from the working directory"
 expect_grep "^bf16.enabled = true .*sub/ds.json" b.out
 expect_no_grep "not in the working directory" b.out
+# zrt launch says so too (the rank program is a no-op: only the launcher's note matters)
+"$ZRT" launch --num_processes 1 --config_file sub/a.yaml /bin/true >a_launch.out 2>&1
+expect_status 0 $? "launch with ds.json beside the YAML"
+expect_grep "deepspeed_config_file ds.json is not in the working directory \(where accelerate looks\); using sub/ds.json beside the launch YAML" a_launch.out
 pass "null port, 'no', relative DeepSpeed file from the working directory (else beside the YAML)"
 
 acc sub/c.yaml fp16 sub/ds.json "num_machines: 1"

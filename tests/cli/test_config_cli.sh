@@ -54,6 +54,8 @@ D=$ZRT_CONFIG_HOME/default_config.yaml
 expect_grep "^zrt config: wrote $D$" d.txt
 expect_grep '^num_processes: [0-9]+$' "$D"
 expect_grep '^  zero_stage: 2$' "$D"
+# quoted as accelerate's yaml.safe_dump writes it (YAML 1.1 reads a bare no as false)
+expect_grep "^mixed_precision: 'no'$" "$D"
 "$ZRT" config check "$D" >/dev/null || fail "check of the --defaults file"
 "$ZRT" env >env.txt 2>&1 || fail "zrt env"
 expect_grep "^default config: $D$" env.txt "zrt env names the default config"

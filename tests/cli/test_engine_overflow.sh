@@ -10,6 +10,8 @@
 # the program with the scaler's message (exit 3) at ZeRO stage 1 (DeepSpeed's
 # DynamicLossScaler raises there), while at stage 0 (DeepSpeed's
 # FP16_Optimizer) the scale stays at the floor and the step is skipped.
+# Last, fp16 with initial scale 2^16 and gradient accumulation 4 (micro 16,
+# one rank) trains train_gpt2 without a skip, as DeepSpeed does.
 set -u
 BIN=${ZRT_BIN:-build/bin}
 command -v mpiexec >/dev/null || { echo "SKIP: no mpiexec"; exit 77; }
@@ -63,5 +65,22 @@ if ! grep -q "already at its minimum" "$T/out3"; then
   echo "FAIL: no minimum-scale message"; cat "$T/out3"; fail=1
 fi
 [ $rc3 -ne 0 ] || { echo "FAIL: overflow at the minimum scale exited 0"; fail=1; }
+# issue 26's case: fp16, initial scale 2^16, gradient accumulation 4,
+# micro-batch 16, one rank: DeepSpeed divides the loss by the 4 accumulation
+# steps before scaling, so its 16-bit sums never reach inf and it trains
+# without skipping; so must zrt (it skipped the first steps when it summed
+# the scaled micro-batches; the exact skip/scale rule: unit.test_fp16_accum)
+if [ -x "$BIN/train_gpt2" ]; then
+  SRC=${ZRT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+  bash "$SRC/examples/gpt2/make_corpus.sh" "$T/corpus.txt" >/dev/null
+  "$BIN/train_gpt2" --model tiny --steps 4 --data "$T/corpus.txt" --batch_size 16 \
+    --set fp16.enabled=true --set fp16.initial_scale_power=16 \
+    --set gradient_accumulation_steps=4 --set zero_optimization.stage=1 >"$T/out5" 2>&1; rc5=$?
+  if [ $rc5 -ne 0 ] || [ "$(grep -c '^step [0-9]*/4 ' "$T/out5")" -ne 4 ] ||
+    grep -q "(skipped)" "$T/out5"; then
+    echo "FAIL: fp16 2^16, accumulation 4, micro 16 should train 4 steps without a skip"
+    cat "$T/out5"; fail=1
+  fi
+fi
 [ $fail -eq 0 ] && echo "all checks passed"
 exit $fail

@@ -3,7 +3,9 @@
 # message naming the option, the value and what is expected; good input
 # with the offload options prints the nvme column; --hf_config reads a
 # GPT-2 config.json into exactly the preset's numbers (gpt2: the same JSON
-# as --model gpt2) and refuses other architectures, missing keys and bad
+# as --model gpt2), counts a Llama, Mistral or Qwen2 config.json per module
+# to the parameter count each model is published with (tests/data/
+# hf_configs), and refuses other architectures, missing keys and bad
 # values by name; every row of stages 1-3 carries DeepSpeed's figure;
 # --offload_ratio out of range or with nvme is refused, and the Twin-Flow
 # split of the stage-3 optimizer rows is printed.
@@ -67,7 +69,21 @@ assert all("deepspeed" not in c for c in a["configs"] if c["stage"] == 0)
 PY
 check 0 "DeepSpeed gpu / cpu" "${E[@]}" --hf_config gpt2.json --world_sizes 2
 echo '{"model_type": "llama", "num_hidden_layers": 2}' >llama.json
-check 2 "model_type \"llama\" — only gpt2 has a layout here" "${E[@]}" --hf_config llama.json
+check 2 "\"hidden_size\" is missing .a llama config has" "${E[@]}" --hf_config llama.json
+echo '{"model_type": "t5", "num_layers": 2}' >t5.json
+check 2 "model_type \"t5\" — the layouts here are gpt2" "${E[@]}" --hf_config t5.json
+# Llama-family config.json files (tests/data/hf_configs/SOURCES): the
+# per-module count equals the parameter count each model is published with
+HFD=${ZRT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/data/hf_configs
+while IFS='|' read -r file what want; do
+  case "$file" in '#'* | '') continue ;; esac
+  "${E[@]}" --hf_config "$HFD/$file" --world_sizes 1,8 --json >hf_dec.json ||
+    fail "--hf_config $file ($what)"
+  got=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["params"])' hf_dec.json)
+  [ "$got" = "$want" ] || fail "$file ($what): $got parameters, published $want"
+  echo "ok: $what: $got parameters (published $want)"
+done <"$HFD/SOURCES"
+check 0 "lm_head 0 \(tied\) = 494032768 parameters" "${E[@]}" --hf_config "$HFD/qwen2.5-0.5b.json"
 echo '{"n_layer": 2, "n_embd": 64, "n_head": 2, "vocab_size": 256}' >nopos.json
 check 2 "\"n_positions\" is missing" "${E[@]}" --hf_config nopos.json
 echo '{"n_layer": 2, "n_embd": 64.5, "n_head": 2, "vocab_size": 256, "n_positions": 64}' >bad.json

@@ -46,7 +46,7 @@ static const struct {
 
 typedef struct run_opts {
   int stage;
-  int oo, op;        /* offload_optimizer / offload_param: 1 cpu, 2 nvme */
+  int oo, op;        /* offload_optimizer / offload_param: 0 none, 1 cpu, 2 nvme */
   const char *dtype; /* "bf16" or "fp32" */
   const char *optim; /* "AdamW" or "SGD" */
   const char *dir;   /* nvme_path of both */
@@ -67,23 +67,24 @@ static zrt_status model_create(model *m, const run_opts *o) {
   ZT_OK(zrt_config_create(&cfg));
   char sb[8];
   snprintf(sb, sizeof sb, "%d", o->stage);
-  const char *kv[][2] = {
-      {"zero_optimization.stage", sb},
-      {"train_micro_batch_size_per_gpu", "1"},
-      {"optimizer.type", o->optim},
-      {"optimizer.params.lr", "0.01"},
-      {"optimizer.params.weight_decay", "0.1"},
-      {"optimizer.params.momentum", "0.9"},
-      {"gradient_clipping", "1.0"},
-      {"bf16.enabled", strcmp(o->dtype, "bf16") ? "false" : "true"},
-      {"zero_optimization.reduce_bucket_size", "2048"},
-      {"zero_optimization.sub_group_size", "1024"},
-      {"zero_optimization.stage3_param_persistence_threshold", "0"},
-      {"zrt.comm", "mpi"},
-      {"zrt.backend", zt_host_backend()}, /* the model computes on the host */
-      {"zrt.pin_memory_fallback", "true"},
-      {"zrt.seed", "99"},
-      {"zero_optimization.offload_optimizer.device", o->oo == 2 ? "nvme" : "cpu"}};
+  const char *kv[][2] = {{"zero_optimization.stage", sb},
+                         {"train_micro_batch_size_per_gpu", "1"},
+                         {"optimizer.type", o->optim},
+                         {"optimizer.params.lr", "0.01"},
+                         {"optimizer.params.weight_decay", "0.1"},
+                         {"optimizer.params.momentum", "0.9"},
+                         {"gradient_clipping", "1.0"},
+                         {"bf16.enabled", strcmp(o->dtype, "bf16") ? "false" : "true"},
+                         {"zero_optimization.reduce_bucket_size", "2048"},
+                         {"zero_optimization.sub_group_size", "1024"},
+                         {"zero_optimization.stage3_param_persistence_threshold", "0"},
+                         {"zrt.comm", "mpi"},
+                         {"zrt.backend", zt_host_backend()}, /* the model computes on the host */
+                         {"zrt.pin_memory_fallback", "true"},
+                         {"zrt.seed", "99"},
+                         {"zero_optimization.offload_optimizer.device", o->oo == 2   ? "nvme"
+                                                                        : o->oo == 1 ? "cpu"
+                                                                                     : "none"}};
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
     ZT_OK(zrt_config_set(cfg, kv[i][0], kv[i][1], "test"));
   if (o->oo == 2)

@@ -6,7 +6,10 @@
  * model exactly, and the swap files' bytes equal memest's nvme_bytes), and
  * at stage 3 with parameter offload to nvme under optimizer offload to nvme
  * and to cpu (host params16 = the param file's staging buffer, exactly;
- * param file bytes added to nvme_bytes), and at stage 3 with Twin-Flow
+ * param file bytes added to nvme_bytes), and with parameter offload to cpu
+ * and to nvme alone (no optimizer offload: the optimizer state, masters and
+ * gradients on the device, only the 16-bit shard or its staging on the
+ * host), and at stage 3 with Twin-Flow
  * (offload_optimizer.ratio 0, 0.5 and 1, sub_group_size 0: the device and
  * host peaks of every model-state category equal memest exactly) (run at
  * -n 1, 2 and 4).
@@ -223,7 +226,7 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
     else if (stage == 2)
       z = 2 * P + 14 * P / N + 2 * P / N + 2 * B;
     else
-      z = 16 * P / N + 2 * P / N + (reuse ? 2 * P : 2 * B) + 2 * B;
+      z = 16 * P / N + 2 * P / N + (reuse ? 2 * P : 2 * B) + 2 * B - (op ? 2 * P / N : 0);
     double e = rel(total, z);
     if (rank == 0)
       printf("stage %d N %d model states measured %.0f, ZeRO formula + extras %.0f (rel %.4f)\n",
@@ -276,6 +279,9 @@ int main(int argc, char **argv) {
   run(3, 2, 1, 0, world, rank);
   run(3, 2, 2, 0, world, rank);
   run(3, 1, 2, 0, world, rank);
+  /* offload_param alone (optimizer, masters and grads on the device) */
+  run(3, 0, 1, 0, world, rank);
+  run(3, 0, 2, 0, world, rank);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) ZT_CHECK(rmdir(nvme_dir) == 0); /* the engines removed their files */
   ZT_MPI_DONE();

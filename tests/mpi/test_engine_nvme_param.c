@@ -16,6 +16,9 @@
  *    its size on disk is 2 generations of align4096(2 P/N) bytes (memest's
  *    nvme_bytes less the optimizer files' share) and it is removed at
  *    destroy;
+ *  - offload_param alone (no offload_optimizer; DeepSpeed supports it): param
+ *    nvme equals param cpu as above, and param cpu equals no parameter
+ *    offload at all;
  *  - checkpoint: param nvme trains 2 steps, saves, trains 2 more; a new
  *    param-nvme engine loads and trains the same 2 steps: bitwise equal; a
  *    stage-2 engine (no param offload) resumes from it bitwise like one
@@ -57,7 +60,8 @@ static void equivalence(const run_opts *base, const char *what) {
         lay.padded_total += m.eng->modules[k].padded;
         lay.max_module_padded = ZRT_MAX(lay.max_module_padded, m.eng->modules[k].padded);
       }
-      lay.offload_optimizer = lay.offload_param = lay.offload_param_nvme = 1;
+      lay.offload_param = lay.offload_param_nvme = 1;
+      lay.offload_optimizer = o.oo != 0;
       lay.offload_nvme = o.oo == 2;
       lay.sub_group_size = 1024;
       lay.dtype_bytes = lay.comm_bytes = (int)zrt_dtype_size(m.eng->dtype);
@@ -81,6 +85,27 @@ static void equivalence(const run_opts *base, const char *what) {
     }
   }
   compare(what, &s[1], &s[0], rank);
+  snap_free(&s[0]);
+  snap_free(&s[1]);
+}
+
+/* offload_param alone (optimizer, masters and grads on the device): the
+ * same 3 steps as without any offload, bitwise */
+static void param_alone(const char *dir) {
+  snap s[2];
+  int rank = 0;
+  for (int op = 0; op < 2; op++) {
+    run_opts o = {.stage = 3, .oo = 0, .op = op, .dtype = "bf16", .optim = "AdamW", .dir = dir};
+    model m;
+    ZT_OK(model_create(&m, &o));
+    rank = m.rank;
+    ZT_CHECK(m.eng->offload == NULL); /* no optimizer pipe */
+    for (int step = 1; step <= 3; step++) model_step(&m, step);
+    s[op] = take(&m);
+    zrt_engine_destroy(m.eng);
+  }
+  compare("stage 3 bf16 AdamW, no optimizer offload: param cpu vs no param offload", &s[1], &s[0],
+          rank);
   snap_free(&s[0]);
   snap_free(&s[1]);
 }
@@ -224,6 +249,9 @@ int main(int argc, char **argv) {
   equivalence(&a, "stage 3 bf16 AdamW, optimizer nvme: param nvme vs param cpu");
   run_opts b = {.stage = 3, .oo = 1, .dtype = "bf16", .optim = "AdamW", .dir = dir};
   equivalence(&b, "stage 3 bf16 AdamW, optimizer cpu: param nvme vs param cpu");
+  run_opts d = {.stage = 3, .oo = 0, .dtype = "bf16", .optim = "AdamW", .dir = dir};
+  equivalence(&d, "stage 3 bf16 AdamW, optimizer on the device: param nvme vs param cpu");
+  param_alone(dir);
   run_opts c = {.stage = 3, .oo = 2, .dtype = "fp32", .optim = "SGD", .dir = dir};
   equivalence(&c, "stage 3 fp32 SGD momentum, optimizer nvme: param nvme vs param cpu");
   const char *bcs[] = {"1", "4"};

@@ -110,8 +110,10 @@ static zrt_status make(const run_opts *ro, zrt_engine **out) {
   if (ro->ratio)
     ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_optimizer.ratio", ro->ratio, "test"));
   zrt_engine *eng = NULL;
-  ZT_OK(zrt_engine_create(cfg, &eng));
+  /* a refused combination stops here: the config's offload rule */
+  zrt_status cst = zrt_engine_create(cfg, &eng);
   zrt_config_destroy(cfg);
+  if (cst != ZRT_OK) return cst;
   for (int m = 0; m < NMOD; m++) {
     char n[32];
     int mod, par;

@@ -26,6 +26,16 @@
  * fail: the values DeepSpeed's _set_batch_related_parameters derives.
  * Then zrt's own integer edges (a value past int64 is "out of range", never
  * wrapped) and a key given twice under two spellings.
+ * accelerate's launch-file rules (accelerate 1.x, commands/config/
+ * config_args.py and launch.py): tests/test_configs/invalid_keys.yaml
+ * (its test_cli.py test_invalid_keys) fails with "The config file at ...
+ * had unknown keys ('another_invalid_key', 'invalid_key')", while the same
+ * keys in a DeepSpeed file warn; an unknown key under deepspeed_config:
+ * warns (accelerate copies the section onto its arguments and ignores what
+ * it does not know); distributed_type NO never opens the
+ * deepspeed_config_file (a missing one loads) nor applies the section;
+ * parallelism_config tp/cp/sp sizes above 1 are refused naming the key,
+ * sizes of 1 load.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -320,7 +330,113 @@ static void deepspeed_top_level(void) {
   ZT_CHECK(bad == 0);
 }
 
+static zrt_config *loaded_yaml(const char *yaml, zrt_status want, const char **msg) {
+  zrt_config *c;
+  ZT_OK(zrt_config_create(&c));
+  zrt_status st = zrt_config_load_buffer(c, yaml, strlen(yaml), "t.yaml", NULL);
+  *msg = st == ZRT_OK ? "" : zrt_last_error();
+  if (st != want) {
+    fprintf(stderr, "FAIL: status %s, want %s (%s) for:\n%s\n", zrt_status_string(st),
+            zrt_status_string(want), *msg, yaml);
+    zt_failures++;
+  }
+  return c;
+}
+
+static void accelerate_rules(void) {
+  const char *msg;
+  /* accelerate's tests/test_configs/invalid_keys.yaml, byte for byte */
+  static const char invalid_keys[] =
+      "compute_environment: LOCAL_MACHINE\ndeepspeed_config: {}\ndistributed_type: 'NO'\n"
+      "downcast_bf16: 'no'\nfsdp_config: {}\nmachine_rank: 0\nmain_process_ip: null\n"
+      "main_process_port: null\nmain_training_function: main\nmixed_precision: 'no'\n"
+      "num_machines: 1\nnum_processes: 1\nuse_cpu: false\ninvalid_key: \"invalid_value\"\n"
+      "another_invalid_key: \"another_invalid_value\"";
+  zrt_config *c = loaded_yaml(invalid_keys, ZRT_ERR_CONFIG, &msg);
+  printf("accelerate invalid_keys.yaml: %s\n", msg);
+  ZT_CONTAINS(msg, "t.yaml:14:1: The config file at t.yaml had unknown keys "
+                   "('another_invalid_key', 'invalid_key')");
+  zrt_config_destroy(c);
+  /* the same two keys in a DeepSpeed file: warnings, it loads */
+  c = loaded_yaml("train_micro_batch_size_per_gpu: 2\ninvalid_key: 1\nanother_invalid_key: 2\n",
+                  ZRT_OK, &msg);
+  ZT_CHECK(warned(c, "unknown top-level key 'invalid_key' ignored"));
+  ZT_CHECK(warned(c, "unknown top-level key 'another_invalid_key' ignored"));
+  zrt_config_destroy(c);
+  /* unknown deepspeed_config key: a warning with the near miss */
+  c = loaded_yaml("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stag: 2\n"
+                  "  seq_parallel_communication_data_type: bf16\n",
+                  ZRT_OK, &msg);
+  ZT_CHECK(warned(c, "t.yaml:3:3: unknown key 'deepspeed_config.zero_stag' ignored"));
+  ZT_CHECK(warned(c, "did you mean 'deepspeed_config.zero_stage'?"));
+  ZT_CHECK(warned(c, "'deepspeed_config.seq_parallel_communication_data_type' ignored"));
+  zrt_config_destroy(c);
+  /* distributed_type NO: the section is not used, its file never opened */
+  c = loaded_yaml("compute_environment: LOCAL_MACHINE\ndeepspeed_config:\n"
+                  "  deepspeed_config_file: /nonexistent/ds_config.json\n  zero_stage: 3\n"
+                  "distributed_type: 'NO'\nnum_processes: 1\n",
+                  ZRT_OK, &msg);
+  ZT_CHECK(warned(c, "deepspeed_config (distributed_type NO: accelerate uses it only with "
+                     "DEEPSPEED)"));
+  ZT_CHECK(zrt_config_values(c)->zero_stage != 3);
+  zrt_config_destroy(c);
+  /* ... while DEEPSPEED opens it (and fails naming it) */
+  c = loaded_yaml("deepspeed_config:\n  deepspeed_config_file: /nonexistent/ds_config.json\n"
+                  "distributed_type: DEEPSPEED\n",
+                  ZRT_ERR_CONFIG, &msg);
+  ZT_CONTAINS(msg, "/nonexistent/ds_config.json");
+  zrt_config_destroy(c);
+  /* parallelism_config: split sizes refused by name, sizes of 1 accepted */
+  static const char *const split[] = {"tp", "cp", "sp"};
+  for (int i = 0; i < 3; i++) {
+    char y[400];
+    snprintf(y, sizeof y,
+             "distributed_type: MULTI_GPU\nnum_processes: 2\nparallelism_config:\n"
+             "  parallelism_config_dp_shard_size: 1\n  parallelism_config_%s_size: 2\n",
+             split[i]);
+    c = loaded_yaml(y, ZRT_ERR_CONFIG, &msg);
+    char want[96];
+    snprintf(want, sizeof want, "t.yaml:5:3: parallelism_config.parallelism_config_%s_size 2",
+             split[i]);
+    ZT_CONTAINS(msg, want);
+    zrt_config_destroy(c);
+  }
+  c = loaded_yaml("distributed_type: MULTI_GPU\nnum_processes: 2\nparallelism_config:\n"
+                  "  parallelism_config_tp_size: 1\n  parallelism_config_cp_size: 1\n",
+                  ZRT_OK, &msg);
+  zrt_config_destroy(c);
+}
+
+/* The offload rules `zrt config check` applies are the engine's
+ * (zrt_config_offload_rule): offload_param alone at stage 3 loads, the
+ * refusals name the key. */
+static void offload_rules(void) {
+  const char *msg;
+  ZT_CHECK(load("{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": "
+                "\"cpu\"}}}",
+                &msg) == ZRT_OK);
+  ZT_CHECK(load("{\"zero_optimization\": {\"stage\": 2, \"offload_param\": {\"device\": "
+                "\"cpu\"}}}",
+                &msg) == ZRT_ERR_CONFIG);
+  ZT_CONTAINS(msg, "zero_optimization.offload_param needs zero_optimization.stage 3 (stage is 2)");
+  ZT_CHECK(load("{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
+                "\"cpu\", \"ratio\": 0.5}, \"offload_param\": {\"device\": \"cpu\"}}}",
+                &msg) == ZRT_ERR_CONFIG);
+  ZT_CONTAINS(msg, "zero_optimization.offload_optimizer.ratio 0.5 with offload_param.device cpu "
+                   "is not supported");
+  ZT_CHECK(load("{\"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {\"device\": "
+                "\"cpu\"}}}",
+                &msg) == ZRT_ERR_CONFIG);
+  ZT_CONTAINS(msg, "offload_optimizer needs zero_optimization.stage 1, 2 or 3");
+  /* ratio below stage 3 is ignored (a warning at build), not refused */
+  ZT_CHECK(load("{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
+                "\"nvme\", \"nvme_path\": \"/tmp\", \"ratio\": 0.5}}}",
+                &msg) == ZRT_OK);
+}
+
 int main(void) {
+  offload_rules();
+  accelerate_rules();
   precision_config();
   spellings();
   batch_config();
