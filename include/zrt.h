@@ -422,7 +422,7 @@ ZRT_API zrt_status zrt_engine_barrier(zrt_engine *eng);
 /* *on = 1 when the config asks for checkpointing (zrt.activation_checkpointing,
  * which a DeepSpeed activation_checkpointing section sets). The program
  * decides: a program with a flag of its own may checkpoint either way. */
-zrt_status zrt_actckpt_wanted(const zrt_engine *eng, int *on);
+ZRT_API zrt_status zrt_actckpt_wanted(const zrt_engine *eng, int *on);
 /* Before build: the forward has nblocks blocks in order, each block's input
  * is `bytes` bytes of backend memory, and offer[b] != 0 for the blocks the
  * program can recompute (NULL = every block). The engine checkpoints the
@@ -430,26 +430,26 @@ zrt_status zrt_actckpt_wanted(const zrt_engine *eng, int *on);
  * offered block when null) and allocates their storage at build, held
  * until destroy. Calling it again replaces the declaration; nblocks 0
  * turns checkpointing off. */
-zrt_status zrt_actckpt_declare(zrt_engine *eng, int nblocks, size_t bytes,
-                               const unsigned char *offer);
+ZRT_API zrt_status zrt_actckpt_declare(zrt_engine *eng, int nblocks, size_t bytes,
+                                       const unsigned char *offer);
 /* *on = 1 when block is checkpointed (after declare). *count (may be
  * NULL): the checkpointed blocks in all. */
-zrt_status zrt_actckpt_is_on(const zrt_engine *eng, int block, int *on, int *count);
+ZRT_API zrt_status zrt_actckpt_is_on(const zrt_engine *eng, int block, int *on, int *count);
 /* Forward: copies the block's input (`bytes` of backend memory at src) into
  * its checkpoint, ordered on the engine stream after the work that wrote src;
  * the program may overwrite src with work it issues after the call. With
  * cpu_checkpointing the copy to the host runs on the copy stream. After build. */
-zrt_status zrt_actckpt_save(zrt_engine *eng, int block, const void *src);
+ZRT_API zrt_status zrt_actckpt_save(zrt_engine *eng, int block, const void *src);
 /* Backward: *input = the block's saved input in backend memory (read-only),
  * valid until zrt_actckpt_release(block); work issued on the engine stream
  * after the call sees it (the stream waits for the prefetch's event; the host
  * does not). Starts the prefetch of the next checkpointed block in backward
  * order. ZRT_ERR_INVALID_ARG for a block that was not saved this pass or is
  * still fetched. */
-zrt_status zrt_actckpt_fetch(zrt_engine *eng, int block, const void **input);
+ZRT_API zrt_status zrt_actckpt_fetch(zrt_engine *eng, int block, const void **input);
 /* Ends the block's backward: its staging slot may be refilled once the work
  * issued so far on the engine stream is done. */
-zrt_status zrt_actckpt_release(zrt_engine *eng, int block);
+ZRT_API zrt_status zrt_actckpt_release(zrt_engine *eng, int block);
 
 /* Counters since build. bytes_out / bytes_in: copied to / from the host
  * (cpu_checkpointing). fetches: zrt_actckpt_fetch calls; of them, resident:
@@ -461,7 +461,7 @@ typedef struct zrt_actckpt_stats {
   uint64_t bytes_out, bytes_in;
   int64_t saves, fetches, resident, prefetched, on_demand;
 } zrt_actckpt_stats;
-zrt_status zrt_actckpt_get_stats(const zrt_engine *eng, zrt_actckpt_stats *out);
+ZRT_API zrt_status zrt_actckpt_get_stats(const zrt_engine *eng, zrt_actckpt_stats *out);
 
 /* ---------------------------------------------------------- checkpoints */
 
