@@ -60,6 +60,39 @@ static zrt_status zrt_engine_parse_inject(zrt_engine *eng) {
   return ZRT_OK;
 }
 
+/* Test hooks: only with ZRT_TEST_HOOKS=1, so a stray variable cannot
+ * change a training run; a hook variable without the switch is an error,
+ * never silently ignored. */
+static zrt_status zrt_engine_parse_test_hooks(zrt_engine *eng) {
+  eng->test_grad_factor = 1.0f;
+  const char *on = getenv("ZRT_TEST_HOOKS");
+  const char *gf = getenv("ZRT_TEST_GRAD_FACTOR");
+  int enabled = on && !strcmp(on, "1");
+  if (on && *on && !enabled)
+    return zrt_error(ZRT_ERR_CONFIG, "ZRT_TEST_HOOKS='%s': expected 1 (or unset)", on);
+  if (gf && *gf && !enabled)
+    return zrt_error(ZRT_ERR_CONFIG,
+                     "ZRT_TEST_GRAD_FACTOR is a test hook: set ZRT_TEST_HOOKS=1 with it, or unset "
+                     "it");
+  if (!enabled) return ZRT_OK;
+  eng->test_master_sums = 1;
+  if (gf && *gf) {
+    char *end;
+    double f = strtod(gf, &end);
+    if (end == gf || *end || !(f > 0) || !isfinite(f))
+      return zrt_error(ZRT_ERR_CONFIG,
+                       "ZRT_TEST_GRAD_FACTOR='%s': expected a positive number (the factor the "
+                       "gradients' unscale is multiplied by, e.g. 2)",
+                       gf);
+    eng->test_grad_factor = (float)f;
+  }
+  zrt_log(ZRT_LOG_WARN,
+          "test hooks on (ZRT_TEST_HOOKS=1): metrics carry master_sum / master_sqsum; gradients "
+          "unscaled x%g (ZRT_TEST_GRAD_FACTOR)",
+          (double)eng->test_grad_factor);
+  return ZRT_OK;
+}
+
 zrt_status zrt_engine_placement(zrt_bootstrap **boot, int *local_rank, int *local_world) {
   *boot = NULL;
   *local_rank = 0;
@@ -120,6 +153,7 @@ zrt_status zrt_engine_create(const zrt_config *cfg, zrt_engine **out) {
   }
   zrt_sched_init(&eng->sched, c);
   ZRT_CHECK_GOTO(zrt_engine_parse_inject(eng), st, fail);
+  ZRT_CHECK_GOTO(zrt_engine_parse_test_hooks(eng), st, fail);
   if (eng->rank == 0 && c->metrics_path[0]) {
     eng->metrics = fopen(c->metrics_path, "w");
     if (!eng->metrics) {

@@ -183,6 +183,11 @@ struct zrt_engine {
   /* fault injection: 1-based optimizer step numbers (ZRT_INJECT_NONFINITE_GRADS) */
   int64_t *inject_steps;
   int ninject;
+  /* test hooks (ZRT_TEST_HOOKS=1, engine.c): a deliberately wrong factor on
+   * the gradients' unscale (1 = none), and the fp32 masters' sums in every
+   * metrics row */
+  float test_grad_factor;
+  int test_master_sums;
 
   FILE *metrics;               /* rank 0 only */
   struct zrt_monitor *monitor; /* tensorboard / csv_monitor, rank 0 only */
