@@ -110,6 +110,12 @@ static int zrt_backend_local_world(int local_rank) {
 
 zrt_status zrt_backend_create(const char *want, size_t device_memory_limit, int local_rank,
                               zrt_backend **out) {
+  return zrt_backend_create_placed(want, device_memory_limit, local_rank, 0, out);
+}
+
+zrt_status zrt_backend_create_placed(const char *want, size_t device_memory_limit, int local_rank,
+                                     int local_world, zrt_backend **out) {
+  (void)local_world; /* read only where CUDA is built */
   if (!out) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_backend_create: out is NULL");
   *out = NULL;
   if (!want || !*want) want = "auto";
@@ -130,8 +136,12 @@ zrt_status zrt_backend_create(const char *want, size_t device_memory_limit, int 
   b->numa_node = -1;
 #ifdef ZRT_HAVE_CUDA
   if (use_cuda) {
-    int device = local_rank % ndev;
-    int sharing = zrt_ranks_sharing_device(zrt_backend_local_world(local_rank), ndev, device);
+    int device = zrt_device_for_local_rank(local_rank, ndev);
+    if (local_world <= 0) local_world = zrt_backend_local_world(local_rank);
+    if (local_world <= local_rank) local_world = local_rank + 1;
+    int sharing = zrt_ranks_sharing_device(local_world, ndev, device);
+    zrt_log(ZRT_LOG_DEBUG, "cuda: local rank %d of %d uses device %d of %d visible (%d sharing it)",
+            local_rank, local_world, device, ndev, sharing);
     ZRT_CHECK_GOTO(zrt_backend_cuda_init(b, device, sharing), st, fail);
   } else
 #endif

@@ -125,6 +125,11 @@ typedef struct zrt_backend {
  * how many ranks share it. */
 zrt_status zrt_backend_create(const char *want, size_t device_memory_limit, int local_rank,
                               zrt_backend **out);
+/* The same with the placement given: local_rank of local_world ranks on
+ * this machine (as MPI derived them); local_world <= 0 reads it from the
+ * launcher's variables, as zrt_backend_create does. */
+zrt_status zrt_backend_create_placed(const char *want, size_t device_memory_limit, int local_rank,
+                                     int local_world, zrt_backend **out);
 void zrt_backend_destroy(zrt_backend *b);
 
 /* 1 when the CUDA backend is compiled in; number of usable GPUs (0 when

@@ -39,8 +39,6 @@ typedef struct zrt_cuda_stream_rec {
   cudaStream_t s;
   cudaEvent_t join; /* recorded on s when memory is freed */
   void *cublas_ws;  /* ZRT_CUBLAS_WORKSPACE bytes, raw from the memory pool */
-  float *gemm_ws;   /* fp32 C workspace for mixed-dtype GEMMs (accounted) */
-  size_t gemm_ws_bytes;
 } zrt_cuda_stream_rec;
 
 typedef struct zrt_cuda_ctx {
@@ -294,34 +292,45 @@ static zrt_status zrt_cuda_gemm_ex(zrt_cuda_ctx *c, int ta, int tb, int64_t m, i
   return ZRT_OK;
 }
 
-/* The fp32 workspace of stream st, grown to at least bytes. Growth frees
- * the old one through the pool (ordered after the stream's queued work, no
- * host wait) and takes a new accounted block. */
+/* The fp32 workspace of one mixed-dtype GEMM: taken from the memory pool
+ * on the GEMM's own stream and given back there right after the GEMM's
+ * kernels (zrt_cuda_gemm), so it is stream-ordered on that stream alone (no
+ * join of the other streams, no host wait) and lives exactly as long as the
+ * GEMM, as the CPU and twin backends' per-call workspace does. Counted in
+ * the accounted pool (ZRT_MEM_ACTIVATIONS, its capacity applies) from here
+ * until the free is queued: current_total returns to what the caller holds
+ * once zrt_backend_gemm returns. The memory pool keeps the bytes (release
+ * threshold: all), so the next GEMM's allocation is cheap. */
 static zrt_status zrt_cuda_gemm_workspace(zrt_cuda_ctx *c, cudaStream_t st, size_t bytes,
                                           float **out) {
-  pthread_mutex_lock(&c->mu);
-  zrt_cuda_stream_rec *r = zrt_cuda_rec(c, st);
-  float *have = r ? r->gemm_ws : NULL;
-  size_t have_bytes = r ? r->gemm_ws_bytes : 0;
-  pthread_mutex_unlock(&c->mu);
-  if (!r)
-    return zrt_error(ZRT_ERR_INVALID_ARG,
-                     "cuda gemm: stream %p was not created by this backend "
-                     "(zrt_backend_stream_create)",
-                     (void *)st);
-  if (have && have_bytes >= bytes) {
-    *out = have;
-    return ZRT_OK;
+  void *ws = NULL;
+  *out = NULL;
+  cudaError_t e = cudaMallocFromPoolAsync(&ws, bytes, c->mempool, st);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return zrt_error(ZRT_ERR_OOM,
+                     "cuda gemm: the fp32 workspace of a mixed-dtype GEMM (%zu bytes) on device "
+                     "%d: cudaMallocFromPoolAsync: %s",
+                     bytes, c->device, cudaGetErrorString(e));
   }
-  void *fresh = NULL;
-  ZRT_CHECK(zrt_backend_alloc(c->b, bytes, ZRT_MEM_ACTIVATIONS, &fresh));
-  zrt_backend_free(c->b, have); /* the pool's free joins the streams first */
-  pthread_mutex_lock(&c->mu);
-  r->gemm_ws = (float *)fresh;
-  r->gemm_ws_bytes = bytes;
-  pthread_mutex_unlock(&c->mu);
-  *out = (float *)fresh;
+  if (e != cudaSuccess) return zrt_cuda_status(e, "cudaMallocFromPoolAsync (gemm workspace)");
+  zrt_status s = zrt_pool_adopt(c->b->pool, ws, bytes, ZRT_MEM_ACTIVATIONS);
+  if (s != ZRT_OK) {
+    (void)cudaFreeAsync(ws, st);
+    return s;
+  }
+  *out = (float *)ws;
   return ZRT_OK;
+}
+
+static void zrt_cuda_gemm_workspace_free(zrt_cuda_ctx *c, float *ws, cudaStream_t st) {
+  zrt_pool_free(c->b->pool, ws); /* adopted: stops counting it */
+  cudaError_t e = cudaFreeAsync(ws, st);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    zrt_log(ZRT_LOG_ERROR, "cudaFreeAsync(gemm workspace %p) on device %d: %s", (void *)ws,
+            c->device, cudaGetErrorString(e));
+  }
 }
 
 static zrt_status zrt_cuda_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k,
@@ -353,7 +362,7 @@ static zrt_status zrt_cuda_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n,
       rs, done);
   ZRT_CHECK_GOTO(zrt_cuda_convert2d(c, cm, cdt, ldc, cw, ZRT_F32, n, m, n, st), rs, done);
 done:
-  /* the workspace stays with the stream: its next use is ordered after this one */
+  zrt_cuda_gemm_workspace_free(c, cw, st);
   return rs;
 }
 
@@ -460,7 +469,6 @@ static void zrt_cuda_stream_destroy(void *ctx, zrt_stream s) {
   /* the stream's queued work ends before its workspaces are reused */
   if (cudaStreamSynchronize((cudaStream_t)s) != cudaSuccess) (void)cudaGetLastError();
   if (r.cublas_ws) cudaFreeAsync(r.cublas_ws, (cudaStream_t)s);
-  if (r.gemm_ws) zrt_backend_free(c->b, r.gemm_ws);
   if (r.join) cudaEventDestroy(r.join);
   if (cudaStreamDestroy((cudaStream_t)s) != cudaSuccess) (void)cudaGetLastError();
 }
@@ -562,7 +570,6 @@ static void zrt_cuda_destroy(void *ctx) {
   if (c->cublas) cublasDestroy(c->cublas);
   if (c->d_scratch) cudaFree(c->d_scratch);
   if (c->h_result) cudaFreeHost(c->h_result);
-  /* gemm_ws blocks went back with the accounted pool (destroyed first) */
   for (int i = 0; i < c->nrec; i++) {
     if (c->rec[i].cublas_ws) cudaFreeAsync(c->rec[i].cublas_ws, c->stream);
     if (c->rec[i].join) cudaEventDestroy(c->rec[i].join);

@@ -45,9 +45,12 @@
  * direction from the pointers).
  * Both modes apply the op-boundary checks.
  *
- * Copies follow CUDA: to or from pageable host memory the host waits for
- * the copy (a host wait); to or from memory registered with host_register
- * (the pinned host pool) it is asynchronous. scale_check returns host
+ * Copies follow CUDA: to pageable host memory the host waits for the copy
+ * (a host wait); from pageable host memory to the device the source is
+ * captured at once and the device write is queued (CUDA returns once the
+ * bytes are staged, the DMA may still be in flight), so only work ordered
+ * after it on its stream may read it; to or from memory registered with
+ * host_register (the pinned host pool) it is asynchronous. scale_check returns host
  * values, so it is a host wait and a device-to-host read.
  */
 #ifndef _GNU_SOURCE
@@ -548,6 +551,20 @@ static zrt_status twin_run_copy(twin_ctx *c, void *a) {
   return c->cpu.iface->memcpy(c->b, m.dst, m.src, m.bytes, ZRT_COPY_D2D, NULL);
 }
 
+/* A copy from pageable host memory into device (or registered) memory: the
+ * source bytes travel inside the op (captured when it is queued). */
+typedef struct {
+  void *dst;
+  size_t bytes;
+} twin_staged_copy_hdr;
+
+static zrt_status twin_run_staged_copy(twin_ctx *c, void *a) {
+  twin_staged_copy_hdr h;
+  memcpy(&h, a, sizeof h);
+  return c->cpu.iface->memcpy(c->b, h.dst, (unsigned char *)a + sizeof h, h.bytes, ZRT_COPY_D2D,
+                              NULL);
+}
+
 /* Like the CUDA backend's cudaMemcpyDefault, the direction comes from where
  * the pointers live (unified addressing), not from `kind`. */
 static zrt_status twin_memcpy(void *ctx, void *dst, const void *src, size_t bytes,
@@ -555,11 +572,31 @@ static zrt_status twin_memcpy(void *ctx, void *dst, const void *src, size_t byte
   twin_ctx *c = ctx;
   (void)kind;
   twin_stream *ts = twin_stream_of(c, s);
+  int src_pageable = !twin_is_dev(c, src) && !twin_is_reg(c, src, bytes);
+  int dst_pageable = !twin_is_dev(c, dst) && !twin_is_reg(c, dst, bytes);
+  if (src_pageable && !dst_pageable && twin_cur != ts) {
+    /* CUDA: an H2D copy from pageable memory returns once the bytes are
+     * staged; the device write may still be in flight, ordered on s only.
+     * The twin does the same (the source is captured now, the caller may
+     * reuse it), so work on another stream that is not ordered after the
+     * copy reads the allocation's 0xFF poison instead of the data. */
+    size_t hb = sizeof(twin_staged_copy_hdr);
+    unsigned char *op = malloc(hb + bytes);
+    if (!op)
+      return zrt_error(ZRT_ERR_OOM, "twin: out of host memory staging a %zu-byte copy", bytes);
+    twin_staged_copy_hdr h = {dst, bytes};
+    memcpy(op, &h, hb);
+    memcpy(op + hb, src, bytes);
+    zrt_status st = twin_enqueue(c, ts, twin_run_staged_copy, "memcpy (staged from pageable host)",
+                                 op, hb + bytes);
+    free(op);
+    return st;
+  }
   twin_copy_args m = {dst, src, bytes};
   ZRT_CHECK(twin_enqueue(c, ts, twin_run_copy, "memcpy", &m, sizeof m));
-  /* CUDA: a copy to or from pageable host memory returns when it is done */
-  int blocking = (!twin_is_dev(c, dst) && !twin_is_reg(c, dst, bytes)) ||
-                 (!twin_is_dev(c, src) && !twin_is_reg(c, src, bytes));
+  /* CUDA: a copy to pageable host memory (or between two pageable buffers)
+   * returns when it is done */
+  int blocking = src_pageable || dst_pageable;
   if (!blocking || twin_cur == ts) return ZRT_OK;
   ZRT_BACKEND_COUNT(c->b, host_waits);
   return twin_wait_done(ts, twin_enq_of(ts));

@@ -68,6 +68,11 @@ zrt_status zrt_backend_decide(const char *want, const zrt_cuda_probe *p, int *us
   }
 }
 
+int zrt_device_for_local_rank(int local_rank, int ndev) {
+  if (ndev < 1 || local_rank < 0) return 0;
+  return local_rank % ndev;
+}
+
 int zrt_ranks_sharing_device(int local_world, int ndev, int device) {
   if (local_world < 1) local_world = 1;
   if (ndev < 1) return local_world;

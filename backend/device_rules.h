@@ -43,6 +43,12 @@ void zrt_cuda_probe_classify(int err, int no_device_code, int count, int driver_
  * "cpu" and "twin" (the CPU with a GPU's rules) never probe. */
 zrt_status zrt_backend_decide(const char *want, const zrt_cuda_probe *probe, int *use_cuda);
 
+/* The device local rank local_rank uses among ndev visible ones: the round
+ * robin local_rank % ndev (0 when ndev < 1). The local rank must be the
+ * one MPI derived (engine.c: zrt_engine_placement), not a launcher variable
+ * that srun or MPICH's mpiexec do not set (every rank would take device 0). */
+int zrt_device_for_local_rank(int local_rank, int ndev);
+
 /* Local ranks that land on device `device` when local rank r uses device
  * r % ndev: ceil over the round robin (>= 1 when local_world >= 1). */
 int zrt_ranks_sharing_device(int local_world, int ndev, int device);

@@ -102,13 +102,18 @@ static int env_int(const char *name, int dflt) {
   return (*end || v < 0 || v > 1 << 24) ? dflt : (int)v;
 }
 
-/* World size the environment announces before MPI is up: Open MPI's
- * mpiexec sets OMPI_COMM_WORLD_SIZE, torchrun-style launchers WORLD_SIZE. */
-static int env_world_size(void) {
-  int w = env_int("OMPI_COMM_WORLD_SIZE", 1);
-  int w2 = env_int("WORLD_SIZE", 1);
-  return w > w2 ? w : w2;
+int zrt_comm_env_world(void) {
+  static const char *names[] = {"OMPI_COMM_WORLD_SIZE", "WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
+                                "SLURM_STEP_NUM_TASKS"};
+  int w = 1;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    int v = env_int(names[i], 1);
+    if (v > w) w = v;
+  }
+  return w;
 }
+
+static int env_world_size(void) { return zrt_comm_env_world(); }
 
 #ifdef ZRT_HAVE_NCCL
 /* Bytes of one rank's GPU key ("<host>:<boot id>/<PCI bus id>"). */

@@ -98,17 +98,22 @@ typedef struct zrt_comm {
   uint64_t zero_copy;
 } zrt_comm;
 
+/* The world size the launcher announces before MPI is up: the largest of
+ * OMPI_COMM_WORLD_SIZE (Open MPI's mpiexec), WORLD_SIZE (torchrun-style
+ * launchers), PMI_SIZE (MPICH's hydra, srun --mpi=pmi2), PMIX_SIZE (where a
+ * PMIx launcher sets it) and SLURM_STEP_NUM_TASKS (srun; not SLURM_NTASKS,
+ * which a batch script's single process sees too); 1 when none is set. */
+int zrt_comm_env_world(void);
+
 /* want: "auto" | "self" | "mpi" | "shm" | "hier" | "nccl". auto = self
- * when WORLD_SIZE is unset or 1 and not under mpiexec (OMPI_COMM_WORLD_SIZE
- * unset or 1); nccl when backend is cuda, NCCL is built and every local
- * rank has its own GPU (NCCL refuses two ranks on one GPU: then mpi with
- * host staging); shm when the buffers are host memory and every rank is on
- * this machine (OMPI_COMM_WORLD_LOCAL_SIZE = world size); else hier when
- * every machine holds the same number (> 1) of contiguous ranks, else mpi.
- * "shm" (asked for or picked) falls back to mpi with a logged reason when
- * shared memory cannot serve the ranks; "hier" likewise when the layout
- * does not allow it (asked for, it also serves 1 rank per machine). The
- * choice and why is logged once. timeout_s becomes c->timeout_s. */
+ * when zrt_comm_env_world() is 1 (no launcher announced more ranks); nccl when backend is cuda,
+ * NCCL is built and every local rank has its own GPU (NCCL refuses two ranks on one GPU: then mpi
+ * with host staging); shm when the buffers are host memory and every rank is on this machine
+ * (OMPI_COMM_WORLD_LOCAL_SIZE = world size); else hier when every machine holds the same number (>
+ * 1) of contiguous ranks, else mpi. "shm" (asked for or picked) falls back to mpi with a logged
+ * reason when shared memory cannot serve the ranks; "hier" likewise when the layout does not allow
+ * it (asked for, it also serves 1 rank per machine). The choice and why is logged once. timeout_s
+ * becomes c->timeout_s. */
 zrt_status zrt_comm_create(const char *want, zrt_backend *backend, double timeout_s,
                            zrt_comm **out);
 void zrt_comm_destroy(zrt_comm *c);

@@ -3,8 +3,15 @@
  * NCCL: the *_nccl.c suffix). Bootstrap through bootstrap.h; collectives on
  * the comm's own stream, ordered after the backend's streams by events;
  * each request a cudaEvent polled so waits can time out; host buffers
- * staged through device scratch; any failure aborts the communicator
- * before memory is freed. Invariants: docs/comms.md, "The NCCL comm".
+ * staged through device scratch and a pinned host bounce (nccl_rules.h:
+ * no cudaMemcpyAsync ever touches pageable memory, so issuing never blocks
+ * on the collective; results reach the caller's host buffer when its wait
+ * or test sees the event), the wait's verdict (done, pending, error,
+ * timeout) from zrt_nccl_wait_decide; any failure or timeout aborts the
+ * communicator (ncclCommAbort) before memory is freed. The device scratch
+ * grows and is kept until the comm is destroyed; pinned bounces are owned
+ * by one request at a time and freed at destroy. Invariants: docs/comms.md,
+ * "The NCCL comm".
  */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -16,6 +23,14 @@
 #include "comm_impl.h"
 #include "cuda_check.h"
 #include "nccl_rules.h"
+
+/* A pinned host bounce: owned by one request while busy. */
+typedef struct nccl_bounce {
+  char *p;
+  size_t bytes;
+  int busy;
+  struct nccl_bounce *next;
+} nccl_bounce;
 
 typedef struct nccl_ctx {
   zrt_comm *c;
@@ -29,12 +44,18 @@ typedef struct nccl_ctx {
   char abort_why[256];
   void *scratch; /* device, ZRT_MEM_COMM */
   size_t scratch_bytes;
+  nccl_bounce *bounces; /* every pinned bounce, busy or free */
 } nccl_ctx;
 
 typedef struct nccl_req {
   zrt_comm_req base; /* first: converts with zrt_comm_req * */
   nccl_ctx *n;
   cudaEvent_t ev;
+  nccl_bounce *bounce; /* held until the request is freed */
+  /* host copy-out once ev completed: bounce -> the caller's recv */
+  void *out_dst;
+  const void *out_src;
+  size_t out_bytes;
 } nccl_req;
 
 /* CUDA failures translate through backend/cuda_check.h ("NCCL comm: " in
@@ -109,30 +130,73 @@ static zrt_status req_new(nccl_ctx *n, nccl_req **out) {
 static void req_free(nccl_req *r) {
   if (!r) return;
   if (r->ev) cudaEventDestroy(r->ev);
+  if (r->bounce) r->bounce->busy = 0;
   free(r);
 }
 
-static zrt_status event_done(void *arg, int *flag) {
-  nccl_req *r = arg;
-  cudaError_t e = cudaEventQuery(r->ev);
-  if (e == cudaSuccess) {
-    *flag = 1;
-    return ZRT_OK;
+/* A free pinned bounce of at least bytes for request r (a new one when
+ * every bounce is busy or too small; cudaHostAlloc does not synchronise). */
+static zrt_status bounce_take(nccl_ctx *n, nccl_req *r, size_t bytes) {
+  for (nccl_bounce *b = n->bounces; b; b = b->next)
+    if (!b->busy && b->bytes >= bytes) {
+      b->busy = 1;
+      r->bounce = b;
+      return ZRT_OK;
+    }
+  nccl_bounce *b = calloc(1, sizeof *b);
+  if (!b) return zrt_error(ZRT_ERR_OOM, "NCCL comm: out of host memory for a bounce buffer");
+  cudaError_t e = cudaHostAlloc((void **)&b->p, bytes, cudaHostAllocDefault);
+  if (e != cudaSuccess) {
+    free(b);
+    return cuda_fail(e, "cudaHostAlloc (pinned bounce for host buffers)");
   }
-  if (e != cudaErrorNotReady) {
-    zrt_status st = cuda_fail(e, "cudaEventQuery");
-    abort_comm(r->n, zrt_last_error());
-    return st;
-  }
-  ncclResult_t async_err = ncclSuccess;
-  ncclCommGetAsyncError(r->n->nc, &async_err);
-  if (async_err != ncclSuccess && async_err != ncclInProgress) {
-    zrt_status st = nccl_fail(async_err, "collective (asynchronous error)");
-    abort_comm(r->n, zrt_last_error());
-    return st;
-  }
-  *flag = 0;
+  b->bytes = bytes;
+  b->busy = 1;
+  b->next = n->bounces;
+  n->bounces = b;
+  r->bounce = b;
   return ZRT_OK;
+}
+
+/* The request's event completed: its result reaches the caller's host
+ * buffer now (never earlier: the stream wrote the bounce), then r goes. */
+static zrt_status req_complete(nccl_req *r) {
+  if (r->out_bytes) memcpy(r->out_dst, r->out_src, r->out_bytes);
+  req_free(r);
+  return ZRT_OK;
+}
+
+/* One poll of a request: the event, then NCCL's asynchronous error, judged
+ * by zrt_nccl_wait_decide against the time since t0. An error aborts here
+ * (returned: zrt_comm_poll stops); done and timeout end the poll with flag
+ * set and the verdict in v. */
+typedef struct wait_poll {
+  nccl_req *r;
+  double t0, timeout_s;
+  zrt_nccl_wait_verdict v;
+} wait_poll;
+
+static zrt_status poll_once(void *arg, int *flag) {
+  wait_poll *w = arg;
+  nccl_ctx *n = w->r->n;
+  cudaError_t e = cudaEventQuery(w->r->ev);
+  int ev = e == cudaSuccess         ? ZRT_NCCL_EV_DONE
+           : e == cudaErrorNotReady ? ZRT_NCCL_EV_NOT_READY
+                                    : ZRT_NCCL_EV_ERROR;
+  ncclResult_t async_err = ncclSuccess;
+  if (ev == ZRT_NCCL_EV_NOT_READY && ncclCommGetAsyncError(n->nc, &async_err) != ncclSuccess)
+    async_err = ncclSuccess; /* no verdict from a failed query; the event and the clock decide */
+  int failed = async_err != ncclSuccess && async_err != ncclInProgress;
+  w->v = zrt_nccl_wait_decide(ev, failed, zrt_now_s() - w->t0, w->timeout_s);
+  *flag = w->v != ZRT_NCCL_WAIT_PENDING;
+  if (w->v != ZRT_NCCL_WAIT_ABORT_ERROR) return ZRT_OK;
+  char what[160];
+  snprintf(what, sizeof what, "%s #%llu (asynchronous error)",
+           w->r->base.op ? w->r->base.op : "collective", (unsigned long long)w->r->base.seq);
+  zrt_status st =
+      ev == ZRT_NCCL_EV_ERROR ? cuda_fail(e, "cudaEventQuery") : nccl_fail(async_err, what);
+  abort_comm(n, zrt_last_error());
+  return st;
 }
 
 static zrt_status nccl_wait(void *ctx, zrt_comm_req *req, double timeout_s) {
@@ -143,30 +207,47 @@ static zrt_status nccl_wait(void *ctx, zrt_comm_req *req, double timeout_s) {
     req_free(r);
     return check_live(n);
   }
-  int got = zrt_comm_poll(event_done, r, timeout_s, &st);
-  if (got == 0) {
+  wait_poll w = {r, zrt_now_s(), timeout_s, ZRT_NCCL_WAIT_PENDING};
+  if (zrt_comm_poll(poll_once, &w, 0, &st) < 0) { /* the verdict keeps the time */
+    req_free(r);
+    return st;
+  }
+  if (w.v == ZRT_NCCL_WAIT_ABORT_TIMEOUT) {
     /* The kernel may spin forever waiting for a peer; only an abort frees
      * the device. The request stays valid per comm_impl.h, but every later
      * wait on it reports the abort. */
-    char why[96];
-    snprintf(why, sizeof why, "a request did not complete within %gs", timeout_s);
+    char why[160];
+    snprintf(why, sizeof why, "%s #%llu did not complete within %gs",
+             r->base.op ? r->base.op : "a collective", (unsigned long long)r->base.seq, timeout_s);
     abort_comm(n, why);
     req->timed_out = 1;
-    return zrt_error(ZRT_ERR_COMM, "NCCL comm: request did not complete within %gs", timeout_s);
+    return zrt_error(ZRT_ERR_COMM,
+                     "NCCL comm: %s; the communicator was aborted (ncclCommAbort): another rank is "
+                     "behind or dead, or raise comm_timeout_s",
+                     why);
   }
-  req_free(r);
-  return st;
+  return req_complete(r);
 }
 
 static zrt_status nccl_test(void *ctx, zrt_comm_req *req, int *done) {
   nccl_ctx *n = ctx;
   nccl_req *r = (nccl_req *)req;
   *done = 0;
-  zrt_status st = n->aborted ? check_live(n) : event_done(r, done);
-  if (st == ZRT_OK && !*done) return ZRT_OK;
+  if (n->aborted) {
+    *done = 1;
+    req_free(r);
+    return check_live(n);
+  }
+  wait_poll w = {r, zrt_now_s(), 0, ZRT_NCCL_WAIT_PENDING}; /* a test never times out */
+  int flag = 0;
+  zrt_status st = poll_once(&w, &flag);
+  if (st == ZRT_OK && w.v == ZRT_NCCL_WAIT_PENDING) return ZRT_OK;
   *done = 1;
-  req_free(r);
-  return st;
+  if (st != ZRT_OK) {
+    req_free(r);
+    return st;
+  }
+  return req_complete(r);
 }
 
 /* Records the completion event after the enqueued work and hands the
@@ -221,7 +302,8 @@ static zrt_status scratch_get(nccl_ctx *n, size_t bytes, char **out) {
 }
 
 /* Plans and queues the staging of a collective on the comm's stream: on
- * return *s / *d are what NCCL reads / writes. */
+ * return *s / *d are what NCCL reads / writes. Host bytes go through r's
+ * pinned bounce (nccl_rules.h), so every copy queued here is asynchronous. */
 typedef struct staged {
   zrt_nccl_stage plan;
   char *scratch;
@@ -229,24 +311,28 @@ typedef struct staged {
   size_t recv_bytes;
 } staged;
 
-static zrt_status stage_in(nccl_ctx *n, const char *what, const void **s, void **d, ssize_t send_at,
-                           size_t send_bytes, size_t recv_bytes, staged *g) {
+static zrt_status stage_in(nccl_ctx *n, nccl_req *r, const char *what, const void **s, void **d,
+                           ssize_t send_at, size_t send_bytes, size_t recv_bytes, staged *g) {
   zrt_nccl_ptr ks = ZRT_NCCL_PTR_DEVICE, kd = ZRT_NCCL_PTR_DEVICE;
   memset(g, 0, sizeof *g);
   if (send_bytes) ZRT_CHECK(ptr_kind(n, *s, &ks));
   if (recv_bytes) ZRT_CHECK(ptr_kind(n, *d, &kd));
   ZRT_CHECK(zrt_nccl_stage_plan(what, ks, kd, send_at, send_bytes, recv_bytes, &g->plan));
   ZRT_CHECK(scratch_get(n, g->plan.scratch_bytes, &g->scratch));
+  if (g->plan.bounce_bytes) ZRT_CHECK(bounce_take(n, r, g->plan.bounce_bytes));
+  char *hb = r->bounce ? r->bounce->p : NULL;
   g->user_recv = *d;
   g->recv_bytes = recv_bytes;
   if (g->plan.recv_in) {
-    cudaError_t e = cudaMemcpyAsync(g->scratch + g->plan.recv_off, *d, recv_bytes,
-                                    cudaMemcpyHostToDevice, n->stream);
+    memcpy(hb + g->plan.recv_off, *d, recv_bytes);
+    cudaError_t e = cudaMemcpyAsync(g->scratch + g->plan.recv_off, hb + g->plan.recv_off,
+                                    recv_bytes, cudaMemcpyHostToDevice, n->stream);
     if (e != cudaSuccess) return cuda_fail(e, "cudaMemcpyAsync (host recv into scratch)");
   }
   if (g->plan.send_in) {
-    cudaError_t e = cudaMemcpyAsync(g->scratch + g->plan.send_off, *s, send_bytes,
-                                    cudaMemcpyHostToDevice, n->stream);
+    memcpy(hb + g->plan.send_off, *s, send_bytes);
+    cudaError_t e = cudaMemcpyAsync(g->scratch + g->plan.send_off, hb + g->plan.send_off,
+                                    send_bytes, cudaMemcpyHostToDevice, n->stream);
     if (e != cudaSuccess) return cuda_fail(e, "cudaMemcpyAsync (host send into scratch)");
   }
   if (g->plan.recv_out) *d = g->scratch + g->plan.recv_off;
@@ -254,11 +340,17 @@ static zrt_status stage_in(nccl_ctx *n, const char *what, const void **s, void *
   return ZRT_OK;
 }
 
-static zrt_status stage_out(nccl_ctx *n, const staged *g) {
+/* Queues scratch -> bounce after the collective; the host copy into the
+ * caller's buffer waits for the request's event (req_complete). */
+static zrt_status stage_out(nccl_ctx *n, nccl_req *r, const staged *g) {
   if (!g->plan.recv_out) return ZRT_OK;
-  cudaError_t e = cudaMemcpyAsync(g->user_recv, g->scratch + g->plan.recv_off, g->recv_bytes,
+  char *hb = r->bounce->p + g->plan.recv_off;
+  cudaError_t e = cudaMemcpyAsync(hb, g->scratch + g->plan.recv_off, g->recv_bytes,
                                   cudaMemcpyDeviceToHost, n->stream);
-  if (e != cudaSuccess) return cuda_fail(e, "cudaMemcpyAsync (scratch to host recv)");
+  if (e != cudaSuccess) return cuda_fail(e, "cudaMemcpyAsync (scratch to the pinned bounce)");
+  r->out_dst = g->user_recv;
+  r->out_src = hb;
+  r->out_bytes = g->recv_bytes;
   return ZRT_OK;
 }
 
@@ -273,11 +365,12 @@ static zrt_status nccl_all_reduce(void *ctx, const void *send, void *recv, size_
   size_t bytes = count * zrt_dtype_size(dt);
   ZRT_CHECK(prepare(n, &r));
   if (count) {
-    ZRT_CHECK_GOTO(stage_in(n, "all_reduce", &send, &recv, send == recv ? 0 : -1, bytes, bytes, &g),
-                   st, fail_free);
+    ZRT_CHECK_GOTO(
+        stage_in(n, r, "all_reduce", &send, &recv, send == recv ? 0 : -1, bytes, bytes, &g), st,
+        fail_free);
     NCCL_TRY_GOTO(n, ncclAllReduce(send, recv, count, nccl_type(dt), nccl_op(op), n->nc, n->stream),
                   "ncclAllReduce", st, fail);
-    ZRT_CHECK_GOTO(stage_out(n, &g), st, fail_abort);
+    ZRT_CHECK_GOTO(stage_out(n, r, &g), st, fail_abort);
   }
   return issued(n, r, req);
 fail_abort:
@@ -293,58 +386,69 @@ static zrt_status nccl_reduce_scatter(void *ctx, const void *send, void *recv, c
   nccl_ctx *n = ctx;
   zrt_status st = ZRT_OK;
   nccl_req *r = NULL;
-  size_t maxc = 0, es = zrt_dtype_size(dt), mine = counts[n->rank], total = 0;
-  int even = 1;
-  for (int q = 0; q < n->nranks; q++) {
-    if (counts[q] > maxc) maxc = counts[q];
-    if (counts[q] != counts[0]) even = 0;
-    total += counts[q];
-  }
+  size_t es = zrt_dtype_size(dt);
+  zrt_nccl_rs_route rt;
+  zrt_nccl_ptr ks = ZRT_NCCL_PTR_DEVICE, kd = ZRT_NCCL_PTR_DEVICE;
   ZRT_CHECK(prepare(n, &r));
-  if (!maxc) return issued(n, r, req);
+  {
+    size_t total = 0;
+    for (int q = 0; q < n->nranks; q++) total += counts[q];
+    if (total) ZRT_CHECK_GOTO(ptr_kind(n, send, &ks), st, fail_free);
+    if (counts[n->rank]) ZRT_CHECK_GOTO(ptr_kind(n, recv, &kd), st, fail_free);
+  }
+  ZRT_CHECK_GOTO(zrt_nccl_rs_route_plan(n->nranks, n->rank, counts, es, ks, kd, &rt), st,
+                 fail_free);
+  if (!rt.maxc) return issued(n, r, req);
   ncclDataType_t T = nccl_type(dt);
-  if (even) {
+  if (rt.even) {
     staged g;
-    ZRT_CHECK_GOTO(stage_in(n, "reduce_scatter", &send, &recv, -1, total * es, mine * es, &g), st,
-                   fail_free);
-    NCCL_TRY_GOTO(n, ncclReduceScatter(send, recv, maxc, T, nccl_op(op), n->nc, n->stream),
+    ZRT_CHECK_GOTO(
+        stage_in(n, r, "reduce_scatter", &send, &recv, -1, rt.total * es, rt.mine * es, &g), st,
+        fail_free);
+    NCCL_TRY_GOTO(n, ncclReduceScatter(send, recv, rt.maxc, T, nccl_op(op), n->nc, n->stream),
                   "ncclReduceScatter", st, fail);
-    ZRT_CHECK_GOTO(stage_out(n, &g), st, fail_abort);
+    ZRT_CHECK_GOTO(stage_out(n, r, &g), st, fail_abort);
     return issued(n, r, req);
   }
   /* Padded input in scratch: segment q at q*maxc (padding zeroed so the
    * kernel reads defined values; they reduce into padding only), then the
-   * padded result, then this rank's part out. cudaMemcpyDefault serves
-   * device and host callers alike. */
+   * padded result, then this rank's part out (zrt_nccl_rs_route_plan). Host
+   * buffers through the pinned bounce, so every copy is asynchronous. */
   {
-    size_t in_bytes = (size_t)n->nranks * maxc * es;
-    size_t out_at =
-        (in_bytes + ZRT_NCCL_SCRATCH_ALIGN - 1) / ZRT_NCCL_SCRATCH_ALIGN * ZRT_NCCL_SCRATCH_ALIGN;
-    char *sc = NULL;
-    zrt_nccl_ptr ks, kd;
-    ZRT_CHECK_GOTO(ptr_kind(n, send, &ks), st, fail_free);
-    ZRT_CHECK_GOTO(ptr_kind(n, recv, &kd), st, fail_free);
-    if (ks == ZRT_NCCL_PTR_OTHER_DEVICE || kd == ZRT_NCCL_PTR_OTHER_DEVICE) {
-      zrt_nccl_stage unused;
-      st = zrt_nccl_stage_plan("reduce_scatter", ks, kd, -1, 0, 0, &unused);
-      goto fail_free;
+    char *sc = NULL, *hb = NULL;
+    const char *src = send;
+    ZRT_CHECK_GOTO(scratch_get(n, rt.scratch_bytes, &sc), st, fail_free);
+    if (rt.bounce_bytes) {
+      ZRT_CHECK_GOTO(bounce_take(n, r, rt.bounce_bytes), st, fail_free);
+      hb = r->bounce->p;
     }
-    ZRT_CHECK_GOTO(scratch_get(n, out_at + maxc * es, &sc), st, fail_free);
-    CUDA_TRY_GOTO(n, cudaMemsetAsync(sc, 0, in_bytes, n->stream), "cudaMemsetAsync", st, fail);
-    size_t off = 0;
-    for (int q = 0; q < n->nranks; q++) {
+    if (rt.host_send) {
+      memcpy(hb + rt.send_bounce_off, send, rt.total * es);
+      src = hb + rt.send_bounce_off;
+    }
+    CUDA_TRY_GOTO(n, cudaMemsetAsync(sc, 0, rt.pad_in_bytes, n->stream), "cudaMemsetAsync", st,
+                  fail);
+    for (int q = 0; q < n->nranks; q++)
       if (counts[q])
         CUDA_TRY_GOTO(n,
-                      cudaMemcpyAsync(sc + (size_t)q * maxc * es, (const char *)send + off * es,
-                                      counts[q] * es, cudaMemcpyDefault, n->stream),
+                      cudaMemcpyAsync(sc + (size_t)q * rt.maxc * es,
+                                      src + zrt_nccl_segment_off(counts, q) * es, counts[q] * es,
+                                      cudaMemcpyDefault, n->stream),
                       "cudaMemcpyAsync (padding reduce_scatter input)", st, fail);
-      off += counts[q];
-    }
-    NCCL_TRY_GOTO(n, ncclReduceScatter(sc, sc + out_at, maxc, T, nccl_op(op), n->nc, n->stream),
+    NCCL_TRY_GOTO(n,
+                  ncclReduceScatter(sc, sc + rt.out_at, rt.maxc, T, nccl_op(op), n->nc, n->stream),
                   "ncclReduceScatter", st, fail);
-    if (mine)
-      CUDA_TRY_GOTO(n, cudaMemcpyAsync(recv, sc + out_at, mine * es, cudaMemcpyDefault, n->stream),
+    if (rt.mine) {
+      char *to = rt.host_recv ? hb + rt.recv_bounce_off : (char *)recv;
+      CUDA_TRY_GOTO(n,
+                    cudaMemcpyAsync(to, sc + rt.out_at, rt.mine * es, cudaMemcpyDefault, n->stream),
                     "cudaMemcpyAsync (reduce_scatter result)", st, fail);
+      if (rt.host_recv) {
+        r->out_dst = recv;
+        r->out_src = to;
+        r->out_bytes = rt.mine * es;
+      }
+    }
   }
   return issued(n, r, req);
 fail_abort:
@@ -360,22 +464,18 @@ static zrt_status nccl_all_gather(void *ctx, const void *send, void *recv, const
   nccl_ctx *n = ctx;
   zrt_status st = ZRT_OK;
   nccl_req *r = NULL;
-  size_t es = zrt_dtype_size(dt), total = 0, my_off = 0;
-  int even = 1;
-  for (int q = 0; q < n->nranks; q++) {
-    if (q < n->rank) my_off += counts[q];
-    total += counts[q];
-    if (counts[q] != counts[0]) even = 0;
-  }
+  size_t es = zrt_dtype_size(dt);
+  zrt_nccl_ag_route rt;
+  zrt_nccl_ag_route_plan(n->nranks, n->rank, counts, es, send, recv, &rt);
   ZRT_CHECK(prepare(n, &r));
-  if (!total) return issued(n, r, req);
+  if (!rt.total) return issued(n, r, req);
   ncclDataType_t T = nccl_type(dt);
-  size_t mine = counts[n->rank];
-  ssize_t at = (const char *)send == (const char *)recv + my_off * es ? (ssize_t)(my_off * es) : -1;
+  size_t mine = rt.mine, my_off = rt.my_off;
   staged g;
-  ZRT_CHECK_GOTO(stage_in(n, "all_gather", &send, &recv, at, mine * es, total * es, &g), st,
-                 fail_free);
-  if (even) {
+  ZRT_CHECK_GOTO(
+      stage_in(n, r, "all_gather", &send, &recv, rt.send_at, mine * es, rt.total * es, &g), st,
+      fail_free);
+  if (rt.even) {
     NCCL_TRY_GOTO(n, ncclAllGather(send, recv, counts[0], T, n->nc, n->stream), "ncclAllGather", st,
                   fail);
   } else {
@@ -398,7 +498,7 @@ static zrt_status nccl_all_gather(void *ctx, const void *send, void *recv, const
     NCCL_TRY_GOTO(n, gr != ncclSuccess ? gr : ge, "grouped ncclSend/ncclRecv (uneven all_gather)",
                   st, fail);
   }
-  ZRT_CHECK_GOTO(stage_out(n, &g), st, fail_abort);
+  ZRT_CHECK_GOTO(stage_out(n, r, &g), st, fail_abort);
   return issued(n, r, req);
 fail_abort:
   abort_comm(n, zrt_last_error());
@@ -419,10 +519,10 @@ static zrt_status nccl_broadcast(void *ctx, void *buf, size_t count, zrt_dtype d
     const void *s = buf;
     void *d = buf;
     staged g;
-    ZRT_CHECK_GOTO(stage_in(n, "broadcast", &s, &d, 0, bytes, bytes, &g), st, fail_free);
+    ZRT_CHECK_GOTO(stage_in(n, r, "broadcast", &s, &d, 0, bytes, bytes, &g), st, fail_free);
     NCCL_TRY_GOTO(n, ncclBroadcast(d, d, count, nccl_type(dt), root, n->nc, n->stream),
                   "ncclBroadcast", st, fail);
-    ZRT_CHECK_GOTO(stage_out(n, &g), st, fail_abort);
+    ZRT_CHECK_GOTO(stage_out(n, r, &g), st, fail_abort);
   }
   return issued(n, r, req);
 fail_abort:
@@ -448,7 +548,13 @@ static void nccl_destroy(void *ctx) {
    * before the scratch and the stream go */
   if (n->nc && !n->aborted) ncclCommDestroy(n->nc); /* an abort already released it */
   if (n->zs) cudaStreamSynchronize(n->stream);
-  zrt_backend_free(n->backend, n->scratch);
+  zrt_backend_free(n->backend, n->scratch); /* ZRT_MEM_COMM is 0 again once the comm is gone */
+  while (n->bounces) {
+    nccl_bounce *b = n->bounces;
+    n->bounces = b->next;
+    cudaFreeHost(b->p);
+    free(b);
+  }
   if (n->zs) zrt_backend_stream_destroy(n->backend, n->zs);
   zrt_bootstrap_destroy(n->boot);
   free(n);

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bootstrap.h"
 #include "dtype.h"
 #include "engine_internal.h"
 #include "memest.h"
@@ -31,11 +32,6 @@
 static void zrt_engine_set_stage(zrt_engine *eng, int stage) {
   eng->stage = stage;
   eng->policy = zrt_stage_policy_of(stage);
-}
-
-static int zrt_env_int(const char *name, int def) {
-  const char *v = getenv(name);
-  return v && *v ? atoi(v) : def;
 }
 
 static zrt_status zrt_engine_parse_inject(zrt_engine *eng) {
@@ -65,8 +61,58 @@ static zrt_status zrt_engine_parse_inject(zrt_engine *eng) {
   return ZRT_OK;
 }
 
+/* Test hooks: only with ZRT_TEST_HOOKS=1, so a stray variable cannot
+ * change a training run; a hook variable without the switch is an error,
+ * never silently ignored. */
+static zrt_status zrt_engine_parse_test_hooks(zrt_engine *eng) {
+  eng->test_grad_factor = 1.0f;
+  const char *on = getenv("ZRT_TEST_HOOKS");
+  const char *gf = getenv("ZRT_TEST_GRAD_FACTOR");
+  int enabled = on && !strcmp(on, "1");
+  if (on && *on && !enabled)
+    return zrt_error(ZRT_ERR_CONFIG, "ZRT_TEST_HOOKS='%s': expected 1 (or unset)", on);
+  if (gf && *gf && !enabled)
+    return zrt_error(ZRT_ERR_CONFIG,
+                     "ZRT_TEST_GRAD_FACTOR is a test hook: set ZRT_TEST_HOOKS=1 with it, or unset "
+                     "it");
+  if (!enabled) return ZRT_OK;
+  eng->test_master_sums = 1;
+  if (gf && *gf) {
+    char *end;
+    double f = strtod(gf, &end);
+    if (end == gf || *end || !(f > 0) || !isfinite(f))
+      return zrt_error(ZRT_ERR_CONFIG,
+                       "ZRT_TEST_GRAD_FACTOR='%s': expected a positive number (the factor the "
+                       "gradients' unscale is multiplied by, e.g. 2)",
+                       gf);
+    eng->test_grad_factor = (float)f;
+  }
+  zrt_log(ZRT_LOG_WARN,
+          "test hooks on (ZRT_TEST_HOOKS=1): metrics carry master_sum / master_sqsum; gradients "
+          "unscaled x%g (ZRT_TEST_GRAD_FACTOR)",
+          (double)eng->test_grad_factor);
+  return ZRT_OK;
+}
+
+zrt_status zrt_engine_placement(zrt_bootstrap **boot, int *local_rank, int *local_world) {
+  *boot = NULL;
+  *local_rank = 0;
+  *local_world = 1;
+  int world = zrt_comm_env_world();
+  if (world > 1) {
+    ZRT_CHECK(zrt_bootstrap_mpi_create(boot));
+    *local_rank = (*boot)->local_rank;
+    *local_world = (*boot)->local_world;
+  }
+  zrt_log(ZRT_LOG_DEBUG, "placement: local rank %d of %d (%s)", *local_rank, *local_world,
+          world > 1 ? "from MPI" : "single process");
+  return ZRT_OK;
+}
+
 zrt_status zrt_engine_create(const zrt_config *cfg, zrt_engine **out) {
   zrt_status st = ZRT_OK;
+  zrt_bootstrap *boot = NULL;
+  int local_rank = 0, local_world = 1;
   if (!cfg || !out) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_create: NULL argument");
   *out = NULL;
   zrt_engine *eng = calloc(1, sizeof *eng);
@@ -74,13 +120,15 @@ zrt_status zrt_engine_create(const zrt_config *cfg, zrt_engine **out) {
   eng->ckpt_lock_fd = -1;
   ZRT_CHECK_GOTO(zrt_config_copy(cfg, &eng->config), st, fail);
   const zrt_cfg *c = zrt_config_values(eng->config);
-  int local_rank = zrt_env_int("OMPI_COMM_WORLD_LOCAL_RANK", zrt_env_int("LOCAL_RANK", 0));
-  ZRT_CHECK_GOTO(
-      zrt_backend_create(c->backend, (size_t)c->device_memory_limit, local_rank, &eng->backend), st,
-      fail);
+  ZRT_CHECK_GOTO(zrt_engine_placement(&boot, &local_rank, &local_world), st, fail);
+  ZRT_CHECK_GOTO(zrt_backend_create_placed(c->backend, (size_t)c->device_memory_limit, local_rank,
+                                           local_world, &eng->backend),
+                 st, fail);
   if (c->blas_threads > 0 && !strcmp(eng->backend->iface->name, "cpu"))
     zrt_backend_cpu_blas_threads((int)c->blas_threads);
   ZRT_CHECK_GOTO(zrt_comm_create(c->comm, eng->backend, c->comm_timeout_s, &eng->comm), st, fail);
+  zrt_bootstrap_destroy(boot); /* the comm keeps MPI up now */
+  boot = NULL;
   eng->rank = eng->comm->rank;
   eng->world = eng->comm->world;
   zrt_log_set_rank(eng->rank);
@@ -107,6 +155,7 @@ zrt_status zrt_engine_create(const zrt_config *cfg, zrt_engine **out) {
   }
   zrt_sched_init(&eng->sched, c);
   ZRT_CHECK_GOTO(zrt_engine_parse_inject(eng), st, fail);
+  ZRT_CHECK_GOTO(zrt_engine_parse_test_hooks(eng), st, fail);
   if (eng->rank == 0 && c->metrics_path[0]) {
     eng->metrics = fopen(c->metrics_path, "w");
     if (!eng->metrics) {
@@ -124,6 +173,7 @@ zrt_status zrt_engine_create(const zrt_config *cfg, zrt_engine **out) {
   return ZRT_OK;
 fail:
   zrt_engine_destroy(eng);
+  zrt_bootstrap_destroy(boot); /* after the comm (destroyed above): the last MPI user */
   return st;
 }
 

@@ -215,6 +215,11 @@ struct zrt_engine {
   /* fault injection: 1-based optimizer step numbers (ZRT_INJECT_NONFINITE_GRADS) */
   int64_t *inject_steps;
   int ninject;
+  /* test hooks (ZRT_TEST_HOOKS=1, engine.c): a deliberately wrong factor on
+   * the gradients' unscale (1 = none), and the fp32 masters' sums in every
+   * metrics row */
+  float test_grad_factor;
+  int test_master_sums;
 
   FILE *metrics;               /* rank 0 only */
   struct zrt_monitor *monitor; /* tensorboard / csv_monitor, rank 0 only */
@@ -246,6 +251,17 @@ struct zrt_engine {
  * (ZRT_PHASE_*) at time now; _infer applies the implicit marks of
  * zrt_engine_mark's contract; _open starts a window; _close ends it into
  * eng->timing (boundary_s = now - boundary_start). */
+/* Where this process sits on its machine, before the backend picks a
+ * device: when the launcher announces more than one rank
+ * (zrt_comm_env_world), an MPI bootstrap gives the local rank and local
+ * world as MPI derived them (the same under Open MPI's mpiexec, MPICH's and
+ * srun, whichever variables they set); *boot is that bootstrap, to be
+ * destroyed only after the comm exists (destroying the last MPI user
+ * finalizes MPI). One process: local rank 0 of 1, *boot NULL. Logged at
+ * debug level ("placement: local rank R of W (from MPI)"). */
+struct zrt_bootstrap;
+zrt_status zrt_engine_placement(struct zrt_bootstrap **boot, int *local_rank, int *local_world);
+
 void zrt_engine_phase_enter(zrt_engine *eng, int phase, double now);
 void zrt_engine_phase_infer(zrt_engine *eng, int phase);
 void zrt_engine_timing_open(zrt_engine *eng, double now);

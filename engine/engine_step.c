@@ -156,6 +156,65 @@ static const char *zrt_engine_json_num(double v, char *buf, size_t len) {
   return buf;
 }
 
+/* Test hook (ZRT_TEST_HOOKS=1): the sum and the sum of squares of every
+ * fp32 master, each rank over the slice it owns (zrt_engine_shard_range,
+ * whatever the stage keeps), in double, gathered and added in rank order on
+ * every rank (collective). For comparing backends, not for training. */
+static zrt_status zrt_engine_master_sums(zrt_engine *eng, double *sum, double *sqsum) {
+  enum { REC = 6 };
+  zrt_status st = ZRT_OK;
+  double s[2] = {0, 0};
+  float *all = calloc((size_t)eng->world * REC, sizeof(float)), *buf = NULL;
+  size_t *counts = calloc((size_t)eng->world, sizeof(size_t));
+  if (!all || !counts) {
+    st = zrt_error(ZRT_ERR_OOM, "metrics: out of host memory for the master sums");
+    goto done;
+  }
+  for (int m = 0; m < eng->nmodules; m++) {
+    int64_t off, len, soff, slen;
+    zrt_engine_master_extent(eng, m, &off, &len);
+    ZRT_CHECK_GOTO(zrt_engine_shard_range(eng, m, eng->rank, &soff, &slen), st, done);
+    float *nb = realloc(buf, (size_t)(len ? len : 1) * sizeof(float));
+    if (!nb) {
+      st = zrt_error(ZRT_ERR_OOM, "metrics: out of host memory for the master sums");
+      goto done;
+    }
+    buf = nb;
+    ZRT_CHECK_GOTO(zrt_engine_get_master(eng, m, buf), st, done);
+    ZRT_CHECK_GOTO(zrt_backend_synchronize(eng->backend, NULL), st, done);
+    for (int64_t i = ZRT_MAX(soff, off); i < ZRT_MIN(soff + slen, off + len); i++) {
+      double w = buf[i - off];
+      s[0] += w;
+      s[1] += w * w;
+    }
+  }
+  float *mine = all + (size_t)eng->rank * REC;
+  for (int k = 0; k < 2; k++) {
+    uint64_t u;
+    memcpy(&u, &s[k], sizeof u);
+    zrt_pack_u64(mine + 3 * k, u);
+  }
+  for (int r = 0; r < eng->world; r++) counts[r] = REC;
+  uint64_t before = eng->comm->bytes_moved;
+  ZRT_CHECK_GOTO(zrt_comm_all_gather(eng->comm, mine, all, counts, ZRT_F32, NULL), st, done);
+  eng->comm->bytes_moved = before; /* not training traffic */
+  *sum = *sqsum = 0;
+  for (int r = 0; r < eng->world; r++) {
+    double v[2];
+    for (int k = 0; k < 2; k++) {
+      uint64_t u = zrt_unpack_u64(all + (size_t)r * REC + 3 * k);
+      memcpy(&v[k], &u, sizeof u);
+    }
+    *sum += v[0];
+    *sqsum += v[1];
+  }
+done:
+  free(all);
+  free(counts);
+  free(buf);
+  return st;
+}
+
 static zrt_status zrt_engine_write_metrics(zrt_engine *eng, const zrt_step_info *info,
                                            double step_time, const zrt_step_bytes *moved) {
   /* every rank contributes its peaks (collective even when only rank 0 writes) */
@@ -177,6 +236,8 @@ static zrt_status zrt_engine_write_metrics(zrt_engine *eng, const zrt_step_info 
   uint64_t before = eng->comm->bytes_moved;
   ZRT_CHECK_GOTO(zrt_comm_all_gather(eng->comm, mine, all, counts, ZRT_F32, NULL), st, done);
   eng->comm->bytes_moved = before; /* metrics traffic is not training traffic */
+  double msum = 0, msq = 0;
+  if (eng->test_master_sums) ZRT_CHECK_GOTO(zrt_engine_master_sums(eng, &msum, &msq), st, done);
   if (!eng->metrics) goto done;
   uint64_t peak_cat[ZRT_MEM_NCAT] = {0}, dev_peak = 0, host_peak = 0;
   FILE *f = eng->metrics;
@@ -219,6 +280,7 @@ static zrt_status zrt_engine_write_metrics(zrt_engine *eng, const zrt_step_info 
           t->other_s, t->forward_s, t->backward_s, t->boundary_s, t->fetch_s, t->reduce_s,
           t->optimizer_s, t->gather_s, t->comm_busy_s, t->comm_wait_s,
           isfinite(t->overlap_fraction) ? t->overlap_fraction : 0.0);
+  if (eng->test_master_sums) fprintf(f, ",\"master_sum\":%.17g,\"master_sqsum\":%.17g", msum, msq);
   fprintf(f,
           ",\"comm_bytes\":%llu,\"nvme_read_bytes\":%llu,\"nvme_write_bytes\":%llu,"
           "\"zero_stage\":%d,\"world_size\":%d}\n",
@@ -303,8 +365,11 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
 
   float scale = zrt_scaler_scale(&eng->scaler);
   /* the inverse of what the window's backward passes multiplied by: under
-   * fp16 (scale / K) * world * K, so the accumulated mean is unscaled */
-  float inv = zrt_gradstats_unscale(zrt_engine_backward_scale(eng), eng->world, K);
+   * fp16 (scale / K) * world * K, so the accumulated mean is unscaled
+   * (test hook: a deliberately wrong factor, the class of a wrong unscale,
+   * world or accumulation factor; the gpu harness must catch it) */
+  float inv =
+      zrt_gradstats_unscale(zrt_engine_backward_scale(eng), eng->world, K) * eng->test_grad_factor;
   double sumsq = 0;
   int nonfinite = 0;
   ZRT_CHECK(zrt_engine_grad_stats(eng, inv, &sumsq, &nonfinite));

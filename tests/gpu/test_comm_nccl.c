@@ -7,13 +7,24 @@
  * identity, so results must equal the inputs exactly (tolerance 0; half
  * types reduce natively). Host buffers — the engine's agreement triple on
  * the stack and a calloc'd all-gather, as engine_step.c passes them — are
- * staged through the comm's device scratch, which is accounted as
- * ZRT_MEM_COMM. Exits 77 without CUDA, NCCL or a GPU (fails instead under
- * ZRT_REQUIRE_GPU=1).
+ * staged through the comm's device scratch (accounted as ZRT_MEM_COMM) and
+ * a pinned bounce; results reach host buffers when the wait or test sees
+ * the collective's event (blocking, async with wait, async with test). The
+ * scratch grows and is kept until the comm is destroyed (issue 23: checked
+ * after the destroy, so ZRT_MEM_COMM == 0 then, and the MPI suite runs with
+ * no NCCL comm holding scratch). Last, a collective that cannot end (the
+ * backend's stream held by a host function, as a dead peer would hold the
+ * NCCL kernel): issuing it on host buffers returns at once, and its wait
+ * fails after comm_timeout_s naming the collective and the timeout, with
+ * the communicator aborted (issue 23: the stage-out copy into pageable
+ * memory used to block inside the issue call, forever). Exits 77 without
+ * CUDA, NCCL or a GPU (fails instead under ZRT_REQUIRE_GPU=1).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 #include "comm.h"
@@ -22,6 +33,8 @@
 #include "ztest.h"
 
 #ifdef ZRT_HAVE_NCCL
+#include <cuda_runtime_api.h>
+
 static zrt_backend *B;
 
 static void to_double(const void *host, zrt_dtype dt, size_t n, double *out) {
@@ -72,6 +85,23 @@ static void host_buffers(zrt_comm *c) {
     zrt_pool_stats(B->pool, &s);
     ZT_CHECK(s.current[ZRT_MEM_COMM] >= 8 * sizeof(float)); /* the scratch is accounted */
   }
+  /* asynchronous on host buffers: the result is there after the wait, and
+   * after a test loop that reports done */
+  float v[5] = {1, 2, 3, 4, 5}, w[5] = {0};
+  zrt_comm_req *req = NULL;
+  ZT_OK(zrt_comm_all_reduce(c, v, w, 5, ZRT_F32, ZRT_RED_SUM, &req));
+  ZT_OK(zrt_comm_wait(c, req));
+  double gw[5], wv[5];
+  for (int i = 0; i < 5; i++) gw[i] = w[i], wv[i] = v[i];
+  snprintf(what, sizeof what, "%s async all_reduce host -> host, wait", c->iface->name);
+  ZT_CLOSE_ARRAY(what, gw, wv, 5, 0.0);
+  memset(w, 0, sizeof w);
+  ZT_OK(zrt_comm_all_reduce(c, v, w, 5, ZRT_F32, ZRT_RED_SUM, &req));
+  int done = 0;
+  while (!done) ZT_OK(zrt_comm_test(c, req, &done));
+  for (int i = 0; i < 5; i++) gw[i] = w[i];
+  snprintf(what, sizeof what, "%s async all_reduce host -> host, test", c->iface->name);
+  ZT_CLOSE_ARRAY(what, gw, wv, 5, 0.0);
   free(mine), free(all);
 }
 
@@ -132,12 +162,64 @@ static void run_suite(zrt_comm *c) {
     }
     free(h), free(ref);
   }
-  zrt_mem_stats s;
-  zrt_pool_stats(B->pool, &s);
-  ZT_CHECK(s.current[ZRT_MEM_COMM] == 0);
   ZT_OK(zrt_comm_barrier(c));
   ZT_CHECK(c->completed == c->seq);
   ZT_CHECK(c->bytes_moved == 0); /* world size 1 sends nothing */
+}
+
+static size_t comm_bytes(void) {
+  zrt_mem_stats s;
+  zrt_pool_stats(B->pool, &s);
+  return s.current[ZRT_MEM_COMM];
+}
+
+/* A host function that holds the backend's stream until released (or a
+ * safety deadline, so a regression that blocks the issuing call ends and
+ * fails instead of hanging the suite). */
+static volatile int hold_release;
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+static void CUDART_CB hold_stream(void *arg) {
+  double until = now_s() + *(double *)arg;
+  while (!__atomic_load_n(&hold_release, __ATOMIC_ACQUIRE) && now_s() < until) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static void dead_peer(zrt_comm *c) {
+  static double hold_s = 20.0;
+  const double timeout = 2.0;
+  c->timeout_s = timeout;
+  ZT_CHECK(cudaLaunchHostFunc((cudaStream_t)B->native_stream, hold_stream, &hold_s) == cudaSuccess);
+  float agree[3] = {1, 2, 3};
+  zrt_comm_req *req = NULL;
+  double t0 = now_s();
+  zrt_status st = zrt_comm_all_reduce(c, agree, agree, 3, ZRT_F32, ZRT_RED_SUM, &req);
+  double issue_s = now_s() - t0;
+  printf("issue of an all_reduce on host buffers behind a held stream: %.3fs (limit 1s)\n",
+         issue_s);
+  ZT_OK(st);
+  ZT_CHECK(issue_s < 1.0);
+  st = zrt_comm_wait(c, req);
+  double wait_s = now_s() - t0;
+  printf("its wait: %s after %.2fs (timeout %gs): %s\n", zrt_status_string(st), wait_s, timeout,
+         zrt_last_error());
+  ZT_CHECK(st == ZRT_ERR_COMM);
+  ZT_CHECK(wait_s >= timeout && wait_s < timeout + 5.0);
+  ZT_CONTAINS(zrt_last_error(), "all_reduce");
+  ZT_CONTAINS(zrt_last_error(), "did not complete within 2s");
+  __atomic_store_n(&hold_release, 1, __ATOMIC_RELEASE);
+  /* the timed-out request stays valid; waiting again reports the abort and frees it */
+  ZT_CHECK(zrt_comm_wait(c, req) == ZRT_ERR_COMM);
+  ZT_CONTAINS(zrt_last_error(), "aborted");
+  /* the communicator is aborted: the next collective says so */
+  ZT_CHECK(zrt_comm_all_reduce(c, agree, agree, 3, ZRT_F32, ZRT_RED_SUM, NULL) == ZRT_ERR_COMM);
+  ZT_CONTAINS(zrt_last_error(), "aborted");
+  ZT_OK(zrt_backend_synchronize(B, NULL));
 }
 
 #endif
@@ -165,12 +247,23 @@ int main(void) {
   ZT_OK(zrt_comm_create("nccl", B, 60.0, &nc));
   ZT_CHECK(!strcmp(nc->iface->name, "nccl") && nc->world == 1 && nc->rank == 0);
   run_suite(nc);
-  /* The MPI comm on device pointers: host staging through the backend. */
+  ZT_CHECK(comm_bytes() > 0); /* the scratch is kept while the comm lives */
+  /* The MPI comm is created before the NCCL comm goes: destroying the last
+   * MPI user finalizes MPI. */
   ZT_OK(zrt_comm_create("mpi", B, 60.0, &mc));
   ZT_CHECK(!strcmp(mc->iface->name, "mpi") && mc->world == 1);
+  zrt_comm_destroy(nc);
+  printf("ZRT_MEM_COMM after the NCCL comm's destroy: %zu bytes (expected 0)\n", comm_bytes());
+  ZT_CHECK(comm_bytes() == 0);
+  /* The MPI comm on device pointers: host staging through the backend. */
   run_suite(mc);
-  zrt_comm_destroy(mc);
-  zrt_comm_destroy(nc); /* last: its bootstrap comm initialised MPI */
+  ZT_CHECK(comm_bytes() == 0); /* MPI stages through host memory */
+  /* a collective that cannot end, on a NCCL comm of its own (it is aborted) */
+  ZT_OK(zrt_comm_create("nccl", B, 60.0, &nc));
+  dead_peer(nc);
+  zrt_comm_destroy(nc);
+  ZT_CHECK(comm_bytes() == 0);
+  zrt_comm_destroy(mc); /* last: it keeps MPI initialised */
   zrt_backend_destroy(B);
   ZT_DONE();
 #endif

@@ -226,11 +226,47 @@ static void test_copies_and_kinds(void) {
   zrt_backend_host_unregister(b, pinned);
   free(pinned);
 
+  /* pageable H2D: the bytes are captured at once (the caller may reuse its
+   * buffer), the device write is queued on its stream and is no host wait;
+   * a reader on another stream not ordered after it sees the poison (the
+   * race of issue 23's gemm_case), one ordered after it sees the data */
+  {
+    zrt_stream sb = NULL;
+    ZT_OK(zrt_backend_stream_create(b, &sb));
+    float *y = balloc(b, 64), *seen = aligned_alloc(64, 4096);
+    ZT_OK(zrt_backend_host_register(b, seen, 4096));
+    float *z = balloc(b, 64);
+    ZT_OK(zrt_backend_synchronize(b, NULL)); /* z's poison fill is done everywhere */
+    write_args slow = {y, 1.0f, ZT_TWIN_SLOW_MS, NULL};
+    ZT_OK(zrt_backend_launch_host(b, slow_write, &slow, sizeof slow, NULL)); /* NULL stream busy */
+    float src = 7.0f;
+    uint64_t hw2 = ZRT_BACKEND_COUNTER(b, host_waits);
+    ZT_OK(zrt_backend_memcpy(b, z, &src, 4, ZRT_COPY_H2D, NULL));
+    ZT_CHECK(ZRT_BACKEND_COUNTER(b, host_waits) == hw2);        /* no host wait */
+    src = -1.0f;                                                /* captured: reusing it is safe */
+    ZT_OK(zrt_backend_memcpy(b, seen, z, 4, ZRT_COPY_D2H, sb)); /* not ordered: a race */
+    ZT_OK(zrt_backend_synchronize(b, sb));
+    uint32_t raced;
+    memcpy(&raced, seen, 4);
+    ZT_CHECK(raced == 0xFFFFFFFFu);
+    ZT_OK(zrt_backend_stream_join(b, sb)); /* ordered now */
+    ZT_OK(zrt_backend_memcpy(b, seen, z, 4, ZRT_COPY_D2H, sb));
+    ZT_OK(zrt_backend_synchronize(b, sb));
+    ZT_CHECK(seen[0] == 7.0f);
+    ZT_OK(zrt_backend_synchronize(b, NULL));
+    zrt_backend_host_unregister(b, seen);
+    free(seen);
+    zrt_backend_free(b, y);
+    zrt_backend_free(b, z);
+    zrt_backend_stream_destroy(b, sb);
+  }
+
   /* like cudaMemcpyDefault, the pointers give the direction, not the kind */
   h = 0;
   ZT_OK(zrt_backend_memcpy(b, &h, x, 4, ZRT_COPY_H2D, NULL));
   ZT_CHECK(h == 5.0f);
-  printf("twin copies: pageable blocks, registered is async, operands checked, new memory NaN\n");
+  printf("twin copies: pageable D2H blocks, pageable H2D is queued (a reader on another stream "
+         "must be ordered after it), registered is async, operands checked, new memory NaN\n");
   zrt_backend_free(b, x);
   zrt_backend_destroy(b);
 }

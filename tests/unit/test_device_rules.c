@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "comm.h"
 #include "device_rules.h"
 #include "ztest.h"
 
@@ -178,12 +179,48 @@ static void test_this_machine(void) {
   zrt_backend_destroy(b);
 }
 
+/* the round robin over visible devices, and the launchers' world sizes */
+static void test_device_pick(void) {
+  ZT_CHECK(zrt_device_for_local_rank(0, 8) == 0);
+  ZT_CHECK(zrt_device_for_local_rank(5, 8) == 5);
+  ZT_CHECK(zrt_device_for_local_rank(9, 8) == 1);
+  ZT_CHECK(zrt_device_for_local_rank(3, 1) == 0);
+  ZT_CHECK(zrt_device_for_local_rank(3, 0) == 0);
+  ZT_CHECK(zrt_device_for_local_rank(-1, 4) == 0);
+  static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "WORLD_SIZE",  "PMI_SIZE", "PMIX_SIZE",
+                               "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"};
+  char *saved[6];
+  for (int i = 0; i < 6; i++) {
+    const char *v = getenv(vars[i]);
+    saved[i] = v ? strdup(v) : NULL;
+    unsetenv(vars[i]);
+  }
+  ZT_CHECK(zrt_comm_env_world() == 1);
+  setenv("SLURM_NTASKS", "8", 1); /* a batch script's one process: not a world */
+  ZT_CHECK(zrt_comm_env_world() == 1);
+  for (int i = 0; i < 5; i++) {
+    setenv(vars[i], "3", 1);
+    ZT_CHECK(zrt_comm_env_world() == 3);
+    unsetenv(vars[i]);
+  }
+  setenv("PMI_SIZE", "bogus", 1);
+  ZT_CHECK(zrt_comm_env_world() == 1);
+  for (int i = 0; i < 6; i++) {
+    if (saved[i])
+      setenv(vars[i], saved[i], 1);
+    else
+      unsetenv(vars[i]);
+    free(saved[i]);
+  }
+}
+
 int main(void) {
   test_classify();
   test_decide();
   test_sharing();
   test_share();
   test_sticky();
+  test_device_pick();
   test_require();
   test_this_machine();
   ZT_DONE();
