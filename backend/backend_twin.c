@@ -43,6 +43,7 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <omp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -79,7 +80,8 @@ struct twin_stream {
   twin_op *head, *tail;
   uint64_t enq, done; /* ops queued / finished (done <= enq) */
   int stop;
-  zrt_status err; /* sticky: first failure */
+  _Atomic int in_host_fn; /* a launched host function runs now (its OpenMP team) */
+  zrt_status err;         /* sticky: first failure */
   char errmsg[512];
   uint64_t rng; /* jitter */
 };
@@ -166,10 +168,19 @@ static twin_stream *twin_stream_of(twin_ctx *c, zrt_stream s) {
  * (an op or a host function issuing work on its own stream). */
 static zrt_status twin_enqueue(twin_ctx *c, twin_stream *s, twin_run_fn run, const char *what,
                                const void *args, size_t bytes) {
-  if (twin_cur == s) {
+  /* From s's own worker, or from the OpenMP team of a host function s is
+   * running (a team thread has no twin_cur: OpenMP's pool threads are not
+   * the worker), the op runs in place, as the function's own work. A host
+   * thread inside its own parallel region while s runs a host function
+   * would be taken for that team: programs issue ops from one thread. */
+  if (twin_cur == s || (!twin_cur && atomic_load(&s->in_host_fn) && omp_in_parallel())) {
     unsigned char copy[bytes ? bytes : 1];
     memcpy(copy, args, bytes);
-    return twin_call(c, run, copy);
+    twin_stream *was = twin_cur;
+    twin_cur = s;
+    zrt_status st = twin_call(c, run, copy);
+    twin_cur = was;
+    return st;
   }
   twin_op *op = malloc(sizeof *op + bytes);
   if (!op) return zrt_error(ZRT_ERR_OOM, "twin: out of host memory queueing %s", what);
@@ -557,7 +568,9 @@ static zrt_status twin_run_host(twin_ctx *c, void *a) {
   int k = twin_in_kernel;
   twin_in_kernel = 0;
   zrt_twin_guard_open(c);
+  atomic_fetch_add(&twin_cur->in_host_fn, 1);
   zrt_status st = h.fn(h.heap ? h.heap : ((twin_host_args *)a)->inl);
+  atomic_fetch_sub(&twin_cur->in_host_fn, 1);
   zrt_twin_guard_close(c);
   twin_in_kernel = k;
   free(h.heap);
