@@ -136,6 +136,7 @@ typedef struct zrt_engine_stepstats {
   int64_t micro_count;         /* micro-batches in this step so far */
   uint64_t comm_bytes0;        /* comm->bytes_moved at step start */
   uint64_t nvme_rd0, nvme_wr0; /* NVMe swap bytes read / written at step start */
+  zrt_backend_counters ctr0;   /* backend counters at step start (host waits, ...) */
 } zrt_engine_stepstats;
 
 /* Accumulators of the step breakdown (zrt_step_timing) for the open
@@ -265,6 +266,9 @@ zrt_status zrt_engine_placement(struct zrt_bootstrap **boot, int *local_rank, in
 void zrt_engine_phase_enter(zrt_engine *eng, int phase, double now);
 void zrt_engine_phase_infer(zrt_engine *eng, int phase);
 void zrt_engine_timing_open(zrt_engine *eng, double now);
+/* Opens the window of the backend's counters (host waits, allocations,
+ * scalar D2H reads) reported per step in the metrics (engine_step.c). */
+void zrt_engine_counters_open(zrt_engine *eng);
 void zrt_engine_timing_close(zrt_engine *eng, double boundary_start, double now);
 
 /* ------------------------------------------------ documented internals */

@@ -127,13 +127,25 @@ static uint64_t zrt_unpack_u64(const float *src) {
   return (uint64_t)src[0] | ((uint64_t)src[1] << 24) | ((uint64_t)src[2] << 48);
 }
 
-#define ZRT_MEMREC (3 * (ZRT_MEM_NCAT + 2))
+/* per rank: peaks by category, device and host peak, then the step's host
+ * waits, allocations and scalar D2H reads */
+#define ZRT_MEMREC (3 * (ZRT_MEM_NCAT + 5))
 
 /* What one step window moved: collective bytes and NVMe swap bytes (this
  * rank's optimizer and parameter files). */
 typedef struct zrt_step_bytes {
   uint64_t comm, nvme_read, nvme_write;
+  zrt_backend_counters ctr; /* the backend's counters over the window */
 } zrt_step_bytes;
+
+/* Opens the window of the backend's counters (at build, and after each
+ * step's metrics, so the metrics' own gather is not counted). */
+void zrt_engine_counters_open(zrt_engine *eng) {
+  zrt_backend *b = eng->backend;
+  eng->st.ctr0.host_waits = ZRT_BACKEND_COUNTER(b, host_waits);
+  eng->st.ctr0.allocs = ZRT_BACKEND_COUNTER(b, allocs);
+  eng->st.ctr0.d2h_reads = ZRT_BACKEND_COUNTER(b, d2h_reads);
+}
 
 /* DeepSpeed's monitor events: x = samples seen (global_samples). */
 static zrt_status zrt_engine_monitor_step(zrt_engine *eng, const zrt_step_info *info) {
@@ -232,6 +244,9 @@ static zrt_status zrt_engine_write_metrics(zrt_engine *eng, const zrt_step_info 
   for (int k = 0; k < ZRT_MEM_NCAT; k++) zrt_pack_u64(mine + 3 * k, dev.peak[k]);
   zrt_pack_u64(mine + 3 * ZRT_MEM_NCAT, dev.peak_total);
   zrt_pack_u64(mine + 3 * (ZRT_MEM_NCAT + 1), host.peak_total);
+  zrt_pack_u64(mine + 3 * (ZRT_MEM_NCAT + 2), moved->ctr.host_waits);
+  zrt_pack_u64(mine + 3 * (ZRT_MEM_NCAT + 3), moved->ctr.allocs);
+  zrt_pack_u64(mine + 3 * (ZRT_MEM_NCAT + 4), moved->ctr.d2h_reads);
   for (int r = 0; r < eng->world; r++) counts[r] = ZRT_MEMREC;
   uint64_t before = eng->comm->bytes_moved;
   ZRT_CHECK_GOTO(zrt_comm_all_gather(eng->comm, mine, all, counts, ZRT_F32, NULL), st, done);
@@ -239,7 +254,8 @@ static zrt_status zrt_engine_write_metrics(zrt_engine *eng, const zrt_step_info 
   double msum = 0, msq = 0;
   if (eng->test_master_sums) ZRT_CHECK_GOTO(zrt_engine_master_sums(eng, &msum, &msq), st, done);
   if (!eng->metrics) goto done;
-  uint64_t peak_cat[ZRT_MEM_NCAT] = {0}, dev_peak = 0, host_peak = 0;
+  uint64_t peak_cat[ZRT_MEM_NCAT] = {0}, dev_peak = 0, host_peak = 0, waits = 0, allocs = 0,
+           reads = 0;
   FILE *f = eng->metrics;
   double tps = step_time > 0
                    ? (double)eng->tokens_per_micro * (double)eng->cfg->gradient_accumulation_steps *
@@ -261,6 +277,9 @@ static zrt_status zrt_engine_write_metrics(zrt_engine *eng, const zrt_step_info 
     fprintf(f, "%s%llu", r ? "," : "", (unsigned long long)dp);
     dev_peak = ZRT_MAX(dev_peak, dp);
     host_peak = ZRT_MAX(host_peak, zrt_unpack_u64(rec + 3 * (ZRT_MEM_NCAT + 1)));
+    waits = ZRT_MAX(waits, zrt_unpack_u64(rec + 3 * (ZRT_MEM_NCAT + 2)));
+    allocs = ZRT_MAX(allocs, zrt_unpack_u64(rec + 3 * (ZRT_MEM_NCAT + 3)));
+    reads = ZRT_MAX(reads, zrt_unpack_u64(rec + 3 * (ZRT_MEM_NCAT + 4)));
     for (int k = 0; k < ZRT_MEM_NCAT; k++)
       peak_cat[k] = ZRT_MAX(peak_cat[k], zrt_unpack_u64(rec + 3 * k));
   }
@@ -283,9 +302,11 @@ static zrt_status zrt_engine_write_metrics(zrt_engine *eng, const zrt_step_info 
   if (eng->test_master_sums) fprintf(f, ",\"master_sum\":%.17g,\"master_sqsum\":%.17g", msum, msq);
   fprintf(f,
           ",\"comm_bytes\":%llu,\"nvme_read_bytes\":%llu,\"nvme_write_bytes\":%llu,"
+          "\"host_waits\":%llu,\"step_allocs\":%llu,\"d2h_reads\":%llu,"
           "\"zero_stage\":%d,\"world_size\":%d}\n",
           (unsigned long long)moved->comm, (unsigned long long)moved->nvme_read,
-          (unsigned long long)moved->nvme_write, eng->stage, eng->world);
+          (unsigned long long)moved->nvme_write, (unsigned long long)waits,
+          (unsigned long long)allocs, (unsigned long long)reads, eng->stage, eng->world);
   fflush(f);
 done:
   free(all);
@@ -456,6 +477,10 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
   moved.nvme_write = nwr - eng->st.nvme_wr0;
   eng->st.nvme_rd0 = nrd;
   eng->st.nvme_wr0 = nwr;
+  zrt_backend *bk = eng->backend;
+  moved.ctr.host_waits = ZRT_BACKEND_COUNTER(bk, host_waits) - eng->st.ctr0.host_waits;
+  moved.ctr.allocs = ZRT_BACKEND_COUNTER(bk, allocs) - eng->st.ctr0.allocs;
+  moved.ctr.d2h_reads = ZRT_BACKEND_COUNTER(bk, d2h_reads) - eng->st.ctr0.d2h_reads;
   double now = zrt_now_s();
   zrt_engine_timing_close(eng, t_enter, now);
   double step_time = eng->timing.step_s;
@@ -464,6 +489,7 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
   if (st != ZRT_OK && st != ZRT_ERR_OVERFLOW) return st;
   zrt_status mst = ZRT_OK;
   if (c->metrics_path[0]) mst = zrt_engine_write_metrics(eng, info, step_time, &moved);
+  zrt_engine_counters_open(eng); /* the next window starts after the metrics */
   if (eng->monitor && mst == ZRT_OK) mst = zrt_engine_monitor_step(eng, info);
   if (st == ZRT_ERR_OVERFLOW) return st;
   if (c->steps_per_print > 0 && eng->global_step % c->steps_per_print == 0 && eng->rank == 0)

@@ -46,6 +46,7 @@ void zrt_engine_timing_open(zrt_engine *eng, double now) {
   a->t_window = now;
   a->busy0 = eng->comm->busy_s;
   a->wait0 = eng->comm->wait_s;
+  zrt_engine_counters_open(eng); /* the backend's counters share the window */
 }
 
 void zrt_engine_timing_close(zrt_engine *eng, double boundary_start, double now) {

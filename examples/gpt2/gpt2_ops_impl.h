@@ -275,9 +275,22 @@ static zrt_status S(cpu_attention_backward)(void *ctx, R *dqkv, const R *dout, c
   S(att_fail) fail = {.st = ZRT_OK};
   int oom = 0;
   size_t scratch = (size_t)(T < ATT_BLK ? T : ATT_BLK) * (size_t)T * sizeof(R);
-#pragma omp parallel if ((size_t)B * NH * T * T * hs >= PAR_MIN)
+  /* The per-thread scratch is a GEMM operand: host memory on the cpu
+   * backend (outside the pools, as the memory estimate assumes), backend
+   * memory on a device-like backend (the twin), where a kernel cannot read
+   * pageable host memory: one slice per thread, taken before the team forms. */
+  int par = (size_t)B * NH * T * T * hs >= PAR_MIN;
+  int nthr = par ? omp_get_max_threads() : 1;
+  unsigned char *ws = NULL;
+  zrt_engine_info ei;
+  if (ctx && GPT2_IS_FLOAT && zrt_engine_get_info(ctx, &ei) == ZRT_OK &&
+      strcmp(ei.backend, "cpu") &&
+      zrt_engine_alloc(ctx, scratch * (size_t)nthr, ZRT_MEM_ACTIVATIONS, (void **)&ws) != ZRT_OK)
+    return ZRT_ERR_OOM;
+#pragma omp parallel num_threads(nthr) if (par)
   {
-    R *ds = malloc(scratch); /* dP, then dS, of one row block (ld r1) */
+    R *ds = ws ? (R *)(ws + scratch * (size_t)omp_get_thread_num())
+               : malloc(scratch); /* dP, then dS, of one row block (ld r1) */
     if (!ds) {
 #pragma omp atomic write
       oom = 1;
@@ -310,8 +323,9 @@ static zrt_status S(cpu_attention_backward)(void *ctx, R *dqkv, const R *dout, c
         if (S(att_call)(ctx, &dq, &fail) || S(att_call)(ctx, &dk, &fail)) break;
       }
     }
-    free(ds);
+    if (!ws) free(ds);
   }
+  if (ws) zrt_engine_free(ctx, ws);
   if (oom) {
     fprintf(stderr,
             "train_gpt2: attention backward: out of host memory for %zu bytes of scratch per "

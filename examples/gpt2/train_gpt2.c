@@ -312,31 +312,67 @@ static int nparams_of(const trainer *tr, int m) {
   return m == 0 ? tr->mod_np[0] : m == tr->nmod - 1 ? tr->mod_np[1] : GPT2_BLOCK_NPARAMS;
 }
 
-/* Points tr->w at module m's weights as fp32 (converted when 16-bit). */
-static zrt_status stage_weights(trainer *tr, int m) {
-  int64_t off = 0;
+/* ------------------------------------------------------- compute tasks */
+
+/* The model's compute is launched on the engine's compute stream
+ * (zrt_engine_launch), as a CUDA program launches kernels: on cpu it runs at
+ * once, on the twin a stream worker runs it after the work queued before it
+ * (the fetch's gather, the previous module's compute) and before the work
+ * queued after (the reduction of its gradients). With the CUDA kernels the
+ * task runs on the calling thread and only enqueues kernels on the same
+ * stream: one program text, one ordering on every backend. The engine's
+ * pointers (zrt_param_data / zrt_param_grad) are looked up here, on the
+ * host, in program order; the task only touches the memory they name. */
+enum {
+  GPT2_TASK_EMBED_FWD,
+  GPT2_TASK_BLOCK_FWD,
+  GPT2_TASK_HEAD,
+  GPT2_TASK_BLOCK_BWD,
+  GPT2_TASK_EMBED_BWD,
+  GPT2_TASK_ZERO
+};
+typedef struct gpt2_task {
+  trainer *tr;
+  int kind, m, l, train;
+  float scale;     /* the head's loss-gradient scale (loss scale / N) */
+  const float *in; /* a block's backward: its checkpointed input (recompute), or NULL */
+  void *wraw[GPT2_BLOCK_NPARAMS], *graw[GPT2_BLOCK_NPARAMS];
+  void *wte_raw; /* the head: the tied wte of the embedding module */
+  float *zero_at;
+  size_t zero_n;
+} gpt2_task;
+
+/* Host side: module m's weight (and, with grads, gradient) pointers. */
+static zrt_status task_ptrs(trainer *tr, gpt2_task *t, int m, int grads) {
   for (int p = 0; p < nparams_of(tr, m); p++) {
-    void *ptr;
-    zrt_status st = zrt_param_data(tr->eng, tr->pid[m][p], &ptr);
+    zrt_status st = zrt_param_data(tr->eng, tr->pid[m][p], &t->wraw[p]);
+    if (st == ZRT_OK && grads) st = zrt_param_grad(tr->eng, tr->pid[m][p], &t->graw[p]);
     if (st != ZRT_OK) return st;
-    if (tr->info.dtype == ZRT_F32) {
-      tr->w[p] = ptr;
-    } else {
-      tr->w[p] = tr->wstage + off;
-      tr->to_f32(tr->w[p], ptr, tr->info.dtype, tr->numel[m][p]);
-    }
-    off += tr->numel[m][p];
   }
   return ZRT_OK;
 }
 
-/* Points tr->g at fp32 gradient buffers of module m: the engine's own when
- * fp32, else zeroed staging that flush_grads adds into the engine's. */
-static zrt_status stage_grads(trainer *tr, int m) {
+/* Task side: points tr->w at module m's weights as fp32 (converted when 16-bit). */
+static void stage_weights(trainer *tr, const gpt2_task *t, int m) {
   int64_t off = 0;
   for (int p = 0; p < nparams_of(tr, m); p++) {
-    zrt_status st = zrt_param_grad(tr->eng, tr->pid[m][p], &tr->graw[p]);
-    if (st != ZRT_OK) return st;
+    if (tr->info.dtype == ZRT_F32) {
+      tr->w[p] = t->wraw[p];
+    } else {
+      tr->w[p] = tr->wstage + off;
+      tr->to_f32(tr->w[p], t->wraw[p], tr->info.dtype, tr->numel[m][p]);
+    }
+    off += tr->numel[m][p];
+  }
+}
+
+/* Task side: points tr->g at fp32 gradient buffers of module m: the
+ * engine's own when fp32, else zeroed staging that flush_grads adds into
+ * the engine's. */
+static void stage_grads(trainer *tr, const gpt2_task *t, int m) {
+  int64_t off = 0;
+  for (int p = 0; p < nparams_of(tr, m); p++) {
+    tr->graw[p] = t->graw[p];
     if (tr->info.dtype == ZRT_F32) {
       tr->g[p] = tr->graw[p];
     } else {
@@ -345,13 +381,67 @@ static zrt_status stage_grads(trainer *tr, int m) {
     }
     off += tr->numel[m][p];
   }
-  return ZRT_OK;
 }
 
 static void flush_grads(trainer *tr, int m) {
   if (tr->info.dtype == ZRT_F32) return;
   for (int p = 0; p < nparams_of(tr, m); p++)
     tr->add_from_f32(tr->graw[p], tr->g[p], tr->info.dtype, tr->numel[m][p]);
+}
+
+static zrt_status task_run(void *arg) {
+  gpt2_task *t = arg;
+  trainer *tr = t->tr;
+  const gpt2_ops_f32 *ops = &tr->ops;
+  int B = tr->B, last = tr->nmod - 1;
+  zrt_status st = ZRT_OK;
+  switch (t->kind) {
+  case GPT2_TASK_EMBED_FWD:
+    stage_weights(tr, t, 0);
+    return gpt2_embed_forward_f32(ops, &tr->cfg, &tr->L, tr->acts, tr->d_tok, B, tr->w);
+  case GPT2_TASK_BLOCK_FWD:
+    stage_weights(tr, t, 1 + t->l);
+    return gpt2_block_forward_f32(ops, &tr->cfg, &tr->L, tr->acts, B, t->l, NULL, tr->w);
+  case GPT2_TASK_HEAD: {
+    const float *wte = t->wte_raw;
+    if (tr->info.dtype != ZRT_F32) {
+      tr->to_f32(tr->wte_stage, t->wte_raw, tr->info.dtype, tr->numel[0][GPT2_WTE]);
+      wte = tr->wte_stage;
+    }
+    stage_weights(tr, t, last);
+    if (t->train) {
+      stage_grads(tr, t, last);
+      ops->zero(tr->dwte, (size_t)tr->numel[0][GPT2_WTE]);
+    }
+    st = gpt2_head_f32(ops, &tr->cfg, &tr->L, tr->acts, B, tr->d_tgt, tr->w, wte, t->scale,
+                       t->train ? tr->g : NULL, tr->dwte);
+    if (st == ZRT_OK && t->train) flush_grads(tr, last);
+    return st;
+  }
+  case GPT2_TASK_BLOCK_BWD:
+    stage_weights(tr, t, 1 + t->l);
+    if (t->in) st = gpt2_block_forward_f32(ops, &tr->cfg, &tr->L, tr->acts, B, t->l, t->in, tr->w);
+    if (st != ZRT_OK) return st;
+    stage_grads(tr, t, 1 + t->l);
+    st = gpt2_block_backward_f32(ops, &tr->cfg, &tr->L, tr->acts, B, t->l, t->in, tr->w, tr->g);
+    if (st == ZRT_OK) flush_grads(tr, 1 + t->l);
+    return st;
+  case GPT2_TASK_EMBED_BWD:
+    stage_grads(tr, t, 0);
+    /* The LM head's share of the tied wte gradient joins the embedding's. */
+    ops->residual_forward(tr->g[GPT2_WTE], tr->g[GPT2_WTE], tr->dwte,
+                          (size_t)tr->numel[0][GPT2_WTE]);
+    st = gpt2_embed_backward_f32(ops, &tr->cfg, &tr->L, tr->acts, tr->d_tok, B, tr->g);
+    if (st == ZRT_OK) flush_grads(tr, 0);
+    return st;
+  case GPT2_TASK_ZERO: ops->zero(t->zero_at, t->zero_n); return ZRT_OK;
+  default: return ZRT_ERR_INTERNAL;
+  }
+}
+
+static zrt_status launch(trainer *tr, const gpt2_task *t) {
+  if (!strcmp(tr->info.backend, "cuda")) return task_run((void *)t); /* enqueues kernels */
+  return zrt_engine_launch(tr->eng, task_run, t, sizeof *t);
 }
 
 static zrt_status upload_batch(trainer *tr) {
@@ -365,8 +455,7 @@ static zrt_status upload_batch(trainer *tr) {
  * backward (grads into the engine). *loss: mean over the B*T positions. */
 static zrt_status run_micro(trainer *tr, int train, float *loss) {
   zrt_engine *e = tr->eng;
-  const gpt2_ops_f32 *ops = &tr->ops;
-  int B = tr->B, nl = tr->cfg.n_layer, last = tr->nmod - 1, N = B * tr->cfg.seq_len;
+  int nl = tr->cfg.n_layer, last = tr->nmod - 1, N = tr->B * tr->cfg.seq_len;
   zrt_status st;
 #define TRY(call)                                                                                  \
   do {                                                                                             \
@@ -376,18 +465,23 @@ static zrt_status run_micro(trainer *tr, int train, float *loss) {
   /* Phase marks for the engine's step breakdown; evaluation passes count as
    * time outside training's forward/backward. */
   TRY(zrt_engine_mark(e, train ? ZRT_PHASE_FORWARD : ZRT_PHASE_OTHER));
+  gpt2_task t = {.tr = tr, .train = train};
   TRY(zrt_module_fetch(e, tr->mod_id[0]));
-  TRY(stage_weights(tr, 0));
-  TRY(gpt2_embed_forward_f32(ops, &tr->cfg, &tr->L, tr->acts, tr->d_tok, B, tr->w));
+  t.kind = GPT2_TASK_EMBED_FWD;
+  TRY(task_ptrs(tr, &t, 0, 0));
+  TRY(launch(tr, &t));
   TRY(zrt_module_release(e, tr->mod_id[0]));
   for (int l = 0; l < nl; l++) {
     TRY(zrt_module_fetch(e, tr->mod_id[1 + l]));
-    TRY(stage_weights(tr, 1 + l));
-    /* a checkpointed block's input is kept by the engine; its activations
-     * live in the shared slot the next checkpointed block overwrites */
+    /* a checkpointed block's input is kept by the engine (a copy queued on
+     * the stream before the block's forward); its activations live in the
+     * shared slot the next checkpointed block overwrites */
     if (train && l < tr->nckpt)
       TRY(zrt_actckpt_save(e, l, tr->acts + gpt2_acts_block_input(&tr->L, l)));
-    TRY(gpt2_block_forward_f32(ops, &tr->cfg, &tr->L, tr->acts, B, l, NULL, tr->w));
+    t.kind = GPT2_TASK_BLOCK_FWD;
+    t.l = l;
+    TRY(task_ptrs(tr, &t, 1 + l, 0));
+    TRY(launch(tr, &t));
     TRY(zrt_module_release(e, tr->mod_id[1 + l]));
   }
 
@@ -397,55 +491,39 @@ static zrt_status run_micro(trainer *tr, int train, float *loss) {
   TRY(zrt_engine_loss_scale(e, &scale));
   TRY(zrt_module_fetch(e, tr->mod_id[last]));
   TRY(zrt_module_fetch(e, tr->mod_id[0]));
-  void *wte_raw;
-  TRY(zrt_param_data(e, tr->pid[0][GPT2_WTE], &wte_raw));
-  const float *wte = wte_raw;
-  if (tr->info.dtype != ZRT_F32) {
-    tr->to_f32(tr->wte_stage, wte_raw, tr->info.dtype, tr->numel[0][GPT2_WTE]);
-    wte = tr->wte_stage;
-  }
-  TRY(stage_weights(tr, last));
-  if (train) {
-    /* the head runs forward, loss and backward in one call: it counts as backward */
-    TRY(zrt_engine_mark(e, ZRT_PHASE_BACKWARD));
-    TRY(stage_grads(tr, last));
-    ops->zero(tr->dwte, (size_t)tr->numel[0][GPT2_WTE]);
-  }
-  TRY(gpt2_head_f32(ops, &tr->cfg, &tr->L, tr->acts, B, tr->d_tgt, tr->w, wte, scale / N,
-                    train ? tr->g : NULL, tr->dwte));
-  if (train) {
-    flush_grads(tr, last);
-    TRY(zrt_module_grads_ready(e, tr->mod_id[last]));
-  }
+  TRY(zrt_param_data(e, tr->pid[0][GPT2_WTE], &t.wte_raw));
+  /* the head runs forward, loss and backward in one task: it counts as backward */
+  if (train) TRY(zrt_engine_mark(e, ZRT_PHASE_BACKWARD));
+  t.kind = GPT2_TASK_HEAD;
+  t.scale = scale / N;
+  TRY(task_ptrs(tr, &t, last, train));
+  TRY(launch(tr, &t));
+  if (train) TRY(zrt_module_grads_ready(e, tr->mod_id[last]));
   TRY(zrt_module_release(e, tr->mod_id[0]));
   TRY(zrt_module_release(e, tr->mod_id[last]));
 
   if (train) {
     for (int l = nl - 1; l >= 0; l--) {
       TRY(zrt_module_fetch(e, tr->mod_id[1 + l]));
-      TRY(stage_weights(tr, 1 + l));
-      const float *in = NULL;
-      if (l < tr->nckpt) {
-        /* recompute the block's forward from its checkpointed input */
-        TRY(zrt_actckpt_fetch(e, l, (const void **)&in));
-        TRY(gpt2_block_forward_f32(ops, &tr->cfg, &tr->L, tr->acts, B, l, in, tr->w));
-      }
-      TRY(stage_grads(tr, 1 + l));
-      TRY(gpt2_block_backward_f32(ops, &tr->cfg, &tr->L, tr->acts, B, l, in, tr->w, tr->g));
+      t.kind = GPT2_TASK_BLOCK_BWD;
+      t.l = l;
+      t.in = NULL;
+      /* a checkpointed block: the task recomputes its forward from the
+       * checkpointed input (fetched here, ordered on the stream) first */
+      if (l < tr->nckpt) TRY(zrt_actckpt_fetch(e, l, (const void **)&t.in));
+      TRY(task_ptrs(tr, &t, 1 + l, 1));
+      TRY(launch(tr, &t));
+      /* stream-ordered: the slot is free once the task above has run */
       if (l < tr->nckpt) TRY(zrt_actckpt_release(e, l));
-      flush_grads(tr, 1 + l);
       TRY(zrt_module_grads_ready(e, tr->mod_id[1 + l]));
       TRY(zrt_module_release(e, tr->mod_id[1 + l]));
     }
     /* The embedding's backward scatters into its grads and reads no weight,
      * so the module is not fetched: at stage 3 a fetch here would gather the
      * tied wte a third time per pass for nothing. */
-    TRY(stage_grads(tr, 0));
-    /* The LM head's share of the tied wte gradient joins the embedding's. */
-    ops->residual_forward(tr->g[GPT2_WTE], tr->g[GPT2_WTE], tr->dwte,
-                          (size_t)tr->numel[0][GPT2_WTE]);
-    TRY(gpt2_embed_backward_f32(ops, &tr->cfg, &tr->L, tr->acts, tr->d_tok, B, tr->g));
-    flush_grads(tr, 0);
+    t.kind = GPT2_TASK_EMBED_BWD;
+    for (int p = 0; p < nparams_of(tr, 0); p++) TRY(zrt_param_grad(e, tr->pid[0][p], &t.graw[p]));
+    TRY(launch(tr, &t));
     TRY(zrt_module_grads_ready(e, tr->mod_id[0]));
   }
   TRY(zrt_engine_synchronize(e));
@@ -903,7 +981,8 @@ static double measure_gemm_peak(trainer *tr, int gpu) {
   while (n >= 64 && (size_t)(3 * n * n) > tr->L.total) n -= 64;
   if (n < 64) return 0;
   float *A = tr->acts, *B = A + n * n, *C = B + n * n;
-  tr->ops.zero(A, (size_t)(3 * n * n));
+  gpt2_task z = {.tr = tr, .kind = GPT2_TASK_ZERO, .zero_at = A, .zero_n = (size_t)(3 * n * n)};
+  if (launch(tr, &z) != ZRT_OK) return 0;
   if (tr->ops.gemm(tr->ops.ctx, 0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n) != ZRT_OK ||
       zrt_engine_synchronize(tr->eng) != ZRT_OK)
     return 0;

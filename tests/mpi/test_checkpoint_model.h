@@ -19,6 +19,7 @@
 
 #include "dtype.h"
 #include "zrt.h"
+#include "ztest.h"
 
 #define CKM_NMOD 3
 #define CKM_NPARAM 5
@@ -49,20 +50,23 @@ static zrt_status ckm_create(ckm *m, int stage, const char *dtype, int shape_twe
   if (st) return st;
   char sbuf[8];
   snprintf(sbuf, sizeof sbuf, "%d", stage);
-  const char *kv[][2] = {{"zero_optimization.stage", sbuf},
-                         {"train_micro_batch_size_per_gpu", "1"},
-                         {"gradient_accumulation_steps", "2"},
-                         {"optimizer.type", "AdamW"},
-                         {"optimizer.params.lr", "0.01"},
-                         {"optimizer.params.weight_decay", "0.01"},
-                         {"gradient_clipping", "1.0"},
-                         {"scheduler.type", "WarmupLR"},
-                         {"scheduler.params.warmup_num_steps", "4"},
-                         {"scheduler.params.warmup_max_lr", "0.01"},
-                         {"fp16.enabled", !strcmp(dtype, "fp16") ? "true" : "false"},
-                         {"bf16.enabled", !strcmp(dtype, "bf16") ? "true" : "false"},
-                         {"zrt.backend", "cpu"}, /* host model: pin the CPU backend */
-                         {"zrt.seed", "1234"}};
+  const char *kv[][2] = {
+      {"zero_optimization.stage", sbuf},
+      {"train_micro_batch_size_per_gpu", "1"},
+      {"gradient_accumulation_steps", "2"},
+      {"optimizer.type", "AdamW"},
+      {"optimizer.params.lr", "0.01"},
+      {"optimizer.params.weight_decay", "0.01"},
+      {"gradient_clipping", "1.0"},
+      {"scheduler.type", "WarmupLR"},
+      {"scheduler.params.warmup_num_steps", "4"},
+      {"scheduler.params.warmup_max_lr", "0.01"},
+      {"fp16.enabled", !strcmp(dtype, "fp16") ? "true" : "false"},
+      {"bf16.enabled", !strcmp(dtype, "bf16") ? "true" : "false"},
+      {"zrt.backend", zt_host_backend()}, /* cpu, or the twin under ZRT_BACKEND=twin */
+      /* twin_equal.sh runs cpu and twin with one comm (ZRT_COMM) */
+      {"zrt.comm", getenv("ZRT_COMM") ? getenv("ZRT_COMM") : "auto"},
+      {"zrt.seed", "1234"}};
   for (size_t i = 0; i < sizeof kv / sizeof kv[0] && !st; i++)
     st = zrt_config_set(cfg, kv[i][0], kv[i][1], "program");
   if (!st) st = zrt_engine_create(cfg, &m->eng);

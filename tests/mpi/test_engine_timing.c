@@ -37,6 +37,8 @@
 #define D_LATE 0.080
 #define D_HIDE 0.030
 #define D_EVAL 0.030
+/* scalar reads back and allocations the program adds to the last step */
+#define K_READS 3
 
 static int rank_, world_;
 
@@ -87,7 +89,24 @@ static void run(int stage, int explicit_marks) {
   ZT_OK(zrt_engine_step_timing(eng, &t));
   ZT_CHECK(t.step == 0 && t.step_s == 0);
   int async_reduce = stage >= 2 && eng->cfg->overlap_comm;
+  /* the backend's counters over each step's window, seen from here: the
+   * window opens at build and after each step's metrics */
+  uint64_t ctr[STEPS][3];
   for (int s = 0; s < STEPS; s++) {
+    zrt_backend *bk = eng->backend;
+    uint64_t c0[3] = {ZRT_BACKEND_COUNTER(bk, host_waits), ZRT_BACKEND_COUNTER(bk, allocs),
+                      ZRT_BACKEND_COUNTER(bk, d2h_reads)};
+    if (s == STEPS - 1) {
+      /* the program's own: K scalar reads back (blocking copies) and K allocations */
+      for (int k = 0; k < K_READS; k++) {
+        float *d = NULL, h = 1.5f + (float)k, back = 0;
+        ZT_OK(zrt_engine_alloc(eng, sizeof(float), ZRT_MEM_ACTIVATIONS, (void **)&d));
+        ZT_OK(zrt_engine_memcpy(eng, d, &h, sizeof h, ZRT_COPY_H2D));
+        ZT_OK(zrt_engine_memcpy(eng, &back, d, sizeof back, ZRT_COPY_D2H));
+        ZT_CHECK(back == h);
+        zrt_engine_free(eng, d);
+      }
+    }
     if (explicit_marks) {
       /* an evaluation pass between steps: fetches that must not count as forward */
       ZT_OK(zrt_engine_mark(eng, ZRT_PHASE_OTHER));
@@ -118,7 +137,14 @@ static void run(int stage, int explicit_marks) {
     zrt_step_info si;
     ZT_OK(zrt_engine_step(eng, 1.0f, &si));
     ZT_CHECK(si.boundary);
+    uint64_t c1[3] = {ZRT_BACKEND_COUNTER(bk, host_waits), ZRT_BACKEND_COUNTER(bk, allocs),
+                      ZRT_BACKEND_COUNTER(bk, d2h_reads)};
+    for (int k = 0; k < 3; k++) ctr[s][k] = c1[k] - c0[k];
   }
+  unsigned long long ctr_max[STEPS][3];
+  for (int s = 0; s < STEPS; s++)
+    for (int k = 0; k < 3; k++) ctr_max[s][k] = ctr[s][k];
+  MPI_Allreduce(MPI_IN_PLACE, ctr_max, STEPS * 3, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
   ZT_OK(zrt_engine_step_timing(eng, &t));
   double sum = t.other_s + t.forward_s + t.backward_s + t.boundary_s;
   double other_min = D_OTHER + (explicit_marks ? D_EVAL : 0);
@@ -151,11 +177,26 @@ static void run(int stage, int explicit_marks) {
     FILE *f = fopen(mpath, "r");
     ZT_CHECK(f != NULL);
     char line[8192], last[8192] = "";
-    int n = 0;
+    int n = 0, ctr_bad = 0;
+    static const char *ckeys[3] = {"host_waits", "step_allocs", "d2h_reads"};
+    double own[3] = {0};
     while (f && fgets(line, sizeof line, f)) {
       snprintf(last, sizeof last, "%s", line);
+      /* each step's counters against what the ranks counted around the
+       * step call (the largest); the difference is the metrics' own gather
+       * (staged through the backend on the twin), the same every step */
+      for (int k = 0; k < 3 && n < STEPS; k++) {
+        double got = field(line, ckeys[k]), diff = (double)ctr_max[n][k] - got;
+        printf("  step %d %s: metrics %.0f, counted here %llu\n", n + 1, ckeys[k], got,
+               ctr_max[n][k]);
+        if (n == 0) own[k] = diff;
+        ctr_bad += got < 0 || diff < 0 || diff != own[k];
+      }
       n++;
     }
+    ZT_CHECK(ctr_bad == 0);
+    /* the program's K reads and allocations land in the last step's window */
+    ZT_CHECK(ctr_max[STEPS - 1][1] >= K_READS && ctr_max[STEPS - 1][2] >= K_READS);
     if (f) fclose(f);
     ZT_CHECK(n == STEPS);
     static const char *keys[] = {"other_s",     "forward_s",   "backward_s",      "boundary_s",

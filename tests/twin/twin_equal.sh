@@ -4,8 +4,11 @@
 # from the environment, default 1). Each run must pass, and the lines starting
 # "bits " (the program's hashes of its final fp32 masters) must be the same:
 # the twin's results are bitwise equal to the cpu's. Both runs use the comm the
-# program asks for.
+# program asks for; where it leaves zrt.comm at auto, both runs get ZRT_COMM
+# (default mpi: what auto picks on the twin; the cpu's auto picks shm on one
+# machine, whose reduction order differs at 4 ranks, so its bits would too).
 set -uo pipefail
+export ZRT_COMM=${ZRT_COMM:-mpi}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 seed=${ZRT_TWIN_JITTER:-1}
