@@ -229,6 +229,10 @@ static void mode_loop(const char *dir, int stage, int steps) {
 }
 
 int main(int argc, char **argv) {
+  /* one write per line: mpiexec forwards each rank's output in the chunks it
+   * reads, so block-buffered lines of two ranks could interleave mid-line
+   * and a "bits" line compared by tests/twin/twin_equal.sh would be lost */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   /* The test owns MPI so that engines can be destroyed and recreated. */
   MPI_Init(&argc, &argv);
   snprintf(base, sizeof base, "/tmp");

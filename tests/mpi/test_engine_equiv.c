@@ -229,6 +229,10 @@ static void engine_run(int stage, int dt, int off, refp init[], float *out[MLP_L
 }
 
 int main(int argc, char **argv) {
+  /* one write per line: mpiexec forwards each rank's output in the chunks it
+   * reads, so block-buffered lines of two ranks could interleave mid-line
+   * and a "bits" line compared by tests/twin/twin_equal.sh would be lost */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   MPI_Init(&argc, &argv);
   int rank, world;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
