@@ -494,7 +494,9 @@ static zrt_status zrt_engine_choose_stage(zrt_engine *eng) {
  * resource's OOM (a full /dev/shm under the comm's buffers, host memory)
  * keeps its own message, the real cause, unprefixed. */
 static zrt_status zrt_engine_oom_hint(zrt_engine *eng, zrt_status st, size_t device_ooms) {
-  if (st != ZRT_ERR_OOM || zrt_pool_oom_count(eng->backend->pool) == device_ooms) return st;
+  if (st != ZRT_ERR_OOM ||
+      (zrt_pool_oom_count(eng->backend->pool) == device_ooms && !eng->plan_refused))
+    return st;
   /* already everything zrt offloads: the error says what is left to change */
   if (eng->policy->shard_params && eng->offload_opt != ZRT_OFFLOAD_NONE &&
       eng->offload_par != ZRT_OFFLOAD_NONE)

@@ -206,6 +206,7 @@ struct zrt_engine {
   /* rank 0: the flock on DIR/zrt.lock of the checkpoint directory this
    * engine saves into (checkpoint.c), -1 before the first save or claim */
   int ckpt_lock_fd;
+  int plan_refused; /* the build plan found the device too small (a device OOM, no allocation) */
   unsigned long long ckpt_lock_dev, ckpt_lock_ino;
   int64_t applied_steps; /* non-skipped steps: optimizer bias-correction count */
   int64_t skipped_total;

@@ -68,6 +68,7 @@ zrt_status zrt_engine_plan_check_build(zrt_engine *eng, const zrt_memest_layout 
   snprintf(change + strlen(change), sizeof change - strlen(change),
            "a lower zero_optimization.reduce_bucket_size (the buckets) or a larger "
            "zrt.device_memory_limit");
+  eng->plan_refused = 1; /* the device's OOM, as a refused allocation would be */
   return zrt_error(ZRT_ERR_OOM,
                    "zrt_engine_build: stage %d%s needs at least %s per rank on the device (model "
                    "states %s%s, gradient buckets %s, activations the program declared %s) and "

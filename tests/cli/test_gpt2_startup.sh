@@ -36,7 +36,7 @@ fifo_case val_data 2 "--val_data: " --data "$D/corpus.txt" --val_data "$D/fifo.t
 fifo_case init 2 "--init " --data "$D/corpus.txt" --init "$D/hf"
 # the library's reader: a sharded checkpoint's index named by --init
 mkfifo "$D/model.safetensors.index.json"
-fifo_case index 1 "zrt_engine_load_safetensors.*shard index " --data "$D/corpus.txt" \
+fifo_case index 1 "zrt_engine_load_safetensors.*shard index" --data "$D/corpus.txt" \
   --init "$D/model.safetensors.index.json"
 
 # A signal while start-up waits: rank 1 of the job is `sleep`, so rank 0
