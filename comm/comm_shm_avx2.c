@@ -71,8 +71,11 @@ SHM_AI void shm_step(void *out, void *out2, const void *const *in, int n, size_t
     }
     return;
   }
-  const int rn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-  __m256i h = _mm256_set_m128i(_mm256_cvtps_ph(a1, rn), _mm256_cvtps_ph(a0, rn));
+  /* a literal immediate: a const variable is not one at -O0 (the Debug
+   * ASan build) */
+#define SHM_RN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+  __m256i h = _mm256_set_m128i(_mm256_cvtps_ph(a1, SHM_RN), _mm256_cvtps_ph(a0, SHM_RN));
+#undef SHM_RN
   shm_st256((uint16_t *)out + i, h, nt);
   if (out2) shm_st256((uint16_t *)out2 + i, h, 0);
 }
