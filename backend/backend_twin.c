@@ -86,7 +86,8 @@ struct twin_stream {
   _Atomic int in_host_fn; /* a launched host function runs now (its OpenMP team) */
   zrt_status err;         /* sticky: first failure */
   char errmsg[512];
-  uint64_t rng; /* jitter */
+  uint64_t rng;             /* jitter */
+  struct twin_stream *dead; /* destroyed streams, kept until the backend goes */
 };
 
 typedef struct twin_event {
@@ -283,12 +284,20 @@ static zrt_status twin_stream_new(twin_ctx *c, twin_stream **out) {
   return ZRT_OK;
 }
 
-static void twin_stream_end(twin_stream *s) {
+/* Stops s once its queued work is done (CUDA: destroying a stream with
+ * queued work lets it finish) and joins its worker. Its memory stays: a wait
+ * queued on another stream, or an event recorded on s, still reads its
+ * progress (both satisfied for good now), so twin_stream_free runs only when
+ * the backend goes and every worker has ended. */
+static void twin_stream_stop(twin_stream *s) {
   pthread_mutex_lock(&s->mu);
   s->stop = 1;
   pthread_cond_signal(&s->work);
   pthread_mutex_unlock(&s->mu);
   pthread_join(s->thr, NULL);
+}
+
+static void twin_stream_free(twin_stream *s) {
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->work);
   pthread_cond_destroy(&s->progress);
@@ -657,8 +666,11 @@ static void twin_stream_destroy(void *ctx, zrt_stream st) {
       break;
     }
   pthread_mutex_unlock(&c->mu);
-  /* CUDA: destroying a stream with queued work lets it finish */
-  twin_stream_end(s);
+  twin_stream_stop(s);
+  pthread_mutex_lock(&c->mu);
+  s->dead = c->dead;
+  c->dead = s;
+  pthread_mutex_unlock(&c->mu);
 }
 
 static zrt_status twin_event_create(void *ctx, zrt_event *out) {
@@ -742,7 +754,15 @@ static zrt_status twin_synchronize(void *ctx, zrt_stream s) {
 static void twin_destroy(void *ctx) {
   twin_ctx *c = ctx;
   if (!c) return;
-  for (int i = c->nstreams - 1; i >= 0; i--) twin_stream_end(c->streams[i]);
+  /* every worker ends before any stream's memory goes (a wait on one
+   * stream reads another's progress) */
+  for (int i = c->nstreams - 1; i >= 0; i--) twin_stream_stop(c->streams[i]);
+  for (int i = c->nstreams - 1; i >= 0; i--) twin_stream_free(c->streams[i]);
+  while (c->dead) {
+    twin_stream *d = c->dead;
+    c->dead = d->dead;
+    twin_stream_free(d);
+  }
   zrt_twin_mem_destroy(c);
   pthread_mutex_destroy(&c->mu);
   free(c);

@@ -61,6 +61,7 @@ typedef struct twin_ctx {
   twin_stream *streams[ZRT_TWIN_MAX_STREAMS];
   int nstreams;
   twin_stream *def;
+  twin_stream *dead; /* destroyed streams (stopped), freed with the backend */
   twin_reg regs[ZRT_TWIN_MAX_REGS];
   int nregs;
   int jitter;
