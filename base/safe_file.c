@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "safe_file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -162,6 +163,29 @@ int zrt_safe_is_stale(int dfd, const char *name, long pid, struct stat *sb) {
     return 0;
   if (sb) *sb = st;
   return 1;
+}
+
+int zrt_safe_sweep(int dfd, long (*pid_of)(const char *name, void *arg),
+                   void (*removed)(const char *name, long pid, long long bytes, void *arg),
+                   void *arg) {
+  int cfd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
+  DIR *d = cfd >= 0 ? fdopendir(cfd) : NULL;
+  if (!d) {
+    if (cfd >= 0) close(cfd);
+    return 0;
+  }
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    long pid = pid_of(e->d_name, arg);
+    struct stat sb;
+    if (pid <= 0 || !zrt_safe_is_stale(dfd, e->d_name, pid, &sb)) continue;
+    if (unlinkat(dfd, e->d_name, 0) != 0) continue;
+    n++;
+    if (removed) removed(e->d_name, pid, (long long)sb.st_size, arg);
+  }
+  closedir(d);
+  return n;
 }
 
 void zrt_safe_host_tag(char tag[9]) {

@@ -77,8 +77,17 @@ FILE *zrt_safe_fopen_read(const char *path, const char *what);
  * that reused the pid, or another user's process keeps the name), the
  * entry is a regular file (never a link), owned by this user, and
  * unmodified for ZRT_STALE_AGE_S seconds. *sb (may be NULL) gets its
- * lstat. The caller removes it relative to dfd and names it in a warning. */
+ * lstat. zrt_safe_sweep removes such entries. */
 int zrt_safe_is_stale(int dfd, const char *name, long pid, struct stat *sb);
+/* Removes, relative to dfd, every entry whose name `pid_of` parses as a
+ * leftover of process pid (it returns the pid, 0 for a name that is not the
+ * caller's) and zrt_safe_is_stale judges dead; `removed` (may be NULL) is
+ * told each removed name with its pid and size, to name it in a warning.
+ * The directory is listed through a duplicate of dfd. Returns how many were
+ * removed. */
+int zrt_safe_sweep(int dfd, long (*pid_of)(const char *name, void *arg),
+                   void (*removed)(const char *name, long pid, long long bytes, void *arg),
+                   void *arg);
 /* A short tag of this machine (a hash of its host name, 8 hex digits + NUL
  * in tag[9]): a name whose pid must be judged on the machine that made it
  * (a swap file on a shared disk) carries it. */

@@ -333,44 +333,27 @@ done:
   return st;
 }
 
-/* The pid in a temporary's name "<base>.tmp.<pid>.<hex>" (safe_file.h),
- * 0 when the name is not of that form. */
-static long zrt_ckpt_tmp_pid(const char *name) {
-  const char *t = strstr(name, ".tmp.");
-  if (!t || t == name) return 0;
+/* The writer's pid of `latest`'s temporary "latest.tmp.<pid>.<hex>"
+ * (safe_file.h), 0 for any other name. */
+static long zrt_ckpt_latest_tmp_pid(const char *name, void *arg) {
+  (void)arg;
+  if (!zrt_safe_is_tmp_of(name, "latest")) return 0;
+  const char *t = name + strlen("latest.tmp.");
   char *end;
-  long pid = strtol(t + 5, &end, 10);
-  if (end == t + 5 || *end != '.' || !end[1]) return 0;
+  long pid = strtol(t, &end, 10);
+  if (end == t || *end != '.' || !end[1]) return 0;
   for (const char *h = end + 1; *h; h++)
     if (!((*h >= '0' && *h <= '9') || (*h >= 'a' && *h <= 'f'))) return 0;
   return pid;
 }
 
-/* Temporaries a killed save left in dfd (`latest.tmp.*` in the root, the
- * step files' in a step directory) whose writer is dead: removed, named
- * (safe_file.h zrt_safe_is_stale). `own` tells zrt's names. */
-static void zrt_ckpt_sweep(int dfd, const char *dir, int (*own)(const char *)) {
-  int cfd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
-  DIR *d = cfd >= 0 ? fdopendir(cfd) : NULL;
-  if (!d) {
-    if (cfd >= 0) close(cfd);
-    return;
-  }
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    long pid = zrt_ckpt_tmp_pid(e->d_name);
-    struct stat sb;
-    if (pid <= 0 || !own(e->d_name) || !zrt_safe_is_stale(dfd, e->d_name, pid, &sb)) continue;
-    if (unlinkat(dfd, e->d_name, 0) == 0)
-      zrt_log(ZRT_LOG_WARN,
-              "checkpoint: removed %s/%s (%lld bytes): a temporary of a save by process %ld, "
-              "which was killed before it finished",
-              dir, e->d_name, (long long)sb.st_size, pid);
-  }
-  closedir(d);
+/* Names each temporary a killed save left, as zrt_safe_sweep removes it. */
+static void zrt_ckpt_swept(const char *name, long pid, long long bytes, void *arg) {
+  zrt_log(ZRT_LOG_WARN,
+          "checkpoint: removed %s/%s (%lld bytes): a temporary of a save by process %ld, "
+          "which was killed before it finished",
+          (const char *)arg, name, bytes, pid);
 }
-
-static int zrt_ckpt_root_own_name(const char *n) { return zrt_safe_is_tmp_of(n, "latest"); }
 
 #define ZRT_CKPT_LOCK "zrt.lock"
 
@@ -433,7 +416,7 @@ static zrt_status zrt_ckpt_lock(zrt_engine *eng, const char *dir, int root_fd) {
   eng->ckpt_lock_fd = fd;
   eng->ckpt_lock_dev = (unsigned long long)rs.st_dev;
   eng->ckpt_lock_ino = (unsigned long long)rs.st_ino;
-  zrt_ckpt_sweep(root_fd, dir, zrt_ckpt_root_own_name);
+  zrt_safe_sweep(root_fd, zrt_ckpt_latest_tmp_pid, zrt_ckpt_swept, (void *)dir);
   return ZRT_OK;
 }
 

@@ -15,7 +15,6 @@
  * limits: docs/comms.md, "Zero-copy collectives".
  */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -78,10 +77,15 @@ static zrt_status zc_env(shm_ctx *s) {
   return ZRT_OK;
 }
 
+typedef struct {
+  int uid;
+  unsigned long long bytes; /* of the segments removed */
+} stale_sweep;
+
 /* Parses "zrt-zc-<uid>-<pid>-<id>" / "zrt-shm-<uid>-<pid>-<hex>"; the
  * creator's pid, or 0 when the name is not one of ours. */
-static int stale_pid(const char *name, int uid) {
-  int u = -1, pid = 0, used = 0;
+static long stale_pid(const char *name, void *arg) {
+  int uid = ((const stale_sweep *)arg)->uid, u = -1, pid = 0, used = 0;
   if (sscanf(name, "zrt-zc-%d-%d-%*x%n", &u, &pid, &used) == 2 && !name[used] && u == uid)
     return pid;
   used = 0;
@@ -90,33 +94,26 @@ static int stale_pid(const char *name, int uid) {
   return 0;
 }
 
+static void stale_removed(const char *name, long pid, long long bytes, void *arg) {
+  ((stale_sweep *)arg)->bytes += (unsigned long long)bytes;
+  zrt_log(ZRT_LOG_WARN,
+          "shm comm: removed %s/%s (%lld bytes): left by process %ld, which died between "
+          "creating and unlinking it",
+          SHM_ZC_DIR, name, bytes, pid);
+}
+
+/* Only a creator that no longer exists, and only an old name: one in its
+ * handshake window is seconds old (safe_file.h). Removing the name from
+ * SHM_ZC_DIR is what shm_unlink does. */
 void zrt_shm_sweep_stale(void) {
-  DIR *d = opendir(SHM_ZC_DIR);
-  if (!d) return;
-  int uid = (int)getuid(), n = 0;
-  unsigned long long bytes = 0;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    int pid = stale_pid(e->d_name, uid);
-    /* only a creator that no longer exists, and only an old name: one in
-     * its handshake window is seconds old (safe_file.h) */
-    struct stat st;
-    if (pid <= 0 || !zrt_safe_is_stale(dirfd(d), e->d_name, pid, &st)) continue;
-    char name[300];
-    snprintf(name, sizeof name, "/%s", e->d_name);
-    if (shm_unlink(name) == 0) {
-      n++;
-      bytes += (unsigned long long)st.st_size;
-      zrt_log(ZRT_LOG_WARN,
-              "shm comm: removed %s%s (%lld bytes): left by process %d, which died between "
-              "creating and unlinking it",
-              SHM_ZC_DIR, name, (long long)st.st_size, pid);
-    }
-  }
-  closedir(d);
+  int dfd = open(SHM_ZC_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return;
+  stale_sweep sw = {(int)getuid(), 0};
+  int n = zrt_safe_sweep(dfd, stale_pid, stale_removed, &sw);
+  close(dfd);
   if (n > 1)
     zrt_log(ZRT_LOG_WARN, "shm comm: %d stale segments removed, %llu bytes of %s given back", n,
-            bytes, SHM_ZC_DIR);
+            sw.bytes, SHM_ZC_DIR);
 }
 
 /* Creates, reserves and maps this rank's segment. why on failure. */

@@ -14,7 +14,6 @@
  * failure names the file and offset of the very request.
  */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
@@ -67,7 +66,14 @@ void zrt_nvme_destroy(zrt_nvme *nv) {
 /* "<prefix>_<pid>.<host>_<id>_<array>.bin" with prefix "zrt_...", host
  * this machine's tag: the pid of the process that made it, else 0 (not
  * one of ours, or another machine's on a shared disk). */
-static long zrt_nvme_name_pid(const char *name, const char *host) {
+/* What the sweep at create needs: this machine's tag, the directory (named
+ * in the warnings). */
+typedef struct {
+  const char *host, *dir;
+} zrt_nvme_sweep_ctx;
+
+static long zrt_nvme_name_pid(const char *name, void *arg) {
+  const char *host = ((const zrt_nvme_sweep_ctx *)arg)->host;
   size_t n = strlen(name);
   if (strncmp(name, "zrt_", 4) || n < 4 + 4) return 0;
   const char *end = name + n - 4; /* ".bin" */
@@ -93,30 +99,12 @@ static long zrt_nvme_name_pid(const char *name, const char *host) {
   return strtol(p, NULL, 10);
 }
 
-/* Swap files of ranks that were killed (SIGKILL, OOM: no destroy ran)
- * hold their whole optimizer state: removed here, at the next start, when
- * safe_file.h says the name is a dead process's leftover; each named. */
-static void zrt_nvme_sweep(int dfd, const char *dir) {
-  char host[9];
-  zrt_safe_host_tag(host);
-  int cfd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
-  DIR *d = cfd >= 0 ? fdopendir(cfd) : NULL;
-  if (!d) {
-    if (cfd >= 0) close(cfd);
-    return;
-  }
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    long pid = zrt_nvme_name_pid(e->d_name, host);
-    struct stat sb;
-    if (pid <= 0 || !zrt_safe_is_stale(dfd, e->d_name, pid, &sb)) continue;
-    if (unlinkat(dfd, e->d_name, 0) == 0)
-      zrt_log(ZRT_LOG_WARN,
-              "nvme swap: removed %s/%s (%lld bytes): left by process %ld, which was killed "
-              "before it could remove its swap files",
-              dir, e->d_name, (long long)sb.st_size, pid);
-  }
-  closedir(d);
+/* Names each swap file of a killed rank as zrt_safe_sweep removes it. */
+static void zrt_nvme_swept(const char *name, long pid, long long bytes, void *arg) {
+  zrt_log(ZRT_LOG_WARN,
+          "nvme swap: removed %s/%s (%lld bytes): left by process %ld, which was killed before "
+          "it could remove its swap files",
+          ((const zrt_nvme_sweep_ctx *)arg)->dir, name, bytes, pid);
 }
 
 zrt_status zrt_nvme_create(const char *dir, size_t n, int narrays, int queue_depth,
@@ -156,10 +144,13 @@ zrt_status zrt_nvme_create_named(const char *dir, const char *prefix, size_t n, 
   nv->region = ZRT_ALIGN_UP(n * 4, (size_t)ZRT_NVME_ALIGN);
   nv->direct = 1;
   for (int a = 0; a < ZRT_NVME_MAX_ARRAYS; a++) nv->fd[a] = -1;
-  zrt_nvme_sweep(dfd, dir);
-  int id = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
   char host[9];
   zrt_safe_host_tag(host);
+  /* swap files of ranks that were killed (SIGKILL, OOM: no destroy ran)
+   * hold their whole optimizer state: removed at the next start, each named */
+  zrt_nvme_sweep_ctx sw = {host, dir};
+  zrt_safe_sweep(dfd, zrt_nvme_name_pid, zrt_nvme_swept, &sw);
+  int id = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
   for (int a = 0; a < narrays; a++) {
     char name[512];
     snprintf(name, sizeof name, "%s_%d.%s_%d_%s.bin", prefix, (int)getpid(), host, id,
