@@ -49,18 +49,25 @@ static int cli_json_int(const cJSON *o, const char *name, int dflt) {
   return cJSON_IsNumber(it) ? it->valueint : dflt;
 }
 
+/* The JSON record run->dir/rank<r>.<ext> (exit, pid) a rank's wrapper
+ * wrote, or NULL while it is absent or incomplete. */
+static cJSON *cli_rank_record(const cli_run *run, int r, const char *ext) {
+  char path[PATH_MAX + 32];
+  snprintf(path, sizeof path, "%s/rank%d.%s", run->dir, r, ext);
+  char *txt = cli_slurp(path);
+  if (!txt) return NULL;
+  cJSON *j = cJSON_Parse(txt);
+  free(txt);
+  return j;
+}
+
 /* Reads the rank<R>.exit records that appeared; returns 1 when a new
  * failure was seen. */
 int cli_scan_exits(cli_run *run) {
   int newfail = 0;
   for (int r = 0; r < run->nranks; r++) {
     if (run->rec[r].have) continue;
-    char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/rank%d.exit", run->dir, r);
-    char *txt = cli_slurp(path);
-    if (!txt) continue;
-    cJSON *j = cJSON_Parse(txt);
-    free(txt);
+    cJSON *j = cli_rank_record(run, r, "exit");
     if (!j) continue;
     cli_exit_rec *e = &run->rec[r];
     e->have = 1;
@@ -87,12 +94,7 @@ int cli_scan_exits(cli_run *run) {
 static int cli_signal_recorded(const cli_run *run, int sig) {
   int alive = 0;
   for (int r = 0; r < run->nranks; r++) {
-    char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/rank%d.pid", run->dir, r);
-    char *txt = cli_slurp(path);
-    if (!txt) continue;
-    cJSON *j = cJSON_Parse(txt);
-    free(txt);
+    cJSON *j = cli_rank_record(run, r, "pid");
     if (!j) continue;
     static const char *const pf[2][2] = {{"pid", "start"}, {"wrapper_pid", "wrapper_start"}};
     for (int k = 0; k < 2; k++) {
@@ -119,12 +121,7 @@ void cli_kill_recorded(const cli_run *run, int sig) { (void)cli_signal_recorded(
 void cli_forward_recorded(cli_run *run, int sig) {
   for (int r = 0; r < run->nranks; r++) {
     if (run->rec[r].forwarded) continue;
-    char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/rank%d.pid", run->dir, r);
-    char *txt = cli_slurp(path);
-    if (!txt) continue;
-    cJSON *j = cJSON_Parse(txt);
-    free(txt);
+    cJSON *j = cli_rank_record(run, r, "pid");
     if (!j) continue;
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "wrapper_pid");
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "wrapper_start");
@@ -146,12 +143,7 @@ int cli_scan_lost(cli_run *run) {
   for (int r = 0; r < run->nranks; r++) {
     cli_exit_rec *e = &run->rec[r];
     if (e->have || e->lost > 1) continue;
-    char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/rank%d.pid", run->dir, r);
-    char *txt = cli_slurp(path);
-    if (!txt) continue;
-    cJSON *j = cJSON_Parse(txt);
-    free(txt);
+    cJSON *j = cli_rank_record(run, r, "pid");
     if (!j) continue;
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "wrapper_pid");
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "wrapper_start");
