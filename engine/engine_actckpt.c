@@ -58,6 +58,17 @@ zrt_status zrt_actckpt_wanted(const zrt_engine *eng, int *on) {
   return ZRT_OK;
 }
 
+/* Drops what declare recorded per block (the choice, the saved flags, the
+ * table of where each checkpoint lives; the storage itself is freed apart). */
+static void ack_forget_blocks(zrt_actckpt_state *a) {
+  free(a->on);
+  free(a->saved);
+  free(a->store);
+  a->on = a->saved = NULL;
+  a->store = NULL;
+  a->nblocks = a->n = 0;
+}
+
 zrt_status zrt_actckpt_declare(zrt_engine *eng, int nblocks, size_t bytes,
                                const unsigned char *offer) {
   ZRT_CHECK(ack_check(eng, "zrt_actckpt_declare", 0));
@@ -71,12 +82,7 @@ zrt_status zrt_actckpt_declare(zrt_engine *eng, int nblocks, size_t bytes,
                      "blocks, their input's bytes (> 0)",
                      nblocks, bytes);
   zrt_actckpt_state *a = &eng->ack;
-  free(a->on);
-  free(a->saved);
-  free(a->store);
-  a->on = a->saved = NULL;
-  a->store = NULL;
-  a->nblocks = a->n = 0;
+  ack_forget_blocks(a);
   a->bytes = 0;
   if (nblocks == 0) return ZRT_OK;
   a->on = calloc((size_t)nblocks, 1);
@@ -199,12 +205,7 @@ void zrt_engine_actckpt_free(zrt_engine *eng) {
   }
   if (a->copy_stream) zrt_backend_stream_destroy(be, a->copy_stream);
   a->copy_stream = NULL;
-  free(a->on);
-  free(a->saved);
-  free(a->store);
-  a->on = a->saved = NULL;
-  a->store = NULL;
-  a->nblocks = a->n = 0;
+  ack_forget_blocks(a);
 }
 
 /* profile: device-synchronized wall time, as DeepSpeed's timers */
