@@ -266,8 +266,11 @@ check() {
 
 case "${1:-}" in
 download)
-  EXCL=$(git rev-parse --git-path info/exclude)
-  grep -qx '/.debs/' "$EXCL" 2>/dev/null || echo '/.debs/' >>"$EXCL"
+  # keep the packages out of `git status` (a clone made without templates has no info/)
+  if EXCL=$(git rev-parse --git-path info/exclude 2>/dev/null); then
+    mkdir -p "$(dirname "$EXCL")"
+    grep -qx '/.debs/' "$EXCL" 2>/dev/null || echo '/.debs/' >>"$EXCL"
+  fi
   mkdir -p .debs/nccl
   # (the package lists may be stale or absent on a fresh machine: update once and retry)
   (cd .debs && apt-get download "${PKGS[@]}") ||
