@@ -125,6 +125,7 @@ typedef struct zrt_cfg {
   int numa_node;    /* -1 = auto */
   int bind_cores_to_rank;
   int blas_threads;             /* zrt.blas_threads: 0 = OpenBLAS's default */
+  int adaptive_threads;         /* zrt.adaptive_threads: the team follows measured step times */
   int pin_memory_fallback;      /* allow unpinned host memory when pinning fails (logged) */
   int stop_on_nonfinite;        /* a NaN loss or applied non-finite grads stop the run */
   int activation_checkpointing; /* checkpoint the blocks a program offers */

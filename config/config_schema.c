@@ -263,6 +263,11 @@ const zrt_cfg_row zrt_cfg_rows[] = {
       "splits its GEMMs over its OpenMP team sets 1 so two thread pools do not fight for the "
       "cores",
       blas_threads),
+    R("zrt.adaptive_threads", B, Z, "true", NULL, 1, 0, "ZRT_ADAPTIVE_THREADS",
+      "the rank's OpenMP team follows measured step times: one thread fewer while another "
+      "process takes a core (each step would wait for the thread that shares it), back when it "
+      "is free; probes a neighbouring size for 3 steps every 8-128 steps; changes no bits",
+      adaptive_threads),
     R("zrt.bind_cores_to_rank", B, Z, "false", NULL, 1, 0, "ZRT_BIND_CORES_TO_RANK",
       "pin each rank's threads to its share of the cores", bind_cores_to_rank),
     R("zrt.pin_memory_fallback", B, Z, "true", NULL, 1, 0, "ZRT_PIN_MEMORY_FALLBACK",

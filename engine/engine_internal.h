@@ -45,6 +45,7 @@
 #include "config.h"
 #include "coordinator.h"
 #include "coordinator_sim.h"
+#include "engine_team.h"
 #include "hostpool.h"
 #include "layout.h"
 #include "lr_sched.h"
@@ -229,6 +230,8 @@ struct zrt_engine {
 
   zrt_engine_phase_acc ph;
   zrt_step_timing timing;    /* last closed window */
+  zrt_team team;             /* the adaptive OpenMP team (engine_team.c) */
+  int team_on;               /* zrt.adaptive_threads and not built inside a parallel region */
   uint64_t activation_bytes; /* zrt_engine_set_activation_bytes (0 = not declared) */
   /* Effective stage3_max_reuse_distance: the config's, lowered at build
    * when the device has a capacity so that copies kept for reuse fit in
@@ -271,6 +274,8 @@ void zrt_engine_timing_open(zrt_engine *eng, double now);
  * scalar D2H reads) reported per step in the metrics (engine_step.c). */
 void zrt_engine_counters_open(zrt_engine *eng);
 void zrt_engine_timing_close(zrt_engine *eng, double boundary_start, double now);
+void zrt_engine_team_open(zrt_engine *eng);
+void zrt_engine_team_step(zrt_engine *eng, double step_s);
 
 /* ------------------------------------------------ documented internals */
 

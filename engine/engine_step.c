@@ -484,6 +484,7 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
   double now = zrt_now_s();
   zrt_engine_timing_close(eng, t_enter, now);
   double step_time = eng->timing.step_s;
+  zrt_engine_team_step(eng, step_time);
   eng->st.t_start = now;
   eng->st.micro_count = 0;
   if (st != ZRT_OK && st != ZRT_ERR_OVERFLOW) return st;

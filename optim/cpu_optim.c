@@ -127,6 +127,12 @@ void zrt_cpu_grad_accumulate(float *dst, const void *src, zrt_dtype sdt, size_t 
   }
 }
 
+/* Tiles per group of zrt_cpu_sumsq_check: each tile's sum lands in its own
+ * slot and the slots are added in tile order, so the result does not depend
+ * on the OpenMP team (the adaptive team, engine_team.c, changes its size
+ * mid-run) — a reduction clause would group tiles by thread. */
+#define ZRT_SUMSQ_GROUP 256
+
 void zrt_cpu_sumsq_check(const void *grad, zrt_dtype gdt, size_t n, float scale, double *sumsq,
                          int *nonfinite) {
   zrt_isa isa = zrt_isa_best();
@@ -134,27 +140,36 @@ void zrt_cpu_sumsq_check(const void *grad, zrt_dtype gdt, size_t n, float scale,
   long tiles = (long)ZRT_DIV_UP(n, (size_t)ZRT_OPTIM_TILE);
   double acc = 0.0;
   int bad = 0;
-#pragma omp parallel for reduction(+ : acc) reduction(| : bad) schedule(static) if (tiles > 1)
-  for (long t = 0; t < tiles; t++) {
-    size_t off = (size_t)t * ZRT_OPTIM_TILE;
-    size_t len = ZRT_MIN((size_t)ZRT_OPTIM_TILE, n - off);
-    const void *g = (const char *)grad + off * gsz;
-    double s = 0.0;
-    int nf = 0;
-    if (isa == ZRT_ISA_AVX512) {
-      zrt_cpu_sumsq_range_avx512(g, gdt, len, scale, &s, &nf);
-    } else if (isa == ZRT_ISA_AVX2) {
-      zrt_cpu_sumsq_range_avx2(g, gdt, len, scale, &s, &nf);
-    } else {
-      for (size_t i = 0; i < len; i++) {
-        float x = zrt_load_f(g, gdt, i);
-        if (!isfinite(x)) nf = 1;
-        double d = (double)x * scale;
-        s += d * d;
+  double part[ZRT_SUMSQ_GROUP];
+  int partbad[ZRT_SUMSQ_GROUP];
+  for (long t0 = 0; t0 < tiles; t0 += ZRT_SUMSQ_GROUP) {
+    long nt = ZRT_MIN((long)ZRT_SUMSQ_GROUP, tiles - t0);
+#pragma omp parallel for schedule(static) if (nt > 1)
+    for (long k = 0; k < nt; k++) {
+      size_t off = (size_t)(t0 + k) * ZRT_OPTIM_TILE;
+      size_t len = ZRT_MIN((size_t)ZRT_OPTIM_TILE, n - off);
+      const void *g = (const char *)grad + off * gsz;
+      double s = 0.0;
+      int nf = 0;
+      if (isa == ZRT_ISA_AVX512) {
+        zrt_cpu_sumsq_range_avx512(g, gdt, len, scale, &s, &nf);
+      } else if (isa == ZRT_ISA_AVX2) {
+        zrt_cpu_sumsq_range_avx2(g, gdt, len, scale, &s, &nf);
+      } else {
+        for (size_t i = 0; i < len; i++) {
+          float x = zrt_load_f(g, gdt, i);
+          if (!isfinite(x)) nf = 1;
+          double d = (double)x * scale;
+          s += d * d;
+        }
       }
+      part[k] = s;
+      partbad[k] = nf;
     }
-    acc += s;
-    bad |= nf;
+    for (long k = 0; k < nt; k++) {
+      acc += part[k];
+      bad |= partbad[k];
+    }
   }
   *sumsq += acc;
   *nonfinite |= bad;

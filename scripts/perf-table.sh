@@ -115,11 +115,18 @@ if "tok_s_plan_mpi" in mj:
                  "shm: median %.0f, p10/median %.2f" % (p["median"], mj["stability_plan"]),
                  "%.2f" % (p["median"] / m["median"]) if m["median"] else "-", "-"])
 when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+cpu, isa = "?", "no AVX2"
+for line in open("/proc/cpuinfo"):
+    if line.startswith("model name") and cpu == "?":
+        cpu = line.split(":", 1)[1].strip()
+    if line.startswith("flags"):
+        fl = line.split()
+        isa = "AVX-512" if "avx512f" in fl else ("AVX2, no AVX-512" if "avx2" in fl else "no AVX2")
 lines = ["<!-- perf-table:begin (scripts/perf-table.sh rewrites this block) -->",
-         "Refreshed by `scripts/perf-table.sh` at %s on this machine (%s cores); 1-minute load "
-         "average %s before, %s after%s. Raw JSON: perf/results/table/." % (
-             when, cores, load0, load1,
-             " — **measured under load**: other work shared the cores, compare only within a row" if float(load0) > 0.5 * int(cores) else ""),
+         "Refreshed by `scripts/perf-table.sh` at %s on this machine (%s, %s cores, %s); 1-minute load "
+         "average %s before, %s after%s. Raw JSON: %s/." % (
+             when, cpu, cores, isa, load0, load1,
+             " — **measured under load**: other work shared the cores, compare only within a row" if float(load0) > 0.5 * int(cores) else "", out),
          "",
          "| hot path | physical limit (same run) | peer (same run) | zrt | zrt / peer | zrt / limit |",
          "| --- | --- | --- | --- | ---: | ---: |"]

@@ -148,7 +148,6 @@ int cli_rank_main(int argc, char **argv) {
   }
   cli_thread_plan plan;
   if (!bind) cli_thread_plan_apply(lrank, lworld, &plan); /* OpenMP threads: the rank's share */
-  cli_wait_policy_apply();
   char host[256] = "?";
   gethostname(host, sizeof host);
   if (bind)

@@ -127,28 +127,19 @@ void cli_thread_plan_apply(int local_rank, int local_ranks, cli_thread_plan *out
   }
 }
 
-void cli_wait_policy_apply(void) {
-  const char *w = getenv("OMP_WAIT_POLICY"), *sc = getenv("GOMP_SPINCOUNT");
-  int user = (w && *w) || (sc && *sc);
-  if (!user) setenv("OMP_WAIT_POLICY", "passive", 1);
-  setenv("ZRT_LAUNCH_WAIT_POLICY", user ? "user" : "passive", 1);
-}
-
 const char *cli_wait_policy_text(char *buf, size_t len) {
   const char *w = getenv("OMP_WAIT_POLICY"), *sc = getenv("GOMP_SPINCOUNT");
-  const char *by = getenv("ZRT_LAUNCH_WAIT_POLICY");
-  if (by && !strcmp(by, "passive"))
-    snprintf(buf, len,
-             "OpenMP wait policy: passive (set by zrt launch: idle team threads sleep, so a core "
-             "taken by another process does not stall every region; OMP_WAIT_POLICY=active "
-             "before zrt launch keeps libgomp's spinning)");
-  else if ((w && *w) || (sc && *sc))
-    snprintf(buf, len, "OpenMP wait policy: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s (the user's)",
-             w && *w ? w : "unset", sc && *sc ? sc : "unset");
+  const char *ad = getenv("ZRT_ADAPTIVE_THREADS");
+  char team[160];
+  snprintf(team, sizeof team, "zrt.adaptive_threads %s", ad && *ad ? ad : "true (the default)");
+  if ((w && *w) || (sc && *sc))
+    snprintf(buf, len, "OpenMP wait policy: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s (the user's); %s",
+             w && *w ? w : "unset", sc && *sc ? sc : "unset", team);
   else
     snprintf(buf, len,
-             "OpenMP wait policy: libgomp's default (idle threads spin before sleeping; with a "
-             "core busy that stalls every parallel region: zrt launch sets "
-             "OMP_WAIT_POLICY=passive, or set it yourself)");
+             "OpenMP wait policy: libgomp's default (idle threads spin, then sleep: the fastest "
+             "on free cores; passive halves a 2-thread rank's speed there); a core taken by "
+             "another process is handled by %s: the engine drops a thread while it is taken",
+             team);
   return buf;
 }

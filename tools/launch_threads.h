@@ -67,14 +67,8 @@ void cli_thread_plan_announce(const struct zrt_cfg *v, int local_ranks, int bind
  * user's, "0" the plan's), and returns the plan in *out. */
 void cli_thread_plan_apply(int local_rank, int local_ranks, cli_thread_plan *out);
 
-/* The OpenMP wait policy of a rank (rank wrapper, before the exec): where
- * the user set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT, OMP_WAIT_POLICY
- * = passive, so threads that finish a region early sleep instead of
- * spinning on a core another process (or a slower team member) needs;
- * $ZRT_LAUNCH_WAIT_POLICY records whether zrt launch chose it (zrt env). */
-void cli_wait_policy_apply(void);
-
-/* One line describing the wait policy in force and who chose it. */
+/* One line describing the wait policy in force and who chose it (zrt launch
+ * leaves libgomp's default: zrt.adaptive_threads handles a taken core). */
 const char *cli_wait_policy_text(char *buf, size_t len);
 
 #endif

@@ -529,18 +529,22 @@ static zrt_status S(cpu_gemm)(void *ctx, int ta, int tb, int64_t m, int64_t n, i
 #if GPT2_IS_FLOAT
   if (ctx) {
     zrt_engine *e = ctx;
-    int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
-    /* Split the larger of m / n into 16-aligned slabs, one per thread of
-     * the team actually formed. */
+    /* Split the larger of m / n into 16-aligned slabs, as many as the team
+     * the process started with (OMP_NUM_THREADS, read at the first GEMM),
+     * shared out over the team in force now: the adaptive team
+     * (zrt.adaptive_threads) may run one thread fewer for a while, and the
+     * slabs, hence every element's arithmetic, stay the same. */
+    static int split_team;
+    if (!split_team) split_team = omp_in_parallel() ? 1 : omp_get_max_threads();
+    int nt = omp_in_parallel() ? 1 : split_team;
     int by_rows = m >= n;
     int64_t dim = by_rows ? m : n;
     if (nt > 1 && (double)m * (double)n * (double)k >= GPT2_GEMM_SPLIT_MIN && dim >= 32 * nt) {
       int64_t bad_lo = -1, bad_hi = -1;
-#pragma omp parallel num_threads(nt)
-      {
-        int team = omp_get_num_threads();
-        int64_t slab = ((dim + team - 1) / team + 15) / 16 * 16;
-        int64_t lo = omp_get_thread_num() * slab, hi = lo + slab < dim ? lo + slab : dim;
+      int64_t slab = ((dim + nt - 1) / nt + 15) / 16 * 16;
+#pragma omp parallel for schedule(static, 1)
+      for (int sl = 0; sl < nt; sl++) {
+        int64_t lo = sl * slab, hi = lo + slab < dim ? lo + slab : dim;
         if (lo < hi && S(gemm_slab)(e, by_rows, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c,
                                     ldc, lo, hi) != ZRT_OK) {
 #pragma omp critical(gpt2_gemm_error)

@@ -4,9 +4,10 @@
 # (cores / local ranks, the first ranks taking the remainder, at least 1);
 # a user's OMP_NUM_THREADS is kept and, when ranks x threads exceed the
 # cores, warned about; `zrt env` prints the plan, under the launcher and
-# for a rank count given with --num_processes. OMP_WAIT_POLICY is passive
-# unless the user set it or GOMP_SPINCOUNT (a busy core must not stall
-# every OpenMP region), and `zrt env` says who chose it.
+# for a rank count given with --num_processes. OMP_WAIT_POLICY is left as
+# the user has it (libgomp's default otherwise: passive would halve a
+# 2-thread rank on free cores; zrt.adaptive_threads handles a taken core),
+# and `zrt env` says whose it is.
 . "$(dirname "$0")/lib.sh"
 need_mpiexec
 cd "$T"
@@ -35,7 +36,7 @@ for w in 1 2 3; do
     fail "a warning with $w ranks on $n cores"
   fi
 done
-expect_grep "^probe rank=0 omp_wait_policy=passive$" out1.txt "passive OpenMP wait policy by default"
+expect_grep "^probe rank=0 omp_wait_policy=unset$" out1.txt "no OpenMP wait policy added by zrt launch"
 pass "default OpenMP threads per rank on $n cores: 1 rank $(share 0 1), 2 ranks $(share 0 2)+$(share 1 2)"
 
 # a user's wait policy (or spin count) is kept, and zrt env says whose it is
@@ -46,11 +47,13 @@ GOMP_SPINCOUNT=1000 "$ZRT" launch --num_processes 1 "$PROBE" --affinity --tag "$
   fail "launch with GOMP_SPINCOUNT"
 expect_grep "^probe rank=0 omp_wait_policy=unset$" sc.txt "user's GOMP_SPINCOUNT: no policy added"
 "$ZRT" launch --num_processes 1 "$ZRT" env >envwp.txt 2>&1 || { cat envwp.txt; fail "zrt env under launch"; }
-expect_grep "^OpenMP wait policy: passive \(set by zrt launch" envwp.txt "zrt env: launch's wait policy"
-(unset OMP_WAIT_POLICY GOMP_SPINCOUNT; "$ZRT" env) >envplain.txt 2>&1 || fail "zrt env"
-expect_grep "^OpenMP wait policy: libgomp's default .*OMP_WAIT_POLICY=passive" envplain.txt \
-  "zrt env outside launch: the default and the fix"
-pass "OpenMP wait policy: passive unless the user set one"
+expect_grep "^OpenMP wait policy: libgomp's default .*zrt.adaptive_threads true" envwp.txt \
+  "zrt env: the default policy and the adaptive team"
+(unset OMP_WAIT_POLICY GOMP_SPINCOUNT; ZRT_ADAPTIVE_THREADS=false "$ZRT" env) >envplain.txt 2>&1 ||
+  fail "zrt env"
+expect_grep "^OpenMP wait policy: libgomp's default .*zrt.adaptive_threads false" envplain.txt \
+  "zrt env: the adaptive team switched off"
+pass "OpenMP wait policy: libgomp's default unless the user set one"
 
 
 # the user's setting wins; above the cores it is warned about, with a fix

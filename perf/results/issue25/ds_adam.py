@@ -1,6 +1,14 @@
 # DeepSpeed CPUAdam (JIT-built cpu_adam op, -O3, this CPU's SIMD) on one fp32
 # parameter of N elements, AdamW; median and best step (zrt-perf optimizer reports its best); with fp32 only and with the bf16/fp16 param copy.
 import sys, time, json, torch
+# DeepSpeed 0.9.2 builds cpu_adam without -O3 when there is no CUDA (TorchCPUOpBuilder.cxx_args adds
+# super().cxx_args(), which holds -O3, only in its CUDA branch): an -O0 build is no fair peer. Add -O3
+# (DS_O3=0 keeps DeepSpeed's own flags); the build goes to its own TORCH_EXTENSIONS_DIR.
+import os
+if os.environ.get("DS_O3", "1") == "1":
+    from deepspeed.ops.op_builder import builder as _b
+    _orig = _b.TorchCPUOpBuilder.cxx_args
+    _b.TorchCPUOpBuilder.cxx_args = lambda self: ["-O3"] + _orig(self)
 from deepspeed.ops.adam import DeepSpeedCPUAdam
 n = int(sys.argv[1]); steps = int(sys.argv[2]); threads = int(sys.argv[3])
 torch.set_num_threads(threads)
