@@ -534,9 +534,13 @@ static zrt_status S(cpu_gemm)(void *ctx, int ta, int tb, int64_t m, int64_t n, i
      * shared out over the team in force now: the adaptive team
      * (zrt.adaptive_threads) may run one thread fewer for a while, and the
      * slabs, hence every element's arithmetic, stay the same. */
-    static int split_team;
-    if (!split_team) split_team = omp_in_parallel() ? 1 : omp_get_max_threads();
-    int nt = omp_in_parallel() ? 1 : split_team;
+    static int split_team; /* atomic: the twin runs these ops on stream workers */
+    int st0 = __atomic_load_n(&split_team, __ATOMIC_RELAXED);
+    if (!st0 && !omp_in_parallel()) {
+      st0 = omp_get_max_threads();
+      __atomic_store_n(&split_team, st0, __ATOMIC_RELAXED);
+    }
+    int nt = omp_in_parallel() || !st0 ? 1 : st0;
     int by_rows = m >= n;
     int64_t dim = by_rows ? m : n;
     if (nt > 1 && (double)m * (double)n * (double)k >= GPT2_GEMM_SPLIT_MIN && dim >= 32 * nt) {
