@@ -89,19 +89,6 @@ zrt_status zrt_ckpt_mkdirs(const char *path) {
   return ZRT_OK;
 }
 
-zrt_status zrt_ckpt_fsync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return zrt_error(ZRT_ERR_IO, "cannot open directory '%s': %s", dir, strerror(errno));
-  int rc = fsync(fd);
-  int err = errno;
-  close(fd);
-  /* Some filesystems refuse fsync on directories (EINVAL); the rename is
-   * then as durable as that filesystem can make it. */
-  if (rc != 0 && err != EINVAL)
-    return zrt_error(ZRT_ERR_IO, "fsync of directory '%s' failed: %s", dir, strerror(err));
-  return ZRT_OK;
-}
-
 static void zrt_dirname(const char *path, char *out, size_t len) {
   const char *slash = strrchr(path, '/');
   if (!slash) {

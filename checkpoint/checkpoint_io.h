@@ -26,8 +26,6 @@ uint32_t zrt_crc32c(uint32_t crc, const void *data, size_t n);
 
 /* mkdir -p (mode 0755). Existing directories are fine. */
 zrt_status zrt_ckpt_mkdirs(const char *path);
-/* fsync of a directory (makes renames / creations inside it durable). */
-zrt_status zrt_ckpt_fsync_dir(const char *dir);
 /* Atomically replaces path with bytes [data, data+n). */
 zrt_status zrt_ckpt_write_file_atomic(const char *path, const void *data, size_t n);
 /* The same for name in the open directory dfd (dir for messages). */

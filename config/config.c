@@ -601,17 +601,19 @@ zrt_status zrt_config_set(zrt_config *cfg, const char *key_path, const char *val
  * DeepSpeed file beneath decides the precision says "no" too). */
 static void mixed_precision_map(zrt_config *cfg, int prio, const zrt_cfg_source *src, int force_no,
                                 zrt_cfg_errs *errs) {
-  const char *mp = cfg->v.mixed_precision;
-  long f = zrt_config_schema_find("fp16.enabled"), b = zrt_config_schema_find("bf16.enabled");
-  int fp16 = !strcmp(mp, "fp16"), bf16 = !strcmp(mp, "bf16");
-  if (!fp16 && !bf16 && !force_no) return;
-  zrt_config_set_row(cfg, (size_t)f, fp16 ? "true" : "false", 0, 0, prio, src, src->where, errs);
-  zrt_config_set_row(cfg, (size_t)b, bf16 ? "true" : "false", 0, 0, prio, src, src->where, errs);
+  int on[2];
+  if (!zrt_config_mp_blocks(cfg->v.mixed_precision, on) && !force_no) return;
+  for (int k = 0; k < 2; k++)
+    zrt_config_set_row(cfg, (size_t)zrt_config_schema_find(zrt_cfg_mp_keys[k]),
+                       on[k] ? "true" : "false", 0, 0, prio, src, src->where, errs);
 }
 
-void zrt_config_apply_mixed_precision(zrt_config *cfg, int prio, const zrt_cfg_source *src,
-                                      int force_no, zrt_cfg_errs *errs) {
-  mixed_precision_map(cfg, prio, src, force_no, errs);
+const char *const zrt_cfg_mp_keys[2] = {"fp16.enabled", "bf16.enabled"};
+
+int zrt_config_mp_blocks(const char *mp, int on[2]) {
+  on[0] = !strcmp(mp, "fp16");
+  on[1] = !strcmp(mp, "bf16");
+  return on[0] || on[1];
 }
 
 zrt_status zrt_config_get(const zrt_config *cfg, const char *key_path, char *buf, size_t len) {

@@ -293,11 +293,11 @@ static zrt_status resolve(zrt_config *cfg, int world_size, int pending) {
   }
 
   /* precision: auto follows mixed_precision */
-  const char *mp = v->mixed_precision;
-  if (c->isauto[zrt_config_schema_find("fp16.enabled")])
-    derive(c, "fp16.enabled", !strcmp(mp, "fp16") ? "true" : "false", "auto: mixed_precision");
-  if (c->isauto[zrt_config_schema_find("bf16.enabled")])
-    derive(c, "bf16.enabled", !strcmp(mp, "bf16") ? "true" : "false", "auto: mixed_precision");
+  int mp_on[2];
+  zrt_config_mp_blocks(v->mixed_precision, mp_on);
+  for (int k = 0; k < 2; k++)
+    if (c->isauto[zrt_config_schema_find(zrt_cfg_mp_keys[k])])
+      derive(c, zrt_cfg_mp_keys[k], mp_on[k] ? "true" : "false", "auto: mixed_precision");
 
   /* buckets: without the model's hidden size, auto means DeepSpeed's default */
   static const char *const bucket_keys[] = {"zero_optimization.reduce_bucket_size",

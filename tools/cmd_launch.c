@@ -271,15 +271,8 @@ static zrt_status cli_build_config(const cli_launch_args *a, zrt_config **out, c
     if (!a->val[i] || !o->key) continue;
     char origin[80];
     snprintf(origin, sizeof origin, "--%s", o->name);
+    /* --mixed_precision sets fp16/bf16.enabled too (zrt_config_set maps it) */
     ZRT_CHECK_GOTO(cli_set(cfg, o->key, a->val[i], origin), st, fail);
-    if (!strcmp(o->name, "mixed_precision")) {
-      /* accelerate's mixed_precision selects the DeepSpeed fp16/bf16 blocks */
-      const char *mp = a->val[i];
-      ZRT_CHECK_GOTO(cli_set(cfg, "fp16.enabled", !strcmp(mp, "fp16") ? "true" : "false", origin),
-                     st, fail);
-      ZRT_CHECK_GOTO(cli_set(cfg, "bf16.enabled", !strcmp(mp, "bf16") ? "true" : "false", origin),
-                     st, fail);
-    }
   }
   for (int i = 0; i < a->nsets; i++) {
     char kv[1024];
