@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include "checkpoint_io.h"
 
+#include "env.h"
 #include "safe_file.h"
 
 #include <errno.h>
@@ -103,7 +104,7 @@ static void zrt_dirname(const char *path, char *out, size_t len) {
 void zrt_ckpt_maybe_slow(void) {
   static int cached = -1; /* cached env param (DESIGN.md rule 5) */
   if (cached < 0) {
-    const char *s = getenv("ZRT_CKPT_SLOW_US");
+    const char *s = zrt_env("ZRT_CKPT_SLOW_US");
     cached = s ? atoi(s) : 0;
     if (cached < 0) cached = 0;
   }

@@ -72,7 +72,7 @@ zrt_status zrt_ckpt_writer_pwrite(zrt_ckpt_writer *w, const void *data, size_t n
 zrt_status zrt_ckpt_writer_commit(zrt_ckpt_writer *w);
 void zrt_ckpt_writer_abort(zrt_ckpt_writer *w); /* safe after commit / on a closed writer */
 
-/* Test hook: when the environment variable ZRT_CKPT_SLOW_US is set, every
+/* Test hook: when ZRT_CKPT_SLOW_US is set (with ZRT_TEST_HOOKS=1), every
  * streaming write sleeps that many microseconds, so a kill -9 test can land
  * inside a save. Read once. */
 void zrt_ckpt_maybe_slow(void);

@@ -21,6 +21,7 @@
 #include <strings.h>
 
 #include "config_impl.h"
+#include "env.h"
 
 static void *field(zrt_config *cfg, size_t i) { return (char *)&cfg->v + zrt_cfg_rows[i].off; }
 static const void *cfield(const zrt_config *cfg, size_t i) {
@@ -659,7 +660,7 @@ zrt_status zrt_config_load_env(zrt_config *cfg) {
   zrt_cfg_errs errs = {0};
   for (size_t i = 0; i < zrt_cfg_nrows; i++) {
     const char *env = zrt_cfg_rows[i].k.env;
-    const char *v = env ? getenv(env) : NULL;
+    const char *v = zrt_env_config(env);
     if (!v) continue;
     zrt_cfg_source src = {.kind = ZRT_SRC_ENV};
     snprintf(src.where, sizeof src.where, "%s", env);
@@ -683,7 +684,7 @@ zrt_status zrt_config_from_env(zrt_config **out) {
   zrt_config *cfg;
   zrt_status st;
   ZRT_CHECK(zrt_config_create(&cfg));
-  const char *file = getenv("ZRT_CONFIG_FILE");
+  const char *file = zrt_env("ZRT_CONFIG_FILE");
   if (file && *file) {
     st = zrt_config_load_file(cfg, file);
     if (st != ZRT_OK) {
