@@ -522,7 +522,7 @@ zrt_status zrt_config_program_agrees(const zrt_config *cfg, size_t i, const char
   return zrt_error(ZRT_ERR_CONFIG,
                    "%s: the program (%s) trains with %lld but the config gives %lld (%s %s): the "
                    "config's batch size is what the program trains with; remove the program's "
-                   "value (train_gpt2: drop --batch_size) or the config's, or make the config's "
+                   "value (e.g. its batch-size option) or the config's, or make the config's "
                    "\"auto\" (Hugging Face's Trainer raises on the same mismatch)",
                    p, origin ? origin : "program", (long long)want, (long long)have,
                    zrt_config_source_kind_name(cfg->src[i].kind), cfg->src[i].where);

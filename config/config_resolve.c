@@ -274,7 +274,8 @@ static zrt_status resolve(zrt_config *cfg, int world_size, int pending) {
     for (int j = 0; j < 3; j++) anyauto |= c->isauto[zrt_config_schema_find(names[j])];
     if (anyauto && pending)
       left_to_program(&notes, "train_micro_batch_size_per_gpu",
-                      "an error on the rank (train_gpt2 sets it from --batch_size, default 4)");
+                      "an error on the rank (a program sets it with zrt_config_set, e.g. from "
+                      "its batch-size option)");
     else if (anyauto)
       zrt_cfg_errs_add(&errs,
                        "%sbatch size is \"auto\" and nothing resolved it: none of "
@@ -362,7 +363,9 @@ static zrt_status resolve(zrt_config *cfg, int world_size, int pending) {
     const char *def = zrt_cfg_rows[i].k.def;
     if (!def || !strcmp(def, "auto")) {
       if (pending)
-        left_to_program(&notes, p, "an error on the rank (train_gpt2 sets it from --steps)");
+        left_to_program(&notes, p,
+                        "an error on the rank (a program sets it with zrt_config_set, e.g. "
+                        "from its step count)");
       else
         unresolved(c, p, &errs);
       continue;
