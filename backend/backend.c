@@ -27,6 +27,7 @@
 #include "dtype.h"
 #ifdef ZRT_HAVE_CUDA
 #include "backend_cuda.h"
+#include "env.h"
 #endif
 
 /* The pool sees this wrapper as its raw allocator so that the reason a raw
@@ -99,7 +100,7 @@ static int zrt_backend_local_world(int local_rank) {
   const char *names[2] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"};
   int w = 1;
   for (int i = 0; i < 2; i++) {
-    const char *v = getenv(names[i]);
+    const char *v = zrt_env(names[i]);
     char *end = NULL;
     long x = v && *v ? strtol(v, &end, 10) : 0;
     if (v && *v && !*end && x > w && x < (1 << 20)) w = (int)x;

@@ -61,6 +61,7 @@
 
 #include "backend_twin.h"
 #include "dtype.h"
+#include "env.h"
 
 /* Upper bound of the random delay before each op with ZRT_TWIN_JITTER. */
 #define ZRT_TWIN_JITTER_MAX_US 200
@@ -796,7 +797,7 @@ static const zrt_backend_iface zrt_twin_iface = {
 
 /* ZRT_TWIN_JITTER: unset or "" = off; a decimal seed turns it on. */
 static zrt_status twin_jitter_env(twin_ctx *c) {
-  const char *v = getenv("ZRT_TWIN_JITTER");
+  const char *v = zrt_env("ZRT_TWIN_JITTER");
   if (!v || !*v) return ZRT_OK;
   char *end = NULL;
   errno = 0;

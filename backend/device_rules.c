@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env.h"
 #include "internal.h"
 
 void zrt_cuda_probe_classify(int err, int no_device_code, int count, int driver_version,
@@ -108,6 +109,6 @@ int zrt_cuda_error_sticky(int err) {
 }
 
 int zrt_require_gpu(void) {
-  const char *v = getenv("ZRT_REQUIRE_GPU");
+  const char *v = zrt_env("ZRT_REQUIRE_GPU");
   return v && *v && strcmp(v, "0") != 0;
 }

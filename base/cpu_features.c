@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cpu_features.h"
+#include "env.h"
 
 const char *zrt_isa_name(zrt_isa isa) {
   switch (isa) {
@@ -52,8 +53,8 @@ zrt_isa zrt_isa_best(void) {
   zrt_isa best = zrt_isa_supported(ZRT_ISA_AVX512) ? ZRT_ISA_AVX512
                  : zrt_isa_supported(ZRT_ISA_AVX2) ? ZRT_ISA_AVX2
                                                    : ZRT_ISA_SCALAR;
-  const char *var = "ZRT_CPU_ISA", *env = getenv(var);
-  if (!env || !*env) env = getenv(var = "ZRT_ISA");
+  const char *var = "ZRT_CPU_ISA", *env = zrt_env(var);
+  if (!env || !*env) env = zrt_env(var = "ZRT_ISA");
   if (env && *env) {
     int want = !strcasecmp(env, "scalar")   ? ZRT_ISA_SCALAR
                : !strcasecmp(env, "avx2")   ? ZRT_ISA_AVX2

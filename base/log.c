@@ -14,6 +14,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "env.h"
 #include "internal.h"
 
 static int zrt_log_rank = -1;
@@ -29,7 +30,7 @@ int zrt_log_get_rank(void) { return zrt_log_rank; }
 
 zrt_log_level zrt_log_get_level(void) {
   if (zrt_log_level_cached < 0) {
-    const char *s = getenv("ZRT_LOG_LEVEL");
+    const char *s = zrt_env("ZRT_LOG_LEVEL");
     int lvl = ZRT_LOG_INFO;
     if (s) {
       if (!strcasecmp(s, "error"))
@@ -38,6 +39,11 @@ zrt_log_level zrt_log_get_level(void) {
         lvl = ZRT_LOG_WARN;
       else if (!strcasecmp(s, "debug"))
         lvl = ZRT_LOG_DEBUG;
+      else if (*s && strcasecmp(s, "info"))
+        fprintf(stderr,
+                "[zrt] warn: ZRT_LOG_LEVEL=%s is not one of error|warn|info|debug; "
+                "logging at info\n",
+                s);
     }
     zrt_log_level_cached = lvl;
   }

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include "checkpoint_io.h"
 
+#include "env.h"
 #include "safe_file.h"
 
 #include <errno.h>
@@ -89,19 +90,6 @@ zrt_status zrt_ckpt_mkdirs(const char *path) {
   return ZRT_OK;
 }
 
-zrt_status zrt_ckpt_fsync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return zrt_error(ZRT_ERR_IO, "cannot open directory '%s': %s", dir, strerror(errno));
-  int rc = fsync(fd);
-  int err = errno;
-  close(fd);
-  /* Some filesystems refuse fsync on directories (EINVAL); the rename is
-   * then as durable as that filesystem can make it. */
-  if (rc != 0 && err != EINVAL)
-    return zrt_error(ZRT_ERR_IO, "fsync of directory '%s' failed: %s", dir, strerror(err));
-  return ZRT_OK;
-}
-
 static void zrt_dirname(const char *path, char *out, size_t len) {
   const char *slash = strrchr(path, '/');
   if (!slash) {
@@ -116,7 +104,7 @@ static void zrt_dirname(const char *path, char *out, size_t len) {
 void zrt_ckpt_maybe_slow(void) {
   static int cached = -1; /* cached env param (DESIGN.md rule 5) */
   if (cached < 0) {
-    const char *s = getenv("ZRT_CKPT_SLOW_US");
+    const char *s = zrt_env("ZRT_CKPT_SLOW_US");
     cached = s ? atoi(s) : 0;
     if (cached < 0) cached = 0;
   }

@@ -26,8 +26,6 @@ uint32_t zrt_crc32c(uint32_t crc, const void *data, size_t n);
 
 /* mkdir -p (mode 0755). Existing directories are fine. */
 zrt_status zrt_ckpt_mkdirs(const char *path);
-/* fsync of a directory (makes renames / creations inside it durable). */
-zrt_status zrt_ckpt_fsync_dir(const char *dir);
 /* Atomically replaces path with bytes [data, data+n). */
 zrt_status zrt_ckpt_write_file_atomic(const char *path, const void *data, size_t n);
 /* The same for name in the open directory dfd (dir for messages). */
@@ -74,7 +72,7 @@ zrt_status zrt_ckpt_writer_pwrite(zrt_ckpt_writer *w, const void *data, size_t n
 zrt_status zrt_ckpt_writer_commit(zrt_ckpt_writer *w);
 void zrt_ckpt_writer_abort(zrt_ckpt_writer *w); /* safe after commit / on a closed writer */
 
-/* Test hook: when the environment variable ZRT_CKPT_SLOW_US is set, every
+/* Test hook: when ZRT_CKPT_SLOW_US is set (with ZRT_TEST_HOOKS=1), every
  * streaming write sleeps that many microseconds, so a kill -9 test can land
  * inside a save. Read once. */
 void zrt_ckpt_maybe_slow(void);

@@ -42,9 +42,6 @@ int zrt_st_dtype_parse(const char *name) {
     if (!strcmp(name, zrt_st_dtypes[i].name)) return i;
   return -1;
 }
-zrt_st_dtype zrt_st_from_zrt_dtype(zrt_dtype dt) {
-  return dt == ZRT_F16 ? ZRT_ST_F16 : dt == ZRT_BF16 ? ZRT_ST_BF16 : ZRT_ST_F32;
-}
 
 int64_t zrt_st_numel(const zrt_st_tensor *t) {
   int64_t n = 1;

@@ -44,8 +44,6 @@ const char *zrt_st_dtype_name(zrt_st_dtype dt); /* "F32", ... */
 size_t zrt_st_dtype_size(zrt_st_dtype dt);
 /* -1 when the name is unknown. */
 int zrt_st_dtype_parse(const char *name);
-/* F32 / F16 / BF16 for the runtime's dtypes. */
-zrt_st_dtype zrt_st_from_zrt_dtype(zrt_dtype dt);
 
 typedef struct zrt_st_tensor {
   char name[256];

@@ -25,7 +25,6 @@
 #define ZRT_ST_SET_PREFIX "transformer."
 
 struct zrt_st_set {
-  char path[4096];
   int n;
   zrt_st_file *f[ZRT_ST_SET_MAX];
 };
@@ -108,7 +107,6 @@ zrt_status zrt_st_set_open(const char *path, zrt_st_set **out) {
   *out = NULL;
   zrt_st_set *s = calloc(1, sizeof *s);
   if (!s) return zrt_error(ZRT_ERR_OOM, "zrt_st_set_open: out of host memory");
-  snprintf(s->path, sizeof s->path, "%s", path);
   if (is_dir(path)) {
     char single[4200], index[4200];
     snprintf(single, sizeof single, "%s/model.safetensors", path);
@@ -144,7 +142,6 @@ void zrt_st_set_close(zrt_st_set *s) {
   free(s);
 }
 
-const char *zrt_st_set_path(const zrt_st_set *s) { return s->path; }
 int zrt_st_set_nfiles(const zrt_st_set *s) { return s->n; }
 const zrt_st_file *zrt_st_set_file(const zrt_st_set *s, int i) { return s->f[i]; }
 

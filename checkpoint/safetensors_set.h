@@ -27,8 +27,6 @@ const zrt_st_tensor *zrt_st_set_find(const zrt_st_set *s, const char *name,
 /* The shards, in the order they were opened (every tensor is in one). */
 int zrt_st_set_nfiles(const zrt_st_set *s);
 const zrt_st_file *zrt_st_set_file(const zrt_st_set *s, int i);
-/* The path given to open, for messages. */
-const char *zrt_st_set_path(const zrt_st_set *s);
 /* Reads tensor t (of shard f) elements [e0, e0 + n) converted to fp32;
  * F32, F16 and BF16 only. */
 zrt_status zrt_st_set_read_f32(const zrt_st_file *f, const zrt_st_tensor *t, int64_t e0, int64_t n,

@@ -24,6 +24,7 @@
 #include "bootstrap.h"
 #include "comm_impl.h"
 #include "dtype.h"
+#include "env.h"
 #include "nccl_rules.h"
 
 typedef struct comm_full {
@@ -95,7 +96,7 @@ zrt_status zrt_comm_fin_run(zrt_backend *be, const zrt_comm_fin *f, zrt_copy_kin
 /* ------------------------------------------------------------ registry */
 
 static int env_int(const char *name, int dflt) {
-  const char *s = getenv(name);
+  const char *s = zrt_env(name);
   if (!s || !*s) return dflt;
   char *end;
   long v = strtol(s, &end, 10);
@@ -338,7 +339,7 @@ static void mark_completed(zrt_comm *c, uint64_t seq, const char *op, size_t byt
  * never reads a half-written file. Failure to write is logged, not
  * returned: the timeout is the error the caller must see. */
 static void write_status(zrt_comm *c, uint64_t wait_seq, const char *wait_op) {
-  const char *dir = getenv("ZRT_RUN_DIR");
+  const char *dir = zrt_env("ZRT_RUN_DIR");
   if (!dir || !*dir) return;
   char path[4096], tmp[4200];
   snprintf(path, sizeof path, "%s/rank%d.status", dir, c->rank);

@@ -16,6 +16,7 @@
 
 #include "comm_impl.h"
 #include "dtype.h"
+#include "env.h"
 
 static int mpi_live;    /* live MPI comms in this process */
 static int mpi_we_init; /* a zrt comm called MPI_Init_thread */
@@ -140,7 +141,7 @@ static zrt_status mpi_local_ranks(mpi_ctx *m, zrt_comm *c) {
    * machine in a real job, so nothing changes there; two daemons on one
    * host (tests/cli/test_launch_multinode.sh) are two machines to zrt as
    * they are to Open MPI, which does not use shared memory between them. */
-  const char *d = getenv("OMPI_MCA_orte_local_daemon_uri");
+  const char *d = zrt_env("OMPI_MCA_orte_local_daemon_uri");
   if (d) {
     size_t n = strlen(host), k = strcspn(d, ";");
     if (k > sizeof host - n - 2) k = sizeof host - n - 2;

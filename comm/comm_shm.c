@@ -29,6 +29,7 @@
 #include "copy_stream.h"
 #include "cpu_features.h"
 #include "dtype.h"
+#include "env.h"
 
 /* ----------------------------------------------------------- kernels */
 
@@ -561,7 +562,7 @@ static size_t red_piece(const shm_ctx *s, zrt_dtype dt) {
  * non-temporal paths); where the cache size is unknown nothing streams. */
 static zrt_status use_nt(shm_ctx *s, shm_req *q, size_t rb) {
   if (!s->nt_ready) {
-    const char *e = getenv("ZRT_COMM_SHM_NT_BYTES");
+    const char *e = zrt_env("ZRT_COMM_SHM_NT_BYTES");
     size_t llc = zrt_cpu_llc_bytes();
     uint64_t v = 0;
     if (e && *e) {
@@ -753,7 +754,7 @@ zrt_status zrt_comm_shm_init_on(zrt_comm *c, zrt_backend *backend, const void *p
   s->rank = c->rank;
   s->nranks = c->world;
   s->region = SHM_REGION_BYTES;
-  const char *rs = getenv("ZRT_COMM_SHM_REGION");
+  const char *rs = zrt_env("ZRT_COMM_SHM_REGION");
   uint64_t rv = 0;
   if (rs && *rs) {
     if (!zrt_parse_size(rs, &rv) || rv < SHM_REGION_MIN || rv > ((uint64_t)1 << 30)) {

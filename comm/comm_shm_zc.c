@@ -29,6 +29,7 @@
 
 #include "comm_shm_impl.h"
 #include "dtype.h"
+#include "env.h"
 #include "safe_file.h"
 
 /* One collective allocation: every rank's segment, mapped here. */
@@ -59,7 +60,7 @@ static void unmap_all(shm_ctx *s, shm_zc_alloc *a) {
  * collective. */
 static zrt_status zc_env(shm_ctx *s) {
   if (s->zc_env_ready) return ZRT_OK;
-  const char *e = getenv("ZRT_COMM_SHM_ZC");
+  const char *e = zrt_env("ZRT_COMM_SHM_ZC");
   float v = !e || !*e || !strcmp(e, "1") ? 1.0f : !strcmp(e, "0") ? 0.0f : -1.0f;
   float all = v;
   ZRT_CHECK(s->mpi.iface->all_reduce(s->mpi.ctx, &v, &all, 1, ZRT_F32, ZRT_RED_MIN, NULL));

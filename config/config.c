@@ -21,6 +21,7 @@
 #include <strings.h>
 
 #include "config_impl.h"
+#include "env.h"
 
 static void *field(zrt_config *cfg, size_t i) { return (char *)&cfg->v + zrt_cfg_rows[i].off; }
 static const void *cfield(const zrt_config *cfg, size_t i) {
@@ -521,7 +522,7 @@ zrt_status zrt_config_program_agrees(const zrt_config *cfg, size_t i, const char
   return zrt_error(ZRT_ERR_CONFIG,
                    "%s: the program (%s) trains with %lld but the config gives %lld (%s %s): the "
                    "config's batch size is what the program trains with; remove the program's "
-                   "value (train_gpt2: drop --batch_size) or the config's, or make the config's "
+                   "value (e.g. its batch-size option) or the config's, or make the config's "
                    "\"auto\" (Hugging Face's Trainer raises on the same mismatch)",
                    p, origin ? origin : "program", (long long)want, (long long)have,
                    zrt_config_source_kind_name(cfg->src[i].kind), cfg->src[i].where);
@@ -601,17 +602,19 @@ zrt_status zrt_config_set(zrt_config *cfg, const char *key_path, const char *val
  * DeepSpeed file beneath decides the precision says "no" too). */
 static void mixed_precision_map(zrt_config *cfg, int prio, const zrt_cfg_source *src, int force_no,
                                 zrt_cfg_errs *errs) {
-  const char *mp = cfg->v.mixed_precision;
-  long f = zrt_config_schema_find("fp16.enabled"), b = zrt_config_schema_find("bf16.enabled");
-  int fp16 = !strcmp(mp, "fp16"), bf16 = !strcmp(mp, "bf16");
-  if (!fp16 && !bf16 && !force_no) return;
-  zrt_config_set_row(cfg, (size_t)f, fp16 ? "true" : "false", 0, 0, prio, src, src->where, errs);
-  zrt_config_set_row(cfg, (size_t)b, bf16 ? "true" : "false", 0, 0, prio, src, src->where, errs);
+  int on[2];
+  if (!zrt_config_mp_blocks(cfg->v.mixed_precision, on) && !force_no) return;
+  for (int k = 0; k < 2; k++)
+    zrt_config_set_row(cfg, (size_t)zrt_config_schema_find(zrt_cfg_mp_keys[k]),
+                       on[k] ? "true" : "false", 0, 0, prio, src, src->where, errs);
 }
 
-void zrt_config_apply_mixed_precision(zrt_config *cfg, int prio, const zrt_cfg_source *src,
-                                      int force_no, zrt_cfg_errs *errs) {
-  mixed_precision_map(cfg, prio, src, force_no, errs);
+const char *const zrt_cfg_mp_keys[2] = {"fp16.enabled", "bf16.enabled"};
+
+int zrt_config_mp_blocks(const char *mp, int on[2]) {
+  on[0] = !strcmp(mp, "fp16");
+  on[1] = !strcmp(mp, "bf16");
+  return on[0] || on[1];
 }
 
 zrt_status zrt_config_get(const zrt_config *cfg, const char *key_path, char *buf, size_t len) {
@@ -657,7 +660,7 @@ zrt_status zrt_config_load_env(zrt_config *cfg) {
   zrt_cfg_errs errs = {0};
   for (size_t i = 0; i < zrt_cfg_nrows; i++) {
     const char *env = zrt_cfg_rows[i].k.env;
-    const char *v = env ? getenv(env) : NULL;
+    const char *v = zrt_env_config(env);
     if (!v) continue;
     zrt_cfg_source src = {.kind = ZRT_SRC_ENV};
     snprintf(src.where, sizeof src.where, "%s", env);
@@ -681,7 +684,7 @@ zrt_status zrt_config_from_env(zrt_config **out) {
   zrt_config *cfg;
   zrt_status st;
   ZRT_CHECK(zrt_config_create(&cfg));
-  const char *file = getenv("ZRT_CONFIG_FILE");
+  const char *file = zrt_env("ZRT_CONFIG_FILE");
   if (file && *file) {
     st = zrt_config_load_file(cfg, file);
     if (st != ZRT_OK) {

@@ -109,13 +109,15 @@ zrt_status zrt_config_program_agrees(const zrt_config *cfg, size_t i, const char
 /* Number of dots in a key path; the last component of a key path. */
 int zrt_config_key_depth(const char *path);
 const char *zrt_config_key_leaf(const char *path);
-/* Levenshtein distance, capped. */
-int zrt_config_edit_distance(const char *a, const char *b);
 
 /* accelerate deepspeed_config short name -> DeepSpeed path, or NULL. */
 const char *zrt_config_short_name(const char *name);
-void zrt_config_apply_mixed_precision(zrt_config *cfg, int prio, const zrt_cfg_source *src,
-                                      int force_no, zrt_cfg_errs *errs);
+/* accelerate's mixed_precision onto DeepSpeed's precision blocks, the one
+ * mapping (config.c) that zrt_config_set, the file loader and resolve use:
+ * on[k] is whether zrt_cfg_mp_keys[k] ("fp16.enabled", "bf16.enabled") is
+ * true under mp. Returns 1 when mp names a 16-bit dtype, 0 for "no". */
+extern const char *const zrt_cfg_mp_keys[2];
+int zrt_config_mp_blocks(const char *mp, int on[2]);
 
 /* DeepSpeed compatibility (config_compat.c). The alias's schema path for a
  * pydantic field name, or NULL. */

@@ -476,8 +476,9 @@ static zrt_status read_file(const char *path, char **text, size_t *len, zrt_cfg_
  * values are read on a scratch config (the YAML's outrank them in cfg). */
 static void precision_conflict(lctx *c, const char *text, size_t len, const char *path) {
   const char *mp = c->cfg->v.mixed_precision;
-  int fp16 = !strcmp(mp, "fp16"), bf16 = !strcmp(mp, "bf16");
-  if (!fp16 && !bf16) return;
+  int mp_on[2];
+  if (!zrt_config_mp_blocks(mp, mp_on)) return;
+  int fp16 = mp_on[0];
   zrt_config *scratch;
   if (zrt_config_create(&scratch) != ZRT_OK) return;
   zrt_cfg_errs e = {0};
@@ -486,8 +487,8 @@ static void precision_conflict(lctx *c, const char *text, size_t len, const char
   load_text(scratch, text, len, path, dirname(dir), ZRT_PRIO_BENEATH, 1, &e, NULL);
   const char *other = fp16 ? "bf16.enabled" : "fp16.enabled";
   long r = zrt_config_schema_find(other);
-  int on = fp16 ? scratch->v.bf16_enabled : scratch->v.fp16_enabled;
-  if (!e.n && on && !scratch->isauto[r]) {
+  int other_on = fp16 ? scratch->v.bf16_enabled : scratch->v.fp16_enabled;
+  if (!e.n && other_on && !scratch->isauto[r]) {
     long m = zrt_config_schema_find("mixed_precision");
     zrt_cfg_errs_add(c->errs,
                      "%s: mixed_precision %s conflicts with %s: %s true; make them agree (or set "
@@ -765,14 +766,11 @@ static zrt_status load_text(zrt_config *cfg, const char *text, size_t len, const
   if (c.set_mp) {
     /* mixed_precision sets fp16/bf16.enabled unless this same file names
      * them itself; "no" defers to a deepspeed_config_file beneath */
-    const char *mp = cfg->v.mixed_precision;
     long mrow = zrt_config_schema_find("mixed_precision");
-    int fp16 = !strcmp(mp, "fp16"), bf16 = !strcmp(mp, "bf16");
-    if (fp16 || bf16 || !c.ds_file) {
-      const char *keys[2] = {"fp16.enabled", "bf16.enabled"};
-      int on[2] = {fp16, bf16};
+    int on[2];
+    if (zrt_config_mp_blocks(cfg->v.mixed_precision, on) || !c.ds_file) {
       for (int k = 0; k < 2; k++) {
-        long r = zrt_config_schema_find(keys[k]);
+        long r = zrt_config_schema_find(zrt_cfg_mp_keys[k]);
         if (cfg->src[r].kind == ZRT_SRC_FILE && cfg->prio[r] == prio &&
             !strncmp(cfg->src[r].where, file, strlen(file)) &&
             cfg->src[r].where[strlen(file)] == ':')

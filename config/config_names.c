@@ -113,8 +113,6 @@ static int edit_distance_upto(const char *a, const char *b, int max) {
   return d[la][lb];
 }
 
-int zrt_config_edit_distance(const char *a, const char *b) { return edit_distance_upto(a, b, 99); }
-
 int zrt_config_key_depth(const char *p) {
   int d = 0;
   for (; *p; p++) d += *p == '.';

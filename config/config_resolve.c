@@ -274,7 +274,8 @@ static zrt_status resolve(zrt_config *cfg, int world_size, int pending) {
     for (int j = 0; j < 3; j++) anyauto |= c->isauto[zrt_config_schema_find(names[j])];
     if (anyauto && pending)
       left_to_program(&notes, "train_micro_batch_size_per_gpu",
-                      "an error on the rank (train_gpt2 sets it from --batch_size, default 4)");
+                      "an error on the rank (a program sets it with zrt_config_set, e.g. from "
+                      "its batch-size option)");
     else if (anyauto)
       zrt_cfg_errs_add(&errs,
                        "%sbatch size is \"auto\" and nothing resolved it: none of "
@@ -293,11 +294,11 @@ static zrt_status resolve(zrt_config *cfg, int world_size, int pending) {
   }
 
   /* precision: auto follows mixed_precision */
-  const char *mp = v->mixed_precision;
-  if (c->isauto[zrt_config_schema_find("fp16.enabled")])
-    derive(c, "fp16.enabled", !strcmp(mp, "fp16") ? "true" : "false", "auto: mixed_precision");
-  if (c->isauto[zrt_config_schema_find("bf16.enabled")])
-    derive(c, "bf16.enabled", !strcmp(mp, "bf16") ? "true" : "false", "auto: mixed_precision");
+  int mp_on[2];
+  zrt_config_mp_blocks(v->mixed_precision, mp_on);
+  for (int k = 0; k < 2; k++)
+    if (c->isauto[zrt_config_schema_find(zrt_cfg_mp_keys[k])])
+      derive(c, zrt_cfg_mp_keys[k], mp_on[k] ? "true" : "false", "auto: mixed_precision");
 
   /* buckets: without the model's hidden size, auto means DeepSpeed's default */
   static const char *const bucket_keys[] = {"zero_optimization.reduce_bucket_size",
@@ -362,7 +363,9 @@ static zrt_status resolve(zrt_config *cfg, int world_size, int pending) {
     const char *def = zrt_cfg_rows[i].k.def;
     if (!def || !strcmp(def, "auto")) {
       if (pending)
-        left_to_program(&notes, p, "an error on the rank (train_gpt2 sets it from --steps)");
+        left_to_program(&notes, p,
+                        "an error on the rank (a program sets it with zrt_config_set, e.g. "
+                        "from its step count)");
       else
         unresolved(c, p, &errs);
       continue;

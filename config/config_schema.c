@@ -61,7 +61,7 @@ const zrt_cfg_row zrt_cfg_rows[] = {
       "clip the global gradient norm to this value (0 = off)", gradient_clipping),
     R("steps_per_print", I, 0, "10", NULL, 0, BIG, NULL,
       "log progress every N optimizer steps (0 = never: a program printing its own progress "
-      "line, like train_gpt2, sets it)",
+      "line sets it)",
       steps_per_print),
     R("wall_clock_breakdown", B, 0, "false", NULL, 1, 0, NULL,
       "log the step breakdown (zrt_step_timing: other/forward/backward/boundary, fetch, reduce, "
@@ -274,7 +274,8 @@ const zrt_cfg_row zrt_cfg_rows[] = {
       "use unpinned host memory (logged) when page-locking fails", pin_memory_fallback),
     R("zrt.activation_checkpointing", B, Z, "false", NULL, 1, 0, "ZRT_ACTIVATION_CHECKPOINTING",
       "checkpoint the blocks the program offers (zrt_actckpt_declare): set by the presence of "
-      "DeepSpeed's activation_checkpointing section, or train_gpt2 --activation_checkpointing",
+      "DeepSpeed's activation_checkpointing section, or by the program (zrt_config_set, e.g. "
+      "from its own activation-checkpointing option)",
       activation_checkpointing),
     R("zrt.stop_on_nonfinite", B, Z, "true", NULL, 1, 0, "ZRT_STOP_ON_NONFINITE",
       "stop the run (ZRT_ERR_OVERFLOW) when the loss is not finite or non-finite gradients were "

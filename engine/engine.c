@@ -22,6 +22,7 @@
 #include "bootstrap.h"
 #include "dtype.h"
 #include "engine_internal.h"
+#include "env.h"
 #include "memest.h"
 #include "monitor.h"
 #include "rng.h"
@@ -35,7 +36,7 @@ static void zrt_engine_set_stage(zrt_engine *eng, int stage) {
 }
 
 static zrt_status zrt_engine_parse_inject(zrt_engine *eng) {
-  const char *v = getenv("ZRT_INJECT_NONFINITE_GRADS");
+  const char *v = zrt_env("ZRT_INJECT_NONFINITE_GRADS");
   if (!v || !*v) return ZRT_OK;
   const char *p = v;
   while (*p) {
@@ -61,21 +62,14 @@ static zrt_status zrt_engine_parse_inject(zrt_engine *eng) {
   return ZRT_OK;
 }
 
-/* Test hooks: only with ZRT_TEST_HOOKS=1, so a stray variable cannot
- * change a training run; a hook variable without the switch is an error,
- * never silently ignored. */
+/* Test hooks: only with ZRT_TEST_HOOKS=1 (base/env.h), so a stray
+ * variable cannot change a training run; a hook variable without the
+ * switch is an error, never silently ignored. */
 static zrt_status zrt_engine_parse_test_hooks(zrt_engine *eng) {
   eng->test_grad_factor = 1.0f;
-  const char *on = getenv("ZRT_TEST_HOOKS");
-  const char *gf = getenv("ZRT_TEST_GRAD_FACTOR");
-  int enabled = on && !strcmp(on, "1");
-  if (on && *on && !enabled)
-    return zrt_error(ZRT_ERR_CONFIG, "ZRT_TEST_HOOKS='%s': expected 1 (or unset)", on);
-  if (gf && *gf && !enabled)
-    return zrt_error(ZRT_ERR_CONFIG,
-                     "ZRT_TEST_GRAD_FACTOR is a test hook: set ZRT_TEST_HOOKS=1 with it, or unset "
-                     "it");
-  if (!enabled) return ZRT_OK;
+  ZRT_CHECK(zrt_env_check());
+  if (!zrt_env_hooks_on()) return ZRT_OK;
+  const char *gf = zrt_env("ZRT_TEST_GRAD_FACTOR");
   eng->test_master_sums = 1;
   if (gf && *gf) {
     char *end;
@@ -155,8 +149,8 @@ zrt_status zrt_engine_create(const zrt_config *cfg, zrt_engine **out) {
     zrt_scaler_init_static(&eng->scaler, 1.0);
   }
   zrt_sched_init(&eng->sched, c);
-  ZRT_CHECK_GOTO(zrt_engine_parse_inject(eng), st, fail);
   ZRT_CHECK_GOTO(zrt_engine_parse_test_hooks(eng), st, fail);
+  ZRT_CHECK_GOTO(zrt_engine_parse_inject(eng), st, fail);
   if (eng->rank == 0 && c->metrics_path[0]) {
     eng->metrics = fopen(c->metrics_path, "w");
     if (!eng->metrics) {

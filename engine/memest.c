@@ -175,144 +175,58 @@ int zrt_memest_deepspeed(int stage, double tp, double L, int g, int n, int oo, i
   return 1;
 }
 
-/* Elements of the GPT layout's three module kinds as the example registers
- * them. */
-static void zrt_memest_gpt_sizes(const zrt_memest_gpt *g, int64_t sizes[3]) {
-  int64_t d = g->d_model;
-  sizes[0] = g->vocab * d + g->max_seq * d; /* wte (tied lm head) + wpe */
-  sizes[1] = 12 * d * d + 13 * d;           /* ln1, qkv, proj, ln2, fc, fc proj */
-  sizes[2] = 2 * d;                         /* final layer norm */
+void zrt_memest_program_layout(const zrt_memest_program *p, int world, int64_t persist_threshold,
+                               zrt_memest_layout *lay) {
+  lay->world = world;
+  lay->padded_total = lay->max_module_padded = lay->persistent_padded = 0;
+  for (int m = 0; m < p->nmodules; m++) {
+    int64_t pad = zrt_layout_padded(p->numel[m], world);
+    lay->padded_total += pad;
+    lay->max_module_padded = ZRT_MAX(lay->max_module_padded, pad);
+    if (p->numel[m] <= persist_threshold) lay->persistent_padded += pad;
+  }
 }
 
-/* The GPT layout's modules in registration order (embeddings, blocks,
- * final norm): elements per rank of module i. */
-typedef struct zrt_memest_gpt_units {
-  int64_t part[3];
-  int64_t layers;
-} zrt_memest_gpt_units;
+/* Module i's elements per rank, for zrt_layout_twin_split. */
+typedef struct zrt_memest_units {
+  const zrt_memest_program *p;
+  int world;
+} zrt_memest_units;
 
-static int64_t zrt_memest_gpt_unit(const void *arg, int i) {
-  const zrt_memest_gpt_units *u = arg;
-  return u->part[i == 0 ? 0 : i <= u->layers ? 1 : 2];
+static int64_t zrt_memest_unit(const void *arg, int i) {
+  const zrt_memest_units *u = arg;
+  return zrt_layout_padded(u->p->numel[i], u->world) / u->world;
 }
 
-int64_t zrt_memest_gpt_twin_device(const zrt_memest_gpt *g, int world, int64_t sub_group_size,
-                                   double ratio, int *groups, int *device_groups) {
-  int64_t sizes[3];
-  zrt_memest_gpt_sizes(g, sizes);
-  zrt_memest_gpt_units u = {.layers = g->layers};
-  for (int k = 0; k < 3; k++) u.part[k] = zrt_layout_padded(sizes[k], world) / world;
-  int n = (int)g->layers + 2;
-  int split = zrt_layout_twin_split(n, zrt_memest_gpt_unit, &u, sub_group_size, ratio, groups,
+int64_t zrt_memest_program_twin_device(const zrt_memest_program *p, int world,
+                                       int64_t sub_group_size, double ratio, int *groups,
+                                       int *device_groups) {
+  zrt_memest_units u = {.p = p, .world = world};
+  int split = zrt_layout_twin_split(p->nmodules, zrt_memest_unit, &u, sub_group_size, ratio, groups,
                                     device_groups);
   int64_t dev = 0;
-  for (int i = 0; i < split; i++) dev += zrt_memest_gpt_unit(&u, i) * world;
+  for (int i = 0; i < split; i++) dev += zrt_memest_unit(&u, i) * world;
   return dev;
 }
 
-static const zrt_memest_gpt zrt_gpt_presets[] = {
-    {"tiny", 2, 64, 2, 256, 64, 64},
-    {"gpt2", 12, 768, 12, 256, 1024, 1024},
-    {"gpt2-medium", 24, 1024, 16, 256, 1024, 1024},
-    {"gpt2-large", 36, 1280, 20, 256, 1024, 1024},
-    {"gpt2-xl", 48, 1600, 25, 256, 1024, 1024},
-};
-
-const zrt_memest_gpt *zrt_memest_gpt_find(const char *name) {
-  for (size_t i = 0; i < sizeof zrt_gpt_presets / sizeof zrt_gpt_presets[0]; i++)
-    if (!strcmp(zrt_gpt_presets[i].name, name)) return &zrt_gpt_presets[i];
-  return NULL;
-}
-
-void zrt_memest_gpt_layout(const zrt_memest_gpt *g, int world, int64_t persist_threshold,
-                           zrt_memest_layout *lay, int64_t *params) {
-  int64_t sizes[3];
-  zrt_memest_gpt_sizes(g, sizes);
-  int64_t count[3] = {1, g->layers, 1};
-  lay->world = world;
-  lay->padded_total = lay->max_module_padded = lay->persistent_padded = 0;
-  for (int k = 0; k < 3; k++) {
-    int64_t pad = zrt_layout_padded(sizes[k], world);
-    lay->padded_total += count[k] * pad;
-    lay->max_module_padded = ZRT_MAX(lay->max_module_padded, pad);
-    if (sizes[k] <= persist_threshold) lay->persistent_padded += count[k] * pad;
-  }
-  *params = sizes[0] + g->layers * sizes[1] + sizes[2];
-}
-
-int zrt_memest_gpt_live(const zrt_memest_gpt *g, const zrt_memest_layout *lay,
-                        int64_t persist_threshold, int grad_accum, zrt_coord_sim_peaks *out) {
-  int nl = (int)g->layers, nmod = nl + 2, last = nl + 1;
-  int per = 2 * (nl + 1) + 6 + 4 * nl + 2, ga = ZRT_MAX(grad_accum, 1);
-  int64_t sizes[3];
-  zrt_memest_gpt_sizes(g, sizes);
-  int64_t *numel = malloc(2 * (size_t)nmod * sizeof(int64_t));
-  zrt_sim_event *ev = malloc((size_t)per * (size_t)ga * sizeof *ev);
-  if (!numel || !ev) {
-    free(numel);
-    free(ev);
-    return -1;
-  }
-  int64_t *padded = numel + nmod;
-  for (int m = 0; m < nmod; m++) {
-    numel[m] = sizes[m == 0 ? 0 : m == last ? 2 : 1];
-    padded[m] = zrt_layout_padded(numel[m], lay->world);
-  }
-  int n = 0;
-#define EV(k, m)                                                                                   \
-  ev[n++] = (zrt_sim_event) { (k), (m) }
-  for (int a = 0; a < ga; a++) {
-    for (int m = 0; m <= nl; m++) {
-      EV(ZRT_SIM_FETCH, m);
-      EV(ZRT_SIM_RELEASE, m);
-    }
-    EV(ZRT_SIM_FETCH, last);
-    EV(ZRT_SIM_FETCH, 0);
-    EV(ZRT_SIM_GRAD, last);
-    EV(ZRT_SIM_GRAD_DONE, last);
-    EV(ZRT_SIM_RELEASE, 0);
-    EV(ZRT_SIM_RELEASE, last);
-    for (int m = nl; m >= 1; m--) {
-      EV(ZRT_SIM_FETCH, m);
-      EV(ZRT_SIM_GRAD, m);
-      EV(ZRT_SIM_GRAD_DONE, m);
-      EV(ZRT_SIM_RELEASE, m);
-    }
-    EV(ZRT_SIM_GRAD, 0);
-    EV(ZRT_SIM_GRAD_DONE, 0);
-  }
-#undef EV
-  zrt_coord_sim s = {.nmodules = nmod,
-                     .numel = numel,
+int zrt_memest_program_live(const zrt_memest_program *p, const zrt_memest_layout *lay,
+                            int64_t persist_threshold, zrt_coord_sim_peaks *out) {
+  int64_t *padded = malloc((size_t)ZRT_MAX(p->nmodules, 1) * sizeof(int64_t));
+  if (!padded) return -1;
+  for (int m = 0; m < p->nmodules; m++) padded[m] = zrt_layout_padded(p->numel[m], lay->world);
+  zrt_coord_sim s = {.nmodules = p->nmodules,
+                     .numel = p->numel,
                      .padded = padded,
                      .persist_threshold = persist_threshold,
                      .prefetch_elems = lay->prefetch_elems,
                      .max_live_elems =
                          lay->max_live_elems > 0 ? lay->max_live_elems : INT64_MAX / 4,
                      .reuse_distance = lay->reuse_elems,
-                     .events = ev,
-                     .nevents = n};
+                     .events = p->events,
+                     .nevents = p->nevents};
   int rc = zrt_coord_sim_run(&s, out);
-  free(numel);
-  free(ev);
+  free(padded);
   return rc;
-}
-
-uint64_t zrt_memest_gpt_activations(const zrt_memest_gpt *g, int64_t B, int64_t T, int w,
-                                    int64_t nckpt) {
-  uint64_t N = (uint64_t)B * (uint64_t)T, C = (uint64_t)g->d_model, V = (uint64_t)g->vocab;
-  uint64_t H = (uint64_t)g->heads, L = (uint64_t)g->layers;
-  uint64_t layer = 16 * N * C + 4 * N + (uint64_t)B * H * (uint64_t)T * (uint64_t)T;
-  /* gpt2_acts_layer_slots: checkpointed blocks share one slot */
-  uint64_t slots = L - (uint64_t)nckpt + (nckpt > 0);
-  uint64_t floats = N * C + slots * layer + N * C + 3 * N + N * V + 6 * N * C; /* arena */
-  uint64_t wte = V * C;
-  floats += wte; /* dwte */
-  if (w != 4) {
-    uint64_t big = ZRT_MAX(wte + (uint64_t)g->max_seq * C, 12 * C * C + 13 * C);
-    floats += 2 * big + wte;
-  }
-  return 4 * floats + 8 * N;
 }
 
 /* The largest value in [0, bad) whose peak fits (0 fits), bisected: which
@@ -353,38 +267,37 @@ int zrt_memest_fit_window(zrt_memest_peak_fn peak, void *ctx, uint64_t target, i
   return *got == 0 ? -1 : 0;
 }
 
-typedef struct zrt_memest_gpt_ctx {
-  const zrt_memest_gpt *g;
+typedef struct zrt_memest_plan_ctx {
+  const zrt_memest_program *p;
   zrt_memest_layout lay;
   int64_t persist;
-  int accum;
-} zrt_memest_gpt_ctx;
+} zrt_memest_plan_ctx;
 
-static uint64_t zrt_memest_gpt_peak(void *arg, int64_t prefetch, int64_t reuse) {
-  zrt_memest_gpt_ctx *c = arg;
+static uint64_t zrt_memest_program_peak(void *arg, int64_t prefetch, int64_t reuse) {
+  zrt_memest_plan_ctx *c = arg;
   zrt_memest_layout l = c->lay;
   l.prefetch_elems = prefetch;
   l.reuse_elems = reuse;
-  if (zrt_memest_gpt_live(c->g, &l, c->persist, c->accum, &l.live) != 0) return 0;
+  if (zrt_memest_program_live(c->p, &l, c->persist, &l.live) != 0) return 0;
   l.live_known = 1;
   zrt_memest_result r;
   zrt_memest_predict(&l, &r);
   return ZRT_MAX(r.device_total, (uint64_t)1);
 }
 
-int zrt_memest_gpt_plan(const zrt_memest_gpt *g, zrt_memest_layout *lay, int64_t persist_threshold,
-                        int grad_accum, uint64_t capacity) {
-  zrt_memest_gpt_ctx c = {.g = g, .lay = *lay, .persist = persist_threshold, .accum = grad_accum};
+int zrt_memest_program_plan(const zrt_memest_program *p, zrt_memest_layout *lay,
+                            int64_t persist_threshold, uint64_t capacity) {
+  zrt_memest_plan_ctx c = {.p = p, .lay = *lay, .persist = persist_threshold};
   if (capacity) {
     uint64_t want, got;
     int64_t pf = lay->prefetch_elems, ru = lay->reuse_elems;
-    if (zrt_memest_fit_window(zrt_memest_gpt_peak, &c, zrt_memest_plan_bytes(capacity), &pf, &ru,
-                              &want, &got) != 0)
+    if (zrt_memest_fit_window(zrt_memest_program_peak, &c, zrt_memest_plan_bytes(capacity), &pf,
+                              &ru, &want, &got) != 0)
       return -1;
     lay->prefetch_elems = pf;
     lay->reuse_elems = ru;
   }
-  if (zrt_memest_gpt_live(g, lay, persist_threshold, grad_accum, &lay->live) != 0) return -1;
+  if (zrt_memest_program_live(p, lay, persist_threshold, &lay->live) != 0) return -1;
   lay->live_known = 1;
   return 0;
 }

@@ -83,8 +83,8 @@ uint64_t zrt_memest_plan_bytes(uint64_t capacity);
 int64_t zrt_memest_fit_reuse(const zrt_memest_layout *lay, uint64_t capacity, int64_t want);
 
 /* The stage-3 window the engine keeps from its second step on
- * (engine_memplan.c; estimate-memory applies it to the GPT example's
- * order): peak(ctx, prefetch, reuse) is the steady per-rank device peak
+ * (engine_memplan.c; estimate-memory applies it to a program's fetch
+ * order, zrt_memest_program_plan): peak(ctx, prefetch, reuse) is the steady per-rank device peak
  * with that prefetch budget and reuse distance (0: it could not be
  * replayed). When the peak at (*prefetch, *reuse) exceeds target, the reuse
  * distance is lowered first (the largest value whose peak fits, bisected),
@@ -120,51 +120,44 @@ int64_t zrt_memest_offload_tile(const zrt_memest_layout *lay);
  * 4096-byte boundary. */
 int64_t zrt_memest_param_stage(const zrt_memest_layout *lay);
 
-/* GPT presets of examples/gpt2 (gpt2_config_preset): "tiny", "gpt2",
- * "gpt2-medium", "gpt2-large", "gpt2-xl"; byte-level vocab of 256. */
-typedef struct zrt_memest_gpt {
-  const char *name;
-  int64_t layers, d_model, heads, vocab, max_seq, default_seq;
-} zrt_memest_gpt;
-const zrt_memest_gpt *zrt_memest_gpt_find(const char *name);
-/* twin_device_padded of a GPT preset's module layout (zrt_memest_gpt_layout)
- * at world ranks: the padded elements of the modules before the Twin-Flow
- * split of offload_optimizer.ratio with sub_group_size (sharding/layout.h's
+/* A program as the memory model replays it: its modules' elements in
+ * registration order and one optimizer step's fetch order over them
+ * (every micro-batch). Programs describe themselves beside their code or
+ * the estimate command (tools/model_layouts.h: the GPT example, the
+ * Llama-family decoders); nothing here knows a model. */
+typedef struct zrt_memest_program {
+  int nmodules;
+  const int64_t *numel;
+  const zrt_sim_event *events;
+  int nevents;
+} zrt_memest_program;
+
+/* The layout of the program's modules at world ranks: sets world,
+ * padded_total, max_module_padded and persistent_padded (modules of at
+ * most persist_threshold elements count as stage-3 persistent). */
+void zrt_memest_program_layout(const zrt_memest_program *p, int world, int64_t persist_threshold,
+                               zrt_memest_layout *lay);
+/* twin_device_padded of the program's modules at world ranks: the padded
+ * elements of the modules before the Twin-Flow split of
+ * offload_optimizer.ratio with sub_group_size (sharding/layout.h's
  * zrt_layout_twin_split); *groups and *device_groups (may be NULL): the
  * sub-groups and how many of them stay on the device. */
-int64_t zrt_memest_gpt_twin_device(const zrt_memest_gpt *g, int world, int64_t sub_group_size,
-                                   double ratio, int *groups, int *device_groups);
-
-/* Parameter count and the module layout of a GPT preset as the example
- * registers it (embeddings, one module per block, final norm); modules of
- * at most persist_threshold elements count as stage-3 persistent. Sets
- * world, padded_total, max_module_padded, persistent_padded. */
-void zrt_memest_gpt_layout(const zrt_memest_gpt *g, int world, int64_t persist_threshold,
-                           zrt_memest_layout *lay, int64_t *params);
-/* The stage-3 replay (zrt_coord_sim_run) of train_gpt2 training preset g (lay: world, prefetch,
- * reuse, max_live; persist_threshold as for the layout) with grad_accum micro-batches per step: its
- * fetch order (embedding, blocks, then the head holding the final norm and the tied embedding at
- * once, then the blocks in reverse; the embedding's backward fetches nothing; each module's 16-bit
- * gradients from its backward to grads_ready) into *out. 0, or -1 when host memory runs out. */
-int zrt_memest_gpt_live(const zrt_memest_gpt *g, const zrt_memest_layout *lay,
-                        int64_t persist_threshold, int grad_accum, zrt_coord_sim_peaks *out);
-/* Bytes train_gpt2 allocates with zrt_engine_alloc (ZRT_MEM_ACTIVATIONS)
- * for micro batch `batch` and sequence `seq`: gpt2_acts_layout_init's fp32
- * arena, the fp32 wte gradient, the token/target ints, and for a 16-bit
- * working dtype the fp32 staging of the largest module twice plus wte.
- * nckpt: blocks checkpointed (train_gpt2 --activation_checkpointing), which
- * share one per-layer slot; their inputs are the engine's (actckpt_* of the
- * layout: nckpt blocks of 4 * batch * seq * d_model bytes). */
-uint64_t zrt_memest_gpt_activations(const zrt_memest_gpt *g, int64_t batch, int64_t seq,
-                                    int dtype_bytes, int64_t nckpt);
-
-/* estimate-memory's view of that window for train_gpt2 (lay: a stage-3
- * layout with the settings' prefetch and the reuse fitted at build): lowers
- * lay->prefetch_elems and lay->reuse_elems as the engine will at its first
- * boundary under capacity (0: unlimited, nothing lowered), and sets
- * lay->live (live_known) to the replay with the result. 0, or -1 when host
- * memory runs out. */
-int zrt_memest_gpt_plan(const zrt_memest_gpt *g, zrt_memest_layout *lay, int64_t persist_threshold,
-                        int grad_accum, uint64_t capacity);
+int64_t zrt_memest_program_twin_device(const zrt_memest_program *p, int world,
+                                       int64_t sub_group_size, double ratio, int *groups,
+                                       int *device_groups);
+/* The stage-3 replay (zrt_coord_sim_run) of the program's fetch order with
+ * lay's world, prefetch, reuse and max_live (persist_threshold as for the
+ * layout) into *out. 0, or -1 when an event is malformed or host memory
+ * runs out. */
+int zrt_memest_program_live(const zrt_memest_program *p, const zrt_memest_layout *lay,
+                            int64_t persist_threshold, zrt_coord_sim_peaks *out);
+/* estimate-memory's view of the window the engine keeps (lay: a stage-3
+ * layout with the settings' prefetch and the reuse fitted at build):
+ * lowers lay->prefetch_elems and lay->reuse_elems as the engine will at its
+ * first boundary under capacity (0: unlimited, nothing lowered), and sets
+ * lay->live (live_known) to the replay with the result. 0, or -1 when a
+ * replay fails. */
+int zrt_memest_program_plan(const zrt_memest_program *p, zrt_memest_layout *lay,
+                            int64_t persist_threshold, uint64_t capacity);
 
 #endif

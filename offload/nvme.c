@@ -194,8 +194,6 @@ fail:
   return st;
 }
 
-int zrt_nvme_direct(const zrt_nvme *nv) { return nv ? nv->direct : 0; }
-
 static zrt_status zrt_nvme_io_error(const zrt_nvme *nv, int a, int write, off_t off, long res,
                                     size_t want) {
   if (res < 0)

@@ -48,7 +48,6 @@ zrt_status zrt_nvme_commit(zrt_nvme *nv);
 /* Whole-array access to the current generation (initial values, checks). */
 zrt_status zrt_nvme_store(zrt_nvme *nv, int array, const float *src);
 zrt_status zrt_nvme_load(zrt_nvme *nv, int array, float *dst);
-int zrt_nvme_direct(const zrt_nvme *nv); /* 1 when O_DIRECT is in use */
 /* Zeros the whole current generation of one array (initial states). */
 zrt_status zrt_nvme_zero(zrt_nvme *nv, int array);
 /* Elements [off, off+len) of one array of the current generation: read into

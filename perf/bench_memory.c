@@ -18,6 +18,7 @@
 
 #include "bench_train_util.h"
 #include "memest.h"
+#include "model_layouts.h"
 
 static int64_t zrt_bench_cfg_i64(zrt_config *c, const char *key, int64_t dflt) {
   char buf[64];
@@ -28,9 +29,9 @@ static int64_t zrt_bench_cfg_i64(zrt_config *c, const char *key, int64_t dflt) {
 /* Prediction for one stage; returns 0 when the preset is unknown. */
 static int zrt_bench_predict(const zrt_pt_model *m, int ranks, int stage, zrt_memest_result *out,
                              cJSON *why) {
-  const zrt_memest_gpt *p = zrt_memest_gpt_find(m->model);
+  const zrt_model_gpt *p = zrt_model_gpt_find(m->model);
   if (!p) return 0;
-  zrt_memest_gpt g = *p;
+  zrt_model_gpt g = *p;
   if (m->n_layer) g.layers = m->n_layer;
   if (m->n_head) g.heads = m->n_head;
   if (m->n_embd) g.d_model = m->n_embd;
@@ -48,11 +49,16 @@ static int zrt_bench_predict(const zrt_pt_model *m, int ranks, int stage, zrt_me
   }
   zrt_memest_layout lay;
   memset(&lay, 0, sizeof lay);
-  int64_t params = 0;
-  zrt_memest_gpt_layout(
-      &g, ranks,
-      zrt_bench_cfg_i64(cfg, "zero_optimization.stage3_param_persistence_threshold", 100000), &lay,
-      &params);
+  zrt_model_program prog;
+  if (zrt_model_gpt_program(&g, 1, &prog) != 0) {
+    zrt_config_destroy(cfg);
+    return 0;
+  }
+  zrt_memest_program_layout(
+      &prog.p, ranks,
+      zrt_bench_cfg_i64(cfg, "zero_optimization.stage3_param_persistence_threshold", 100000), &lay);
+  int64_t params = zrt_model_params(&prog.p);
+  zrt_model_program_free(&prog);
   int w = !strcmp(m->dtype, "fp32") ? 4 : 2;
   lay.stage = stage;
   lay.dtype_bytes = w;
@@ -67,7 +73,7 @@ static int zrt_bench_predict(const zrt_pt_model *m, int ranks, int stage, zrt_me
   lay.reduce_bucket_size =
       zrt_bench_cfg_i64(cfg, "zero_optimization.reduce_bucket_size", 500000000);
   lay.sub_group_size = zrt_bench_cfg_i64(cfg, "zero_optimization.sub_group_size", 1000000000);
-  lay.activation_bytes = zrt_memest_gpt_activations(&g, m->batch, T, w, 0);
+  lay.activation_bytes = zrt_model_gpt_activations(&g, m->batch, T, w, 0);
   zrt_memest_predict(&lay, out);
   cJSON_AddNumberToObject(why, "params", (double)params);
   cJSON_AddNumberToObject(why, "padded_total", (double)lay.padded_total);

@@ -15,8 +15,8 @@
  * GPT-2 config.json (n_layer, n_embd, n_head, vocab_size, n_positions, or
  * their GPT2Config aliases) into the same GPT layout the presets use, or a
  * Llama, Mistral or Qwen2 config.json into its parameter count per module
- * (hf_decoder_count; the largest module one layer or the embedding, as
- * --params N --largest_module M would give). Each
+ * (the largest module one layer or the embedding, as --params N
+ * --largest_module M would give); these layouts are model_layouts.c's. Each
  * row also carries DeepSpeed's own estimator figure for that stage. With
  * --offload_ratio R < 1 (offload_optimizer.ratio, Twin-Flow) the stage-3
  * optimizer-offload rows keep the first int((1 - R) G) of the G sub-groups
@@ -25,7 +25,6 @@
  * left out (the engine refuses that combination), stages 1-2 ignore R.
  * Pure arithmetic: no MPI, no device.
  */
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +33,7 @@
 #include "internal.h"
 #include "layout.h"
 #include "memest.h"
-#include "safe_file.h"
+#include "model_layouts.h"
 #include "tools.h"
 
 static void est_usage(FILE *f) {
@@ -113,199 +112,11 @@ static int64_t est_one_unit(const void *arg, int i) {
 
 /* DeepSpeed's largest_layer_params: the most parameters any one nn.Module
  * holds itself. For the GPT presets that is the largest of HF GPT-2's
- * leaves (wte V C, wpe T C, c_attn 3C^2 + 3C, c_fc 4C^2 + 4C); for --params
- * the --largest_module given (else every parameter in one layer). */
-static int64_t ds_largest(const zrt_memest_gpt *g, int64_t params, int64_t largest) {
+ * leaves (zrt_model_gpt_largest_leaf); for --params the --largest_module
+ * given (else every parameter in one layer). */
+static int64_t ds_largest(const zrt_model_gpt *g, int64_t params, int64_t largest) {
   if (!g) return largest > 0 && largest < params ? largest : params;
-  int64_t C = g->d_model, v = ZRT_MAX(g->vocab * C, g->max_seq * C);
-  return ZRT_MAX(v, ZRT_MAX(3 * C * C + 3 * C, 4 * C * C + 4 * C));
-}
-
-/* The first of `keys` present in object o as a positive integer into
- * *out; 0 when none is present, -1 (message printed) when one is not a
- * positive integer. */
-static int hf_int(const cJSON *o, const char *path, const char *const *keys, int64_t *out) {
-  for (int k = 0; keys[k]; k++) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, keys[k]);
-    if (!v) continue;
-    if (!cJSON_IsNumber(v) || v->valuedouble < 1 ||
-        v->valuedouble != (double)(int64_t)v->valuedouble) {
-      fprintf(stderr, "zrt estimate-memory: --hf_config %s: \"%s\" must be a positive integer\n",
-              path, keys[k]);
-      return -1;
-    }
-    *out = (int64_t)v->valuedouble;
-    return 1;
-  }
-  return 0;
-}
-
-/* A Llama-family decoder (model_type llama, mistral, qwen2) counted per
- * module from its config.json, as transformers builds it: embed_tokens
- * V x H; per decoder layer q_proj H x (heads hd), k_proj and v_proj
- * H x (kv hd), o_proj (heads hd) x H (biases: Llama's attention_bias on all
- * four, Qwen2's fixed bias on q, k, v), gate/up/down H x I each (mlp_bias:
- * I, I, H), two RMSNorm weights H; the final norm H; lm_head V x H unless
- * tie_word_embeddings. */
-typedef struct hf_decoder {
-  int64_t embed, layer, layers, norm, head, total;
-} hf_decoder;
-
-static int hf_bool(const cJSON *o, const char *key, int dflt) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
-}
-
-/* Returns 0, or 2 after a message. */
-static int hf_decoder_count(const cJSON *o, const char *path, const char *type, hf_decoder *d) {
-  static const char *const names[] = {"hidden_size", "intermediate_size", "num_attention_heads",
-                                      "num_hidden_layers", "vocab_size"};
-  int64_t v[5];
-  for (int i = 0; i < 5; i++) {
-    const char *const keys[2] = {names[i], NULL};
-    int r = hf_int(o, path, keys, &v[i]);
-    if (r < 0) return 2;
-    if (r == 0) {
-      fprintf(stderr,
-              "zrt estimate-memory: --hf_config %s: \"%s\" is missing (a %s config has "
-              "hidden_size, intermediate_size, num_attention_heads, num_hidden_layers and "
-              "vocab_size)\n",
-              path, names[i], type);
-      return 2;
-    }
-  }
-  int64_t H = v[0], I = v[1], heads = v[2], L = v[3], V = v[4], kv = heads, hd = 0;
-  static const char *const k_kv[] = {"num_key_value_heads", NULL};
-  static const char *const k_hd[] = {"head_dim", NULL};
-  if (hf_int(o, path, k_kv, &kv) < 0 || hf_int(o, path, k_hd, &hd) < 0) return 2;
-  if (!hd) {
-    if (H % heads) {
-      fprintf(stderr,
-              "zrt estimate-memory: --hf_config %s: num_attention_heads %lld does not divide "
-              "hidden_size %lld (and there is no head_dim)\n",
-              path, (long long)heads, (long long)H);
-      return 2;
-    }
-    hd = H / heads;
-  }
-  if (heads % kv) {
-    fprintf(stderr,
-            "zrt estimate-memory: --hf_config %s: num_key_value_heads %lld does not divide "
-            "num_attention_heads %lld\n",
-            path, (long long)kv, (long long)heads);
-    return 2;
-  }
-  int qwen2 = !strcmp(type, "qwen2");
-  int attn_bias = !qwen2 && hf_bool(o, "attention_bias", 0);
-  int qkv_bias = qwen2 || attn_bias, mlp_bias = hf_bool(o, "mlp_bias", 0);
-  int64_t q = H * heads * hd + (qkv_bias ? heads * hd : 0);
-  int64_t k = H * kv * hd + (qkv_bias ? kv * hd : 0);
-  int64_t out = heads * hd * H + (attn_bias ? H : 0);
-  int64_t mlp = 3 * H * I + (mlp_bias ? 2 * I + H : 0);
-  d->embed = V * H;
-  d->layer = q + 2 * k + out + mlp + 2 * H;
-  d->layers = L;
-  d->norm = H;
-  d->head = hf_bool(o, "tie_word_embeddings", 0) ? 0 : V * H;
-  d->total = d->embed + L * d->layer + d->norm + d->head;
-  return 0;
-}
-
-/* A Hugging Face GPT-2 config.json as a GPT layout (examples/gpt2's
- * modules: embeddings, one per block, final norm; wte tied to the head),
- * or (dec set, return 0) a Llama-family decoder's per-module counts.
- * Returns 0, or 2 after a message naming the file and what is wrong. */
-static int hf_config_load(const char *path, zrt_memest_gpt *g, hf_decoder *dec) {
-  FILE *f = zrt_safe_fopen_read(path, "Hugging Face config"); /* a FIFO: an error, not a hang */
-  if (!f) {
-    fprintf(stderr, "zrt estimate-memory: --hf_config: %s\n", zrt_last_error());
-    return 2;
-  }
-  char *text = NULL;
-  size_t len = 0, cap = 0;
-  for (;;) {
-    if (len + 4096 + 1 > cap) {
-      cap = cap ? 2 * cap : 8192;
-      char *t = realloc(text, cap);
-      if (!t) {
-        free(text);
-        fclose(f);
-        fprintf(stderr, "zrt estimate-memory: out of memory reading %s\n", path);
-        return 2;
-      }
-      text = t;
-    }
-    size_t n = fread(text + len, 1, 4096, f);
-    len += n;
-    if (n < 4096) break;
-  }
-  fclose(f);
-  text[len] = 0;
-  cJSON *o = cJSON_Parse(text);
-  free(text);
-  if (!o || !cJSON_IsObject(o)) {
-    fprintf(stderr,
-            "zrt estimate-memory: --hf_config %s: not a JSON object (a Hugging Face config.json "
-            "is expected)\n",
-            path);
-    cJSON_Delete(o);
-    return 2;
-  }
-  const cJSON *mt = cJSON_GetObjectItemCaseSensitive(o, "model_type");
-  const char *type = cJSON_IsString(mt) ? mt->valuestring : NULL;
-  memset(dec, 0, sizeof *dec);
-  if (type && (!strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "qwen2"))) {
-    int rc = hf_decoder_count(o, path, type, dec);
-    cJSON_Delete(o);
-    return rc;
-  }
-  if (mt && (!type || strcmp(type, "gpt2"))) {
-    fprintf(stderr,
-            "zrt estimate-memory: --hf_config %s: model_type \"%s\" — the layouts here are "
-            "gpt2 (the modules examples/gpt2 registers) and the llama, mistral and qwen2 "
-            "decoders (counted per module); for another architecture pass --params N "
-            "--largest_module M\n",
-            path, type ? type : "?");
-    cJSON_Delete(o);
-    return 2;
-  }
-  static const char *const k_layer[] = {"n_layer", "num_hidden_layers", NULL};
-  static const char *const k_embd[] = {"n_embd", "hidden_size", NULL};
-  static const char *const k_head[] = {"n_head", "num_attention_heads", NULL};
-  static const char *const k_vocab[] = {"vocab_size", NULL};
-  static const char *const k_pos[] = {"n_positions", "max_position_embeddings", "n_ctx", NULL};
-  const char *const *keys[5] = {k_layer, k_embd, k_head, k_vocab, k_pos};
-  int64_t v[5] = {0};
-  for (int i = 0; i < 5; i++) {
-    int r = hf_int(o, path, keys[i], &v[i]);
-    if (r < 0) {
-      cJSON_Delete(o);
-      return 2;
-    }
-    if (r == 0) {
-      fprintf(stderr,
-              "zrt estimate-memory: --hf_config %s: \"%s\" is missing (a GPT2Config "
-              "has n_layer, n_embd, n_head, vocab_size and n_positions)\n",
-              path, keys[i][0]);
-      cJSON_Delete(o);
-      return 2;
-    }
-  }
-  cJSON_Delete(o);
-  if (v[1] % v[2]) {
-    fprintf(stderr,
-            "zrt estimate-memory: --hf_config %s: n_head %lld does not divide n_embd %lld\n", path,
-            (long long)v[2], (long long)v[1]);
-    return 2;
-  }
-  *g = (zrt_memest_gpt){.name = "hf_config",
-                        .layers = v[0],
-                        .d_model = v[1],
-                        .heads = v[2],
-                        .vocab = v[3],
-                        .max_seq = v[4],
-                        .default_seq = v[4]};
-  return 0;
+  return zrt_model_gpt_largest_leaf(g);
 }
 
 int zrt_cmd_estimate_memory(int argc, char **argv) {
@@ -440,11 +251,11 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
                     "config.json or --params N\n");
     return 2;
   }
-  const zrt_memest_gpt *g = NULL;
-  zrt_memest_gpt hfg;
-  hf_decoder dec = {0};
+  const zrt_model_gpt *g = NULL;
+  zrt_model_gpt hfg;
+  zrt_model_decoder dec = {0};
   if (hf_path) {
-    int rc = hf_config_load(hf_path, &hfg, &dec);
+    int rc = zrt_model_hf_load(hf_path, &hfg, &dec);
     if (rc) return rc;
     if (dec.total) {
       /* a decoder: its parameter count, the largest module one layer or the
@@ -461,7 +272,7 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       g = &hfg;
     }
   }
-  if (model && !(g = zrt_memest_gpt_find(model))) {
+  if (model && !(g = zrt_model_gpt_find(model))) {
     fprintf(stderr,
             "zrt estimate-memory: unknown --model '%s' (tiny, gpt2, gpt2-medium, gpt2-large, "
             "gpt2-xl)\n",
@@ -536,7 +347,14 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
     return 2;
   }
   if (g && ackn > g->layers) ackn = g->layers;
-  uint64_t acts = g ? zrt_memest_gpt_activations(g, batch, seq, w, ackn) : (uint64_t)act_bytes;
+  uint64_t acts = g ? zrt_model_gpt_activations(g, batch, seq, w, ackn) : (uint64_t)act_bytes;
+  /* the GPT example's modules and fetch order, for the layout, Twin-Flow and the replay */
+  zrt_model_program prog = {0};
+  if (g && zrt_model_gpt_program(g, (int)accum, &prog) != 0) {
+    free(rows);
+    fprintf(stderr, "zrt estimate-memory: out of host memory\n");
+    return 1;
+  }
   int nrows = 0;
   for (int i = 0; i < nw; i++)
     for (int k = 0; k < NC; k++) {
@@ -546,7 +364,8 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       memset(&lay, 0, sizeof lay);
       lay.stage = cand[k].stage;
       if (g) {
-        zrt_memest_gpt_layout(g, wl[i], persist, &lay, &nparams);
+        zrt_memest_program_layout(&prog.p, wl[i], persist, &lay);
+        nparams = zrt_model_params(&prog.p);
       } else {
         int64_t unit = (int64_t)wl[i] * 32;
         int64_t big = largest > 0 && largest < params ? largest : params;
@@ -579,7 +398,7 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       if (ratio < 1 && cand[k].stage == 3 && cand[k].oo) {
         if (g) {
           lay.twin_device_padded =
-              zrt_memest_gpt_twin_device(g, wl[i], sgs, ratio, &groups, &dev_groups);
+              zrt_memest_program_twin_device(&prog.p, wl[i], sgs, ratio, &groups, &dev_groups);
         } else { /* one module: one sub-group (on the device only at ratio 0) */
           int64_t part = lay.padded_total / wl[i];
           int split =
@@ -595,7 +414,8 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
         /* the gathered copies the coordinator holds over the example's fetch
          * order, with the prefetch and reuse the engine's memory plan keeps
          * from its second step on under the device (engine_memplan.c) */
-        if (zrt_memest_gpt_plan(g, &lay, persist, (int)accum, devmem) != 0) {
+        if (zrt_memest_program_plan(&prog.p, &lay, persist, devmem) != 0) {
+          zrt_model_program_free(&prog);
           free(rows);
           fprintf(stderr, "zrt estimate-memory: out of host memory\n");
           return 1;
@@ -741,6 +561,7 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
                    "too (two generations)"
                  : "");
   }
+  zrt_model_program_free(&prog);
   free(rows);
   return 0;
 }

@@ -51,6 +51,7 @@
 
 #include "backend.h"
 #include "config.h"
+#include "env.h"
 #include "internal.h"
 #include "launch_habits.h"
 #include "launch_noise.h"
@@ -271,15 +272,8 @@ static zrt_status cli_build_config(const cli_launch_args *a, zrt_config **out, c
     if (!a->val[i] || !o->key) continue;
     char origin[80];
     snprintf(origin, sizeof origin, "--%s", o->name);
+    /* --mixed_precision sets fp16/bf16.enabled too (zrt_config_set maps it) */
     ZRT_CHECK_GOTO(cli_set(cfg, o->key, a->val[i], origin), st, fail);
-    if (!strcmp(o->name, "mixed_precision")) {
-      /* accelerate's mixed_precision selects the DeepSpeed fp16/bf16 blocks */
-      const char *mp = a->val[i];
-      ZRT_CHECK_GOTO(cli_set(cfg, "fp16.enabled", !strcmp(mp, "fp16") ? "true" : "false", origin),
-                     st, fail);
-      ZRT_CHECK_GOTO(cli_set(cfg, "bf16.enabled", !strcmp(mp, "bf16") ? "true" : "false", origin),
-                     st, fail);
-    }
   }
   for (int i = 0; i < a->nsets; i++) {
     char kv[1024];
@@ -320,7 +314,7 @@ static int cli_count_hosts(const char *hostfile) {
 
 static int cli_find_program(const char *prog) {
   if (strchr(prog, '/')) return access(prog, X_OK) == 0;
-  const char *path = getenv("PATH");
+  const char *path = zrt_env("PATH");
   if (!path) return 0;
   char buf[PATH_MAX];
   for (const char *p = path; *p;) {
@@ -371,7 +365,7 @@ static double cli_wall(void) {
 }
 
 static double cli_env_double(const char *name, double dflt) {
-  const char *s = getenv(name);
+  const char *s = zrt_env(name);
   if (!s || !*s) return dflt;
   char *end;
   double v = strtod(s, &end);
@@ -492,7 +486,7 @@ static int cli_prepare_run(zrt_config *cfg, cli_plan *p, cli_run *run, char *cfg
   memset(run, 0, sizeof *run);
   run->first_fail = -1;
   run->nranks = (int)p->nproc;
-  const char *tmp = getenv("TMPDIR");
+  const char *tmp = zrt_env("TMPDIR");
   snprintf(run->dir, sizeof run->dir, "%s/zrt-run-XXXXXX", tmp && *tmp ? tmp : "/tmp");
   if (!mkdtemp(run->dir)) {
     fprintf(stderr, "zrt launch: cannot create a run directory under %s: %s\n",
@@ -571,7 +565,7 @@ static int cli_mpiexec_argv(const cli_plan *p, int argc, char **argv, int prog_a
     return 1;
   }
   int n = 0, nown = 0;
-  const char *mpiexec = getenv("ZRT_MPIEXEC");
+  const char *mpiexec = zrt_env("ZRT_MPIEXEC");
   av[n++] = (char *)(mpiexec && *mpiexec ? mpiexec : "mpiexec");
   if (geteuid() == 0) av[n++] = "--allow-run-as-root";
   av[n++] = "--oversubscribe";
@@ -616,7 +610,7 @@ static int cli_mpiexec_argv(const cli_plan *p, int argc, char **argv, int prog_a
       av[n++] = name;
     }
   }
-  const char *extra = getenv("ZRT_MPIEXEC_ARGS");
+  const char *extra = zrt_env("ZRT_MPIEXEC_ARGS");
   char *extra_copy = cmd->extra_copy = extra ? strdup(extra) : NULL;
   if (extra_copy) {
     char *save = NULL;

@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include "launch_habits.h"
 
+#include "env.h"
 #include "internal.h"
 #include "safe_file.h"
 
@@ -107,7 +108,7 @@ static char *filter_hostfile(hstate *s) {
     fprintf(stderr, "zrt launch: %s\n", zrt_last_error());
     return NULL;
   }
-  const char *tmp = getenv("TMPDIR");
+  const char *tmp = zrt_env("TMPDIR");
   char *path = malloc(4096);
   snprintf(path, 4096, "%s/zrt_hostfile_XXXXXX", tmp && *tmp ? tmp : "/tmp");
   int fd = mkstemp(path);
@@ -315,7 +316,7 @@ int zrt_launch_habits_apply(int argc, char **argv, zrt_launch_habits *h) {
       fprintf(stderr, "zrt launch: --log_dir %s: %s\n", dir, strerror(errno));
       return 2;
     }
-    const char *prev = getenv("ZRT_MPIEXEC_ARGS");
+    const char *prev = zrt_env("ZRT_MPIEXEC_ARGS");
     char *args = own(&s, malloc(8192));
     snprintf(args, 8192, "%s%s--output-filename %s", prev ? prev : "", prev ? " " : "", dir);
     setenv("ZRT_MPIEXEC_ARGS", args, 1);

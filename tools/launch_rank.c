@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "env.h"
 #include "internal.h"
 #include "launch_threads.h"
 #include "launch_util.h"
@@ -53,7 +54,7 @@ static void cli_rank_forward(int sig) {
 }
 
 static int cli_env_int(const char *name, int dflt) {
-  const char *s = getenv(name);
+  const char *s = zrt_env(name);
   if (!s || !*s) return dflt;
   char *end;
   long v = strtol(s, &end, 10);
@@ -71,7 +72,7 @@ static void cli_setenv_int(const char *name, int v) {
  * *gone is set when the launcher has already died. */
 static int cli_launcher_watch(int *gone) {
   *gone = 0;
-  const char *fifo = getenv("ZRT_LAUNCH_FIFO");
+  const char *fifo = zrt_env("ZRT_LAUNCH_FIFO");
   if (!fifo || !*fifo) return -1;
   int fd = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   struct stat sb;
@@ -79,7 +80,7 @@ static int cli_launcher_watch(int *gone) {
     if (fd >= 0) close(fd);
     return -1;
   }
-  const char *lp = getenv("ZRT_LAUNCH_PID");
+  const char *lp = zrt_env("ZRT_LAUNCH_PID");
   int pid = 0;
   unsigned long long start = 0;
   if (lp && sscanf(lp, "%d:%llu", &pid, &start) == 2 && pid > 0 && cli_proc_start(pid) != start)
@@ -121,7 +122,7 @@ int cli_rank_main(int argc, char **argv) {
   }
   zrt_log_set_rank(rank);
 
-  const char *rundir = getenv("ZRT_RUN_DIR");
+  const char *rundir = zrt_env("ZRT_RUN_DIR");
   if (rundir && *rundir) mkdir(rundir, 0700); /* other machines have no run dir yet */
 
   /* Binding: computed from the wrapper's own affinity, which mpiexec
@@ -220,7 +221,7 @@ int cli_rank_main(int argc, char **argv) {
   int status = 0, launcher_gone = 0;
   int watch = cli_launcher_watch(&launcher_gone);
   double grace = 3.0, t_term = -1;
-  const char *gs = getenv("ZRT_LAUNCH_GRACE_S");
+  const char *gs = zrt_env("ZRT_LAUNCH_GRACE_S");
   if (gs && *gs) grace = atof(gs);
   for (;;) {
     int blocking = watch < 0 && !launcher_gone;

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "env.h"
 #include "internal.h"
 #include "launch_util.h"
 
@@ -67,7 +68,7 @@ const char *cli_thread_plan_text(const cli_thread_plan *p, char *buf, size_t len
 }
 
 int cli_thread_env_user(void) {
-  const char *s = getenv("OMP_NUM_THREADS");
+  const char *s = zrt_env("OMP_NUM_THREADS");
   if (!s || !*s) return 0;
   char *end;
   long v = strtol(s, &end, 10);
@@ -114,7 +115,7 @@ void cli_thread_plan_announce(const struct zrt_cfg *v, int local_ranks, int bind
 }
 
 void cli_thread_plan_apply(int local_rank, int local_ranks, cli_thread_plan *out) {
-  const char *h = getenv("ZRT_LAUNCH_HELPERS");
+  const char *h = zrt_env("ZRT_LAUNCH_HELPERS");
   int helpers = h && *h ? atoi(h) : 0;
   cli_thread_plan_make(cli_thread_cores(), local_ranks, local_rank, helpers, cli_thread_env_user(),
                        0, out);
@@ -128,8 +129,8 @@ void cli_thread_plan_apply(int local_rank, int local_ranks, cli_thread_plan *out
 }
 
 const char *cli_wait_policy_text(char *buf, size_t len) {
-  const char *w = getenv("OMP_WAIT_POLICY"), *sc = getenv("GOMP_SPINCOUNT");
-  const char *ad = getenv("ZRT_ADAPTIVE_THREADS");
+  const char *w = zrt_env("OMP_WAIT_POLICY"), *sc = zrt_env("GOMP_SPINCOUNT");
+  const char *ad = zrt_env_config("ZRT_ADAPTIVE_THREADS");
   char team[160];
   snprintf(team, sizeof team, "zrt.adaptive_threads %s", ad && *ad ? ad : "true (the default)");
   if ((w && *w) || (sc && *sc))

@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "launch_util.h"
+#include "env.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -51,12 +52,12 @@ const char *cli_source_text(const zrt_cfg_source *src, char *buf, size_t len) {
 }
 
 const char *cli_default_config_path(char *buf, size_t len) {
-  const char *home = getenv("ZRT_CONFIG_HOME");
+  const char *home = zrt_env("ZRT_CONFIG_HOME");
   if (home && home[0]) {
     snprintf(buf, len, "%s/default_config.yaml", home);
     return buf;
   }
-  home = getenv("HOME");
+  home = zrt_env("HOME");
   snprintf(buf, len, "%s/.config/zrt/default_config.yaml", home && home[0] ? home : ".");
   return buf;
 }

@@ -13,7 +13,7 @@ MPI=(mpiexec --oversubscribe --allow-run-as-root --bind-to none --mca btl self,v
 D=$(mktemp -d /tmp/zrt_kill.XXXXXX)
 trap 'rm -rf "$D"' EXIT
 STEPS=12
-export ZRT_LOG_LEVEL=error ZRT_CKPT_SLOW_US=15000
+export ZRT_LOG_LEVEL=error ZRT_TEST_HOOKS=1 ZRT_CKPT_SLOW_US=15000
 "${MPI[@]}" -n 2 "$B" loop "$D/ref" 1 $STEPS >/dev/null || { echo "FAIL: uninterrupted run"; exit 1; }
 kills=0
 for i in $(seq 1 40); do

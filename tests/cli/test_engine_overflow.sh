@@ -21,7 +21,7 @@ trap 'rm -rf "$T"' EXIT
 MPI="mpiexec --oversubscribe --allow-run-as-root --bind-to none --mca btl self,vader -n 2"
 fail=0
 
-ZRT_INJECT_NONFINITE_GRADS=2,5,6 $MPI "$BIN/train_mlp" --steps 8 --metrics "$T/m.jsonl" \
+ZRT_TEST_HOOKS=1 ZRT_INJECT_NONFINITE_GRADS=2,5,6 $MPI "$BIN/train_mlp" --steps 8 --metrics "$T/m.jsonl" \
   --set fp16.enabled=true --set fp16.initial_scale_power=8 --set zero_optimization.stage=2 \
   >"$T/out" 2>&1 || { echo "FAIL: run exited non-zero"; cat "$T/out"; exit 1; }
 python3 - "$T/m.jsonl" <<'PY' || fail=1
@@ -51,10 +51,10 @@ PY
 $MPI "$BIN/train_mlp" --steps 4 --set fp16.enabled=true --set fp16.initial_scale_power=2 \
   --set fp16.min_loss_scale=4 --set fp16.hysteresis=1 \
   >"$T/out2" 2>&1 <<<"" ; rc=$?
-ZRT_INJECT_NONFINITE_GRADS=2 $MPI "$BIN/train_mlp" --steps 4 --set fp16.enabled=true \
+ZRT_TEST_HOOKS=1 ZRT_INJECT_NONFINITE_GRADS=2 $MPI "$BIN/train_mlp" --steps 4 --set fp16.enabled=true \
   --set fp16.initial_scale_power=2 --set fp16.min_loss_scale=4 --set fp16.hysteresis=1 \
   --set zero_optimization.stage=1 >"$T/out3" 2>&1; rc3=$?
-ZRT_INJECT_NONFINITE_GRADS=2 $MPI "$BIN/train_mlp" --steps 4 --set fp16.enabled=true \
+ZRT_TEST_HOOKS=1 ZRT_INJECT_NONFINITE_GRADS=2 $MPI "$BIN/train_mlp" --steps 4 --set fp16.enabled=true \
   --set fp16.initial_scale_power=2 --set fp16.min_loss_scale=4 --set fp16.hysteresis=1 \
   --set zero_optimization.stage=0 >"$T/out4" 2>&1; rc4=$?
 if [ $rc4 -ne 0 ] || ! grep -q "step 2 .*scale 4 .*(skipped)" "$T/out4"; then

@@ -20,7 +20,7 @@ expect_grep "^zrt test: PASS training +\(stage 3, bf16, offload_optimizer cpu, 2
 expect_grep "^zrt test: all checks passed" a.out
 pass "zrt test: collectives exact, training at stage 3 bf16 offload"
 
-ZRT_INJECT_NONFINITE_GRADS=1,2,3,4,5,6,7,8 "$ZRT" test --num_processes 2 --zero_stage 1 \
+ZRT_TEST_HOOKS=1 ZRT_INJECT_NONFINITE_GRADS=1,2,3,4,5,6,7,8 "$ZRT" test --num_processes 2 --zero_stage 1 \
   --mixed_precision bf16 >b.out 2>&1
 expect_status nonzero $? "zrt test with broken gradients"
 expect_grep "^zrt test: PASS all-reduce" b.out

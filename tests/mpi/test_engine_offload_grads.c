@@ -242,10 +242,13 @@ int main(int argc, char **argv) {
   MPI_Bcast(tmpdir, sizeof tmpdir, MPI_CHAR, 0, MPI_COMM_WORLD);
   for (int fp16 = 0; fp16 <= 1; fp16++) {
     /* fp16: step 2's accumulator gets a NaN (read at engine create) */
-    if (fp16)
+    if (fp16) { /* the injection is a test hook: it acts with ZRT_TEST_HOOKS=1 */
+      setenv("ZRT_TEST_HOOKS", "1", 1);
       setenv("ZRT_INJECT_NONFINITE_GRADS", "2", 1);
-    else
+    } else {
+      unsetenv("ZRT_TEST_HOOKS");
       unsetenv("ZRT_INJECT_NONFINITE_GRADS");
+    }
     for (int stage = 1; stage <= 3; stage++) {
       outcome ref = {0};
       for (int oo = 0; oo <= 2; oo++) {
@@ -293,6 +296,7 @@ int main(int argc, char **argv) {
     }
   }
   unsetenv("ZRT_INJECT_NONFINITE_GRADS");
+  unsetenv("ZRT_TEST_HOOKS");
   check_cap(world, rank);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) {

@@ -261,10 +261,13 @@ int main(int argc, char **argv) {
     int split;
   } R[] = {{"0", 6}, {"0.3", 4}, {"0.5", 3}, {"0.7", 1}, {"1", 0}};
   for (int fp16 = 0; fp16 <= 1; fp16++) {
-    if (fp16)
+    if (fp16) { /* the injection is a test hook: it acts with ZRT_TEST_HOOKS=1 */
+      setenv("ZRT_TEST_HOOKS", "1", 1);
       setenv("ZRT_INJECT_NONFINITE_GRADS", "2", 1);
-    else
+    } else {
+      unsetenv("ZRT_TEST_HOOKS");
       unsetenv("ZRT_INJECT_NONFINITE_GRADS");
+    }
     const char *dt = fp16 ? "fp16" : "bf16";
     outcome ref = {0};
     for (size_t k = 0; k < sizeof R / sizeof R[0]; k++) {
@@ -343,6 +346,7 @@ int main(int argc, char **argv) {
     outcome_free(&ref);
   }
   unsetenv("ZRT_INJECT_NONFINITE_GRADS");
+  unsetenv("ZRT_TEST_HOOKS");
 
   /* stage 2: the ratio is ignored (as DeepSpeed does), the whole optimizer offloaded */
   {

@@ -20,7 +20,8 @@
  *    the master, state and fp32 grad bytes split into 4D/N (x k for states)
  *    on the device and the rest on the host, summing to the full-offload
  *    figures; D is ignored without offload, at stages 1-2 and with nvme;
- *    zrt_memest_gpt_twin_device of the tiny preset (modules of 20480,
+ *    zrt_memest_program_twin_device of the tiny GPT preset
+ *    (tools/model_layouts.h; modules of 20480,
  *    49984, 49984 and 128 elements at 2 ranks: parts 10240, 24992, 24992,
  *    64) with sub_group_size 0 and ratio 0.5 keeps int(0.5 * 4) = 2
  *    modules (70464 padded elements) on the device; sub_group_size 30000
@@ -31,6 +32,7 @@
 #include <string.h>
 
 #include "memest.h"
+#include "model_layouts.h"
 #include "ztest.h"
 
 static void gib2(uint64_t bytes, char *out, size_t n) {
@@ -154,13 +156,16 @@ static void test_twin(void) {
   l.twin_device_padded = 0;
   zrt_memest_predict(&l, &a);
   ZT_CHECK(!memcmp(&a, &b, sizeof a));
-  const zrt_memest_gpt *tiny = zrt_memest_gpt_find("tiny");
+  zrt_model_program tiny;
+  ZT_CHECK(zrt_model_gpt_program(zrt_model_gpt_find("tiny"), 1, &tiny) == 0);
+  const zrt_memest_program *t = &tiny.p;
   int G, dg;
-  ZT_CHECK(zrt_memest_gpt_twin_device(tiny, 2, 0, 0.5, &G, &dg) == 70464 && G == 4 && dg == 2);
-  ZT_CHECK(zrt_memest_gpt_twin_device(tiny, 2, 0, 0.0, &G, &dg) == 2 * 70464 - 20480 + 128 &&
+  ZT_CHECK(zrt_memest_program_twin_device(t, 2, 0, 0.5, &G, &dg) == 70464 && G == 4 && dg == 2);
+  ZT_CHECK(zrt_memest_program_twin_device(t, 2, 0, 0.0, &G, &dg) == 2 * 70464 - 20480 + 128 &&
            dg == 4);
-  ZT_CHECK(zrt_memest_gpt_twin_device(tiny, 2, 30000, 0.5, &G, &dg) == 70464 && G == 2 && dg == 1);
-  ZT_CHECK(zrt_memest_gpt_twin_device(tiny, 2, 30000, 0.9, &G, &dg) == 0 && dg == 0);
+  ZT_CHECK(zrt_memest_program_twin_device(t, 2, 30000, 0.5, &G, &dg) == 70464 && G == 2 && dg == 1);
+  ZT_CHECK(zrt_memest_program_twin_device(t, 2, 30000, 0.9, &G, &dg) == 0 && dg == 0);
+  zrt_model_program_free(&tiny);
   printf("twin-flow: device/host split of master, states and grads sums to full offload; tiny "
          "preset splits as DeepSpeed's rule gives\n");
 }
