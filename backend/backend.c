@@ -45,9 +45,19 @@ static zrt_status zrt_backend_raw_alloc(void *ctx, size_t bytes, void **out) {
   return st;
 }
 
+/* zrt_backend_free_on's stream, for the raw free the pool calls on this
+ * thread inside zrt_pool_free (the pool's interface has no stream). */
+static _Thread_local struct {
+  int set;
+  zrt_stream s;
+} zrt_backend_free_stream;
+
 static void zrt_backend_raw_free(void *ctx, void *ptr, size_t bytes) {
   zrt_backend *b = ctx;
-  b->iface->free(b->ctx, ptr, bytes);
+  if (zrt_backend_free_stream.set && b->iface->free_on)
+    b->iface->free_on(b->ctx, ptr, bytes, zrt_backend_free_stream.s);
+  else
+    b->iface->free(b->ctx, ptr, bytes);
 }
 
 int zrt_backend_cuda_built(void) {
@@ -252,6 +262,14 @@ zrt_status zrt_backend_alloc(zrt_backend *b, size_t bytes, zrt_mem_category cat,
 void zrt_backend_free(zrt_backend *b, void *ptr) {
   if (!b || !ptr) return;
   zrt_pool_free(b->pool, ptr);
+}
+
+void zrt_backend_free_on(zrt_backend *b, void *ptr, zrt_stream s) {
+  if (!b || !ptr) return;
+  zrt_backend_free_stream.set = 1;
+  zrt_backend_free_stream.s = s;
+  zrt_pool_free(b->pool, ptr);
+  zrt_backend_free_stream.set = 0;
 }
 
 zrt_status zrt_backend_memcpy(zrt_backend *b, void *dst, const void *src, size_t bytes,
@@ -464,10 +482,16 @@ void zrt_backend_host_unregister(zrt_backend *b, void *ptr) {
 
 zrt_status zrt_backend_launch_host(zrt_backend *b, zrt_host_fn fn, const void *args, size_t bytes,
                                    zrt_stream s) {
+  return zrt_backend_launch_host_named(b, fn, args, bytes, s, "host function");
+}
+
+zrt_status zrt_backend_launch_host_named(zrt_backend *b, zrt_host_fn fn, const void *args,
+                                         size_t bytes, zrt_stream s, const char *what) {
   ZRT_BACKEND_NN(b, "launch_host");
   ZRT_CHECK(zrt_backend_check_ptr("launch_host", "fn", (const void *)fn));
   if (bytes) ZRT_CHECK(zrt_backend_check_ptr("launch_host", "args", args));
-  if (b->iface->launch_host) return b->iface->launch_host(b->ctx, fn, args, bytes, s);
+  if (b->iface->launch_host)
+    return b->iface->launch_host(b->ctx, fn, args, bytes, s, what ? what : "host function");
   ZRT_CHECK(zrt_backend_synchronize(b, s));
   /* fn may write its copy: give it one, as the asynchronous slot does */
   unsigned char small[256];
@@ -477,4 +501,8 @@ zrt_status zrt_backend_launch_host(zrt_backend *b, zrt_host_fn fn, const void *a
   zrt_status st = fn(copy);
   if (copy != small) free(copy);
   return st;
+}
+
+int zrt_backend_host_fn_async(const zrt_backend *b) {
+  return b && b->iface && b->iface->launch_host != NULL;
 }

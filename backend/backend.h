@@ -32,6 +32,10 @@ typedef struct zrt_backend_iface {
   /* raw device memory (wrapped by the pool) */
   zrt_status (*alloc)(void *ctx, size_t bytes, void **out);
   void (*free)(void *ctx, void *ptr, size_t bytes);
+  /* Returns the block in stream order on s alone (cudaFreeAsync's idea):
+   * the caller vouches that s is ordered after every use of it. Optional:
+   * NULL = free. */
+  void (*free_on)(void *ctx, void *ptr, size_t bytes, zrt_stream s);
 
   zrt_status (*memcpy)(void *ctx, void *dst, const void *src, size_t bytes, zrt_copy_kind kind,
                        zrt_stream s);
@@ -81,9 +85,10 @@ typedef struct zrt_backend_iface {
 
   /* Queues fn(copy of args) on s after the work queued there so far
    * (cudaLaunchHostFunc's idea; the copy is made before the call returns).
-   * Optional: NULL = synchronize s, then run fn on the calling thread. */
-  zrt_status (*launch_host)(void *ctx, zrt_host_fn fn, const void *args, size_t bytes,
-                            zrt_stream s);
+   * what: a static label (the twin's op trace names it). Optional: NULL =
+   * synchronize s, then run fn on the calling thread. */
+  zrt_status (*launch_host)(void *ctx, zrt_host_fn fn, const void *args, size_t bytes, zrt_stream s,
+                            const char *what);
 
   void (*destroy)(void *ctx);
 } zrt_backend_iface;
@@ -149,6 +154,12 @@ void zrt_backend_cuda_versions(char *buf, size_t n);
 /* Accounted allocation in the device pool. */
 zrt_status zrt_backend_alloc(zrt_backend *b, size_t bytes, zrt_mem_category cat, void **out);
 void zrt_backend_free(zrt_backend *b, void *ptr);
+/* The same for a block that only stream s (NULL = the backend's stream)
+ * used, or whose other users s is already ordered after: it is returned
+ * after the work queued on s so far, without waiting for the other streams
+ * (a free waits only for the streams that used the block). Where the slot
+ * is missing it is zrt_backend_free. */
+void zrt_backend_free_on(zrt_backend *b, void *ptr, zrt_stream s);
 
 /* Dispatch helpers (fall back to generic code where a slot is NULL). */
 zrt_status zrt_backend_memcpy(zrt_backend *b, void *dst, const void *src, size_t bytes,
@@ -195,6 +206,14 @@ void zrt_backend_host_unregister(zrt_backend *b, void *ptr);
  * the next call that touches the stream (sticky, as a CUDA kernel's). */
 zrt_status zrt_backend_launch_host(zrt_backend *b, zrt_host_fn fn, const void *args, size_t bytes,
                                    zrt_stream s);
+/* The same with a label for the op (a static string: the twin's op trace,
+ * ZRT_TWIN_TRACE, names the op by it; "host function" otherwise). */
+zrt_status zrt_backend_launch_host_named(zrt_backend *b, zrt_host_fn fn, const void *args,
+                                         size_t bytes, zrt_stream s, const char *what);
+/* 1 when zrt_backend_launch_host queues fn behind the stream's work instead
+ * of synchronizing and running it at once (the twin): a host function is
+ * then one more op of the stream, and may read and write device memory. */
+int zrt_backend_host_fn_async(const zrt_backend *b);
 
 /* Backend constructors (registry in backend.c). They fill iface, ctx,
  * device_id, numa_node, description and device_capacity of a zeroed b; the

@@ -26,13 +26,13 @@
  * free joins every stream into the default stream and returns the block
  * there, so a block is reused only after all work queued before the free (a
  * free from inside an op — a GEMM workspace — returns at once: only that op
- * used it). Vtable ops translate their device operands to the workers' view
- * (zrt_twin_dev) when they run, and a workspace allocated inside one is
- * handed out in that view; a launched host function runs with the program's
- * view open (zrt_twin_guard_open), since it holds the program's pointers.
- * Every op checks its operands' kinds when it is queued: a kernel may read
- * only device memory or host memory registered with the backend (copies,
- * like cudaMemcpyDefault, take their direction from the pointers).
+ * used it); free_on (zrt_backend_free_on) returns it on one stream only, for
+ * blocks whose users that stream is ordered after. Vtable ops translate their device operands to
+ * the workers' view (zrt_twin_dev) when they run, and a workspace allocated inside one is handed
+ * out in that view; a launched host function runs with the program's view open
+ * (zrt_twin_guard_open), since it holds the program's pointers. Every op checks its operands' kinds
+ * when it is queued: a kernel may read only device memory or host memory registered with the
+ * backend (copies, like cudaMemcpyDefault, take their direction from the pointers).
  *
  * Copies follow CUDA: to pageable host memory the host waits for the copy
  * (a host wait); from pageable host memory to the device the source is
@@ -41,11 +41,20 @@
  * after it on its stream may read it; to or from memory registered with
  * host_register (the pinned host pool) it is asynchronous. scale_check returns host
  * values, so it is a host wait and a device-to-host read.
+ *
+ * Op trace (ZRT_TWIN_TRACE=DIR, off by default): each worker records every
+ * op it runs from its queue (label, start, end; ops run in place inside a
+ * host function belong to that function's interval) in its own stream's
+ * array, and the backend's destroy writes one line per op,
+ * "<stream> <start_s> <end_s> <label>" (zrt_now_s), to
+ * DIR/twin_trace.<pid>.txt after every worker ended (perf/twin_overlap.py
+ * reads it).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <fcntl.h>
 #include <omp.h>
 #include <pthread.h>
 #include <signal.h>
@@ -55,6 +64,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -75,9 +85,16 @@ typedef struct twin_op {
   _Alignas(16) unsigned char args[]; /* the arguments, copied at enqueue */
 } twin_op;
 
+typedef struct twin_trace_rec {
+  const char *what;
+  double t0, t1;
+} twin_trace_rec;
+
 struct twin_stream {
   twin_ctx *c;
   int index;
+  twin_trace_rec *trace; /* ZRT_TWIN_TRACE: this worker's ops (only it writes them) */
+  size_t ntrace, cap_trace;
   pthread_t thr;
   pthread_mutex_t mu;
   pthread_cond_t work, progress;
@@ -130,6 +147,40 @@ static void twin_jitter(twin_stream *s) {
   nanosleep(&ts, NULL);
 }
 
+static void twin_trace_add(twin_stream *s, const char *what, double t0, double t1) {
+  if (s->ntrace == s->cap_trace) {
+    size_t nc = s->cap_trace ? 2 * s->cap_trace : 4096;
+    twin_trace_rec *n = realloc(s->trace, nc * sizeof *n);
+    if (!n) return; /* the trace is a measurement: it stops growing, the run goes on */
+    s->trace = n;
+    s->cap_trace = nc;
+  }
+  s->trace[s->ntrace++] = (twin_trace_rec){what, t0, t1};
+}
+
+/* Writes every stream's records (after the workers ended). */
+static void twin_trace_write(twin_ctx *c) {
+  if (!c->trace_dir[0]) return;
+  char path[640];
+  snprintf(path, sizeof path, "%s/twin_trace.%ld.txt", c->trace_dir, (long)getpid());
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (!f) {
+    if (fd >= 0) close(fd);
+    zrt_log(ZRT_LOG_WARN, "twin: cannot write the op trace %s: %s", path, strerror(errno));
+    return;
+  }
+  for (int i = 0; i < c->nstreams; i++) {
+    twin_stream *s = c->streams[i];
+    for (size_t k = 0; k < s->ntrace; k++)
+      fprintf(f, "%d %.9f %.9f %s\n", s->index, s->trace[k].t0, s->trace[k].t1, s->trace[k].what);
+  }
+  for (twin_stream *s = c->dead; s; s = s->dead)
+    for (size_t k = 0; k < s->ntrace; k++)
+      fprintf(f, "%d %.9f %.9f %s\n", s->index, s->trace[k].t0, s->trace[k].t1, s->trace[k].what);
+  if (fclose(f) != 0) zrt_log(ZRT_LOG_WARN, "twin: writing the op trace %s failed", path);
+}
+
 static void *twin_worker(void *arg) {
   twin_stream *s = arg;
   twin_ctx *c = s->c;
@@ -148,7 +199,9 @@ static void *twin_worker(void *arg) {
     zrt_status st = ZRT_OK;
     if (!skip) {
       if (c->jitter) twin_jitter(s);
+      double t0 = c->trace_dir[0] ? zrt_now_s() : 0;
       st = twin_call(c, op->run, op->args);
+      if (c->trace_dir[0]) twin_trace_add(s, op->what, t0, zrt_now_s());
     }
     pthread_mutex_lock(&s->mu);
     if (st != ZRT_OK && s->err == ZRT_OK) {
@@ -299,6 +352,7 @@ static void twin_stream_stop(twin_stream *s) {
 }
 
 static void twin_stream_free(twin_stream *s) {
+  free(s->trace);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->work);
   pthread_cond_destroy(&s->progress);
@@ -374,6 +428,23 @@ static void twin_free(void *ctx, void *ptr, size_t bytes) {
   zrt_status st = ZRT_OK;
   for (int i = 0; i < n && st == ZRT_OK; i++) st = twin_order_after(c, c->def, all[i]);
   if (st == ZRT_OK) st = twin_enqueue(c, c->def, twin_run_free, "free", &f, sizeof f);
+  if (st != ZRT_OK)
+    zrt_log(ZRT_LOG_ERROR, "twin free(%p, %zu bytes): %s (the block stays unused)", ptr, bytes,
+            zrt_last_error());
+}
+
+/* The block goes back after the work queued on s so far, other streams
+ * not waited for (the caller vouches that s is ordered after every use):
+ * carving it again happens only after that op ran, so a new owner's work,
+ * on any stream, comes after every use of the old one. */
+static void twin_free_on(void *ctx, void *ptr, size_t bytes, zrt_stream s) {
+  twin_ctx *c = ctx;
+  twin_free_args f = {zrt_twin_off(c, ptr), bytes};
+  if (twin_cur) {
+    (void)zrt_twin_give_back(c, f.off, f.bytes);
+    return;
+  }
+  zrt_status st = twin_enqueue(c, twin_stream_of(c, s), twin_run_free, "free", &f, sizeof f);
   if (st != ZRT_OK)
     zrt_log(ZRT_LOG_ERROR, "twin free(%p, %zu bytes): %s (the block stays unused)", ptr, bytes,
             zrt_last_error());
@@ -625,7 +696,7 @@ static zrt_status twin_run_host(twin_ctx *c, void *a) {
 }
 
 static zrt_status twin_launch_host(void *ctx, zrt_host_fn fn, const void *args, size_t bytes,
-                                   zrt_stream s) {
+                                   zrt_stream s, const char *what) {
   twin_ctx *c = ctx;
   twin_host_args h;
   memset(&h, 0, sizeof h);
@@ -638,8 +709,7 @@ static zrt_status twin_launch_host(void *ctx, zrt_host_fn fn, const void *args, 
   } else if (bytes) {
     memcpy(h.inl, args, bytes);
   }
-  zrt_status st =
-      twin_enqueue(c, twin_stream_of(c, s), twin_run_host, "host function", &h, sizeof h);
+  zrt_status st = twin_enqueue(c, twin_stream_of(c, s), twin_run_host, what, &h, sizeof h);
   if (st != ZRT_OK && twin_cur != twin_stream_of(c, s)) free(h.heap);
   return st;
 }
@@ -758,6 +828,7 @@ static void twin_destroy(void *ctx) {
   /* every worker ends before any stream's memory goes (a wait on one
    * stream reads another's progress) */
   for (int i = c->nstreams - 1; i >= 0; i--) twin_stream_stop(c->streams[i]);
+  twin_trace_write(c);
   for (int i = c->nstreams - 1; i >= 0; i--) twin_stream_free(c->streams[i]);
   while (c->dead) {
     twin_stream *d = c->dead;
@@ -773,6 +844,7 @@ static const zrt_backend_iface zrt_twin_iface = {
     .name = "twin",
     .alloc = twin_alloc,
     .free = twin_free,
+    .free_on = twin_free_on,
     .memcpy = twin_memcpy,
     .memset = twin_memset,
     .convert = twin_convert,
@@ -812,6 +884,20 @@ static zrt_status twin_jitter_env(twin_ctx *c) {
   return ZRT_OK;
 }
 
+/* ZRT_TWIN_TRACE: unset or "" = off; else an existing directory. */
+static zrt_status twin_trace_env(twin_ctx *c) {
+  const char *v = zrt_env("ZRT_TWIN_TRACE");
+  if (!v || !*v) return ZRT_OK;
+  struct stat sb;
+  if (strlen(v) >= sizeof c->trace_dir || stat(v, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return zrt_error(ZRT_ERR_CONFIG,
+                     "ZRT_TWIN_TRACE=\"%s\": expected an existing directory for the twin's op "
+                     "trace (twin_trace.<pid>.txt), or unset for no trace",
+                     v);
+  snprintf(c->trace_dir, sizeof c->trace_dir, "%s", v);
+  return ZRT_OK;
+}
+
 zrt_status zrt_backend_twin_init(zrt_backend *b, size_t device_memory_limit) {
   if (!b) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_backend_twin_init: b is NULL");
   zrt_status st = ZRT_OK;
@@ -824,6 +910,7 @@ zrt_status zrt_backend_twin_init(zrt_backend *b, size_t device_memory_limit) {
   pthread_mutex_init(&c->guard_mu, NULL);
   ZRT_CHECK_GOTO(zrt_backend_cpu_init(&c->cpu), st, fail);
   ZRT_CHECK_GOTO(twin_jitter_env(c), st, fail);
+  ZRT_CHECK_GOTO(twin_trace_env(c), st, fail);
   ZRT_CHECK_GOTO(zrt_twin_mem_init(c, device_memory_limit), st, fail);
   ZRT_CHECK_GOTO(twin_stream_new(c, &c->def), st, fail);
   {

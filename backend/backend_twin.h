@@ -66,6 +66,9 @@ typedef struct twin_ctx {
   int nregs;
   int jitter;
   uint64_t jitter_seed;
+  /* ZRT_TWIN_TRACE=DIR: every op's run on its worker is recorded and the
+   * records written to DIR/twin_trace.<pid>.txt when the backend goes */
+  char trace_dir[512];
 } twin_ctx;
 
 /* The device mapping and its guard (PKU where the CPU has it, else the

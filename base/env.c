@@ -33,6 +33,10 @@ static const zrt_env_param zrt_env_table[] = {
    "each twin backend's creation",
    "a decimal seed: the twin backend's streams run their work with seeded random delays, so an "
    "order the program forgot to enforce shows up as a different result"},
+  {"ZRT_TWIN_TRACE", "path", ZRT_ENV_KNOB, "no trace",
+   "the twin backend",
+   "an existing directory: the twin writes each stream's ops with start and end times to "
+   "twin_trace.<pid>.txt there (perf/twin_overlap.py reads them)"},
   {"ZRT_COMM_SHM_ZC", "0|1", ZRT_ENV_KNOB, "1",
    "each shm comm's first collective buffer (agreed over the ranks)",
    "1: collective buffers in shared memory (zero-copy collectives); 0: private buffers (the copy "

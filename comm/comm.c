@@ -12,9 +12,21 @@
  * "last completed" is the completed collective with the highest sequence
  * number (asynchronous ones may complete out of order). A comm is used from
  * one thread at a time, as MPI and NCCL communicators are.
+ *
+ * Stream-ordered comms (comm.h): the wrappers turn each collective into a
+ * comm_sreq and a host function on c->stream that issues and completes it
+ * there; only that stream's worker calls the implementation. A comm_sreq is
+ * shared by two threads: the host thread fills it before the enqueue and
+ * reads the worker's fields (st, msg) only after `done` (an atomic the
+ * worker sets last) or after a host wait on its event; the worker never reads
+ * base (which the host tags after the enqueue). Requests stay on the comm's
+ * `pending` list until the caller released them and the worker is done, and
+ * are counted as completed (busy_s, last_op) when they leave it; the destroy
+ * drains the stream first.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,14 +39,77 @@
 #include "env.h"
 #include "nccl_rules.h"
 
+struct comm_sreq;
+
 typedef struct comm_full {
   zrt_comm pub;      /* first: zrt_comm * and comm_full * convert */
   uint64_t last_seq; /* sequence number of last_op (0 = none yet) */
   size_t stuck;      /* blocking collectives abandoned after a timeout */
   size_t *even;      /* world entries: the counts of the _even wrappers, read during the call */
+  /* stream-ordered: the backend whose stream pub.stream is, and the
+   * requests not yet retired (host thread only) */
+  zrt_backend *sbe;
+  struct comm_sreq *pending;
 } comm_full;
 
 static comm_full *full_of(zrt_comm *c) { return (comm_full *)c; }
+
+/* One collective's arguments, whichever the kind (the wrappers fill it; a
+ * stream-ordered comm keeps it, counts copied, until its worker runs it). */
+typedef enum comm_kind {
+  COMM_ALL_REDUCE,
+  COMM_REDUCE_SCATTER,
+  COMM_ALL_GATHER,
+  COMM_BROADCAST,
+  COMM_BARRIER
+} comm_kind;
+
+typedef struct comm_call {
+  comm_kind kind;
+  const void *send;
+  void *recv; /* broadcast: the buffer */
+  size_t count;
+  const size_t *counts; /* reduce_scatter / all_gather: world entries */
+  zrt_dtype dt;
+  zrt_redop op;
+  int root;
+} comm_call;
+
+/* Issues k on the implementation (asynchronously: *r); barrier completes
+ * in the call (*r stays NULL). */
+static zrt_status comm_call_issue(zrt_comm *c, const comm_call *k, zrt_comm_req **r) {
+  *r = NULL;
+  switch (k->kind) {
+  case COMM_ALL_REDUCE:
+    return c->iface->all_reduce(c->ctx, k->send, k->recv, k->count, k->dt, k->op, r);
+  case COMM_REDUCE_SCATTER:
+    return c->iface->reduce_scatter(c->ctx, k->send, k->recv, k->counts, k->dt, k->op, r);
+  case COMM_ALL_GATHER: return c->iface->all_gather(c->ctx, k->send, k->recv, k->counts, k->dt, r);
+  case COMM_BROADCAST: return c->iface->broadcast(c->ctx, k->recv, k->count, k->dt, k->root, r);
+  case COMM_BARRIER: return c->iface->barrier(c->ctx);
+  }
+  return zrt_error(ZRT_ERR_INTERNAL, "comm: collective kind %d", (int)k->kind);
+}
+
+/* A stream-ordered collective (the file's opening paragraph). */
+typedef struct comm_sreq {
+  zrt_comm_req base; /* first; tagged by the host after the enqueue, never read by the worker */
+  comm_full *f;
+  comm_call k;
+  size_t *counts; /* the copy k.counts points to, or NULL */
+  /* the host's view at the enqueue, for the worker's watchdog report */
+  uint64_t seq, last_seq;
+  const char *op;
+  size_t bytes, last_bytes;
+  char last_op[64];
+  zrt_event ev; /* recorded on the comm stream after the host function */
+  /* written by the worker before `done` */
+  zrt_status st;
+  char msg[1024];
+  atomic_int done;
+  int released; /* host: the caller waited, or ordered a stream after it */
+  struct comm_sreq *next;
+} comm_sreq;
 
 /* ------------------------------------------------------------- polling */
 
@@ -167,9 +242,11 @@ zrt_status zrt_comm_create(const char *want, zrt_backend *backend, double timeou
       pick = "self";
       snprintf(why, sizeof why, "world size 1");
     } else if (dev && strcmp(backend->iface->name, "cuda")) {
-      /* the twin: device buffers as on a GPU, no NCCL: staged via host */
+      /* the twin: device buffers as on a GPU, no NCCL: MPI on the comm
+       * stream (stream-ordered) */
       pick = "mpi";
-      snprintf(why, sizeof why, "%s backend (device buffers, no NCCL): staged via host",
+      snprintf(why, sizeof why,
+               "%s backend (device buffers, no NCCL): stream-ordered on the comm stream",
                backend->iface->name);
     } else if (dev) {
 #ifdef ZRT_HAVE_NCCL
@@ -242,13 +319,19 @@ zrt_status zrt_comm_create(const char *want, zrt_backend *backend, double timeou
   }
   zrt_comm *c = &f->pub;
   c->timeout_s = timeout_s;
+  /* Stream-ordered (comm.h): the implementation runs inside a host
+   * function, where the device buffers are reachable in place, so it is
+   * made as for host memory (no staging, no backend calls of its own). */
+  int streamed = backend && backend->device_id >= 0 && zrt_backend_host_fn_async(backend) &&
+                 strcmp(pick, "nccl") != 0;
+  zrt_backend *ibe = streamed ? NULL : backend;
   if (!strcmp(pick, "self")) {
-    ZRT_CHECK_GOTO(zrt_comm_self_init(c, backend), st, fail);
+    ZRT_CHECK_GOTO(zrt_comm_self_init(c, ibe), st, fail);
   } else if (!strcmp(pick, "mpi")) {
-    ZRT_CHECK_GOTO(zrt_comm_mpi_init(c, backend), st, fail);
+    ZRT_CHECK_GOTO(zrt_comm_mpi_init(c, ibe), st, fail);
   } else if (!strcmp(pick, "shm")) {
     char no[256];
-    st = zrt_comm_shm_init(c, backend, no, sizeof no);
+    st = zrt_comm_shm_init(c, ibe, no, sizeof no);
     if (st != ZRT_OK) {
       if (c->iface) c->iface->destroy(c->ctx);
       goto fail;
@@ -261,7 +344,7 @@ zrt_status zrt_comm_create(const char *want, zrt_backend *backend, double timeou
     }
   } else if (!strcmp(pick, "hier")) {
     char how[256];
-    st = zrt_comm_hier_init(c, backend, strcmp(want, "auto") != 0, how, sizeof how);
+    st = zrt_comm_hier_init(c, ibe, strcmp(want, "auto") != 0, how, sizeof how);
     if (st != ZRT_OK) {
       if (c->iface) c->iface->destroy(c->ctx);
       goto fail;
@@ -286,6 +369,29 @@ zrt_status zrt_comm_create(const char *want, zrt_backend *backend, double timeou
     st = zrt_error(ZRT_ERR_OOM, "zrt_comm_create: out of host memory");
     goto fail;
   }
+  if (streamed) {
+    int multiple = 0;
+    int level = strcmp(c->iface->name, "self") ? zrt_comm_mpi_thread_level(&multiple) : 0;
+    if (strcmp(c->iface->name, "self") && !multiple) {
+      st = zrt_error(ZRT_ERR_COMM,
+                     "comm \"%s\" on the %s backend runs its collectives on the comm stream's "
+                     "thread (stream-ordered, docs/comms.md), so MPI must run at "
+                     "MPI_THREAD_MULTIPLE; this process initialised it at %s (MPI_Init gives "
+                     "MPI_THREAD_SINGLE): call MPI_Init_thread(&argc, &argv, "
+                     "MPI_THREAD_MULTIPLE, &provided) in the program, or leave MPI to zrt (it "
+                     "asks for MPI_THREAD_MULTIPLE)",
+                     c->iface->name, backend->iface->name, zrt_comm_mpi_thread_name(level));
+    } else {
+      st = zrt_backend_stream_create(backend, &c->stream);
+    }
+    if (st != ZRT_OK) {
+      c->stream = NULL;
+      c->iface->destroy(c->ctx);
+      free(f->even);
+      goto fail;
+    }
+    f->sbe = backend;
+  }
   if (zrt_log_get_rank() < 0 && c->world > 1) zrt_log_set_rank(c->rank);
   if (!strcmp(want, "auto") || !strcmp(want, "hier"))
     zrt_log_once("comm", ZRT_LOG_INFO, "comm: %s (%s); rank %d of %d, local %d of %d", pick, why,
@@ -305,8 +411,18 @@ fail_boot:
   return st;
 }
 
+static void stream_retire(zrt_comm *c, int all);
+
 void zrt_comm_destroy(zrt_comm *c) {
   if (!c) return;
+  if (c->stream) {
+    /* the worker finishes what was queued (a failed collective's error
+     * was the caller's to see) before the implementation goes */
+    (void)zrt_backend_synchronize(full_of(c)->sbe, c->stream);
+    stream_retire(c, 1);
+    zrt_backend_stream_destroy(full_of(c)->sbe, c->stream);
+    c->stream = NULL;
+  }
   if (full_of(c)->stuck)
     zrt_log(ZRT_LOG_WARN, "comm destroyed with %zu timed-out collective(s) still in flight",
             full_of(c)->stuck);
@@ -338,7 +454,20 @@ static void mark_completed(zrt_comm *c, uint64_t seq, const char *op, size_t byt
 /* One line of JSON, written to a temporary and renamed so the launcher
  * never reads a half-written file. Failure to write is logged, not
  * returned: the timeout is the error the caller must see. */
-static void write_status(zrt_comm *c, uint64_t wait_seq, const char *wait_op) {
+/* The last completed collective as a report names it: the comm's own
+ * (host thread), or the snapshot a stream-ordered request took at its
+ * enqueue (its worker must not read the comm's, which the host updates). */
+typedef struct comm_last {
+  uint64_t seq;
+  const char *op;
+  size_t bytes;
+} comm_last;
+
+static comm_last last_of(zrt_comm *c) {
+  return (comm_last){full_of(c)->last_seq, c->last_op, c->last_bytes};
+}
+
+static void write_status(zrt_comm *c, comm_last last, uint64_t wait_seq, const char *wait_op) {
   const char *dir = zrt_env("ZRT_RUN_DIR");
   if (!dir || !*dir) return;
   char path[4096], tmp[4200];
@@ -355,8 +484,8 @@ static void write_status(zrt_comm *c, uint64_t wait_seq, const char *wait_op) {
   fprintf(fp,
           "{\"rank\":%d,\"last_completed_seq\":%llu,\"last_op\":\"%s\",\"last_bytes\":%zu,"
           "\"waiting_seq\":%llu,\"waiting_op\":\"%s\"}\n",
-          c->rank, (unsigned long long)full_of(c)->last_seq, c->last_op, c->last_bytes,
-          (unsigned long long)wait_seq, wait_op);
+          c->rank, (unsigned long long)last.seq, last.op, last.bytes, (unsigned long long)wait_seq,
+          wait_op);
   int bad = ferror(fp);
   if (fclose(fp) != 0 || bad || rename(tmp, path) != 0) {
     zrt_log(ZRT_LOG_WARN, "watchdog: cannot write %s: %s", path, strerror(errno));
@@ -366,12 +495,13 @@ static void write_status(zrt_comm *c, uint64_t wait_seq, const char *wait_op) {
 
 /* The timeout report: status file first (the launcher may already be
  * looking), then the message the caller propagates. */
-static zrt_status watchdog_fail(zrt_comm *c, uint64_t seq, const char *op, size_t bytes) {
-  write_status(c, seq, op);
+static zrt_status watchdog_report(zrt_comm *c, comm_last lc, uint64_t seq, const char *op,
+                                  size_t bytes) {
+  write_status(c, lc, seq, op);
   char last[128];
-  if (full_of(c)->last_seq)
-    snprintf(last, sizeof last, "#%llu %s (%zu bytes)", (unsigned long long)full_of(c)->last_seq,
-             c->last_op, c->last_bytes);
+  if (lc.seq)
+    snprintf(last, sizeof last, "#%llu %s (%zu bytes)", (unsigned long long)lc.seq, lc.op,
+             lc.bytes);
   else
     snprintf(last, sizeof last, "none");
   return zrt_error(ZRT_ERR_COMM,
@@ -382,7 +512,131 @@ static zrt_status watchdog_fail(zrt_comm *c, uint64_t seq, const char *op, size_
                    (unsigned long long)seq, op, bytes, c->timeout_s, last, c->rank, c->world);
 }
 
+static zrt_status watchdog_fail(zrt_comm *c, uint64_t seq, const char *op, size_t bytes) {
+  return watchdog_report(c, last_of(c), seq, op, bytes);
+}
+
+/* ------------------------------------------------- stream-ordered comms */
+
+/* The comm stream's worker: issue and complete the collective there. A
+ * failure (the watchdog's timeout included) is the host function's, so the
+ * comm stream's error becomes sticky and every stream ordered after it, and
+ * the next wait, report it. */
+static zrt_status stream_run(void *arg) {
+  comm_sreq *r;
+  memcpy(&r, arg, sizeof r);
+  zrt_comm *c = &r->f->pub;
+  zrt_comm_req *ir = NULL;
+  double t0 = zrt_now_s();
+  zrt_status st = comm_call_issue(c, &r->k, &ir);
+  if (st == ZRT_OK && ir) {
+    ir->timed_out = 0;
+    st = c->iface->wait(c->ctx, ir, c->timeout_s);
+    /* a timed-out request stays in flight (MPI cannot cancel it): the comm
+     * stream is dead from here on, as a hung NCCL kernel's stream would be */
+    if (st != ZRT_OK && ir->timed_out) full_of(c)->stuck = 1;
+  }
+  if (st != ZRT_OK && c->timeout_s > 0 && zrt_now_s() - t0 >= c->timeout_s &&
+      (!ir || ir->timed_out))
+    st = watchdog_report(c, (comm_last){r->last_seq, r->last_op, r->last_bytes}, r->seq, r->op,
+                         r->bytes);
+  if (st != ZRT_OK) snprintf(r->msg, sizeof r->msg, "%s", zrt_last_error());
+  r->st = st;
+  atomic_store_explicit(&r->done, 1, memory_order_release);
+  return st;
+}
+
+/* Frees the requests the caller released whose worker is done (all: every
+ * one; only after the stream drained), counting the successful ones as
+ * completed. Host thread. */
+static void stream_retire(zrt_comm *c, int all) {
+  comm_full *f = full_of(c);
+  comm_sreq **pp = &f->pending;
+  while (*pp) {
+    comm_sreq *r = *pp;
+    int done = atomic_load_explicit(&r->done, memory_order_acquire);
+    if (!all && !(done && r->released)) {
+      pp = &r->next;
+      continue;
+    }
+    if (done && r->st == ZRT_OK && r->released) {
+      /* busy until the host saw it complete (comm.h), as a wait would */
+      c->busy_s += zrt_now_s() - r->base.t_issue;
+      mark_completed(c, r->base.seq, r->base.op, r->base.bytes);
+    }
+    *pp = r->next;
+    zrt_backend_event_destroy(f->sbe, r->ev);
+    free(r->counts);
+    free(r);
+  }
+}
+
+/* Queues k on the comm stream after the work queued so far on every stream
+ * (no host wait) and records the request's event after it. */
+static zrt_status stream_issue(zrt_comm *c, const comm_call *k, const char *op, size_t bytes,
+                               zrt_comm_req **out) {
+  comm_full *f = full_of(c);
+  zrt_status st = ZRT_OK;
+  stream_retire(c, 0);
+  comm_sreq *r = calloc(1, sizeof *r);
+  if (!r) return zrt_error(ZRT_ERR_OOM, "comm: out of host memory for a request");
+  r->f = f;
+  r->k = *k;
+  if (k->counts) {
+    r->counts = malloc((size_t)c->world * sizeof(size_t));
+    if (!r->counts) {
+      free(r);
+      return zrt_error(ZRT_ERR_OOM, "comm: out of host memory for a request's counts");
+    }
+    memcpy(r->counts, k->counts, (size_t)c->world * sizeof(size_t));
+    r->k.counts = r->counts;
+  }
+  r->seq = c->seq + 1; /* what finish_issue gives it */
+  r->op = op;
+  r->bytes = bytes;
+  r->last_seq = f->last_seq;
+  snprintf(r->last_op, sizeof r->last_op, "%s", c->last_op);
+  r->last_bytes = c->last_bytes;
+  atomic_init(&r->done, 0);
+  ZRT_CHECK_GOTO(zrt_backend_event_create(f->sbe, &r->ev), st, fail);
+  ZRT_CHECK_GOTO(zrt_backend_stream_join(f->sbe, c->stream), st, fail);
+  ZRT_CHECK_GOTO(zrt_backend_launch_host_named(f->sbe, stream_run, &r, sizeof r, c->stream, op), st,
+                 fail);
+  /* queued: r belongs to the pending list from here on */
+  r->next = f->pending;
+  f->pending = r;
+  st = zrt_backend_event_record(f->sbe, r->ev, c->stream);
+  if (st != ZRT_OK) {
+    r->released = 1;
+    return st;
+  }
+  *out = &r->base;
+  return ZRT_OK;
+fail:
+  zrt_backend_event_destroy(f->sbe, r->ev);
+  free(r->counts);
+  free(r);
+  return st;
+}
+
+/* The host waits for a stream-ordered request (counted by the backend as a
+ * host wait) and releases it. */
+static zrt_status stream_wait_host(zrt_comm *c, comm_sreq *r) {
+  double t0 = zrt_now_s();
+  zrt_status st = zrt_backend_event_synchronize(full_of(c)->sbe, r->ev);
+  c->wait_s += zrt_now_s() - t0;
+  int done = atomic_load_explicit(&r->done, memory_order_acquire);
+  if (st == ZRT_OK && (!done || r->st != ZRT_OK))
+    st = done ? zrt_error(r->st, "%s", r->msg)
+              : zrt_error(ZRT_ERR_INTERNAL, "comm: collective #%llu %s not run by its stream",
+                          (unsigned long long)r->base.seq, r->base.op);
+  r->released = 1;
+  stream_retire(c, 0);
+  return st;
+}
+
 static zrt_status wait_req(zrt_comm *c, zrt_comm_req *req, int blocking) {
+  if (c->stream) return stream_wait_host(c, (comm_sreq *)req);
   uint64_t seq = req->seq;
   const char *op = req->op;
   size_t bytes = req->bytes;
@@ -430,6 +684,22 @@ static zrt_status check_op(zrt_redop op, const char *fn) {
  * blocked), then completes it now when the caller asked for a blocking
  * call. */
 static zrt_status finish_issue(zrt_comm *c, zrt_comm_req *r, const char *op, size_t bytes,
+                               uint64_t moved, double t0, zrt_comm_req **req);
+
+/* Issues k: on the calling thread, or queued on the comm stream when the
+ * comm is stream-ordered; then tags and (req NULL) completes it. */
+static zrt_status issue(zrt_comm *c, const comm_call *k, const char *op, size_t bytes,
+                        uint64_t moved, zrt_comm_req **req) {
+  zrt_comm_req *r = NULL;
+  double t0 = zrt_now_s();
+  if (c->stream)
+    ZRT_CHECK(stream_issue(c, k, op, bytes, &r));
+  else
+    ZRT_CHECK(comm_call_issue(c, k, &r));
+  return finish_issue(c, r, op, bytes, moved, t0, req);
+}
+
+static zrt_status finish_issue(zrt_comm *c, zrt_comm_req *r, const char *op, size_t bytes,
                                uint64_t moved, double t0, zrt_comm_req **req) {
   r->seq = ++c->seq;
   r->op = op;
@@ -462,11 +732,10 @@ zrt_status zrt_comm_all_reduce(zrt_comm *c, const void *send, void *recv, size_t
   if (count && (!send || !recv))
     return zrt_error(ZRT_ERR_INVALID_ARG, "%s: NULL %s buffer for %zu elements", fn,
                      send ? "recv" : "send", count);
-  zrt_comm_req *r = NULL;
-  double t0 = zrt_now_s();
-  ZRT_CHECK(c->iface->all_reduce(c->ctx, send, recv, count, dt, op, &r));
+  comm_call k = {
+      .kind = COMM_ALL_REDUCE, .send = send, .recv = recv, .count = count, .dt = dt, .op = op};
   size_t bytes = count * zrt_dtype_size(dt);
-  return finish_issue(c, r, "all_reduce", bytes, ring_share(bytes, c->world, 2), t0, req);
+  return issue(c, &k, "all_reduce", bytes, ring_share(bytes, c->world, 2), req);
 }
 
 static zrt_status check_counts(zrt_comm *c, const size_t *counts, const char *fn, size_t *total) {
@@ -496,11 +765,14 @@ zrt_status zrt_comm_reduce_scatter(zrt_comm *c, const void *send, void *recv, co
   if ((total && !send) || (counts[c->rank] && !recv))
     return zrt_error(ZRT_ERR_INVALID_ARG, "%s: NULL %s buffer (total %zu, this rank's %zu)", fn,
                      send || !total ? "recv" : "send", total, counts[c->rank]);
-  zrt_comm_req *r = NULL;
-  double t0 = zrt_now_s();
-  ZRT_CHECK(c->iface->reduce_scatter(c->ctx, send, recv, counts, dt, op, &r));
+  comm_call k = {.kind = COMM_REDUCE_SCATTER,
+                 .send = send,
+                 .recv = recv,
+                 .counts = counts,
+                 .dt = dt,
+                 .op = op};
   size_t bytes = total * zrt_dtype_size(dt);
-  return finish_issue(c, r, "reduce_scatter", bytes, ring_share(bytes, c->world, 1), t0, req);
+  return issue(c, &k, "reduce_scatter", bytes, ring_share(bytes, c->world, 1), req);
 }
 
 zrt_status zrt_comm_all_gather(zrt_comm *c, const void *send, void *recv, const size_t *counts,
@@ -514,11 +786,9 @@ zrt_status zrt_comm_all_gather(zrt_comm *c, const void *send, void *recv, const 
   if ((counts[c->rank] && !send) || (total && !recv))
     return zrt_error(ZRT_ERR_INVALID_ARG, "%s: NULL %s buffer (total %zu, this rank's %zu)", fn,
                      !recv && total ? "recv" : "send", total, counts[c->rank]);
-  zrt_comm_req *r = NULL;
-  double t0 = zrt_now_s();
-  ZRT_CHECK(c->iface->all_gather(c->ctx, send, recv, counts, dt, &r));
+  comm_call k = {.kind = COMM_ALL_GATHER, .send = send, .recv = recv, .counts = counts, .dt = dt};
   size_t bytes = total * zrt_dtype_size(dt);
-  return finish_issue(c, r, "all_gather", bytes, ring_share(bytes, c->world, 1), t0, req);
+  return issue(c, &k, "all_gather", bytes, ring_share(bytes, c->world, 1), req);
 }
 
 static const size_t *even_counts(zrt_comm *c, size_t count) {
@@ -552,17 +822,20 @@ zrt_status zrt_comm_broadcast(zrt_comm *c, void *buf, size_t count, zrt_dtype dt
                      c->world);
   if (count && !buf)
     return zrt_error(ZRT_ERR_INVALID_ARG, "%s: NULL buffer for %zu elements", fn, count);
-  zrt_comm_req *r = NULL;
-  double t0 = zrt_now_s();
-  ZRT_CHECK(c->iface->broadcast(c->ctx, buf, count, dt, root, &r));
+  comm_call k = {.kind = COMM_BROADCAST, .recv = buf, .count = count, .dt = dt, .root = root};
   size_t bytes = count * zrt_dtype_size(dt);
   /* Pipelined ring broadcast: every rank but the last forwards the whole
    * buffer once; counted per rank as bytes (N-1)/N on average. */
-  return finish_issue(c, r, "broadcast", bytes, ring_share(bytes, c->world, 1), t0, req);
+  return issue(c, &k, "broadcast", bytes, ring_share(bytes, c->world, 1), req);
 }
 
 zrt_status zrt_comm_barrier(zrt_comm *c) {
   ZRT_CHECK(check_comm(c, "zrt_comm_barrier"));
+  if (c->stream) {
+    /* in turn with the queued collectives, the host waiting for it */
+    comm_call k = {.kind = COMM_BARRIER};
+    return issue(c, &k, "barrier", 0, 0, NULL);
+  }
   /* The iface's barrier is blocking and bounded by c->timeout_s itself
    * (implementations read it through the comm they were initialised on);
    * a COMM failure that took the whole timeout is the watchdog's case. */
@@ -595,6 +868,17 @@ zrt_status zrt_comm_test(zrt_comm *c, zrt_comm_req *req, int *done) {
     *done = 1;
     return ZRT_OK;
   }
+  if (c->stream) {
+    comm_sreq *r = (comm_sreq *)req;
+    if (!atomic_load_explicit(&r->done, memory_order_acquire)) return ZRT_OK;
+    /* done: the worker wrote its result (the data reach other streams
+     * through zrt_comm_wait_on; the host may read them now) */
+    *done = 1;
+    zrt_status st = r->st == ZRT_OK ? ZRT_OK : zrt_error(r->st, "%s", r->msg);
+    r->released = 1;
+    stream_retire(c, 0);
+    return st;
+  }
   uint64_t seq = req->seq;
   const char *op = req->op;
   size_t bytes = req->bytes;
@@ -607,6 +891,19 @@ zrt_status zrt_comm_test(zrt_comm *c, zrt_comm_req *req, int *done) {
     mark_completed(c, seq, op, bytes);
   }
   return ZRT_OK;
+}
+
+zrt_status zrt_comm_wait_on(zrt_comm *c, zrt_comm_req *req, zrt_stream s) {
+  if (!req) return ZRT_OK;
+  ZRT_CHECK(check_comm(c, "zrt_comm_wait_on"));
+  if (!c->stream) return zrt_comm_wait(c, req);
+  comm_sreq *r = (comm_sreq *)req;
+  double t0 = zrt_now_s();
+  zrt_status st = zrt_backend_stream_wait_event(full_of(c)->sbe, s, r->ev);
+  c->wait_s += zrt_now_s() - t0;
+  r->released = 1; /* counted as completed when its worker is done */
+  stream_retire(c, 0);
+  return st;
 }
 
 zrt_status zrt_comm_mem_alloc(zrt_comm *c, size_t bytes, void **out) {

@@ -27,6 +27,24 @@
  *
  * Buffers: "send" and "recv" may alias only where stated (all_reduce in
  * place: send == recv).
+ *
+ * Stream-ordered comms (docs/comms.md, "Stream-ordered collectives"): on a
+ * device backend whose host functions run asynchronously on a stream (the
+ * twin), a comm other than nccl does not run its collectives on the calling
+ * thread. Each one is enqueued as a host function on the comm's own stream
+ * (zrt_comm.stream), ordered after the work queued so far on every stream of
+ * the backend (zrt_backend_stream_join: events, no host wait), and the
+ * stream's worker runs the implementation on the buffers in place, as NCCL
+ * runs its kernels on its stream. A request is then an event on that stream:
+ * zrt_comm_wait_on orders a stream after it without a host wait, zrt_comm_wait
+ * (and a blocking call) waits on the host. Only that worker calls the
+ * implementation, so no two threads use it at once; an MPI-based comm
+ * there needs MPI_THREAD_MULTIPLE (the program's thread may call MPI while
+ * the worker does; zrt asks for it when it starts MPI) and says so when MPI
+ * gives less. A collective that fails or times out there makes the comm
+ * stream's error sticky: the next wait, or any stream ordered after it,
+ * reports it (the watchdog's message included). Elsewhere (cpu, cuda with
+ * nccl) collectives run on the calling thread as before.
  */
 #ifndef ZRT_COMM_H
 #define ZRT_COMM_H
@@ -96,6 +114,10 @@ typedef struct zrt_comm {
   /* Collectives that ran zero-copy: read the peers' buffers in place
    * (buffers from zrt_comm_mem_alloc on every rank; shm comm only). */
   uint64_t zero_copy;
+  /* Stream-ordered comms: the stream their collectives run on (created with
+   * the comm, destroyed with it); NULL where collectives run on the calling
+   * thread. */
+  zrt_stream stream;
 } zrt_comm;
 
 /* The world size the launcher announces before MPI is up: the largest of
@@ -143,6 +165,11 @@ zrt_status zrt_comm_barrier(zrt_comm *c);
  * again, or give up on the comm. Any other return frees req. */
 zrt_status zrt_comm_wait(zrt_comm *c, zrt_comm_req *req);
 zrt_status zrt_comm_test(zrt_comm *c, zrt_comm_req *req, int *done);
+/* Orders stream s (NULL = the backend's stream) after req's collective and
+ * frees req (NULL ok): on a stream-ordered comm a stream wait, no host wait
+ * (a failure reaches s as the comm stream's sticky error); elsewhere
+ * zrt_comm_wait. For results that only device work reads. */
+zrt_status zrt_comm_wait_on(zrt_comm *c, zrt_comm_req *req, zrt_stream s);
 
 /* Collective buffers (like MPI_Win_allocate_shared): every rank calls it
  * with the same bytes, in the same order relative to the other

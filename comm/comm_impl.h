@@ -53,6 +53,12 @@ typedef struct zrt_comm_fin {
 
 zrt_status zrt_comm_fin_run(zrt_backend *be, const zrt_comm_fin *f, zrt_copy_kind kind);
 
+/* The thread level MPI runs at in this process (MPI_Query_thread; -1 when
+ * MPI is not initialised) and its name ("MPI_THREAD_MULTIPLE", ...). A
+ * stream-ordered MPI-based comm needs MPI_THREAD_MULTIPLE (comm.h). */
+int zrt_comm_mpi_thread_level(int *multiple);
+const char *zrt_comm_mpi_thread_name(int level);
+
 /* The NCCL comm bootstraps its unique id over an MPI comm it owns:
  * MPI_Bcast of bytes from root on that comm's duplicate of MPI_COMM_WORLD.
  * ctx is an MPI comm's ctx (zrt_comm.ctx after zrt_comm_mpi_init). */

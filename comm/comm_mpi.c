@@ -488,13 +488,15 @@ zrt_status zrt_comm_mpi_init_on(zrt_comm *c, zrt_backend *backend, const void *p
   m->on_device = backend && backend->device_id >= 0;
   if (!inited) {
     int provided = 0;
-    /* Serialized: the engine may issue collectives from a helper thread,
-     * never from two threads at once. */
-    MPI_TRY_GOTO(MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread",
-                 st, fail);
+    /* Multiple: a stream-ordered comm (comm.h; the twin) issues its
+     * collectives from its comm stream's worker while the program's thread
+     * may call MPI too; elsewhere one thread at a time calls it. */
+    MPI_TRY_GOTO(MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread", st,
+                 fail);
     mpi_we_init = 1;
-    if (provided < MPI_THREAD_SERIALIZED)
-      zrt_log(ZRT_LOG_DEBUG, "MPI comm: MPI provides thread level %d < SERIALIZED", provided);
+    if (provided < MPI_THREAD_MULTIPLE)
+      zrt_log(ZRT_LOG_DEBUG, "MPI comm: MPI provides thread level %s < MPI_THREAD_MULTIPLE",
+              zrt_comm_mpi_thread_name(provided));
   }
   m->counted = 1;
   mpi_live++;
@@ -521,6 +523,22 @@ fail:
 }
 
 const uint64_t *zrt_comm_mpi_hosts(void *ctx) { return ((mpi_ctx *)ctx)->hosts; }
+
+int zrt_comm_mpi_thread_level(int *multiple) {
+  int inited = 0, level = -1;
+  MPI_Initialized(&inited);
+  if (inited && MPI_Query_thread(&level) != MPI_SUCCESS) level = -1;
+  if (multiple) *multiple = inited && level == MPI_THREAD_MULTIPLE;
+  return level;
+}
+
+const char *zrt_comm_mpi_thread_name(int level) {
+  return level == MPI_THREAD_SINGLE       ? "MPI_THREAD_SINGLE"
+         : level == MPI_THREAD_FUNNELED   ? "MPI_THREAD_FUNNELED"
+         : level == MPI_THREAD_SERIALIZED ? "MPI_THREAD_SERIALIZED"
+         : level == MPI_THREAD_MULTIPLE   ? "MPI_THREAD_MULTIPLE"
+                                          : "not initialised";
+}
 
 /* The hierarchical comm's cross-level exchange (comm_impl.h): one
  * MPI_Ialltoallv of raw elements, completed by this comm's wait / test. */

@@ -602,8 +602,12 @@ static zrt_status zrt_engine_alloc_module(zrt_engine *eng, int m, float *tmp, si
 zrt_status zrt_engine_gather_module(zrt_engine *eng, int m) {
   zrt_module_entry *me = &eng->modules[m];
   size_t ws = zrt_dtype_size(eng->dtype);
-  return zrt_comm_all_gather_even(eng->comm, (char *)me->full16 + (size_t)eng->rank * me->part * ws,
-                                  me->full16, (size_t)me->part, eng->dtype, NULL);
+  zrt_comm_req *req = NULL;
+  ZRT_CHECK(zrt_comm_all_gather_even(eng->comm,
+                                     (char *)me->full16 + (size_t)eng->rank * me->part * ws,
+                                     me->full16, (size_t)me->part, eng->dtype, &req));
+  /* the engine's stream (the program's next forward) waits for it */
+  return zrt_comm_wait_on(eng->comm, req, NULL);
 }
 
 /* The stage-3 coordinator over the built layout (after the offload set-up,
@@ -778,7 +782,10 @@ zrt_status zrt_engine_reduce_pending(zrt_engine *eng, int m, int async) {
   ZRT_CHECK(zrt_engine_ensure_grad16(eng, m));
   ZRT_CHECK(zrt_buckets_reduce(eng->buckets, me->grad16, me->padded, me->part, me->grad_acc,
                                me->grad_host, eng->policy->reduce_all_reduce, async));
-  zrt_backend_free(eng->backend, me->grad16);
+  /* only the engine's stream used it (the program's backward, the buckets'
+   * conversions): the free waits for that stream alone, so the next
+   * module's backward does not wait for this module's reduce-scatter */
+  zrt_backend_free_on(eng->backend, me->grad16, NULL);
   if (eng->policy->shard_params) zrt_engine_plan_record(eng, ZRT_SIM_GRAD_DONE, m);
   me->grad16 = NULL;
   me->grads_pending = 0;

@@ -46,6 +46,7 @@
 #include "coordinator.h"
 #include "coordinator_sim.h"
 #include "engine_team.h"
+#include "gradstats.h"
 #include "hostpool.h"
 #include "layout.h"
 #include "lr_sched.h"
@@ -214,6 +215,12 @@ struct zrt_engine {
   int64_t tokens_per_micro;
   zrt_engine_stepstats st;
   float last_grad_norm;
+  /* The boundary's statistics record (zrt_gradstats_pack: sum of squares,
+   * non-finite flag, loss) that the one all-reduce agrees on. Where host
+   * functions are stream ops (the twin) a host function on the engine's
+   * stream fills it and the comm stream reduces it in turn, so it lives
+   * here rather than in the step's frame. */
+  float stats_rec[ZRT_GRADSTATS_REC];
 
   /* fault injection: 1-based optimizer step numbers (ZRT_INJECT_NONFINITE_GRADS) */
   int64_t *inject_steps;

@@ -50,6 +50,48 @@ static zrt_status zrt_engine_grad_stats(zrt_engine *eng, float inv, double *sums
   return ZRT_OK;
 }
 
+/* The statistics pass as one op of the engine's stream, where host
+ * functions are stream ops (the twin): the same per-module kernels in the
+ * same order (the device ones run in place on the stream, so no result
+ * crosses to the host per module), packed with the window's loss into
+ * eng->stats_rec, which the comm stream then reduces in turn: the host
+ * waits once, for the all-reduce. */
+typedef struct zrt_engine_stats_args {
+  zrt_engine *eng;
+  float inv;
+  double loss_sum;
+} zrt_engine_stats_args;
+
+static zrt_status zrt_engine_stats_fn(void *arg) {
+  zrt_engine_stats_args a;
+  memcpy(&a, arg, sizeof a);
+  double sumsq = 0;
+  int nonfinite = 0;
+  ZRT_CHECK(zrt_engine_grad_stats(a.eng, a.inv, &sumsq, &nonfinite));
+  zrt_gradstats_pack(sumsq, nonfinite, a.loss_sum, a.eng->stats_rec);
+  return ZRT_OK;
+}
+
+/* Fills eng->stats_rec and all-reduces it over the ranks (on return it is
+ * the agreed record, on the host). */
+static zrt_status zrt_engine_agree_stats(zrt_engine *eng, float inv) {
+  if (zrt_backend_host_fn_async(eng->backend)) {
+    zrt_engine_stats_args a = {eng, inv, eng->st.loss_sum};
+    ZRT_CHECK(zrt_backend_launch_host_named(eng->backend, zrt_engine_stats_fn, &a, sizeof a, NULL,
+                                            "gradient statistics"));
+    /* a comm that runs on the calling thread would read the record before
+     * the function filled it: the host waits for it there */
+    if (!eng->comm->stream) ZRT_CHECK(zrt_backend_synchronize(eng->backend, NULL));
+  } else {
+    double sumsq = 0;
+    int nonfinite = 0;
+    ZRT_CHECK(zrt_engine_grad_stats(eng, inv, &sumsq, &nonfinite));
+    zrt_gradstats_pack(sumsq, nonfinite, eng->st.loss_sum, eng->stats_rec);
+  }
+  return zrt_comm_all_reduce(eng->comm, eng->stats_rec, eng->stats_rec, ZRT_GRADSTATS_REC, ZRT_F32,
+                             ZRT_RED_SUM, NULL);
+}
+
 /* Stage 1/2: the all-gather of module m's new 16-bit params, timed for
  * the step breakdown (gather_s). */
 static zrt_status zrt_engine_step_gather(zrt_engine *eng, int m) {
@@ -391,13 +433,8 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
    * world or accumulation factor; the gpu harness must catch it) */
   float inv =
       zrt_gradstats_unscale(zrt_engine_backward_scale(eng), eng->world, K) * eng->test_grad_factor;
-  double sumsq = 0;
-  int nonfinite = 0;
-  ZRT_CHECK(zrt_engine_grad_stats(eng, inv, &sumsq, &nonfinite));
-  float agree[ZRT_GRADSTATS_REC];
-  zrt_gradstats_pack(sumsq, nonfinite, eng->st.loss_sum, agree);
-  ZRT_CHECK(
-      zrt_comm_all_reduce(eng->comm, agree, agree, ZRT_GRADSTATS_REC, ZRT_F32, ZRT_RED_SUM, NULL));
+  ZRT_CHECK(zrt_engine_agree_stats(eng, inv));
+  const float *agree = eng->stats_rec;
   zrt_gradstats_policy gpol = {.may_skip = c->fp16_enabled ||
                                            (c->bf16_enabled && c->bf16_check_grad_overflow),
                                .clipping = c->gradient_clipping};

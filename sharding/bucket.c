@@ -210,7 +210,9 @@ static zrt_status zrt_buckets_finish(zrt_buckets *b, zrt_bucket_slot *s) {
   zrt_comm_req *req = s->req;
   s->req = NULL;
   s->active = 0;
-  ZRT_CHECK(zrt_comm_wait(b->comm, req));
+  /* the stream that reads the reduced bucket waits for it (a stream wait
+   * on a stream-ordered comm; the host waits elsewhere) */
+  ZRT_CHECK(zrt_comm_wait_on(b->comm, req, s->host ? b->hstream : NULL));
   if (s->host) {
     pthread_mutex_lock(&b->mu);
     s->copying = 1;

@@ -129,7 +129,15 @@ static int zrt_coord_next_use(const zrt_coord *c, int m, int from, int64_t limit
 }
 
 static void zrt_coord_free_copy(zrt_coord *c, zrt_coord_mod *me) {
-  zrt_backend_free(c->be, me->full16);
+  /* The engine's stream waited for the copy's gather before any use
+   * (zrt_coord_wait), so it is ordered after every user but the NVMe
+   * reads, which have their own events: without those the copy goes back
+   * on that stream alone, not after every stream's work (the
+   * reduce-scatters in flight) */
+  if (c->pswap)
+    zrt_backend_free(c->be, me->full16);
+  else
+    zrt_backend_free_on(c->be, me->full16, NULL);
   me->full16 = NULL;
   c->live_modules--;
   c->live_elems -= me->padded;
@@ -197,9 +205,17 @@ static zrt_status zrt_coord_launch(zrt_coord *c, int m, int async, int own_ready
     if (st != ZRT_OK) return st;
     src = own;
   }
-  st = zrt_comm_all_gather_even(c->comm, src, me->full16, (size_t)me->part, c->o.dtype,
-                                async ? &me->gather_req : NULL);
-  if (st == ZRT_OK && !async) me->fetched = 1;
+  zrt_comm_req *req = NULL;
+  st = zrt_comm_all_gather_even(c->comm, src, me->full16, (size_t)me->part, c->o.dtype, &req);
+  if (st != ZRT_OK) return st;
+  if (async) {
+    me->gather_req = req;
+    return ZRT_OK;
+  }
+  /* blocking for the program: its next kernels on the engine's stream run
+   * after the gather (no host wait on a stream-ordered comm) */
+  st = zrt_comm_wait_on(c->comm, req, NULL);
+  if (st == ZRT_OK) me->fetched = 1;
   return st;
 }
 
@@ -264,7 +280,7 @@ static zrt_status zrt_coord_wait(zrt_coord *c, int m) {
   if (!me->gather_req) return ZRT_OK;
   zrt_comm_req *req = me->gather_req;
   me->gather_req = NULL;
-  zrt_status st = zrt_comm_wait(c->comm, req);
+  zrt_status st = zrt_comm_wait_on(c->comm, req, NULL);
   if (st == ZRT_OK) me->fetched = 1;
   return st;
 }

@@ -10,6 +10,15 @@
 
 #include "ztest.h"
 
+/* MPI at MPI_THREAD_MULTIPLE: on the twin the engine's comm issues its
+ * collectives from its comm stream's thread (stream-ordered, docs/comms.md)
+ * while the test's own thread calls MPI too; the comm refuses a lower level. */
+#define ZT_MPI_INIT(argcp, argvp)                                                                  \
+  do {                                                                                             \
+    int zt_provided_ = 0;                                                                          \
+    MPI_Init_thread((argcp), (argvp), MPI_THREAD_MULTIPLE, &zt_provided_);                         \
+  } while (0)
+
 #define ZT_MPI_DONE()                                                                              \
   do {                                                                                             \
     int zt_mine_ = zt_failures, zt_all_ = 0;                                                       \

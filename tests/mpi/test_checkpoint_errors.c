@@ -66,7 +66,8 @@ static void expect_fail(ckm *m, const float *m0, int64_t n0, const char *dir, co
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  int provided = 0; /* MULTIPLE: the twin's comm stream calls MPI (docs/comms.md) */
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   ckm a, e, bad;
   float l[3];
   ZT_OK(ckm_create(&a, 1, "bf16", 0));

@@ -70,7 +70,8 @@ static int count_matching(const char *dir, const char *pattern) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  int provided = 0; /* MULTIPLE: the twin's comm stream calls MPI (docs/comms.md) */
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   ckm a;
   float l[8];
   ZT_OK(ckm_create(&a, 1, "bf16", 0));

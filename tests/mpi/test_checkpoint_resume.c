@@ -234,7 +234,8 @@ int main(int argc, char **argv) {
    * and a "bits" line compared by tests/twin/twin_equal.sh would be lost */
   setvbuf(stdout, NULL, _IOLBF, 0);
   /* The test owns MPI so that engines can be destroyed and recreated. */
-  MPI_Init(&argc, &argv);
+  int provided = 0; /* MULTIPLE: the twin's comm stream calls MPI (docs/comms.md) */
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   snprintf(base, sizeof base, "/tmp");
   if (argc >= 4 && !strcmp(argv[1], "save")) {
     mode_save(argv[2], atoi(argv[3]));

@@ -303,7 +303,7 @@ static void nan_loss(void) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  ZT_MPI_INIT(&argc, &argv);
   int world;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world);

@@ -284,7 +284,7 @@ static float *run(const run_cfg *rc, int64_t *nmaster) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  ZT_MPI_INIT(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world_);
   if (world_ < 2) {

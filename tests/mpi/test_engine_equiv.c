@@ -233,7 +233,7 @@ int main(int argc, char **argv) {
    * reads, so block-buffered lines of two ranks could interleave mid-line
    * and a "bits" line compared by tests/twin/twin_equal.sh would be lost */
   setvbuf(stdout, NULL, _IOLBF, 0);
-  MPI_Init(&argc, &argv);
+  ZT_MPI_INIT(&argc, &argv);
   int rank, world;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);

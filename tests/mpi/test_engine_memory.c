@@ -242,7 +242,7 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  ZT_MPI_INIT(&argc, &argv);
   int rank, world;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);

@@ -243,7 +243,7 @@ static void check_layout(zrt_engine *eng, int split, int world, int rank, const 
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  ZT_MPI_INIT(&argc, &argv);
   int rank, world;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
