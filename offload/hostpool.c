@@ -15,14 +15,28 @@
  * and RLIMIT_MEMLOCK never enforced in the sanitizer build. Locking our own
  * extents is safe under ASan (its concern is mlockall over the shadow).
  *
- * Invariants: with host_register pinning every extent jemalloc holds is
- * exactly one mmap (split/merge refused, so unregister sees the registered
- * base); with mlock, extents may be split/merged since munlock/munmap take
- * any page range. Every extent is pinned and bound unless the pool has fallen back (hp->pinned /
- * hp->node say so, and the fallback was logged). Hooks cannot return a message, so a failing hook
- * records it in hp->hook_err and the raw allocator turns it into the zrt error. The arena lives as
- * long as the pool; destroy frees all live allocations (zrt_pool_destroy) and then destroys the
- * arena, which unpins and unmaps the retained extents.
+ * Bytes pinned = bytes counted. An allocation of ZRT_HP_DIRECT_MIN bytes or
+ * more (every model-state shard) bypasses jemalloc: it gets its own mapping
+ * of exactly its page-rounded size, bound and pinned like an extent, and
+ * unpinned and unmapped at free. Through jemalloc it would be rounded up to
+ * a size class (up to 25% more), and with cudaHostRegister its extents had
+ * to stay whole (split refused), so every retained-growth attempt left a
+ * pinned extent of the growth series behind: 2.3x the requested bytes for
+ * GPT-2 124M's offload shards (test_hostpool's register-ratio case checks
+ * <= 1.05). Smaller allocations go through the arena.
+ *
+ * Invariants: a host_register'd range is recorded (base, size, bytes still
+ * held by jemalloc) and unregistered by its base exactly once, when all its
+ * bytes came back (or at pool destroy). jemalloc may split an extent
+ * anywhere and merge two pieces of the same registered range (merges across
+ * ranges are refused, so a piece never spans two registrations); it may
+ * hand a piece back (dalloc) only as a whole range, else the piece stays
+ * retained and reusable. With mlock, extents split/merge freely since
+ * munlock/munmap take any page range. Every extent is pinned and bound unless the pool has fallen
+ * back (hp->pinned / hp->node say so, and the fallback was logged). Hooks cannot return a message,
+ * so a failing hook records it in hp->hook_err and the raw allocator turns it into the zrt error.
+ * The arena lives as long as the pool; destroy frees all live allocations (zrt_pool_destroy) and
+ * then destroys the arena, which unpins and unmaps the retained extents.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -41,6 +55,17 @@
 
 #include "hostpool.h"
 
+/* Allocations of at least this many bytes get their own exactly-sized
+ * mapping (see the top); below it the arena's size classes and retained
+ * growth cost at most a few of its own growth steps. */
+#define ZRT_HP_DIRECT_MIN ((size_t)256 << 10)
+
+typedef struct zrt_hp_range {
+  char *base;
+  size_t size;
+  size_t held; /* bytes of it jemalloc (or a direct allocation) still holds */
+} zrt_hp_range;
+
 struct zrt_hostpool {
   extent_hooks_t hooks; /* first: jemalloc hands this pointer back to the hooks */
   unsigned arena;
@@ -54,45 +79,39 @@ struct zrt_hostpool {
   pthread_mutex_t mu;
   char hook_err[512];
   zrt_status hook_st;
-  /* Extents registered with the backend's host_register, by base (under
-   * mu): each is unregistered at release whatever happened after (a later
-   * pin fallback does not make the pool forget them). */
-  void **reg;
+  /* Ranges registered with the backend's host_register (under mu): each is
+   * unregistered by its base whatever happened after (a later pin fallback
+   * does not make the pool forget them). */
+  zrt_hp_range *reg;
   size_t nreg, capreg;
 };
 
-/* Records a registered extent; -1 when the record cannot grow. */
-static int zrt_hp_reg_add(zrt_hostpool *hp, void *addr) {
+/* Records a registered range; -1 when the record cannot grow. */
+static int zrt_hp_reg_add(zrt_hostpool *hp, void *addr, size_t size) {
   int rc = 0;
   pthread_mutex_lock(&hp->mu);
   if (hp->nreg == hp->capreg) {
     size_t cap = hp->capreg ? 2 * hp->capreg : 64;
-    void **n = realloc(hp->reg, cap * sizeof *n);
+    zrt_hp_range *n = realloc(hp->reg, cap * sizeof *n);
     if (n) {
       hp->reg = n;
       hp->capreg = cap;
     }
   }
   if (hp->nreg < hp->capreg)
-    hp->reg[hp->nreg++] = addr;
+    hp->reg[hp->nreg++] = (zrt_hp_range){(char *)addr, size, size};
   else
     rc = -1;
   pthread_mutex_unlock(&hp->mu);
   return rc;
 }
 
-/* Forgets a registered extent; 1 when addr was one. */
-static int zrt_hp_reg_take(zrt_hostpool *hp, void *addr) {
-  int found = 0;
-  pthread_mutex_lock(&hp->mu);
+/* The registered range holding [addr, addr+size), or -1 (under mu). */
+static long zrt_hp_reg_find(const zrt_hostpool *hp, const void *addr, size_t size) {
+  const char *a = addr;
   for (size_t i = 0; i < hp->nreg; i++)
-    if (hp->reg[i] == addr) {
-      hp->reg[i] = hp->reg[--hp->nreg];
-      found = 1;
-      break;
-    }
-  pthread_mutex_unlock(&hp->mu);
-  return found;
+    if (a >= hp->reg[i].base && a + size <= hp->reg[i].base + hp->reg[i].size) return (long)i;
+  return -1;
 }
 
 static zrt_hostpool *zrt_hp_of(extent_hooks_t *h) { return (zrt_hostpool *)(void *)h; }
@@ -154,7 +173,7 @@ static int zrt_hp_prepare(zrt_hostpool *hp, void *addr, size_t size) {
   if (!hp->pin) return 0;
   if (hp->be && hp->be->iface->host_register) {
     zrt_status st = hp->be->iface->host_register(hp->be->ctx, addr, size);
-    if (st == ZRT_OK && zrt_hp_reg_add(hp, addr) == 0) return 0;
+    if (st == ZRT_OK && zrt_hp_reg_add(hp, addr, size) == 0) return 0;
     if (st == ZRT_OK) { /* registered but cannot be remembered: undo it */
       hp->be->iface->host_unregister(hp->be->ctx, addr);
       st = zrt_error(ZRT_ERR_OOM, "out of host memory for the host pool's extent records");
@@ -199,24 +218,38 @@ static int zrt_hp_prepare(zrt_hostpool *hp, void *addr, size_t size) {
   return -1;
 }
 
-/* Undo pinning of one extent. Pages pinned before a fallback are still
- * locked, so munlock is always attempted (harmless on unlocked pages), and
- * an extent registered before a fallback is still unregistered (its record
- * says so, not the pool's current mode). */
+/* Undo pinning of one extent or piece. Pages pinned before a fallback are
+ * still locked, so munlock is always attempted (harmless on unlocked pages),
+ * and a range registered before a fallback is still unregistered (its record
+ * says so, not the pool's current mode). A piece of a registered range
+ * stays mapped until the whole range came back, then the range is
+ * unregistered by its base and unmapped. */
 static void zrt_hp_release(zrt_hostpool *hp, void *addr, size_t size) {
   if (hp->be && hp->be->iface->host_register && hp->be->iface->host_unregister) {
-    if (zrt_hp_reg_take(hp, addr)) hp->be->iface->host_unregister(hp->be->ctx, addr);
-  } else {
-    zrt_hp_munlock(addr, size);
+    pthread_mutex_lock(&hp->mu);
+    long i = zrt_hp_reg_find(hp, addr, size);
+    zrt_hp_range r = {0};
+    if (i >= 0) {
+      hp->reg[i].held -= size < hp->reg[i].held ? size : hp->reg[i].held;
+      r = hp->reg[i];
+      if (r.held == 0) hp->reg[i] = hp->reg[--hp->nreg];
+    }
+    pthread_mutex_unlock(&hp->mu);
+    if (i < 0) {
+      munmap(addr, size); /* never registered (after a fallback) */
+    } else if (r.held == 0) {
+      hp->be->iface->host_unregister(hp->be->ctx, r.base);
+      munmap(r.base, r.size);
+    }
+    return;
   }
+  zrt_hp_munlock(addr, size);
   munmap(addr, size);
 }
 
-static void *zrt_hp_extent_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t alignment,
-                                 bool *zero, bool *commit, unsigned arena_ind) {
-  (void)arena_ind;
-  zrt_hostpool *hp = zrt_hp_of(h);
-  if (new_addr) return NULL; /* we never extend in place */
+/* A fresh mapping of size bytes (page multiple) aligned to alignment,
+ * bound and pinned; NULL with hp->hook_err set. */
+static void *zrt_hp_map(zrt_hostpool *hp, size_t size, size_t alignment) {
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   if (alignment < page) alignment = page;
   size_t span = size + alignment - page;
@@ -236,6 +269,16 @@ static void *zrt_hp_extent_alloc(extent_hooks_t *h, void *new_addr, size_t size,
     munmap(addr, size);
     return NULL;
   }
+  return addr;
+}
+
+static void *zrt_hp_extent_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t alignment,
+                                 bool *zero, bool *commit, unsigned arena_ind) {
+  (void)arena_ind;
+  zrt_hostpool *hp = zrt_hp_of(h);
+  if (new_addr) return NULL; /* we never extend in place */
+  char *addr = zrt_hp_map(hp, size, alignment);
+  if (!addr) return NULL;
   *zero = true; /* fresh anonymous pages */
   *commit = true;
   return addr;
@@ -244,7 +287,17 @@ static void *zrt_hp_extent_alloc(extent_hooks_t *h, void *new_addr, size_t size,
 static bool zrt_hp_extent_dalloc(extent_hooks_t *h, void *addr, size_t size, bool committed,
                                  unsigned arena_ind) {
   (void)committed, (void)arena_ind;
-  zrt_hp_release(zrt_hp_of(h), addr, size);
+  zrt_hostpool *hp = zrt_hp_of(h);
+  if (hp->be && hp->be->iface->host_register) {
+    /* a piece of a registered range cannot be unpinned alone: refuse, and
+     * jemalloc keeps it retained for reuse (destroy returns it at the end) */
+    pthread_mutex_lock(&hp->mu);
+    long i = zrt_hp_reg_find(hp, addr, size);
+    int piece = i >= 0 && (hp->reg[i].base != (char *)addr || hp->reg[i].held != size);
+    pthread_mutex_unlock(&hp->mu);
+    if (piece) return true;
+  }
+  zrt_hp_release(hp, addr, size);
   return false; /* success: jemalloc forgets the extent */
 }
 
@@ -254,22 +307,33 @@ static void zrt_hp_extent_destroy(extent_hooks_t *h, void *addr, size_t size, bo
   zrt_hp_release(zrt_hp_of(h), addr, size);
 }
 
-/* mlock/munlock and munmap work on any page range, so with mlock pinning
- * jemalloc may split and merge extents freely (no-ops here, returning
- * false = done). A registered range (cudaHostRegister) must be unregistered
- * by its base pointer, so then we refuse (true) and extents stay whole. */
+/* Splits are bookkeeping only (false = done): mlock/munlock and munmap take
+ * any page range, and a piece of a registered range is accounted against
+ * its range at release. A merge is refused (true) only when the two pieces
+ * lie in different registered ranges (or one in none), since one extent
+ * must never span two registrations. */
 static bool zrt_hp_extent_split(extent_hooks_t *h, void *addr, size_t size, size_t size_a,
                                 size_t size_b, bool committed, unsigned arena_ind) {
-  (void)addr, (void)size, (void)size_a, (void)size_b, (void)committed, (void)arena_ind;
-  zrt_hostpool *hp = zrt_hp_of(h);
-  return hp->be && hp->be->iface->host_register;
+  (void)h, (void)addr, (void)size, (void)size_a, (void)size_b, (void)committed, (void)arena_ind;
+  return false;
 }
 
 static bool zrt_hp_extent_merge(extent_hooks_t *h, void *addr_a, size_t size_a, void *addr_b,
                                 size_t size_b, bool committed, unsigned arena_ind) {
-  (void)addr_a, (void)size_a, (void)addr_b, (void)size_b, (void)committed, (void)arena_ind;
+  (void)committed, (void)arena_ind;
   zrt_hostpool *hp = zrt_hp_of(h);
-  return hp->be && hp->be->iface->host_register;
+  if (!(hp->be && hp->be->iface->host_register)) return false;
+  pthread_mutex_lock(&hp->mu);
+  long ia = zrt_hp_reg_find(hp, addr_a, size_a), ib = zrt_hp_reg_find(hp, addr_b, size_b);
+  pthread_mutex_unlock(&hp->mu);
+  return ia != ib;
+}
+
+static int zrt_hp_direct(size_t bytes) { return bytes >= ZRT_HP_DIRECT_MIN; }
+
+static size_t zrt_hp_page_round(size_t bytes) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  return (bytes + page - 1) / page * page;
 }
 
 static zrt_status zrt_hp_raw_alloc(void *ctx, size_t bytes, void **out) {
@@ -278,8 +342,10 @@ static zrt_status zrt_hp_raw_alloc(void *ctx, size_t bytes, void **out) {
   hp->hook_err[0] = 0;
   hp->hook_st = ZRT_OK;
   pthread_mutex_unlock(&hp->mu);
-  void *p = mallocx(bytes ? bytes : 1,
-                    MALLOCX_ARENA(hp->arena) | MALLOCX_TCACHE_NONE | MALLOCX_ALIGN(64));
+  void *p = zrt_hp_direct(bytes)
+                ? zrt_hp_map(hp, zrt_hp_page_round(bytes), 0)
+                : mallocx(bytes ? bytes : 1,
+                          MALLOCX_ARENA(hp->arena) | MALLOCX_TCACHE_NONE | MALLOCX_ALIGN(64));
   if (p) {
     *out = p;
     return ZRT_OK;
@@ -293,9 +359,12 @@ static zrt_status zrt_hp_raw_alloc(void *ctx, size_t bytes, void **out) {
   return zrt_error(ZRT_ERR_OOM, "host pool: out of host memory allocating %zu bytes", bytes);
 }
 
+/* The pool hands back the bytes it allocated, so the path is known again. */
 static void zrt_hp_raw_free(void *ctx, void *ptr, size_t bytes) {
-  (void)ctx, (void)bytes;
-  dallocx(ptr, MALLOCX_TCACHE_NONE);
+  if (zrt_hp_direct(bytes))
+    zrt_hp_release(ctx, ptr, zrt_hp_page_round(bytes));
+  else
+    dallocx(ptr, MALLOCX_TCACHE_NONE);
 }
 
 /* The node of the rank's bound cores when they all sit on one node. */
@@ -441,7 +510,7 @@ void zrt_hostpool_destroy(zrt_hostpool *hp) {
    * expects). */
   for (size_t i = 0; i < hp->nreg; i++)
     if (hp->be && hp->be->iface->host_unregister)
-      hp->be->iface->host_unregister(hp->be->ctx, hp->reg[i]);
+      hp->be->iface->host_unregister(hp->be->ctx, hp->reg[i].base);
   free(hp->reg);
   pthread_mutex_destroy(&hp->mu);
   free(hp);
