@@ -13,6 +13,9 @@
  *     plain causal attention in double: GPT-2 124M's head shape (12 heads of
  *     64) at T = 1024, and T = 100 (a ragged last tile), batch 2; out within
  *     1e-4 absolute, dqkv (added onto a non-zero dqkv) within 1e-3.
+ * With ZRT_ATTN_DUMP=DIR the T = 1024 case also writes its inputs and
+ * results (raw float32: qkv, dout, dqkv0, out, dqkv) and shape.json there for
+ * scripts/check_attention_torch.py (PyTorch's scaled_dot_product_attention).
  * The CPU emulation of the same attention code is checked in
  * test_gpt2_flash_emu (unit). Skips (77) without a GPU, fails under
  * ZRT_REQUIRE_GPU=1.
@@ -168,8 +171,38 @@ static void attention_case(int B, int T, int NH) {
   ZT_OK(gpt2_cuda_ops_f32.attention_forward(eng, dout_, datt, dq, B, T, C, NH));
   ZT_OK(gpt2_cuda_ops_f32.attention_backward(eng, ddqkv, ddo, dq, datt, B, T, C, NH));
   ZT_OK(gpt2_cuda_ops_f32.check());
+  float *dqkv0 = malloc(nqkv * 4);
+  memcpy(dqkv0, dqkv, nqkv * 4);
   ZT_OK(zrt_engine_memcpy(eng, out, dout_, nout * 4, ZRT_COPY_D2H));
   ZT_OK(zrt_engine_memcpy(eng, dqkv, ddqkv, nqkv * 4, ZRT_COPY_D2H));
+  const char *dump = getenv("ZRT_ATTN_DUMP");
+  if (dump && *dump && T == 1024) {
+    const struct {
+      const char *name;
+      const float *p;
+      size_t n;
+    } f[] = {{"qkv", qkv, nqkv},
+             {"dout", dout, nout},
+             {"dqkv0", dqkv0, nqkv},
+             {"out", out, nout},
+             {"dqkv", dqkv, nqkv}};
+    char path[4096];
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+      snprintf(path, sizeof path, "%s/%s.f32", dump, f[i].name);
+      FILE *fp = fopen(path, "wb");
+      ZT_CHECK(fp && fwrite(f[i].p, 4, f[i].n, fp) == f[i].n);
+      if (fp) fclose(fp);
+    }
+    snprintf(path, sizeof path, "%s/shape.json", dump);
+    FILE *fp = fopen(path, "w");
+    ZT_CHECK(fp != NULL);
+    if (fp) {
+      fprintf(fp, "{\"B\": %d, \"T\": %d, \"NH\": %d, \"HS\": 64}\n", B, T, NH);
+      fclose(fp);
+    }
+    printf("attention tensors written to %s\n", dump);
+  }
+  free(dqkv0);
   char what[96];
   snprintf(what, sizeof what, "fused attention B=%d T=%d NH=%d out", B, T, NH);
   ZT_CLOSE_ARRAY(what, out, rout, nout, 1e-4);
