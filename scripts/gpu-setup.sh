@@ -15,6 +15,7 @@
 #       mpi      ctest -L mpi                          (ranks sharing the one GPU)
 #       cli      ctest -L cli
 #       sanitize compute-sanitizer memcheck + racecheck, train_gpt2 for 3 steps
+#       measure  the fused attention vs PyTorch SDPA, PyTorch eager / torch.compile GPT-2 124M bf16 (docs/perf.md)
 #   scripts/gpu-setup.sh run CMD...      # there: CMD with the environment set
 #   scripts/gpu-setup.sh env             # print the environment (to eval)
 #   scripts/gpu-setup.sh check [DIR]     # here: `step build` then the test steps'
@@ -185,8 +186,20 @@ step() {
           "$dir/bin/train_gpt2" --model tiny --steps 3 --batch_size 2 --seq_len 64
       done
       ;;
+    measure) # docs/perf.md "On a lent GPU": the fused attention vs PyTorch, the PyTorch peers
+      need_build "$dir"
+      mkdir -p "$OUT/attn"
+      ZRT_ATTN_DUMP="$OUT/attn" timeout $((lim / 4)) "$dir/tests/test_gpt2_cuda"
+      timeout $((lim / 4)) python3 scripts/check_attention_torch.py "$OUT/attn" | tee "$OUT/attn.json"
+      rm -f "$OUT"/attn/*.f32
+      for c in "" --compile; do
+        timeout $((lim / 4)) python3 scripts/perf_torch_gpt2.py --model gpt2 --vocab 50257 \
+          --device cuda --dtype bf16 --batch_size 8 --steps 6 --rounds 1 $c |
+          tee -a "$OUT/torch_gpt2_124m.jsonl"
+      done
+      ;;
     *)
-      echo "gpu-setup: unknown step '$name' (build, gpu, mpi, cli, unit, sanitize)" >&2
+      echo "gpu-setup: unknown step '$name' (build, gpu, mpi, cli, unit, sanitize, measure)" >&2
       exit 2
       ;;
     esac
@@ -286,7 +299,7 @@ build) # the old name of `step build`, without a log file
   step_build "${2:-build-gpu}"
   ;;
 step)
-  [ -n "${2:-}" ] || { echo "gpu-setup: step needs a name (build, gpu, mpi, cli, unit, sanitize)" >&2; exit 2; }
+  [ -n "${2:-}" ] || { echo "gpu-setup: step needs a name (build, gpu, mpi, cli, unit, sanitize, measure)" >&2; exit 2; }
   step "$2" "${3:-build-gpu}"
   ;;
 check)

@@ -14,7 +14,9 @@
  * at stage 3 that would be a wasted gather); then zrt_engine_step. Per pass
  * stage 3 gathers the embedding module and every block twice, ln_f once. Weights and
  * grads of the working dtype are staged through fp32 buffers when the
- * working dtype is 16-bit; the kernels compute in fp32.
+ * working dtype is 16-bit and the kernels compute in fp32, except on CUDA,
+ * where the GEMMs read the 16-bit weight matrices as they are (tensor
+ * cores, fp32 accumulate).
  *
  * Invariants: the data a rank reads is a pure function of (optimizer step,
  * accumulation index, rank), so a resumed run sees the same batches as an
@@ -300,6 +302,11 @@ typedef struct trainer {
   gpt2_ops_f32 ops;
   void (*to_f32)(float *dst, const void *src, zrt_dtype dt, int64_t n);
   void (*add_from_f32)(void *dst, const float *src, zrt_dtype dt, int64_t n);
+  /* CUDA in a 16-bit run: GEMMs take the gathered 16-bit weight matrices
+   * as they are (gpt2_cuda_weight16); NULL elsewhere. */
+  int (*w16)(const void *raw, int64_t n);
+  void (*w16_clear)(void);
+  void *scratch; /* the CUDA ops' scratch (gpt2_cuda_scratch_bytes) */
   float *acts, *wstage, *gstage, *wte_stage, *dwte;
   int *d_tok, *d_tgt;
   int *h_tok, *h_tgt;
@@ -352,12 +359,25 @@ static zrt_status task_ptrs(trainer *tr, gpt2_task *t, int m, int grads) {
   return ZRT_OK;
 }
 
-/* Task side: points tr->w at module m's weights as fp32 (converted when 16-bit). */
+/* A block's weight matrices: only GEMMs read them. */
+static int is_gemm_weight(const trainer *tr, int m, int p) {
+  return m >= 1 && m < tr->nmod - 1 &&
+         (p == GPT2_ATTN_W || p == GPT2_ATTNPROJ_W || p == GPT2_FC_W || p == GPT2_FCPROJ_W);
+}
+
+/* Task side: points tr->w at module m's weights as fp32 (converted when
+ * 16-bit), or at the 16-bit tensors themselves for the GEMM weights when
+ * the ops take them (tr->w16: CUDA, where the task runs on the calling
+ * thread in program order, so the registration holds for this module's
+ * kernels only). */
 static void stage_weights(trainer *tr, const gpt2_task *t, int m) {
   int64_t off = 0;
+  if (tr->w16_clear) tr->w16_clear();
   for (int p = 0; p < nparams_of(tr, m); p++) {
     if (tr->info.dtype == ZRT_F32) {
       tr->w[p] = t->wraw[p];
+    } else if (tr->w16 && is_gemm_weight(tr, m, p) && tr->w16(t->wraw[p], tr->numel[m][p]) == 0) {
+      tr->w[p] = t->wraw[p]; /* read as the run's 16-bit dtype by the GEMM */
     } else {
       tr->w[p] = tr->wstage + off;
       tr->to_f32(tr->w[p], t->wraw[p], tr->info.dtype, tr->numel[m][p]);
@@ -404,11 +424,13 @@ static zrt_status task_run(void *arg) {
     return gpt2_block_forward_f32(ops, &tr->cfg, &tr->L, tr->acts, B, t->l, NULL, tr->w);
   case GPT2_TASK_HEAD: {
     const float *wte = t->wte_raw;
-    if (tr->info.dtype != ZRT_F32) {
+    stage_weights(tr, t, last); /* first: it clears the 16-bit registrations */
+    /* the tied wte: only the head's GEMMs read it, as is on CUDA (tr->w16) */
+    if (tr->info.dtype != ZRT_F32 &&
+        !(tr->w16 && tr->w16(t->wte_raw, tr->numel[0][GPT2_WTE]) == 0)) {
       tr->to_f32(tr->wte_stage, t->wte_raw, tr->info.dtype, tr->numel[0][GPT2_WTE]);
       wte = tr->wte_stage;
     }
-    stage_weights(tr, t, last);
     if (t->train) {
       stage_grads(tr, t, last);
       ops->zero(tr->dwte, (size_t)tr->numel[0][GPT2_WTE]);
@@ -968,28 +990,55 @@ static void prune_checkpoints(const char *dir, int keep, keep_history *h, int64_
 }
 
 /* The MFU denominator: the backend's measured GEMM rate, through the same
- * ops (and, on the CPU, the same OpenMP split) the model uses, in fp32
- * like the kernels. Operands live in the activation buffer before the
- * first forward overwrites it, so the measurement costs no memory. Square
- * GEMMs of side n (a multiple of 64, at most `cap`), repeated for at least
- * `min_s` seconds. Returns FLOP/s, 0 when the buffer is too small. */
+ * ops (and, on the CPU, the same OpenMP split) the model uses, in the
+ * dtype its GEMMs run in: fp32 on the CPU and in fp32 CUDA runs; on CUDA in
+ * a bf16 / fp16 run, cuBLAS on 16-bit operands (tensor cores, fp32
+ * accumulate) held in the ops' scratch, C in the activations. Operands live
+ * in buffers the first forward overwrites, so the measurement costs no
+ * memory. Square GEMMs of side n (a multiple of 64, at most `cap`),
+ * repeated for at least `min_s` seconds. Returns FLOP/s, 0 when the buffer
+ * is too small. */
 #define GPT2_PEAK_SIDE_CPU 1024
 #define GPT2_PEAK_SIDE_GPU 4096
 #define GPT2_PEAK_MIN_S 0.25
+static zrt_status peak_gemm(trainer *tr, int int16, int64_t n, const void *A, const void *B,
+                            float *C) {
+  if (!int16) return tr->ops.gemm(tr->ops.ctx, 0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+  return zrt_engine_gemm(tr->eng, 0, 0, n, n, n, 1.0f, A, n, B, n, tr->info.dtype, 0.0f, C, n,
+                         ZRT_F32);
+}
+
 static double measure_gemm_peak(trainer *tr, int gpu) {
   int64_t cap = gpu ? GPT2_PEAK_SIDE_GPU : GPT2_PEAK_SIDE_CPU, n = cap;
-  while (n >= 64 && (size_t)(3 * n * n) > tr->L.total) n -= 64;
+  int int16 = tr->w16 != NULL; /* CUDA GEMMs in the run's 16-bit dtype */
+  size_t scratch = 0;
+#ifdef GPT2_HAVE_CUDA
+  if (int16) scratch = gpt2_cuda_scratch_bytes(&tr->cfg, tr->B, tr->info.dtype);
+#endif
+  while (n >= 64 && (int16 ? (size_t)(4 * n * n) > scratch || (size_t)(n * n) > tr->L.total
+                           : (size_t)(3 * n * n) > tr->L.total))
+    n -= 64;
   if (n < 64) return 0;
-  float *A = tr->acts, *B = A + n * n, *C = B + n * n;
-  gpt2_task z = {.tr = tr, .kind = GPT2_TASK_ZERO, .zero_at = A, .zero_n = (size_t)(3 * n * n)};
-  if (launch(tr, &z) != ZRT_OK) return 0;
-  if (tr->ops.gemm(tr->ops.ctx, 0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n) != ZRT_OK ||
-      zrt_engine_synchronize(tr->eng) != ZRT_OK)
+  const void *A = tr->acts, *B = tr->acts + n * n;
+  float *C = tr->acts + 2 * n * n;
+  if (int16) {
+#ifdef GPT2_HAVE_CUDA
+    gpt2_cuda_fill16(tr->scratch, tr->info.dtype, 2 * n * n);
+#endif
+    A = tr->scratch;
+    B = (const char *)tr->scratch + 2 * n * n;
+    C = tr->acts;
+  } else {
+    gpt2_task z = {
+        .tr = tr, .kind = GPT2_TASK_ZERO, .zero_at = tr->acts, .zero_n = (size_t)(3 * n * n)};
+    if (launch(tr, &z) != ZRT_OK) return 0;
+  }
+  if (peak_gemm(tr, int16, n, A, B, C) != ZRT_OK || zrt_engine_synchronize(tr->eng) != ZRT_OK)
     return 0;
   double t0 = now_s(), t = t0;
   int reps = 0;
   while (t - t0 < GPT2_PEAK_MIN_S) {
-    if (tr->ops.gemm(tr->ops.ctx, 0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n) != ZRT_OK) return 0;
+    if (peak_gemm(tr, int16, n, A, B, C) != ZRT_OK) return 0;
     if (zrt_engine_synchronize(tr->eng) != ZRT_OK) return 0;
     reps++;
     t = now_s();
@@ -1133,6 +1182,10 @@ int main(int argc, char **argv) {
     gpt2_cuda_set_stream(zrt_engine_stream(tr.eng));
     tr.to_f32 = gpt2_cuda_to_f32;
     tr.add_from_f32 = gpt2_cuda_add_from_f32;
+    if (tr.info.dtype != ZRT_F32) {
+      tr.w16 = gpt2_cuda_weight16;
+      tr.w16_clear = gpt2_cuda_weight16_clear;
+    }
 #else
     fprintf(stderr, "train_gpt2: the engine runs on CUDA but this build has no CUDA kernels; "
                     "rebuild with -DZRT_CUDA=ON or set zrt.backend=cpu\n");
@@ -1199,9 +1252,15 @@ int main(int argc, char **argv) {
    * after build; declared first so that stage "auto" counts them (the
    * checkpoints are the engine's own and it counts them itself). */
   gpt2_acts_layout_init(&tr.L, &tr.cfg, tr.B, tr.nckpt);
+  /* the CUDA ops' scratch: 16-bit GEMM operands, attention statistics */
+  size_t scratch_bytes = 0;
+#ifdef GPT2_HAVE_CUDA
+  if (!strcmp(tr.info.backend, "cuda"))
+    scratch_bytes = gpt2_cuda_scratch_bytes(&tr.cfg, tr.B, tr.info.dtype);
+#endif
   {
-    uint64_t act = (uint64_t)tr.L.total * 4 + wte_n * 4 + 2 * N * sizeof(int);
-    if (tr.info.dtype != ZRT_F32) act += 2 * (uint64_t)max_mod * 4 + wte_n * 4;
+    uint64_t act = (uint64_t)tr.L.total * 4 + wte_n * 4 + 2 * N * sizeof(int) + scratch_bytes;
+    if (tr.info.dtype != ZRT_F32) act += 2 * (uint64_t)max_mod * 4 + (tr.w16 ? 0 : wte_n * 4);
     CHECK(zrt_engine_set_activation_bytes(tr.eng, act));
   }
   CHECK(zrt_engine_build(tr.eng));
@@ -1236,8 +1295,15 @@ int main(int argc, char **argv) {
                            (void **)&tr.wstage));
     CHECK(zrt_engine_alloc(tr.eng, (size_t)max_mod * sizeof(float), ZRT_MEM_ACTIVATIONS,
                            (void **)&tr.gstage));
-    CHECK(zrt_engine_alloc(tr.eng, wte_n * sizeof(float), ZRT_MEM_ACTIVATIONS,
-                           (void **)&tr.wte_stage));
+    if (!tr.w16) /* the head's GEMMs read the 16-bit wte on CUDA */
+      CHECK(zrt_engine_alloc(tr.eng, wte_n * sizeof(float), ZRT_MEM_ACTIVATIONS,
+                             (void **)&tr.wte_stage));
+  }
+  if (scratch_bytes) {
+    CHECK(zrt_engine_alloc(tr.eng, scratch_bytes, ZRT_MEM_ACTIVATIONS, &tr.scratch));
+#ifdef GPT2_HAVE_CUDA
+    gpt2_cuda_gemm_setup(tr.info.dtype, tr.scratch, scratch_bytes);
+#endif
   }
   tr.h_tok = malloc(2 * N * sizeof(int));
   tr.h_losses = malloc(N * sizeof(float));
@@ -1338,8 +1404,8 @@ int main(int argc, char **argv) {
       gpt2_flops_per_token(&tr.cfg) * (double)T * (double)tr.info.micro_batch * (double)accum;
   double peak = measure_gemm_peak(&tr, !strcmp(tr.info.backend, "cuda"));
   if (rank0 && peak > 0) {
-    printf("train_gpt2: measured %s fp32 GEMM peak %.1f GFLOP/s per rank (MFU denominator)\n",
-           tr.info.backend, peak / 1e9);
+    printf("train_gpt2: measured %s %s GEMM peak %.1f GFLOP/s per rank (MFU denominator)\n",
+           tr.info.backend, tr.w16 ? zrt_dtype_name(tr.info.dtype) : "fp32", peak / 1e9);
     fflush(stdout);
   }
   double t_start = now_s(), t_last = t_start;
@@ -1423,7 +1489,7 @@ fail:
   rc = 1;
 done:
   if (tr.eng) {
-    void *bufs[] = {tr.acts, tr.dwte, tr.d_tok, tr.wstage, tr.gstage, tr.wte_stage};
+    void *bufs[] = {tr.acts, tr.dwte, tr.d_tok, tr.wstage, tr.gstage, tr.wte_stage, tr.scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
       if (bufs[i]) zrt_engine_free(tr.eng, bufs[i]);
   }
