@@ -316,11 +316,13 @@ static void cu_bias_backward(float *db, const float *dout, int N, int OC) {
   k_bias_backward<<<nblocks((size_t)OC, TPB), TPB, 0, g_stream>>>(db, dout, N, OC);
 }
 static zrt_status fa_shape_ok(int B, int T, int C, int NH) {
-  if (NH > 0 && C % NH == 0 && C / NH == FA_HS && B * NH <= 65535) return ZRT_OK;
+  (void)T;
+  if (NH > 0 && C % NH == 0 && C / NH <= FA_HS && B * NH <= 65535) return ZRT_OK;
   fprintf(stderr,
-          "train_gpt2: the fused CUDA attention takes head size %d (GPT-2's) and B*n_head <= "
-          "65535; this model has n_embd %d, n_head %d, B %d — pick n_embd = %d * n_head\n",
-          FA_HS, C, NH, B, FA_HS);
+          "train_gpt2: the fused CUDA attention takes a head size (n_embd / n_head) of at most "
+          "%d and B * n_head <= 65535; this model has n_embd %d, n_head %d, micro-batch %d: "
+          "raise --n_head (n_embd %% n_head == 0) or lower --batch_size\n",
+          FA_HS, C, NH, B);
   return ZRT_ERR_UNSUPPORTED;
 }
 static zrt_status cu_attention_forward(void *ctx, float *out, float *att, const float *qkv, int B,

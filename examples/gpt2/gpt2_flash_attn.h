@@ -6,8 +6,12 @@
  * other between barriers (tests/unit/test_gpt2_flash_emu.c checks that
  * against plain attention, so the algorithm is tested where no GPU is).
  *
- * Shapes: qkv [B, T, 3C] (q | k | v, head h at h*HS), out [B, T, C], head
- * size HS = 64 (GPT-2's; the caller checks C / NH == 64), any T >= 1.
+ * Shapes: qkv [B, T, 3C] (q | k | v, head h at h*hs), out [B, T, C], head
+ * size hs = C / NH of at most FA_HS = 64 (GPT-2's 64; the tiny preset's 32:
+ * the caller checks C % NH == 0 and hs <= FA_HS), any T >= 1. A head
+ * smaller than FA_HS is loaded into the tiles padded with zero columns,
+ * which add exact zeros to every dot product and are never written back,
+ * so one kernel serves every such head at the cost of the padding.
  * Tiles of FA_TILE = 32 query rows or key rows, one thread per row, one warp
  * per block, tiles staged in shared memory.
  *   forward: grid (ceil(T/32), B*NH); thread = query row; online softmax over
@@ -84,23 +88,25 @@ typedef struct fa_dkv_ts {
 } fa_dkv_ts;
 
 /* Loads rows [r0, r0+FA_TILE) of one head's slice (offset `col` in rows of
- * `ld` floats) into a tile of row stride `ts`; rows >= T become zeros.
- * Consecutive threads take consecutive elements (coalesced). */
-#define FA_LOAD_TILE(dst, src, ld, col, r0, T, tid)                                                \
+ * `ld` floats, hs columns) into a tile; rows >= T and columns >= hs become
+ * zeros. Consecutive threads take consecutive elements (coalesced). */
+#define FA_LOAD_TILE(dst, src, ld, col, r0, T, hs, tid)                                            \
   for (int e_ = (tid); e_ < FA_TILE * FA_HS; e_ += FA_NT) {                                        \
     int r_ = e_ / FA_HS, d_ = e_ % FA_HS, row_ = (r0) + r_;                                        \
-    (dst)[r_][d_] = row_ < (T) ? (src)[(size_t)row_ * (size_t)(ld) + (size_t)(col) + d_] : 0.0f;   \
+    (dst)[r_][d_] =                                                                                \
+        row_ < (T) && d_ < (hs) ? (src)[(size_t)row_ * (size_t)(ld) + (size_t)(col) + d_] : 0.0f;  \
   }
 
 /* Forward of query tile qt of head bh. lse: [B*NH, T]. */
 FA_DEV void fa_forward_block(const float *qkv, float *out, float *lse, int T, int C, int NH, int qt,
                              int bh, fa_fwd_smem *sm, fa_fwd_ts *ts) {
   const int b = bh / NH, h = bh % NH, C3 = 3 * C, q0 = qt * FA_TILE;
-  const float scale = 1.0f / sqrtf((float)FA_HS);
+  const int hs = C / NH;
+  const float scale = 1.0f / sqrtf((float)hs);
   const float *base = qkv + (size_t)b * T * C3;
   const int q_last = (q0 + FA_TILE < T ? q0 + FA_TILE : T) - 1;
   FA_THREADS(tid)
-  FA_LOAD_TILE(sm->q, base, C3, h * FA_HS, q0, T, tid);
+  FA_LOAD_TILE(sm->q, base, C3, h * hs, q0, T, hs, tid);
   FA_TS(ts, tid).m = -INFINITY;
   FA_TS(ts, tid).l = 0.0f;
   FA_UNROLL for (int d = 0; d < FA_HS; d++) FA_TS(ts, tid).o[d] = 0.0f;
@@ -108,8 +114,8 @@ FA_DEV void fa_forward_block(const float *qkv, float *out, float *lse, int T, in
   for (int k0 = 0; k0 <= q_last; k0 += FA_TILE) {
     FA_SYNC(); /* q is loaded; the previous tile's k, v are no longer read */
     FA_THREADS(tid)
-    FA_LOAD_TILE(sm->k, base, C3, C + h * FA_HS, k0, T, tid);
-    FA_LOAD_TILE(sm->v, base, C3, 2 * C + h * FA_HS, k0, T, tid);
+    FA_LOAD_TILE(sm->k, base, C3, C + h * hs, k0, T, hs, tid);
+    FA_LOAD_TILE(sm->v, base, C3, 2 * C + h * hs, k0, T, hs, tid);
     FA_END
     FA_SYNC();
     FA_THREADS(tid)
@@ -151,8 +157,8 @@ FA_DEV void fa_forward_block(const float *qkv, float *out, float *lse, int T, in
   if (i < T) {
     fa_fwd_ts *me = &FA_TS(ts, tid);
     float inv = 1.0f / me->l; /* l >= 1: the row's max term is exp(0) */
-    float *o = out + ((size_t)b * T + i) * C + h * FA_HS;
-    FA_UNROLL for (int d = 0; d < FA_HS; d++) o[d] = me->o[d] * inv;
+    float *o = out + ((size_t)b * T + i) * C + h * hs;
+    FA_UNROLL for (int d = 0; d < FA_HS; d++) if (d < hs) o[d] = me->o[d] * inv;
     lse[(size_t)bh * T + i] = me->m + logf(me->l);
   }
   FA_END
@@ -164,12 +170,13 @@ FA_DEV void fa_dq_block(float *dqkv, float *dstat, const float *dout, const floa
                         const float *lse, int T, int C, int NH, int qt, int bh, fa_dq_smem *sm,
                         fa_dq_ts *ts) {
   const int b = bh / NH, h = bh % NH, C3 = 3 * C, q0 = qt * FA_TILE;
-  const float scale = 1.0f / sqrtf((float)FA_HS);
+  const int hs = C / NH;
+  const float scale = 1.0f / sqrtf((float)hs);
   const float *base = qkv + (size_t)b * T * C3, *dbase = dout + (size_t)b * T * C;
   const int q_last = (q0 + FA_TILE < T ? q0 + FA_TILE : T) - 1;
   FA_THREADS(tid)
-  FA_LOAD_TILE(sm->q, base, C3, h * FA_HS, q0, T, tid);
-  FA_LOAD_TILE(sm->dout, dbase, C, h * FA_HS, q0, T, tid);
+  FA_LOAD_TILE(sm->q, base, C3, h * hs, q0, T, hs, tid);
+  FA_LOAD_TILE(sm->dout, dbase, C, h * hs, q0, T, hs, tid);
   const int i = q0 + tid;
   FA_TS(ts, tid).lse = i < T ? lse[(size_t)bh * T + i] : 0.0f;
   FA_TS(ts, tid).d = 0.0f;
@@ -180,8 +187,8 @@ FA_DEV void fa_dq_block(float *dqkv, float *dstat, const float *dout, const floa
     for (int k0 = 0; k0 <= q_last; k0 += FA_TILE) {
       FA_SYNC();
       FA_THREADS(tid)
-      FA_LOAD_TILE(sm->k, base, C3, C + h * FA_HS, k0, T, tid);
-      FA_LOAD_TILE(sm->v, base, C3, 2 * C + h * FA_HS, k0, T, tid);
+      FA_LOAD_TILE(sm->k, base, C3, C + h * hs, k0, T, hs, tid);
+      FA_LOAD_TILE(sm->v, base, C3, 2 * C + h * hs, k0, T, hs, tid);
       FA_END
       FA_SYNC();
       FA_THREADS(tid)
@@ -210,8 +217,8 @@ FA_DEV void fa_dq_block(float *dqkv, float *dstat, const float *dout, const floa
   const int i = q0 + tid;
   if (i < T) {
     fa_dq_ts *me = &FA_TS(ts, tid);
-    float *dq = dqkv + ((size_t)b * T + i) * C3 + h * FA_HS;
-    FA_UNROLL for (int d = 0; d < FA_HS; d++) dq[d] += me->dq[d];
+    float *dq = dqkv + ((size_t)b * T + i) * C3 + h * hs;
+    FA_UNROLL for (int d = 0; d < FA_HS; d++) if (d < hs) dq[d] += me->dq[d];
     dstat[(size_t)bh * T + i] = me->d;
   }
   FA_END
@@ -223,11 +230,12 @@ FA_DEV void fa_dkv_block(float *dqkv, const float *dout, const float *qkv, const
                          const float *dstat, int T, int C, int NH, int kt, int bh, fa_dkv_smem *sm,
                          fa_dkv_ts *ts) {
   const int b = bh / NH, h = bh % NH, C3 = 3 * C, k0 = kt * FA_TILE;
-  const float scale = 1.0f / sqrtf((float)FA_HS);
+  const int hs = C / NH;
+  const float scale = 1.0f / sqrtf((float)hs);
   const float *base = qkv + (size_t)b * T * C3, *dbase = dout + (size_t)b * T * C;
   FA_THREADS(tid)
-  FA_LOAD_TILE(sm->k, base, C3, C + h * FA_HS, k0, T, tid);
-  FA_LOAD_TILE(sm->v, base, C3, 2 * C + h * FA_HS, k0, T, tid);
+  FA_LOAD_TILE(sm->k, base, C3, C + h * hs, k0, T, hs, tid);
+  FA_LOAD_TILE(sm->v, base, C3, 2 * C + h * hs, k0, T, hs, tid);
   FA_UNROLL for (int d = 0; d < FA_HS; d++) {
     FA_TS(ts, tid).dk[d] = 0.0f;
     FA_TS(ts, tid).dv[d] = 0.0f;
@@ -237,8 +245,8 @@ FA_DEV void fa_dkv_block(float *dqkv, const float *dout, const float *qkv, const
   for (int q0 = k0; q0 < T; q0 += FA_TILE) {
     FA_SYNC();
     FA_THREADS(tid)
-    FA_LOAD_TILE(sm->q, base, C3, h * FA_HS, q0, T, tid);
-    FA_LOAD_TILE(sm->dout, dbase, C, h * FA_HS, q0, T, tid);
+    FA_LOAD_TILE(sm->q, base, C3, h * hs, q0, T, hs, tid);
+    FA_LOAD_TILE(sm->dout, dbase, C, h * hs, q0, T, hs, tid);
     const int i = q0 + tid;
     sm->lse[tid] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
     sm->d[tid] = i < T ? dstat[(size_t)bh * T + i] : 0.0f;
@@ -271,10 +279,12 @@ FA_DEV void fa_dkv_block(float *dqkv, const float *dout, const float *qkv, const
   const int j = k0 + tid;
   if (j < T) {
     fa_dkv_ts *me = &FA_TS(ts, tid);
-    float *dk = dqkv + ((size_t)b * T + j) * C3 + C + h * FA_HS, *dv = dk + C;
+    float *dk = dqkv + ((size_t)b * T + j) * C3 + C + h * hs, *dv = dk + C;
     FA_UNROLL for (int d = 0; d < FA_HS; d++) {
-      dk[d] += me->dk[d];
-      dv[d] += me->dv[d];
+      if (d < hs) {
+        dk[d] += me->dk[d];
+        dv[d] += me->dv[d];
+      }
     }
   }
   FA_END

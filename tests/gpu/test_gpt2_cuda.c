@@ -11,8 +11,10 @@
  *     (entries are sums of <= 256 products of magnitude <= 1);
  *   - the fused attention forward and backward (gpt2_flash_attn.h) against
  *     plain causal attention in double: GPT-2 124M's head shape (12 heads of
- *     64) at T = 1024, and T = 100 (a ragged last tile), batch 2; out within
- *     1e-4 absolute, dqkv (added onto a non-zero dqkv) within 1e-3.
+ *     64) at T = 1024, and T = 100 (a ragged last tile), batch 2, and the
+ *     tiny preset's (2 heads of 32, T = 64: tiles zero-padded past the
+ *     head); out within 1e-4 absolute, dqkv (added onto a non-zero dqkv)
+ *     within 1e-3.
  * With ZRT_ATTN_DUMP=DIR the T = 1024 case also writes its inputs and
  * results (raw float32: qkv, dout, dqkv0, out, dqkv) and shape.json there for
  * scripts/check_attention_torch.py (PyTorch's scaled_dot_product_attention).
@@ -155,8 +157,8 @@ static void ref_attention(const float *qkv, const float *dout, double *out, doub
   free(dp);
 }
 
-static void attention_case(int B, int T, int NH) {
-  int C = NH * 64;
+static void attention_case(int B, int T, int NH, int HS) {
+  int C = NH * HS;
   size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
   float *qkv = malloc(nqkv * 4), *dout = malloc(nout * 4), *out = malloc(nout * 4);
   float *dqkv = malloc(nqkv * 4);
@@ -176,7 +178,7 @@ static void attention_case(int B, int T, int NH) {
   ZT_OK(zrt_engine_memcpy(eng, out, dout_, nout * 4, ZRT_COPY_D2H));
   ZT_OK(zrt_engine_memcpy(eng, dqkv, ddqkv, nqkv * 4, ZRT_COPY_D2H));
   const char *dump = getenv("ZRT_ATTN_DUMP");
-  if (dump && *dump && T == 1024) {
+  if (dump && *dump && T == 1024 && HS == 64) {
     const struct {
       const char *name;
       const float *p;
@@ -204,9 +206,9 @@ static void attention_case(int B, int T, int NH) {
   }
   free(dqkv0);
   char what[96];
-  snprintf(what, sizeof what, "fused attention B=%d T=%d NH=%d out", B, T, NH);
+  snprintf(what, sizeof what, "fused attention B=%d T=%d NH=%d HS=%d out", B, T, NH, HS);
   ZT_CLOSE_ARRAY(what, out, rout, nout, 1e-4);
-  snprintf(what, sizeof what, "fused attention B=%d T=%d NH=%d dqkv", B, T, NH);
+  snprintf(what, sizeof what, "fused attention B=%d T=%d NH=%d HS=%d dqkv", B, T, NH, HS);
   ZT_CLOSE_ARRAY(what, dqkv, rdqkv, nqkv, 1e-3);
   zrt_engine_free(eng, dq), zrt_engine_free(eng, ddo), zrt_engine_free(eng, dout_);
   zrt_engine_free(eng, datt), zrt_engine_free(eng, ddqkv);
@@ -234,8 +236,9 @@ int main(void) {
       }
   }
   gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb); /* attention needs only the scratch */
-  attention_case(2, 100, 12);
-  attention_case(2, 1024, 12);
+  attention_case(2, 100, 12, 64);
+  attention_case(2, 1024, 12, 64);
+  attention_case(2, 64, 2, 32); /* the tiny preset's heads (zero-padded tiles) */
   zrt_engine_free(eng, scratch);
   zrt_engine_destroy(eng);
   zrt_config_destroy(zc);

@@ -6,7 +6,9 @@
  * against plain causal attention in double (softmax, out, and the backward
  * into dq, dk, dv, added onto a non-zero dqkv as the ops contract says):
  * head size 64, T = 1, 31, 32, 33, 100 (tiles of 32: a ragged last tile, a
- * single row), 3 heads, batch 2. Tolerance: 2e-5 absolute on out (entries
+ * single row), 3 heads, batch 2; and heads smaller than the tiles' 64
+ * columns (zero-padded): 32 (the tiny preset's, T = 64 and 33) and 48
+ * (T = 100). Tolerance: 2e-5 absolute on out (entries
  * are averages of values in [-1, 1]) and on lse, 1e-4 on dqkv (entries of
  * size <= ~5). The kernels compile from the same text (gpt2_cuda.cu);
  * test_gpt2_cuda (gpu label) runs them against the CPU ops.
@@ -94,8 +96,8 @@ static void ref_attention(const float *qkv, const float *dout, double *out, doub
   free(dp);
 }
 
-static void one_case(int B, int T, int NH) {
-  int C = NH * FA_HS;
+static void one_case(int B, int T, int NH, int hs) {
+  int C = NH * hs;
   size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nst = (size_t)B * NH * T;
   float *qkv = malloc(nqkv * 4), *dout = malloc(nout * 4), *out = malloc(nout * 4);
   float *lse = malloc(nst * 4), *dstat = malloc(nst * 4), *dqkv = malloc(nqkv * 4);
@@ -109,11 +111,11 @@ static void one_case(int B, int T, int NH) {
   emu_backward(dqkv, dstat, dout, qkv, lse, B, T, C, NH);
   ref_attention(qkv, dout, rout, rlse, rdqkv, B, T, C, NH);
   char what[96];
-  snprintf(what, sizeof what, "B=%d T=%d NH=%d out", B, T, NH);
+  snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d out", B, T, NH, hs);
   ZT_CLOSE_ARRAY(what, out, rout, nout, 2e-5);
-  snprintf(what, sizeof what, "B=%d T=%d NH=%d lse", B, T, NH);
+  snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d lse", B, T, NH, hs);
   ZT_CLOSE_ARRAY(what, lse, rlse, nst, 2e-5);
-  snprintf(what, sizeof what, "B=%d T=%d NH=%d dqkv", B, T, NH);
+  snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d dqkv", B, T, NH, hs);
   ZT_CLOSE_ARRAY(what, dqkv, rdqkv, nqkv, 1e-4);
   free(qkv), free(dout), free(out), free(lse), free(dstat), free(dqkv);
   free(rout), free(rlse), free(rdqkv);
@@ -121,6 +123,9 @@ static void one_case(int B, int T, int NH) {
 
 int main(void) {
   static const int Ts[] = {1, 31, 32, 33, 100};
-  for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) one_case(2, Ts[i], 3);
+  for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) one_case(2, Ts[i], 3, FA_HS);
+  one_case(2, 64, 2, 32);
+  one_case(2, 33, 2, 32);
+  one_case(1, 100, 3, 48);
   ZT_DONE();
 }
