@@ -536,7 +536,8 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
     return 2;
   }
   if (g && ackn > g->layers) ackn = g->layers;
-  uint64_t acts = g ? zrt_memest_gpt_activations(g, batch, seq, w, ackn) : (uint64_t)act_bytes;
+  uint64_t acts =
+      g ? zrt_memest_gpt_activations(g, batch, seq, w, ackn, accum) : (uint64_t)act_bytes;
   int nrows = 0;
   for (int i = 0; i < nw; i++)
     for (int k = 0; k < NC; k++) {

@@ -16,7 +16,9 @@
  * grads of the working dtype are staged through fp32 buffers when the
  * working dtype is 16-bit and the kernels compute in fp32, except on CUDA,
  * where the GEMMs read the 16-bit weight matrices as they are (tensor
- * cores, fp32 accumulate).
+ * cores, fp32 accumulate). The host never synchronises the device inside
+ * a step: the micro-batches' losses are copied on the stream and read back
+ * once, at the accumulation window's last micro-batch.
  *
  * Invariants: the data a rank reads is a pure function of (optimizer step,
  * accumulation index, rank), so a resumed run sees the same batches as an
@@ -311,6 +313,12 @@ typedef struct trainer {
   int *d_tok, *d_tgt;
   int *h_tok, *h_tgt;
   float *h_losses, *h_logits;
+  /* With gradient accumulation, the window's per-position losses, one row
+   * of B*T per micro-batch (backend memory; NULL at accumulation 1, where
+   * the losses stay in the activations until the step reads them): training
+   * reads them back once per optimizer step. */
+  float *loss_win;
+  int64_t accum;
   float *w[GPT2_BLOCK_NPARAMS], *g[GPT2_BLOCK_NPARAMS];
   void *graw[GPT2_BLOCK_NPARAMS];
 } trainer;
@@ -473,9 +481,20 @@ static zrt_status upload_batch(trainer *tr) {
   return zrt_engine_memcpy(tr->eng, tr->d_tgt, tr->h_tgt, bytes, ZRT_COPY_H2D);
 }
 
+/* Mean of n per-position losses, summed in double in position order. */
+static float mean_loss(const float *l, int n) {
+  double sum = 0;
+  for (int i = 0; i < n; i++) sum += l[i];
+  return (float)(sum / n);
+}
+
 /* Forward of the whole model over the uploaded batch; with train, also the
- * backward (grads into the engine). *loss: mean over the B*T positions. */
-static zrt_status run_micro(trainer *tr, int train, float *loss) {
+ * backward (grads into the engine). With loss: the host waits for the
+ * pass and *loss is the mean over the B*T positions (evaluation,
+ * sampling). Without (training): nothing waits; with accumulation the
+ * per-position losses are copied on the stream into row `slot` of
+ * tr->loss_win; read_window_losses reads them back once per step. */
+static zrt_status run_micro(trainer *tr, int train, float *loss, int64_t slot) {
   zrt_engine *e = tr->eng;
   int nl = tr->cfg.n_layer, last = tr->nmod - 1, N = tr->B * tr->cfg.seq_len;
   zrt_status st;
@@ -548,13 +567,36 @@ static zrt_status run_micro(trainer *tr, int train, float *loss) {
     TRY(launch(tr, &t));
     TRY(zrt_module_grads_ready(e, tr->mod_id[0]));
   }
-  TRY(zrt_engine_synchronize(e));
+  /* No device synchronise: a copy to host memory waits for the stream's
+   * work before it (and returns its errors), a copy between device buffers
+   * is queued behind it. */
+  if (!loss)
+    return tr->loss_win ? zrt_engine_memcpy(e, tr->loss_win + slot * N, tr->acts + tr->L.losses,
+                                            (size_t)N * sizeof(float), ZRT_COPY_D2D)
+                        : ZRT_OK;
   TRY(zrt_engine_memcpy(e, tr->h_losses, tr->acts + tr->L.losses, (size_t)N * sizeof(float),
                         ZRT_COPY_D2H));
 #undef TRY
-  double sum = 0;
-  for (int i = 0; i < N; i++) sum += tr->h_losses[i];
-  *loss = (float)(sum / N);
+  *loss = mean_loss(tr->h_losses, N);
+  return ZRT_OK;
+}
+
+/* The host wait of a training step: the window's n micro-batch rows of
+ * tr->loss_win (at accumulation 1 the one row in the activations) back to
+ * the host, and what zrt_engine_step adds up: the
+ * micro-batch means summed in float in micro-batch order (the engine's own
+ * accumulation order: it adds each micro-step's loss to a float sum that
+ * starts at 0, so passing 0 for the earlier micro-steps and this sum with
+ * the last gives the very same bits as passing each mean in turn). */
+static zrt_status read_window_losses(trainer *tr, int64_t n, float *sum) {
+  int N = tr->B * tr->cfg.seq_len;
+  const float *src = tr->loss_win ? tr->loss_win : tr->acts + tr->L.losses;
+  zrt_status st = zrt_engine_memcpy(tr->eng, tr->h_losses, src,
+                                    (size_t)n * (size_t)N * sizeof(float), ZRT_COPY_D2H);
+  if (st != ZRT_OK) return st;
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; i++) s += mean_loss(tr->h_losses + i * N, N);
+  *sum = s;
   return ZRT_OK;
 }
 
@@ -570,7 +612,7 @@ static zrt_status evaluate(trainer *tr, const split *sp, int stride, int nbatche
     }
     float loss;
     zrt_status st = upload_batch(tr);
-    if (st == ZRT_OK) st = run_micro(tr, 0, &loss);
+    if (st == ZRT_OK) st = run_micro(tr, 0, &loss, 0);
     if (st != ZRT_OK) return st;
     tot[0] += loss;
     tot[1] += 1;
@@ -608,7 +650,7 @@ static zrt_status sample_text(trainer *tr, const split *val, int n, double temp,
       }
     float loss;
     st = upload_batch(tr);
-    if (st == ZRT_OK) st = run_micro(tr, 0, &loss);
+    if (st == ZRT_OK) st = run_micro(tr, 0, &loss, 0);
     if (st == ZRT_OK)
       st = zrt_engine_memcpy(tr->eng, tr->h_logits, tr->acts + tr->L.logits + (size_t)(m - 1) * V,
                              (size_t)V * sizeof(float), ZRT_COPY_D2H);
@@ -1164,6 +1206,7 @@ int main(int argc, char **argv) {
   CHECK(zrt_engine_get_info(tr.eng, &tr.info));
   /* one truth for the batch: train with the engine's resolved micro-batch */
   tr.B = (int)tr.info.micro_batch;
+  tr.accum = tr.info.grad_accum > 0 ? tr.info.grad_accum : 1;
   if (a.resume && check_resume_model(&a, &tr.cfg, tr.info.rank == 0)) {
     rc = 2;
     goto done;
@@ -1259,7 +1302,8 @@ int main(int argc, char **argv) {
     scratch_bytes = gpt2_cuda_scratch_bytes(&tr.cfg, tr.B, tr.info.dtype);
 #endif
   {
-    uint64_t act = (uint64_t)tr.L.total * 4 + wte_n * 4 + 2 * N * sizeof(int) + scratch_bytes;
+    uint64_t act = (uint64_t)tr.L.total * 4 + wte_n * 4 + 2 * N * sizeof(int) + scratch_bytes +
+                   (tr.accum > 1 ? (uint64_t)tr.accum * N * sizeof(float) : 0);
     if (tr.info.dtype != ZRT_F32) act += 2 * (uint64_t)max_mod * 4 + (tr.w16 ? 0 : wte_n * 4);
     CHECK(zrt_engine_set_activation_bytes(tr.eng, act));
   }
@@ -1289,6 +1333,9 @@ int main(int argc, char **argv) {
       zrt_engine_alloc(tr.eng, tr.L.total * sizeof(float), ZRT_MEM_ACTIVATIONS, (void **)&tr.acts));
   CHECK(zrt_engine_alloc(tr.eng, wte_n * sizeof(float), ZRT_MEM_ACTIVATIONS, (void **)&tr.dwte));
   CHECK(zrt_engine_alloc(tr.eng, 2 * N * sizeof(int), ZRT_MEM_ACTIVATIONS, (void **)&tr.d_tok));
+  if (tr.accum > 1)
+    CHECK(zrt_engine_alloc(tr.eng, (size_t)tr.accum * N * sizeof(float), ZRT_MEM_ACTIVATIONS,
+                           (void **)&tr.loss_win));
   tr.d_tgt = tr.d_tok + N;
   if (tr.info.dtype != ZRT_F32) {
     CHECK(zrt_engine_alloc(tr.eng, (size_t)max_mod * sizeof(float), ZRT_MEM_ACTIVATIONS,
@@ -1306,7 +1353,7 @@ int main(int argc, char **argv) {
 #endif
   }
   tr.h_tok = malloc(2 * N * sizeof(int));
-  tr.h_losses = malloc(N * sizeof(float));
+  tr.h_losses = malloc((size_t)tr.accum * N * sizeof(float));
   tr.h_logits = malloc((size_t)tr.cfg.vocab * sizeof(float));
   if (!tr.h_tok || !tr.h_losses || !tr.h_logits) goto fail;
   tr.h_tgt = tr.h_tok + N;
@@ -1391,7 +1438,7 @@ int main(int argc, char **argv) {
   }
 
   int tty = isatty(2) && rank0;
-  int64_t accum = tr.info.grad_accum > 0 ? tr.info.grad_accum : 1;
+  int64_t accum = tr.accum;
   int64_t step = start_step;
   /* rows of the window stream one optimizer step consumes, all ranks */
   int64_t rows_per_step = accum * tr.info.world_size * tr.B;
@@ -1417,9 +1464,12 @@ int main(int argc, char **argv) {
                       ((ai * tr.info.world_size) + tr.info.rank) * tr.B + b;
         fill_row(&train_sp, row, T, T, 1, tr.h_tok + b * T, tr.h_tgt + b * T);
       }
-      float loss;
+      /* the losses come back once, at the window's last micro-batch: the
+       * host queues the next micro-batch while the device runs this one */
+      float loss = 0.0f;
       CHECK(upload_batch(&tr));
-      CHECK(run_micro(&tr, 1, &loss));
+      CHECK(run_micro(&tr, 1, NULL, ai));
+      if (ai == accum - 1) CHECK(read_window_losses(&tr, accum, &loss));
       CHECK(zrt_engine_step(tr.eng, loss, &si));
     }
     double t = now_s(), dt = t - t_last;
@@ -1489,7 +1539,8 @@ fail:
   rc = 1;
 done:
   if (tr.eng) {
-    void *bufs[] = {tr.acts, tr.dwte, tr.d_tok, tr.wstage, tr.gstage, tr.wte_stage, tr.scratch};
+    void *bufs[] = {tr.acts,   tr.dwte,      tr.d_tok,   tr.wstage,
+                    tr.gstage, tr.wte_stage, tr.scratch, tr.loss_win};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
       if (bufs[i]) zrt_engine_free(tr.eng, bufs[i]);
   }
