@@ -17,7 +17,9 @@ same convention (zrt's FLOPs per token and zrt's peak; the line's own "mfu",
 the pinned-copy figures, and the issue's goals (MFU >= 0.45, >= 1.2x
 PyTorch eager, pinned copies >= 0.9 of plain) each as true / false, or null
 with the reason in "missing" when its inputs are absent. Nothing is
-estimated or filled in. Exit status 1 when the zrt run is missing.
+estimated or filled in. Figures that cannot be right (an MFU above 1: the
+peak was measured low, e.g. on a busy machine; the pinned bench's own
+flags) are listed in "flags". Exit status 1 when the zrt run is missing.
 """
 import json
 import os
@@ -111,6 +113,17 @@ def main():
         min(pin["zrt_h2d_fraction_of_plain"], pin["zrt_d2h_fraction_of_plain"]) >= 0.9,
     }
     rep["goals"] = goals
+    flags = []
+    for name, mfu in (("zrt", zrt and zrt["mfu"]),
+                      ("torch_eager", eager and eager.get("mfu_zrt_convention")),
+                      ("torch_compile", rep.get("torch_compile") and
+                       rep["torch_compile"].get("mfu_zrt_convention"))):
+        if mfu is not None and mfu > 1:
+            flags.append("%s: MFU %.3g above 1: the GEMM peak was measured low (a busy machine "
+                         "during train_gpt2's start?); compare tokens/s only" % (name, mfu))
+    if pin:
+        flags += ["pinned: " + f for f in pin.get("flags", [])]
+    rep["flags"] = flags
     rep["hidden_fraction"] = pin["hidden_fraction"] if pin else None
     rep["missing"] = missing
     print(json.dumps(rep, indent=1, sort_keys=True))

@@ -6,10 +6,12 @@
 # whose zrt figures agree with the run's own metrics and banner (tokens/s:
 # the median of the steps after the first two; MFU: FLOPs per token x
 # tokens/s over the measured peak, recomputed here to 1e-9 relative), with
-# the pinned-copy fractions and the hidden share in range and every goal
-# present. The report must refuse inputs it cannot use: an empty directory
-# (exit 1, zrt missing) and a log without the measured peak (MFU null and
-# named in "missing", never a guess).
+# the pinned-copy fractions and the hidden share in range, every goal
+# present, and an MFU above 1 (the CPU's peak measured low on a busy
+# machine) flagged, never silently reported: a log whose peak line is made
+# 1000x lower must be flagged. The report must refuse inputs it cannot use:
+# an empty directory (exit 1, zrt missing) and a log without the measured
+# peak (MFU null and named in "missing", never a guess).
 set -euo pipefail
 . "$(dirname "$0")/gpt2_lib.sh" perf_gpu_report
 [ -x "$BIN/zrt-perf" ] || { echo "SKIP: $BIN/zrt-perf not built"; exit 77; }
@@ -30,7 +32,8 @@ gf = float(re.search(r"([0-9.eE+]+) GFLOP per rank per step", log).group(1)) * 1
 fpt = gf / (2 * 1 * 64)  # smoke: micro-batch 2, accum 1, seq 64
 mfu = fpt * want / peak
 assert abs(z["mfu"] - mfu) <= 1e-9 * mfu, (z["mfu"], mfu)
-assert z["mfu"] > 0, z["mfu"]  # the CPU's timings on a shared machine: no upper bound
+assert z["mfu"] > 0, z["mfu"]  # the CPU's timings on a shared machine: no upper bound, but
+assert (z["mfu"] > 1) == any(f.startswith("zrt: MFU") for f in r["flags"]), (z["mfu"], r["flags"])
 p = r["pinned"]
 assert p and p["backend"] == "cpu", p
 for k in ("zrt_h2d_fraction_of_plain", "zrt_d2h_fraction_of_plain"):
@@ -68,5 +71,16 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["zrt"]["mfu"] is None and r["goals"]["mfu_at_least_0.45"] is None, r["zrt"]
 assert any("GEMM peak" in m for m in r["missing"]), r["missing"]
+EOF
+# a peak 1000x too low: an MFU above 1, flagged
+mkdir "$D/lowpeak"
+cp "$D/out/zrt_gpt2.jsonl" "$D/lowpeak/"
+python3 -c 'import re, sys; print(re.sub(r"GEMM peak ([0-9.]+) GFLOP", lambda m: "GEMM peak %.6f GFLOP" % (float(m.group(1)) / 1000), open(sys.argv[1]).read()), end="")' \
+  "$D/out/zrt_gpt2.log" >"$D/lowpeak/zrt_gpt2.log"
+python3 "$SRC/scripts/perf_gpu_report.py" "$D/lowpeak" >"$D/lowpeak.json" || fail "report on a low peak failed"
+python3 - "$D/lowpeak.json" <<'EOF' || fail "an MFU above 1 was not flagged"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["zrt"]["mfu"] > 1 and any(f.startswith("zrt: MFU") for f in r["flags"]), (r["zrt"], r["flags"])
 EOF
 echo "perf_gpu report: smoke run consistent with its metrics; missing inputs reported, not guessed"
