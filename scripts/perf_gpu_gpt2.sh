@@ -35,7 +35,7 @@ if [ "${ZRT_PERF_SMOKE:-0}" = 1 ]; then
 else
   MODEL=(--model gpt2 --vocab_size 50257) TORCH=(--model gpt2 --vocab 50257 --device cuda --dtype bf16)
   B=${ZRT_PERF_BATCH:-8} STEPS=${ZRT_PERF_STEPS:-12} T=1024 BACKEND=cuda
-  DTYPE=(--set bf16.enabled=true) PIN=(--backend cuda) LIM=(170 100 200 60) NTOK=4000000
+  DTYPE=(--set bf16.enabled=true) PIN=(--backend cuda) LIM=(170 100 200 60) NTOK=1000000
 fi
 
 # 1. zrt: llm.c shards of uniform random tokens (train + validation)
