@@ -291,7 +291,12 @@ ZRT_API zrt_status zrt_engine_loss_scale(const zrt_engine *eng, float *scale);
 
 /* Ends a micro-batch. `loss` is this rank's mean micro-batch loss. At the
  * accumulation boundary: reduces, checks overflow, clips, steps the
- * optimizer and scheduler, writes metrics; info->boundary says which. */
+ * optimizer and scheduler, writes metrics; info->boundary says which. The
+ * engine only adds the window's losses up (in float, from 0, in call
+ * order): a program that reads its losses back from the device once per
+ * window (no host wait per micro-batch) passes 0 for the earlier
+ * micro-batches and their float sum with the last, and gets the same
+ * boundary loss to the bit; info->loss of those earlier calls is then 0. */
 ZRT_API zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info);
 
 /* Phases of a training step the program may mark for the step breakdown. */

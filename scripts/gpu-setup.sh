@@ -15,6 +15,9 @@
 #       mpi      ctest -L mpi                          (ranks sharing the one GPU)
 #       cli      ctest -L cli
 #       sanitize compute-sanitizer memcheck + racecheck, train_gpt2 for 3 steps
+#       attn     the fused attention's kernels, and against PyTorch SDPA (docs/perf.md)
+#       perf     GPT-2 124M bf16: zrt vs PyTorch eager / torch.compile, pinned copies,
+#                share hidden: $OUT/perf_gpu.json, logs in $OUT/perf_logs.tar.gz
 #   scripts/gpu-setup.sh run CMD...      # there: CMD with the environment set
 #   scripts/gpu-setup.sh env             # print the environment (to eval)
 #   scripts/gpu-setup.sh check [DIR]     # here: `step build` then the test steps'
@@ -185,8 +188,27 @@ step() {
           "$dir/bin/train_gpt2" --model tiny --steps 3 --batch_size 2 --seq_len 64
       done
       ;;
+    attn) # docs/perf.md "On a lent GPU": the fused attention vs PyTorch's SDPA
+      need_build "$dir"
+      mkdir -p "$OUT/attn"
+      ZRT_REQUIRE_GPU=1 ZRT_ATTN_DUMP="$OUT/attn" timeout $((lim / 2)) "$dir/tests/test_gpt2_cuda"
+      timeout $((lim / 2)) python3 scripts/check_attention_torch.py "$OUT/attn" | tee "$OUT/attn.json"
+      rm -f "$OUT"/attn/*.f32
+      ;;
+    perf) # docs/perf.md "On a lent GPU": zrt vs PyTorch on this card, pinned copies
+      need_build "$dir"
+      # the work (token shards, logs) outside $OUT, which brings back few files:
+      # the report, and the logs in one archive
+      work=$(mktemp -d /tmp/zrt-perf-gpu.XXXXXX)
+      prc=0
+      timeout "$lim" scripts/perf_gpu_gpt2.sh "$dir/bin" "$work" || prc=$?
+      cp -f "$work/perf_gpu.json" "$OUT/perf_gpu.json" 2>/dev/null || true
+      tar -czf "$OUT/perf_logs.tar.gz" -C "$work" --exclude ./tok .
+      rm -rf "$work"
+      exit $prc
+      ;;
     *)
-      echo "gpu-setup: unknown step '$name' (build, gpu, mpi, cli, unit, sanitize)" >&2
+      echo "gpu-setup: unknown step '$name' (build, gpu, mpi, cli, unit, sanitize, attn, perf)" >&2
       exit 2
       ;;
     esac
@@ -286,7 +308,7 @@ build) # the old name of `step build`, without a log file
   step_build "${2:-build-gpu}"
   ;;
 step)
-  [ -n "${2:-}" ] || { echo "gpu-setup: step needs a name (build, gpu, mpi, cli, unit, sanitize)" >&2; exit 2; }
+  [ -n "${2:-}" ] || { echo "gpu-setup: step needs a name (build, gpu, mpi, cli, unit, sanitize, attn, perf)" >&2; exit 2; }
   step "$2" "${3:-build-gpu}"
   ;;
 check)
@@ -299,7 +321,7 @@ run)
   exec "$@"
   ;;
 *)
-  sed -n '2,38p' "$0"
+  sed -n '2,41p' "$0"
   exit 2
   ;;
 esac

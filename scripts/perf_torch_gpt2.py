@@ -13,6 +13,13 @@ rounds, and the faster is reported ("tokens_per_s"; both in "by_threads").
 Runs on torch >= 1.13 (Debian 12's python3-torch): before 2.0 there is no
 F.scaled_dot_product_attention, so the same causal attention is written
 out (softmax(q k^T / sqrt(d)) with the future masked).
+
+On a GPU (the peer of the CUDA path): --device cuda --dtype bf16 runs the
+steps under torch.autocast(bfloat16) (fp32 master weights, as zrt's bf16
+runs), --vocab 50257 gives GPT-2's vocabulary, --compile times
+torch.compile(model) instead of eager; the line then also carries the bf16
+matmul peak torch measures on the card ("gemm_peak_flops", 4096^3) and
+"mfu" = 6 * params * tokens/s over it, the llm.c convention.
 """
 import argparse
 import json
@@ -76,7 +83,7 @@ class GPT(nn.Module):
 
     def forward(self, idx, tgt):
         T = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for b in self.h:
             x = b(x)
         logits = self.ln_f(x) @ self.wte.weight.t()
@@ -95,7 +102,18 @@ def main():
     ap.add_argument("--threads", type=int, default=0,
                     help="threads to measure beside torch's own setting (0: only torch's)")
     ap.add_argument("--rounds", type=int, default=2, help="alternated rounds per thread setting")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
+                    help="bf16: autocast to bfloat16 (fp32 master weights)")
+    ap.add_argument("--vocab", type=int, default=256)
+    ap.add_argument("--compile", action="store_true", help="time torch.compile(model)")
     a = ap.parse_args()
+    dev = torch.device(a.device)
+    cuda = dev.type == "cuda"
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
     L, H, C, ctx = PRESETS[a.model]
     L, H, C = a.n_layer or L, a.n_head or H, a.n_embd or C
     T = a.seq_len or ctx
@@ -103,8 +121,10 @@ def main():
     own = torch.get_num_threads()  # torch's default: the cores it sees
     modes = [own] if a.threads <= 0 or a.threads == own else [own, a.threads]
     torch.manual_seed(0)
-    model = GPT(L, H, C, ctx)
+    model = GPT(L, H, C, ctx, a.vocab).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    run = torch.compile(model) if a.compile else model
+    amp = torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=a.dtype == "bf16")
     times = {m: [] for m in modes}
     steps = max(a.steps, 2)
     loss = None
@@ -113,22 +133,44 @@ def main():
         for m in modes:
             torch.set_num_threads(m)
             for s in range(steps):
-                idx = torch.randint(0, 256, (a.batch_size, T))
-                tgt = torch.randint(0, 256, (a.batch_size, T))
+                idx = torch.randint(0, a.vocab, (a.batch_size, T), device=dev)
+                tgt = torch.randint(0, a.vocab, (a.batch_size, T), device=dev)
+                sync()
                 t0 = time.perf_counter()
-                loss = model(idx, tgt)
+                with amp:
+                    loss = run(idx, tgt)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
+                sync()
                 if s > 0:  # the first step of a round warms the thread pool up
                     times[m].append(time.perf_counter() - t0)
     med = {m: sorted(t)[len(t) // 2] for m, t in times.items()}
     best = min(med, key=med.get)
+    nparams = sum(p.numel() for p in model.parameters())
+    extra = {}
+    if cuda:
+        n = 4096
+        dt = torch.bfloat16 if a.dtype == "bf16" else torch.float32
+        x, y = torch.randn(n, n, device=dev, dtype=dt), torch.randn(n, n, device=dev, dtype=dt)
+        for _ in range(3):
+            x @ y
+        sync()
+        reps, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < 0.5:
+            x @ y
+            reps += 1
+        sync()
+        peak = 2.0 * n ** 3 * reps / (time.perf_counter() - t0)
+        tps = a.batch_size * T / med[best]
+        extra = {"device": torch.cuda.get_device_name(dev), "dtype": a.dtype,
+                 "compile": a.compile, "gemm_peak_flops": peak,
+                 "mfu": 6.0 * nparams * tps / peak}
     print(json.dumps({"tokens_per_s": a.batch_size * T / med[best], "step_s": med[best],
                       "threads": best,
                       "by_threads": {str(m): a.batch_size * T / med[m] for m in modes},
-                      "params": sum(p.numel() for p in model.parameters()),
-                      "loss": float(loss.detach()), "torch": torch.__version__}))
+                      "params": nparams,
+                      "loss": float(loss.detach()), "torch": torch.__version__, **extra}))
 
 
 if __name__ == "__main__":

@@ -347,7 +347,8 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
     return 2;
   }
   if (g && ackn > g->layers) ackn = g->layers;
-  uint64_t acts = g ? zrt_model_gpt_activations(g, batch, seq, w, ackn) : (uint64_t)act_bytes;
+  uint64_t acts =
+      g ? zrt_model_gpt_activations(g, batch, seq, w, ackn, accum) : (uint64_t)act_bytes;
   /* the GPT example's modules and fetch order, for the layout, Twin-Flow and the replay */
   zrt_model_program prog = {0};
   if (g && zrt_model_gpt_program(g, (int)accum, &prog) != 0) {

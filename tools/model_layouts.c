@@ -101,7 +101,7 @@ int zrt_model_gpt_program(const zrt_model_gpt *g, int grad_accum, zrt_model_prog
 }
 
 uint64_t zrt_model_gpt_activations(const zrt_model_gpt *g, int64_t B, int64_t T, int w,
-                                   int64_t nckpt) {
+                                   int64_t nckpt, int64_t grad_accum) {
   uint64_t N = (uint64_t)B * (uint64_t)T, C = (uint64_t)g->d_model, V = (uint64_t)g->vocab;
   uint64_t H = (uint64_t)g->heads, L = (uint64_t)g->layers;
   uint64_t layer = 16 * N * C + 4 * N + (uint64_t)B * H * (uint64_t)T * (uint64_t)T;
@@ -109,7 +109,8 @@ uint64_t zrt_model_gpt_activations(const zrt_model_gpt *g, int64_t B, int64_t T,
   uint64_t slots = L - (uint64_t)nckpt + (nckpt > 0);
   uint64_t floats = N * C + slots * layer + N * C + 3 * N + N * V + 6 * N * C; /* arena */
   uint64_t wte = V * C;
-  floats += wte; /* dwte */
+  floats += wte;                                          /* dwte */
+  if (grad_accum > 1) floats += (uint64_t)grad_accum * N; /* the window's losses */
   if (w != 4) {
     uint64_t big = ZRT_MAX(wte + (uint64_t)g->max_seq * C, 12 * C * C + 13 * C);
     floats += 2 * big + wte;

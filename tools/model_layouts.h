@@ -44,13 +44,16 @@ int zrt_model_gpt_program(const zrt_model_gpt *g, int grad_accum, zrt_model_prog
 
 /* Bytes train_gpt2 allocates with zrt_engine_alloc (ZRT_MEM_ACTIVATIONS)
  * for micro batch `batch` and sequence `seq`: gpt2_acts_layout_init's fp32
- * arena, the fp32 wte gradient, the token/target ints, and for a 16-bit
- * working dtype the fp32 staging of the largest module twice plus wte.
+ * arena, the fp32 wte gradient, the token/target ints, the window's losses
+ * (grad_accum rows of batch * seq floats when grad_accum > 1), and for
+ * a 16-bit working dtype the fp32 staging of the largest module twice plus
+ * wte (the CPU backend's figure: on CUDA the example adds its GEMM scratch,
+ * gpt2_cuda_scratch_bytes, and drops the wte staging).
  * nckpt: blocks checkpointed (train_gpt2 --activation_checkpointing), which
  * share one per-layer slot; their inputs are the engine's (actckpt_* of the
  * layout: nckpt blocks of 4 * batch * seq * d_model bytes). */
 uint64_t zrt_model_gpt_activations(const zrt_model_gpt *g, int64_t batch, int64_t seq,
-                                   int dtype_bytes, int64_t nckpt);
+                                   int dtype_bytes, int64_t nckpt, int64_t grad_accum);
 
 /* DeepSpeed's largest_layer_params for g: the largest of HF GPT-2's leaves
  * (wte V C, wpe T C, c_attn 3C^2 + 3C, c_fc 4C^2 + 4C). */

@@ -3,13 +3,21 @@
  * the CPU ops table (gpt2_ops_decl.h): encoder, LayerNorm, causal softmax
  * attention, GELU (tanh), residual, bias, softmax cross-entropy, each with
  * its backward, plus the working-dtype staging kernels. GEMMs go through
- * zrt_engine_gemm (cuBLAS inside the engine's CUDA backend).
+ * zrt_engine_gemm (cuBLAS inside the engine's CUDA backend). In a 16-bit
+ * run (gpt2_cuda_gemm_setup with bf16 / fp16) every GEMM runs on tensor
+ * cores with fp32 accumulation: the module's weight matrices are the
+ * engine's gathered 16-bit tensors themselves (registered with
+ * gpt2_cuda_weight16, no fp32 copy), fp32 activation operands are rounded
+ * to the run's dtype into the scratch (as autocast does), C stays fp32.
  *
- * Kernels favour obviously-correct indexing over speed: one thread per
- * output row or element, warp reductions for LayerNorm; gradient
- * reductions whose targets collide across threads (embedding rows, keys /
- * values of attention, LayerNorm weights) use atomicAdd, which keeps the
- * backward's ADD contract. All launches go to the default stream.
+ * Attention is fused (gpt2_flash_attn.h: online softmax over shared-memory
+ * tiles, backward without atomics); its `att` buffer keeps only the
+ * per-row logsumexp (the first B*NH*T floats), and the backward's D rows
+ * live in the scratch. Other kernels favour obviously-correct indexing over
+ * speed: one thread per output row or element, warp reductions for
+ * LayerNorm; embedding and LayerNorm weight gradients use atomicAdd, which
+ * keeps the backward's ADD contract. All launches go to the engine's
+ * stream.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -17,6 +25,7 @@
 #include <stdio.h>
 
 #include "gpt2_cuda.h"
+#include "gpt2_flash_attn.h"
 
 #define GELU_S 0.7978845608028654f
 
@@ -104,71 +113,52 @@ __global__ void k_bias_backward(float *db, const float *dout, int N, int OC) {
   db[c] += s;
 }
 
-/* One thread per (b, h, t) query row. */
-__global__ void k_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                                    int NH) {
-  size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= (size_t)B * NH * T) return;
-  int t = (int)(idx % T), bh = (int)(idx / T), b = bh / NH, h = bh % NH, hs = C / NH;
-  float scale = rsqrtf((float)hs);
-  const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-  float *a = att + ((size_t)bh * T + t) * T;
-  float mx = -INFINITY;
-  for (int t2 = 0; t2 <= t; t2++) {
-    const float *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-    float dot = 0;
-    for (int i = 0; i < hs; i++) dot += q[i] * k[i];
-    a[t2] = dot * scale;
-    mx = fmaxf(mx, a[t2]);
-  }
-  float sum = 0;
-  for (int t2 = 0; t2 <= t; t2++) {
-    a[t2] = expf(a[t2] - mx);
-    sum += a[t2];
-  }
-  for (int t2 = 0; t2 <= t; t2++) a[t2] /= sum;
-  for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0;
-  float *o = out + ((size_t)b * T + t) * C + h * hs;
-  for (int i = 0; i < hs; i++) {
-    float acc = 0;
-    for (int t2 = 0; t2 <= t; t2++)
-      acc += a[t2] * qkv[((size_t)b * T + t2) * 3 * C + 2 * C + h * hs + i];
-    o[i] = acc;
-  }
+__global__ void __launch_bounds__(FA_NT)
+    k_fa_forward(float *out, float *lse, const float *qkv, int T, int C, int NH) {
+  __shared__ fa_fwd_smem sm;
+  fa_fwd_ts ts[1];
+  fa_forward_block(qkv, out, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm, ts);
 }
 
-__global__ void k_attention_backward(float *dqkv, const float *dout, const float *qkv,
-                                     const float *att, int B, int T, int C, int NH) {
-  size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= (size_t)B * NH * T) return;
-  int t = (int)(idx % T), bh = (int)(idx / T), b = bh / NH, h = bh % NH, hs = C / NH;
-  float scale = rsqrtf((float)hs);
-  const float *a = att + ((size_t)bh * T + t) * T;
-  const float *dy = dout + ((size_t)b * T + t) * C + h * hs;
-  const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-  float *dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
-  float sum = 0;
-  for (int t2 = 0; t2 <= t; t2++) {
-    const float *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-    float da = 0;
-    for (int i = 0; i < hs; i++) da += dy[i] * v[i];
-    sum += a[t2] * da;
-  }
-  for (int t2 = 0; t2 <= t; t2++) {
-    size_t row2 = ((size_t)b * T + t2) * 3 * C;
-    const float *k = qkv + row2 + C + h * hs, *v = qkv + row2 + 2 * C + h * hs;
-    float *dk = dqkv + row2 + C + h * hs, *dv = dqkv + row2 + 2 * C + h * hs;
-    float da = 0;
-    for (int i = 0; i < hs; i++) {
-      da += dy[i] * v[i];
-      atomicAdd(&dv[i], a[t2] * dy[i]);
-    }
-    float dpre = a[t2] * (da - sum) * scale;
-    for (int i = 0; i < hs; i++) {
-      dq[i] += dpre * k[i];
-      atomicAdd(&dk[i], dpre * q[i]);
-    }
-  }
+__global__ void __launch_bounds__(FA_NT)
+    k_fa_dq(float *dqkv, float *dstat, const float *dout, const float *qkv, const float *lse, int T,
+            int C, int NH) {
+  __shared__ fa_dq_smem sm;
+  fa_dq_ts ts[1];
+  fa_dq_block(dqkv, dstat, dout, qkv, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm, ts);
+}
+
+__global__ void __launch_bounds__(FA_NT)
+    k_fa_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dstat,
+             int T, int C, int NH) {
+  __shared__ fa_dkv_smem sm;
+  fa_dkv_ts ts[1];
+  fa_dkv_block(dqkv, dout, qkv, lse, dstat, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm, ts);
+}
+
+/* dst (packed rows x cols, dtype dt) = src (rows x cols, row stride ld) */
+__global__ void k_f32_to_16(void *dst, const float *src, int64_t ld, int64_t rows, int64_t cols,
+                            int dt) {
+  int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= rows * cols) return;
+  float x = src[(e / cols) * ld + e % cols];
+  if (dt == ZRT_BF16)
+    ((__nv_bfloat16 *)dst)[e] = __float2bfloat16(x);
+  else
+    ((__half *)dst)[e] = __float2half(x);
+}
+
+/* values in [-1, 1) from the index (a hash): operands of the peak GEMM */
+__global__ void k_fill16(void *dst, int64_t n, int dt) {
+  int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= n) return;
+  uint32_t h = (uint32_t)e * 2654435761u;
+  h ^= h >> 15;
+  float x = (float)(h & 0xffff) / 32768.0f - 1.0f;
+  if (dt == ZRT_BF16)
+    ((__nv_bfloat16 *)dst)[e] = __float2bfloat16(x);
+  else
+    ((__half *)dst)[e] = __float2half(x);
 }
 
 __global__ void k_gelu_forward(float *out, const float *inp, size_t n) {
@@ -241,11 +231,61 @@ __global__ void k_add_from_f32(void *dst, const float *src, int dt, int64_t n) {
  * before the first launch. */
 static cudaStream_t g_stream;
 
+/* The GEMM dtype of the run and the scratch (gpt2_cuda_gemm_setup). */
+static zrt_dtype g_gemm_dt = ZRT_F32;
+static char *g_scratch;
+static size_t g_scratch_bytes;
+/* The 16-bit weight matrices of the module being run (gpt2_cuda_weight16). */
+#define GPT2_CUDA_MAX_W16 8
+static struct {
+  const char *p;
+  size_t bytes;
+} g_w16[GPT2_CUDA_MAX_W16];
+static int g_nw16;
+
+static int is_w16(const void *p) {
+  for (int i = 0; i < g_nw16; i++)
+    if ((const char *)p >= g_w16[i].p && (const char *)p < g_w16[i].p + g_w16[i].bytes) return 1;
+  return 0;
+}
+
+/* An fp32 operand stored rows x cols (stride ld) as a packed 16-bit copy at
+ * scratch offset *used; fails when the scratch is too small. */
+static zrt_status to16(const float *src, int64_t ld, int64_t rows, int64_t cols, const void **out,
+                       int64_t *ldout, size_t *used) {
+  size_t bytes = (size_t)(rows * cols) * 2, at = (*used + 255) / 256 * 256;
+  if (at + bytes > g_scratch_bytes) {
+    fprintf(stderr,
+            "train_gpt2: CUDA GEMM scratch too small: a %lldx%lld operand needs %zu bytes at "
+            "offset %zu of %zu (gpt2_cuda_scratch_bytes undercounts this shape)\n",
+            (long long)rows, (long long)cols, bytes, at, g_scratch_bytes);
+    return ZRT_ERR_INTERNAL;
+  }
+  k_f32_to_16<<<nblocks((size_t)(rows * cols), TPB), TPB, 0, g_stream>>>(
+      g_scratch + at, src, ld, rows, cols, (int)g_gemm_dt);
+  *out = g_scratch + at;
+  *ldout = cols;
+  *used = at + bytes;
+  return ZRT_OK;
+}
+
 static zrt_status cu_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
                           const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                           float *c, int64_t ldc) {
-  return zrt_engine_gemm((zrt_engine *)ctx, ta, tb, m, n, k, alpha, a, lda, b, ldb, ZRT_F32, beta,
-                         c, ldc, ZRT_F32);
+  if (g_gemm_dt == ZRT_F32)
+    return zrt_engine_gemm((zrt_engine *)ctx, ta, tb, m, n, k, alpha, a, lda, b, ldb, ZRT_F32, beta,
+                           c, ldc, ZRT_F32);
+  /* op(A) is m x k: stored m x k, or k x m when transposed; likewise B */
+  const void *a16 = a, *b16 = b;
+  int64_t lda16 = lda, ldb16 = ldb;
+  size_t used = 0;
+  zrt_status st = ZRT_OK;
+  if (!is_w16(a) && (st = to16(a, lda, ta ? k : m, ta ? m : k, &a16, &lda16, &used)) != ZRT_OK)
+    return st;
+  if (!is_w16(b) && (st = to16(b, ldb, tb ? n : k, tb ? k : n, &b16, &ldb16, &used)) != ZRT_OK)
+    return st;
+  return zrt_engine_gemm((zrt_engine *)ctx, ta, tb, m, n, k, alpha, a16, lda16, b16, ldb16,
+                         g_gemm_dt, beta, c, ldc, ZRT_F32);
 }
 static void cu_zero(float *p, size_t n) { cudaMemsetAsync(p, 0, n * sizeof(float), g_stream); }
 static void cu_encoder_forward(float *out, const int *tok, const float *wte, const float *wpe,
@@ -275,18 +315,40 @@ static void cu_bias_add(float *out, const float *bias, int N, int OC) {
 static void cu_bias_backward(float *db, const float *dout, int N, int OC) {
   k_bias_backward<<<nblocks((size_t)OC, TPB), TPB, 0, g_stream>>>(db, dout, N, OC);
 }
+static zrt_status fa_shape_ok(int B, int T, int C, int NH) {
+  (void)T;
+  if (NH > 0 && C % NH == 0 && C / NH <= FA_HS && B * NH <= 65535) return ZRT_OK;
+  fprintf(stderr,
+          "train_gpt2: the fused CUDA attention takes a head size (n_embd / n_head) of at most "
+          "%d and B * n_head <= 65535; this model has n_embd %d, n_head %d, micro-batch %d: "
+          "raise --n_head (n_embd %% n_head == 0) or lower --batch_size\n",
+          FA_HS, C, NH, B);
+  return ZRT_ERR_UNSUPPORTED;
+}
 static zrt_status cu_attention_forward(void *ctx, float *out, float *att, const float *qkv, int B,
                                        int T, int C, int NH) {
   (void)ctx;
-  k_attention_forward<<<nblocks((size_t)B * NH * T, 64), 64, 0, g_stream>>>(out, att, qkv, B, T, C,
-                                                                            NH);
+  zrt_status st = fa_shape_ok(B, T, C, NH);
+  if (st != ZRT_OK) return st;
+  dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * NH));
+  k_fa_forward<<<grid, FA_NT, 0, g_stream>>>(out, att /* lse rows */, qkv, T, C, NH);
   return ZRT_OK; /* launch errors: the pass's check() */
 }
 static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                         const float *att, int B, int T, int C, int NH) {
   (void)ctx;
-  k_attention_backward<<<nblocks((size_t)B * NH * T, 64), 64, 0, g_stream>>>(dqkv, dout, qkv, att,
-                                                                             B, T, C, NH);
+  zrt_status st = fa_shape_ok(B, T, C, NH);
+  if (st != ZRT_OK) return st;
+  size_t dbytes = (size_t)B * NH * T * sizeof(float);
+  if (dbytes > g_scratch_bytes) {
+    fprintf(stderr, "train_gpt2: CUDA scratch of %zu bytes is below the attention's %zu\n",
+            g_scratch_bytes, dbytes);
+    return ZRT_ERR_INTERNAL;
+  }
+  float *dstat = (float *)g_scratch; /* free between GEMMs: stream order */
+  dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * NH));
+  k_fa_dq<<<grid, FA_NT, 0, g_stream>>>(dqkv, dstat, dout, qkv, att, T, C, NH);
+  k_fa_dkv<<<grid, FA_NT, 0, g_stream>>>(dqkv, dout, qkv, att, dstat, T, C, NH);
   return ZRT_OK;
 }
 static void cu_gelu_forward(float *out, const float *inp, size_t n) {
@@ -335,6 +397,39 @@ extern "C" {
 const gpt2_ops_f32 gpt2_cuda_ops_f32 = make_cuda_ops();
 
 void gpt2_cuda_set_stream(void *stream) { g_stream = (cudaStream_t)stream; }
+
+size_t gpt2_cuda_scratch_bytes(const gpt2_config *cfg, int B, zrt_dtype dt) {
+  size_t N = (size_t)B * (size_t)cfg->seq_len, C = (size_t)cfg->n_embd, V = (size_t)cfg->vocab;
+  size_t att = (size_t)B * (size_t)cfg->n_head * (size_t)cfg->seq_len * sizeof(float);
+  if (dt == ZRT_F32) return att;
+  /* the largest pair of converted operands: dwte = dlogits^T lnf (N x V and
+   * N x C), 256-byte aligned; every block GEMM needs at most 5 N C */
+  size_t gemm = (N * V * 2 + 255) / 256 * 256 + N * C * 2;
+  size_t blk = (N * 4 * C * 2 + 255) / 256 * 256 + N * C * 2;
+  if (blk > gemm) gemm = blk;
+  return gemm > att ? gemm : att;
+}
+
+void gpt2_cuda_gemm_setup(zrt_dtype dt, void *scratch, size_t bytes) {
+  g_gemm_dt = dt;
+  g_scratch = (char *)scratch;
+  g_scratch_bytes = bytes;
+  g_nw16 = 0;
+}
+
+void gpt2_cuda_weight16_clear(void) { g_nw16 = 0; }
+
+int gpt2_cuda_weight16(const void *raw, int64_t n) {
+  if (g_gemm_dt == ZRT_F32 || g_nw16 == GPT2_CUDA_MAX_W16) return -1;
+  g_w16[g_nw16].p = (const char *)raw;
+  g_w16[g_nw16].bytes = (size_t)n * 2;
+  g_nw16++;
+  return 0;
+}
+
+void gpt2_cuda_fill16(void *dst, zrt_dtype dt, int64_t n) {
+  k_fill16<<<nblocks((size_t)n, TPB), TPB, 0, g_stream>>>(dst, n, (int)dt);
+}
 
 void gpt2_cuda_to_f32(float *dst, const void *src, zrt_dtype dt, int64_t n) {
   k_to_f32<<<nblocks((size_t)n, TPB), TPB, 0, g_stream>>>(dst, src, (int)dt, n);

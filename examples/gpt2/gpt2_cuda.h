@@ -20,6 +20,22 @@ extern "C" {
 extern const gpt2_ops_f32 gpt2_cuda_ops_f32;
 /* The stream every kernel of this file launches on: zrt_engine_stream(eng). */
 void gpt2_cuda_set_stream(void *stream);
+/* Device scratch bytes the CUDA ops need for batch B in GEMM dtype dt: the
+ * 16-bit copies of fp32 GEMM operands (bf16 / fp16) and the attention
+ * backward's per-row statistics (any dtype). */
+size_t gpt2_cuda_scratch_bytes(const gpt2_config *cfg, int B, zrt_dtype dt);
+/* Before the first op: GEMMs in dtype dt (ZRT_F32: fp32 cuBLAS as given;
+ * ZRT_BF16 / ZRT_F16: tensor cores, fp32 accumulate and C) and the scratch
+ * (device memory of gpt2_cuda_scratch_bytes, owned by the caller). */
+void gpt2_cuda_gemm_setup(zrt_dtype dt, void *scratch, size_t bytes);
+/* Marks [raw, raw + n elements) as a 16-bit weight of the GEMM dtype: a GEMM
+ * operand pointing into it is used as is (its fp32-typed pointer is the raw
+ * tensor). Up to 8 at a time; 0, or -1 when full or the dtype is fp32.
+ * _clear forgets them (each module's staging starts with it). */
+int gpt2_cuda_weight16(const void *raw, int64_t n);
+void gpt2_cuda_weight16_clear(void);
+/* n elements of dtype dt (bf16 / fp16) filled with values in [-1, 1). */
+void gpt2_cuda_fill16(void *dst, zrt_dtype dt, int64_t n);
 void gpt2_cuda_to_f32(float *dst, const void *src, zrt_dtype dt, int64_t n);
 void gpt2_cuda_add_from_f32(void *dst, const float *src, zrt_dtype dt, int64_t n);
 

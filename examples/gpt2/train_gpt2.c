@@ -14,7 +14,11 @@
  * at stage 3 that would be a wasted gather); then zrt_engine_step. Per pass
  * stage 3 gathers the embedding module and every block twice, ln_f once. Weights and
  * grads of the working dtype are staged through fp32 buffers when the
- * working dtype is 16-bit; the kernels compute in fp32.
+ * working dtype is 16-bit and the kernels compute in fp32, except on CUDA,
+ * where the GEMMs read the 16-bit weight matrices as they are (tensor
+ * cores, fp32 accumulate). The host never synchronises the device inside
+ * a step: the micro-batches' losses are copied on the stream and read back
+ * once, at the accumulation window's last micro-batch.
  *
  * Invariants: the data a rank reads is a pure function of (optimizer step,
  * accumulation index, rank), so a resumed run sees the same batches as an
@@ -300,10 +304,21 @@ typedef struct trainer {
   gpt2_ops_f32 ops;
   void (*to_f32)(float *dst, const void *src, zrt_dtype dt, int64_t n);
   void (*add_from_f32)(void *dst, const float *src, zrt_dtype dt, int64_t n);
+  /* CUDA in a 16-bit run: GEMMs take the gathered 16-bit weight matrices
+   * as they are (gpt2_cuda_weight16); NULL elsewhere. */
+  int (*w16)(const void *raw, int64_t n);
+  void (*w16_clear)(void);
+  void *scratch; /* the CUDA ops' scratch (gpt2_cuda_scratch_bytes) */
   float *acts, *wstage, *gstage, *wte_stage, *dwte;
   int *d_tok, *d_tgt;
   int *h_tok, *h_tgt;
   float *h_losses, *h_logits;
+  /* With gradient accumulation, the window's per-position losses, one row
+   * of B*T per micro-batch (backend memory; NULL at accumulation 1, where
+   * the losses stay in the activations until the step reads them): training
+   * reads them back once per optimizer step. */
+  float *loss_win;
+  int64_t accum;
   float *w[GPT2_BLOCK_NPARAMS], *g[GPT2_BLOCK_NPARAMS];
   void *graw[GPT2_BLOCK_NPARAMS];
 } trainer;
@@ -352,12 +367,25 @@ static zrt_status task_ptrs(trainer *tr, gpt2_task *t, int m, int grads) {
   return ZRT_OK;
 }
 
-/* Task side: points tr->w at module m's weights as fp32 (converted when 16-bit). */
+/* A block's weight matrices: only GEMMs read them. */
+static int is_gemm_weight(const trainer *tr, int m, int p) {
+  return m >= 1 && m < tr->nmod - 1 &&
+         (p == GPT2_ATTN_W || p == GPT2_ATTNPROJ_W || p == GPT2_FC_W || p == GPT2_FCPROJ_W);
+}
+
+/* Task side: points tr->w at module m's weights as fp32 (converted when
+ * 16-bit), or at the 16-bit tensors themselves for the GEMM weights when
+ * the ops take them (tr->w16: CUDA, where the task runs on the calling
+ * thread in program order, so the registration holds for this module's
+ * kernels only). */
 static void stage_weights(trainer *tr, const gpt2_task *t, int m) {
   int64_t off = 0;
+  if (tr->w16_clear) tr->w16_clear();
   for (int p = 0; p < nparams_of(tr, m); p++) {
     if (tr->info.dtype == ZRT_F32) {
       tr->w[p] = t->wraw[p];
+    } else if (tr->w16 && is_gemm_weight(tr, m, p) && tr->w16(t->wraw[p], tr->numel[m][p]) == 0) {
+      tr->w[p] = t->wraw[p]; /* read as the run's 16-bit dtype by the GEMM */
     } else {
       tr->w[p] = tr->wstage + off;
       tr->to_f32(tr->w[p], t->wraw[p], tr->info.dtype, tr->numel[m][p]);
@@ -404,11 +432,13 @@ static zrt_status task_run(void *arg) {
     return gpt2_block_forward_f32(ops, &tr->cfg, &tr->L, tr->acts, B, t->l, NULL, tr->w);
   case GPT2_TASK_HEAD: {
     const float *wte = t->wte_raw;
-    if (tr->info.dtype != ZRT_F32) {
+    stage_weights(tr, t, last); /* first: it clears the 16-bit registrations */
+    /* the tied wte: only the head's GEMMs read it, as is on CUDA (tr->w16) */
+    if (tr->info.dtype != ZRT_F32 &&
+        !(tr->w16 && tr->w16(t->wte_raw, tr->numel[0][GPT2_WTE]) == 0)) {
       tr->to_f32(tr->wte_stage, t->wte_raw, tr->info.dtype, tr->numel[0][GPT2_WTE]);
       wte = tr->wte_stage;
     }
-    stage_weights(tr, t, last);
     if (t->train) {
       stage_grads(tr, t, last);
       ops->zero(tr->dwte, (size_t)tr->numel[0][GPT2_WTE]);
@@ -451,9 +481,20 @@ static zrt_status upload_batch(trainer *tr) {
   return zrt_engine_memcpy(tr->eng, tr->d_tgt, tr->h_tgt, bytes, ZRT_COPY_H2D);
 }
 
+/* Mean of n per-position losses, summed in double in position order. */
+static float mean_loss(const float *l, int n) {
+  double sum = 0;
+  for (int i = 0; i < n; i++) sum += l[i];
+  return (float)(sum / n);
+}
+
 /* Forward of the whole model over the uploaded batch; with train, also the
- * backward (grads into the engine). *loss: mean over the B*T positions. */
-static zrt_status run_micro(trainer *tr, int train, float *loss) {
+ * backward (grads into the engine). With loss: the host waits for the
+ * pass and *loss is the mean over the B*T positions (evaluation,
+ * sampling). Without (training): nothing waits; with accumulation the
+ * per-position losses are copied on the stream into row `slot` of
+ * tr->loss_win; read_window_losses reads them back once per step. */
+static zrt_status run_micro(trainer *tr, int train, float *loss, int64_t slot) {
   zrt_engine *e = tr->eng;
   int nl = tr->cfg.n_layer, last = tr->nmod - 1, N = tr->B * tr->cfg.seq_len;
   zrt_status st;
@@ -526,13 +567,36 @@ static zrt_status run_micro(trainer *tr, int train, float *loss) {
     TRY(launch(tr, &t));
     TRY(zrt_module_grads_ready(e, tr->mod_id[0]));
   }
-  TRY(zrt_engine_synchronize(e));
+  /* No device synchronise: a copy to host memory waits for the stream's
+   * work before it (and returns its errors), a copy between device buffers
+   * is queued behind it. */
+  if (!loss)
+    return tr->loss_win ? zrt_engine_memcpy(e, tr->loss_win + slot * N, tr->acts + tr->L.losses,
+                                            (size_t)N * sizeof(float), ZRT_COPY_D2D)
+                        : ZRT_OK;
   TRY(zrt_engine_memcpy(e, tr->h_losses, tr->acts + tr->L.losses, (size_t)N * sizeof(float),
                         ZRT_COPY_D2H));
 #undef TRY
-  double sum = 0;
-  for (int i = 0; i < N; i++) sum += tr->h_losses[i];
-  *loss = (float)(sum / N);
+  *loss = mean_loss(tr->h_losses, N);
+  return ZRT_OK;
+}
+
+/* The host wait of a training step: the window's n micro-batch rows of
+ * tr->loss_win (at accumulation 1 the one row in the activations) back to
+ * the host, and what zrt_engine_step adds up: the
+ * micro-batch means summed in float in micro-batch order (the engine's own
+ * accumulation order: it adds each micro-step's loss to a float sum that
+ * starts at 0, so passing 0 for the earlier micro-steps and this sum with
+ * the last gives the very same bits as passing each mean in turn). */
+static zrt_status read_window_losses(trainer *tr, int64_t n, float *sum) {
+  int N = tr->B * tr->cfg.seq_len;
+  const float *src = tr->loss_win ? tr->loss_win : tr->acts + tr->L.losses;
+  zrt_status st = zrt_engine_memcpy(tr->eng, tr->h_losses, src,
+                                    (size_t)n * (size_t)N * sizeof(float), ZRT_COPY_D2H);
+  if (st != ZRT_OK) return st;
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; i++) s += mean_loss(tr->h_losses + i * N, N);
+  *sum = s;
   return ZRT_OK;
 }
 
@@ -548,7 +612,7 @@ static zrt_status evaluate(trainer *tr, const split *sp, int stride, int nbatche
     }
     float loss;
     zrt_status st = upload_batch(tr);
-    if (st == ZRT_OK) st = run_micro(tr, 0, &loss);
+    if (st == ZRT_OK) st = run_micro(tr, 0, &loss, 0);
     if (st != ZRT_OK) return st;
     tot[0] += loss;
     tot[1] += 1;
@@ -586,7 +650,7 @@ static zrt_status sample_text(trainer *tr, const split *val, int n, double temp,
       }
     float loss;
     st = upload_batch(tr);
-    if (st == ZRT_OK) st = run_micro(tr, 0, &loss);
+    if (st == ZRT_OK) st = run_micro(tr, 0, &loss, 0);
     if (st == ZRT_OK)
       st = zrt_engine_memcpy(tr->eng, tr->h_logits, tr->acts + tr->L.logits + (size_t)(m - 1) * V,
                              (size_t)V * sizeof(float), ZRT_COPY_D2H);
@@ -968,28 +1032,55 @@ static void prune_checkpoints(const char *dir, int keep, keep_history *h, int64_
 }
 
 /* The MFU denominator: the backend's measured GEMM rate, through the same
- * ops (and, on the CPU, the same OpenMP split) the model uses, in fp32
- * like the kernels. Operands live in the activation buffer before the
- * first forward overwrites it, so the measurement costs no memory. Square
- * GEMMs of side n (a multiple of 64, at most `cap`), repeated for at least
- * `min_s` seconds. Returns FLOP/s, 0 when the buffer is too small. */
+ * ops (and, on the CPU, the same OpenMP split) the model uses, in the
+ * dtype its GEMMs run in: fp32 on the CPU and in fp32 CUDA runs; on CUDA in
+ * a bf16 / fp16 run, cuBLAS on 16-bit operands (tensor cores, fp32
+ * accumulate) held in the ops' scratch, C in the activations. Operands live
+ * in buffers the first forward overwrites, so the measurement costs no
+ * memory. Square GEMMs of side n (a multiple of 64, at most `cap`),
+ * repeated for at least `min_s` seconds. Returns FLOP/s, 0 when the buffer
+ * is too small. */
 #define GPT2_PEAK_SIDE_CPU 1024
 #define GPT2_PEAK_SIDE_GPU 4096
 #define GPT2_PEAK_MIN_S 0.25
+static zrt_status peak_gemm(trainer *tr, int int16, int64_t n, const void *A, const void *B,
+                            float *C) {
+  if (!int16) return tr->ops.gemm(tr->ops.ctx, 0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+  return zrt_engine_gemm(tr->eng, 0, 0, n, n, n, 1.0f, A, n, B, n, tr->info.dtype, 0.0f, C, n,
+                         ZRT_F32);
+}
+
 static double measure_gemm_peak(trainer *tr, int gpu) {
   int64_t cap = gpu ? GPT2_PEAK_SIDE_GPU : GPT2_PEAK_SIDE_CPU, n = cap;
-  while (n >= 64 && (size_t)(3 * n * n) > tr->L.total) n -= 64;
+  int int16 = tr->w16 != NULL; /* CUDA GEMMs in the run's 16-bit dtype */
+  size_t scratch = 0;
+#ifdef GPT2_HAVE_CUDA
+  if (int16) scratch = gpt2_cuda_scratch_bytes(&tr->cfg, tr->B, tr->info.dtype);
+#endif
+  while (n >= 64 && (int16 ? (size_t)(4 * n * n) > scratch || (size_t)(n * n) > tr->L.total
+                           : (size_t)(3 * n * n) > tr->L.total))
+    n -= 64;
   if (n < 64) return 0;
-  float *A = tr->acts, *B = A + n * n, *C = B + n * n;
-  gpt2_task z = {.tr = tr, .kind = GPT2_TASK_ZERO, .zero_at = A, .zero_n = (size_t)(3 * n * n)};
-  if (launch(tr, &z) != ZRT_OK) return 0;
-  if (tr->ops.gemm(tr->ops.ctx, 0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n) != ZRT_OK ||
-      zrt_engine_synchronize(tr->eng) != ZRT_OK)
+  const void *A = tr->acts, *B = tr->acts + n * n;
+  float *C = tr->acts + 2 * n * n;
+  if (int16) {
+#ifdef GPT2_HAVE_CUDA
+    gpt2_cuda_fill16(tr->scratch, tr->info.dtype, 2 * n * n);
+#endif
+    A = tr->scratch;
+    B = (const char *)tr->scratch + 2 * n * n;
+    C = tr->acts;
+  } else {
+    gpt2_task z = {
+        .tr = tr, .kind = GPT2_TASK_ZERO, .zero_at = tr->acts, .zero_n = (size_t)(3 * n * n)};
+    if (launch(tr, &z) != ZRT_OK) return 0;
+  }
+  if (peak_gemm(tr, int16, n, A, B, C) != ZRT_OK || zrt_engine_synchronize(tr->eng) != ZRT_OK)
     return 0;
   double t0 = now_s(), t = t0;
   int reps = 0;
   while (t - t0 < GPT2_PEAK_MIN_S) {
-    if (tr->ops.gemm(tr->ops.ctx, 0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n) != ZRT_OK) return 0;
+    if (peak_gemm(tr, int16, n, A, B, C) != ZRT_OK) return 0;
     if (zrt_engine_synchronize(tr->eng) != ZRT_OK) return 0;
     reps++;
     t = now_s();
@@ -1115,6 +1206,7 @@ int main(int argc, char **argv) {
   CHECK(zrt_engine_get_info(tr.eng, &tr.info));
   /* one truth for the batch: train with the engine's resolved micro-batch */
   tr.B = (int)tr.info.micro_batch;
+  tr.accum = tr.info.grad_accum > 0 ? tr.info.grad_accum : 1;
   if (a.resume && check_resume_model(&a, &tr.cfg, tr.info.rank == 0)) {
     rc = 2;
     goto done;
@@ -1133,6 +1225,10 @@ int main(int argc, char **argv) {
     gpt2_cuda_set_stream(zrt_engine_stream(tr.eng));
     tr.to_f32 = gpt2_cuda_to_f32;
     tr.add_from_f32 = gpt2_cuda_add_from_f32;
+    if (tr.info.dtype != ZRT_F32) {
+      tr.w16 = gpt2_cuda_weight16;
+      tr.w16_clear = gpt2_cuda_weight16_clear;
+    }
 #else
     fprintf(stderr, "train_gpt2: the engine runs on CUDA but this build has no CUDA kernels; "
                     "rebuild with -DZRT_CUDA=ON or set zrt.backend=cpu\n");
@@ -1199,9 +1295,16 @@ int main(int argc, char **argv) {
    * after build; declared first so that stage "auto" counts them (the
    * checkpoints are the engine's own and it counts them itself). */
   gpt2_acts_layout_init(&tr.L, &tr.cfg, tr.B, tr.nckpt);
+  /* the CUDA ops' scratch: 16-bit GEMM operands, attention statistics */
+  size_t scratch_bytes = 0;
+#ifdef GPT2_HAVE_CUDA
+  if (!strcmp(tr.info.backend, "cuda"))
+    scratch_bytes = gpt2_cuda_scratch_bytes(&tr.cfg, tr.B, tr.info.dtype);
+#endif
   {
-    uint64_t act = (uint64_t)tr.L.total * 4 + wte_n * 4 + 2 * N * sizeof(int);
-    if (tr.info.dtype != ZRT_F32) act += 2 * (uint64_t)max_mod * 4 + wte_n * 4;
+    uint64_t act = (uint64_t)tr.L.total * 4 + wte_n * 4 + 2 * N * sizeof(int) + scratch_bytes +
+                   (tr.accum > 1 ? (uint64_t)tr.accum * N * sizeof(float) : 0);
+    if (tr.info.dtype != ZRT_F32) act += 2 * (uint64_t)max_mod * 4 + (tr.w16 ? 0 : wte_n * 4);
     CHECK(zrt_engine_set_activation_bytes(tr.eng, act));
   }
   CHECK(zrt_engine_build(tr.eng));
@@ -1230,17 +1333,27 @@ int main(int argc, char **argv) {
       zrt_engine_alloc(tr.eng, tr.L.total * sizeof(float), ZRT_MEM_ACTIVATIONS, (void **)&tr.acts));
   CHECK(zrt_engine_alloc(tr.eng, wte_n * sizeof(float), ZRT_MEM_ACTIVATIONS, (void **)&tr.dwte));
   CHECK(zrt_engine_alloc(tr.eng, 2 * N * sizeof(int), ZRT_MEM_ACTIVATIONS, (void **)&tr.d_tok));
+  if (tr.accum > 1)
+    CHECK(zrt_engine_alloc(tr.eng, (size_t)tr.accum * N * sizeof(float), ZRT_MEM_ACTIVATIONS,
+                           (void **)&tr.loss_win));
   tr.d_tgt = tr.d_tok + N;
   if (tr.info.dtype != ZRT_F32) {
     CHECK(zrt_engine_alloc(tr.eng, (size_t)max_mod * sizeof(float), ZRT_MEM_ACTIVATIONS,
                            (void **)&tr.wstage));
     CHECK(zrt_engine_alloc(tr.eng, (size_t)max_mod * sizeof(float), ZRT_MEM_ACTIVATIONS,
                            (void **)&tr.gstage));
-    CHECK(zrt_engine_alloc(tr.eng, wte_n * sizeof(float), ZRT_MEM_ACTIVATIONS,
-                           (void **)&tr.wte_stage));
+    if (!tr.w16) /* the head's GEMMs read the 16-bit wte on CUDA */
+      CHECK(zrt_engine_alloc(tr.eng, wte_n * sizeof(float), ZRT_MEM_ACTIVATIONS,
+                             (void **)&tr.wte_stage));
+  }
+  if (scratch_bytes) {
+    CHECK(zrt_engine_alloc(tr.eng, scratch_bytes, ZRT_MEM_ACTIVATIONS, &tr.scratch));
+#ifdef GPT2_HAVE_CUDA
+    gpt2_cuda_gemm_setup(tr.info.dtype, tr.scratch, scratch_bytes);
+#endif
   }
   tr.h_tok = malloc(2 * N * sizeof(int));
-  tr.h_losses = malloc(N * sizeof(float));
+  tr.h_losses = malloc((size_t)tr.accum * N * sizeof(float));
   tr.h_logits = malloc((size_t)tr.cfg.vocab * sizeof(float));
   if (!tr.h_tok || !tr.h_losses || !tr.h_logits) goto fail;
   tr.h_tgt = tr.h_tok + N;
@@ -1325,7 +1438,7 @@ int main(int argc, char **argv) {
   }
 
   int tty = isatty(2) && rank0;
-  int64_t accum = tr.info.grad_accum > 0 ? tr.info.grad_accum : 1;
+  int64_t accum = tr.accum;
   int64_t step = start_step;
   /* rows of the window stream one optimizer step consumes, all ranks */
   int64_t rows_per_step = accum * tr.info.world_size * tr.B;
@@ -1338,8 +1451,8 @@ int main(int argc, char **argv) {
       gpt2_flops_per_token(&tr.cfg) * (double)T * (double)tr.info.micro_batch * (double)accum;
   double peak = measure_gemm_peak(&tr, !strcmp(tr.info.backend, "cuda"));
   if (rank0 && peak > 0) {
-    printf("train_gpt2: measured %s fp32 GEMM peak %.1f GFLOP/s per rank (MFU denominator)\n",
-           tr.info.backend, peak / 1e9);
+    printf("train_gpt2: measured %s %s GEMM peak %.1f GFLOP/s per rank (MFU denominator)\n",
+           tr.info.backend, tr.w16 ? zrt_dtype_name(tr.info.dtype) : "fp32", peak / 1e9);
     fflush(stdout);
   }
   double t_start = now_s(), t_last = t_start;
@@ -1351,9 +1464,12 @@ int main(int argc, char **argv) {
                       ((ai * tr.info.world_size) + tr.info.rank) * tr.B + b;
         fill_row(&train_sp, row, T, T, 1, tr.h_tok + b * T, tr.h_tgt + b * T);
       }
-      float loss;
+      /* the losses come back once, at the window's last micro-batch: the
+       * host queues the next micro-batch while the device runs this one */
+      float loss = 0.0f;
       CHECK(upload_batch(&tr));
-      CHECK(run_micro(&tr, 1, &loss));
+      CHECK(run_micro(&tr, 1, NULL, ai));
+      if (ai == accum - 1) CHECK(read_window_losses(&tr, accum, &loss));
       CHECK(zrt_engine_step(tr.eng, loss, &si));
     }
     double t = now_s(), dt = t - t_last;
@@ -1423,7 +1539,8 @@ fail:
   rc = 1;
 done:
   if (tr.eng) {
-    void *bufs[] = {tr.acts, tr.dwte, tr.d_tok, tr.wstage, tr.gstage, tr.wte_stage};
+    void *bufs[] = {tr.acts,   tr.dwte,      tr.d_tok,   tr.wstage,
+                    tr.gstage, tr.wte_stage, tr.scratch, tr.loss_win};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
       if (bufs[i]) zrt_engine_free(tr.eng, bufs[i]);
   }

@@ -91,9 +91,10 @@ PY
 done
 
 # `zrt estimate-memory` predicts the pools of those runs byte for byte: the
-# device peak per category and in total, and the host pool's peak.
+# device peak per category and in total, and the host pool's peak (the
+# runs' accumulation 2 given: the example keeps the window's losses).
 for r in 0 0.5 1; do
-  "$Z" estimate-memory --model tiny --world_sizes 2 --batch_size 2 --dtype bf16 \
+  "$Z" estimate-memory --model tiny --world_sizes 2 --batch_size 2 --dtype bf16 --grad_accum 2 \
     --offload_ratio $r --sub_group_size 0 --json >"$D/est-$r.json" || fail "estimate-memory ratio $r"
   python3 - "$r" "$D/est-$r.json" "$D/bf16-$r.jsonl" <<'PY' || fail "estimate-memory ratio $r vs pools"
 import json, sys

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""perf_gpu_report.py DIR — the JSON report of scripts/perf_gpu_gpt2.sh.
+
+Reads what that script left in DIR:
+  zrt_gpt2.log    train_gpt2's output: the banner ("... N GFLOP per rank per
+                  step ... micro-batch B, accum K ...", "seq T") and the
+                  MFU denominator it measured at start ("measured <backend>
+                  <dtype> GEMM peak X GFLOP/s per rank");
+  zrt_gpt2.jsonl  its metrics, one line per optimizer step (tokens_per_s);
+  torch_gpt2.jsonl  perf_torch_gpt2.py's lines (eager, then "compile": true);
+  pinned.json     `zrt-perf pinned --json`.
+Prints one JSON object: zrt's tokens/s (median over the steps after the
+first two, which pay for start-up), its MFU (zrt's FLOPs per token x
+tokens/s over its measured peak), each PyTorch run's tokens/s and MFU on the
+same convention (zrt's FLOPs per token and zrt's peak; the line's own "mfu",
+6 x params over torch's own matmul peak, is kept beside it), the ratios,
+the pinned-copy figures, and the issue's goals (MFU >= 0.45, >= 1.2x
+PyTorch eager, pinned copies >= 0.9 of plain) each as true / false, or null
+with the reason in "missing" when its inputs are absent. Nothing is
+estimated or filled in. Figures that cannot be right (an MFU above 1: the
+peak was measured low, e.g. on a busy machine; the pinned bench's own
+flags) are listed in "flags". Exit status 1 when the zrt run is missing.
+"""
+import json
+import os
+import re
+import statistics
+import sys
+
+
+def read_lines(path):
+    out = []
+    if not os.path.exists(path):
+        return out
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+    return out
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.stderr.write("usage: perf_gpu_report.py DIR\n")
+        return 2
+    d = sys.argv[1]
+    missing = []
+    rep = {"dir": os.path.abspath(d)}
+
+    zrt = None
+    log = ""
+    if os.path.exists(os.path.join(d, "zrt_gpt2.log")):
+        with open(os.path.join(d, "zrt_gpt2.log")) as f:
+            log = f.read()
+    m_peak = re.search(r"measured (\S+) (\S+) GEMM peak ([0-9.]+) GFLOP/s per rank", log)
+    m_flop = re.search(r"([0-9.eE+]+) GFLOP per rank per step", log)
+    m_bat = re.search(r"micro-batch (\d+), accum (\d+)", log)
+    m_seq = re.search(r"seq (\d+), vocab (\d+)", log)
+    steps = [r for r in read_lines(os.path.join(d, "zrt_gpt2.jsonl")) if "tokens_per_s" in r]
+    if not (m_flop and m_bat and m_seq):
+        missing.append("zrt: no train_gpt2 banner in zrt_gpt2.log (did it start?)")
+    elif len(steps) < 3:
+        missing.append("zrt: %d metrics lines in zrt_gpt2.jsonl, need 3 or more (the first two "
+                       "are start-up)" % len(steps))
+    else:
+        tokens_per_step = int(m_bat.group(1)) * int(m_bat.group(2)) * int(m_seq.group(1))
+        fpt = float(m_flop.group(1)) * 1e9 / tokens_per_step
+        tps = statistics.median(r["tokens_per_s"] for r in steps[2:])
+        zrt = {"tokens_per_s": tps, "steps_used": len(steps) - 2,
+               "flops_per_token": fpt, "seq_len": int(m_seq.group(1)),
+               "vocab": int(m_seq.group(2)), "micro_batch": int(m_bat.group(1)),
+               "peak_backend": None, "peak_dtype": None, "gemm_peak_flops": None, "mfu": None}
+        if m_peak:
+            peak = float(m_peak.group(3)) * 1e9
+            zrt.update(peak_backend=m_peak.group(1), peak_dtype=m_peak.group(2),
+                       gemm_peak_flops=peak, mfu=fpt * tps / peak)
+        else:
+            missing.append("zrt: no 'measured ... GEMM peak' line in zrt_gpt2.log")
+    rep["zrt"] = zrt
+
+    runs = read_lines(os.path.join(d, "torch_gpt2.jsonl"))
+    for name, want in (("torch_eager", False), ("torch_compile", True)):
+        r = next((x for x in runs if bool(x.get("compile", False)) == want
+                  and "tokens_per_s" in x), None)
+        if r is None:
+            missing.append("%s: no line in torch_gpt2.jsonl (see torch%s.log)"
+                           % (name, "_compile" if want else ""))
+        else:
+            r = dict(r)
+            if zrt and zrt["gemm_peak_flops"]:
+                r["mfu_zrt_convention"] = zrt["flops_per_token"] * r["tokens_per_s"] / \
+                    zrt["gemm_peak_flops"]
+            if zrt:
+                r["zrt_speedup"] = zrt["tokens_per_s"] / r["tokens_per_s"]
+        rep[name] = r
+
+    pin = read_lines(os.path.join(d, "pinned.json"))
+    pin = pin[0] if pin else None
+    if pin is None:
+        missing.append("pinned: no pinned.json (see pinned.log)")
+    rep["pinned"] = pin
+
+    eager = rep.get("torch_eager")
+    goals = {
+        "mfu_at_least_0.45": None if not zrt or zrt["mfu"] is None else zrt["mfu"] >= 0.45,
+        "at_least_1.2x_torch_eager": None if not (zrt and eager) else
+        zrt["tokens_per_s"] >= 1.2 * eager["tokens_per_s"],
+        "pinned_at_least_0.9_of_plain": None if not pin else
+        min(pin["zrt_h2d_fraction_of_plain"], pin["zrt_d2h_fraction_of_plain"]) >= 0.9,
+    }
+    rep["goals"] = goals
+    flags = []
+    for name, mfu in (("zrt", zrt and zrt["mfu"]),
+                      ("torch_eager", eager and eager.get("mfu_zrt_convention")),
+                      ("torch_compile", rep.get("torch_compile") and
+                       rep["torch_compile"].get("mfu_zrt_convention"))):
+        if mfu is not None and mfu > 1:
+            flags.append("%s: MFU %.3g above 1: the GEMM peak was measured low (a busy machine "
+                         "during train_gpt2's start?); compare tokens/s only" % (name, mfu))
+    if pin:
+        flags += ["pinned: " + f for f in pin.get("flags", [])]
+    rep["flags"] = flags
+    rep["hidden_fraction"] = pin["hidden_fraction"] if pin else None
+    rep["missing"] = missing
+    print(json.dumps(rep, indent=1, sort_keys=True))
+    return 0 if zrt else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,252 @@
+/*
+ * test_gpt2_cuda.c — the GPT example's CUDA ops that the end-to-end run
+ * (test_engine_cuda.sh) only sees through the loss:
+ *   - GEMMs in a bf16 and an fp16 run (gpt2_cuda_gemm_setup): a 16-bit
+ *     weight matrix registered with gpt2_cuda_weight16 and used as is, fp32
+ *     activation operands rounded to the dtype into the scratch, every
+ *     transpose pair and the GPT shapes' operand roles (weight as B; both
+ *     operands activations, beta 1), against double loops on the same
+ *     rounded inputs (round-to-nearest-even, as the kernel's conversion):
+ *     only the fp32 accumulation order differs, within 1e-4 absolute
+ *     (entries are sums of <= 256 products of magnitude <= 1);
+ *   - the fused attention forward and backward (gpt2_flash_attn.h) against
+ *     plain causal attention in double: GPT-2 124M's head shape (12 heads of
+ *     64) at T = 1024, and T = 100 (a ragged last tile), batch 2, and the
+ *     tiny preset's (2 heads of 32, T = 64: tiles zero-padded past the
+ *     head); out within 1e-4 absolute, dqkv (added onto a non-zero dqkv)
+ *     within 1e-3.
+ * With ZRT_ATTN_DUMP=DIR the T = 1024 case also writes its inputs and
+ * results (raw float32: qkv, dout, dqkv0, out, dqkv) and shape.json there for
+ * scripts/check_attention_torch.py (PyTorch's scaled_dot_product_attention).
+ * The CPU emulation of the same attention code is checked in
+ * test_gpt2_flash_emu (unit). Skips (77) without a GPU, fails under
+ * ZRT_REQUIRE_GPU=1.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zrt.h"
+#include "zt_gpu.h"
+
+#ifdef GPT2_HAVE_CUDA
+#include "gpt2_cuda.h"
+
+static zrt_engine *eng;
+
+static float frand(uint64_t *s) {
+  *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (float)((*s >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+static uint16_t bf16_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* RNE; inputs are finite */
+}
+static float round_to(float x, zrt_dtype dt) {
+  if (dt == ZRT_F16) return (float)(_Float16)x;
+  uint32_t u = (uint32_t)bf16_bits(x) << 16;
+  float y;
+  memcpy(&y, &u, 4);
+  return y;
+}
+static void to16(void *dst, const float *src, size_t n, zrt_dtype dt) {
+  uint16_t *d = dst;
+  for (size_t i = 0; i < n; i++) {
+    if (dt == ZRT_F16) {
+      _Float16 h = (_Float16)src[i];
+      memcpy(&d[i], &h, 2);
+    } else {
+      d[i] = bf16_bits(src[i]);
+    }
+  }
+}
+
+static void *dev(size_t bytes, const void *host) {
+  void *p = NULL;
+  ZT_OK(zrt_engine_alloc(eng, bytes, ZRT_MEM_ACTIVATIONS, &p));
+  if (host) ZT_OK(zrt_engine_memcpy(eng, p, host, bytes, ZRT_COPY_H2D));
+  return p;
+}
+
+/* C = alpha op(A) op(B) + beta C through the ops; wb: B is a registered
+ * 16-bit weight (else both are fp32 activations). */
+static void gemm_case(zrt_dtype dt, int ta, int tb, int64_t m, int64_t n, int64_t k, int wb,
+                      float beta) {
+  int64_t lda = ta ? m : k, ldb = tb ? k : n, ldc = n;
+  size_t na = (size_t)(m * k), nb = (size_t)(k * n), nc = (size_t)(m * n);
+  float *a = malloc(na * 4), *b = malloc(nb * 4), *c = malloc(nc * 4), *got = malloc(nc * 4);
+  double *want = malloc(nc * 8);
+  uint16_t *b16 = malloc(nb * 2);
+  uint64_t s = 7u + (uint64_t)(m * 131 + n * 7 + k + ta * 2 + tb);
+  for (size_t i = 0; i < na; i++) a[i] = frand(&s);
+  for (size_t i = 0; i < nb; i++) b[i] = frand(&s);
+  for (size_t i = 0; i < nc; i++) c[i] = frand(&s);
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      double acc = 0;
+      for (int64_t p = 0; p < k; p++) {
+        float av = ta ? a[p * lda + i] : a[i * lda + p], bv = tb ? b[j * ldb + p] : b[p * ldb + j];
+        acc += (double)round_to(av, dt) * (double)round_to(bv, dt);
+      }
+      want[i * ldc + j] = 0.75 * acc + (double)beta * c[i * ldc + j];
+    }
+  to16(b16, b, nb, dt);
+  float *da = dev(na * 4, a), *dc = dev(nc * 4, c);
+  void *db = wb ? dev(nb * 2, b16) : dev(nb * 4, b);
+  gpt2_cuda_weight16_clear();
+  if (wb) ZT_CHECK(gpt2_cuda_weight16(db, (int64_t)nb) == 0);
+  ZT_OK(gpt2_cuda_ops_f32.gemm(eng, ta, tb, m, n, k, 0.75f, da, lda, db, ldb, beta, dc, ldc));
+  ZT_OK(gpt2_cuda_ops_f32.check());
+  ZT_OK(zrt_engine_memcpy(eng, got, dc, nc * 4, ZRT_COPY_D2H));
+  char what[128];
+  snprintf(what, sizeof what, "%s gemm %c%c %lldx%lldx%lld %s beta=%g", zrt_dtype_name(dt),
+           ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k,
+           wb ? "16-bit weight B" : "fp32 A and B", beta);
+  ZT_CLOSE_ARRAY(what, got, want, nc, 1e-4);
+  zrt_engine_free(eng, da), zrt_engine_free(eng, db), zrt_engine_free(eng, dc);
+  free(a), free(b), free(c), free(got), free(want), free(b16);
+}
+
+/* plain causal attention in double (as test_gpt2_flash_emu) */
+static void ref_attention(const float *qkv, const float *dout, double *out, double *dqkv, int B,
+                          int T, int C, int NH) {
+  int HS = C / NH, C3 = 3 * C;
+  double scale = 1.0 / sqrt((double)HS);
+  double *p = malloc(sizeof(double) * (size_t)T), *dp = malloc(sizeof(double) * (size_t)T);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int i = 0; i < T; i++) {
+        const float *q = qkv + ((size_t)b * T + i) * C3 + h * HS;
+        double mx = -INFINITY, sum = 0, dsum = 0;
+        for (int j = 0; j <= i; j++) {
+          const float *kk = qkv + ((size_t)b * T + j) * C3 + C + h * HS;
+          double sc = 0;
+          for (int d = 0; d < HS; d++) sc += (double)q[d] * kk[d];
+          p[j] = sc * scale;
+          if (p[j] > mx) mx = p[j];
+        }
+        for (int j = 0; j <= i; j++) sum += (p[j] = exp(p[j] - mx));
+        for (int j = 0; j <= i; j++) p[j] /= sum;
+        const float *dy = dout + ((size_t)b * T + i) * C + h * HS;
+        for (int d = 0; d < HS; d++) {
+          double acc = 0;
+          for (int j = 0; j <= i; j++)
+            acc += p[j] * qkv[((size_t)b * T + j) * C3 + 2 * C + h * HS + d];
+          out[((size_t)b * T + i) * C + h * HS + d] = acc;
+        }
+        for (int j = 0; j <= i; j++) {
+          const float *v = qkv + ((size_t)b * T + j) * C3 + 2 * C + h * HS;
+          dp[j] = 0;
+          for (int d = 0; d < HS; d++) dp[j] += (double)dy[d] * v[d];
+          dsum += p[j] * dp[j];
+        }
+        for (int j = 0; j <= i; j++) {
+          double ds = p[j] * (dp[j] - dsum) * scale;
+          size_t rj = ((size_t)b * T + j) * C3 + h * HS, ri = ((size_t)b * T + i) * C3 + h * HS;
+          for (int d = 0; d < HS; d++) {
+            dqkv[ri + d] += ds * qkv[rj + C + d];
+            dqkv[rj + C + d] += ds * q[d];
+            dqkv[rj + 2 * C + d] += p[j] * dy[d];
+          }
+        }
+      }
+  free(p);
+  free(dp);
+}
+
+static void attention_case(int B, int T, int NH, int HS) {
+  int C = NH * HS;
+  size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+  float *qkv = malloc(nqkv * 4), *dout = malloc(nout * 4), *out = malloc(nout * 4);
+  float *dqkv = malloc(nqkv * 4);
+  double *rout = malloc(nout * 8), *rdqkv = malloc(nqkv * 8);
+  uint64_t s = 99u + (uint64_t)T;
+  for (size_t i = 0; i < nqkv; i++) qkv[i] = frand(&s);
+  for (size_t i = 0; i < nout; i++) dout[i] = frand(&s);
+  for (size_t i = 0; i < nqkv; i++) rdqkv[i] = dqkv[i] = 0.25f * frand(&s);
+  ref_attention(qkv, dout, rout, rdqkv, B, T, C, NH);
+  float *dq = dev(nqkv * 4, qkv), *ddo = dev(nout * 4, dout), *dout_ = dev(nout * 4, NULL);
+  float *datt = dev(natt * 4, NULL), *ddqkv = dev(nqkv * 4, dqkv);
+  ZT_OK(gpt2_cuda_ops_f32.attention_forward(eng, dout_, datt, dq, B, T, C, NH));
+  ZT_OK(gpt2_cuda_ops_f32.attention_backward(eng, ddqkv, ddo, dq, datt, B, T, C, NH));
+  ZT_OK(gpt2_cuda_ops_f32.check());
+  float *dqkv0 = malloc(nqkv * 4);
+  memcpy(dqkv0, dqkv, nqkv * 4);
+  ZT_OK(zrt_engine_memcpy(eng, out, dout_, nout * 4, ZRT_COPY_D2H));
+  ZT_OK(zrt_engine_memcpy(eng, dqkv, ddqkv, nqkv * 4, ZRT_COPY_D2H));
+  const char *dump = getenv("ZRT_ATTN_DUMP");
+  if (dump && *dump && T == 1024 && HS == 64) {
+    const struct {
+      const char *name;
+      const float *p;
+      size_t n;
+    } f[] = {{"qkv", qkv, nqkv},
+             {"dout", dout, nout},
+             {"dqkv0", dqkv0, nqkv},
+             {"out", out, nout},
+             {"dqkv", dqkv, nqkv}};
+    char path[4096];
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+      snprintf(path, sizeof path, "%s/%s.f32", dump, f[i].name);
+      FILE *fp = fopen(path, "wb");
+      ZT_CHECK(fp && fwrite(f[i].p, 4, f[i].n, fp) == f[i].n);
+      if (fp) fclose(fp);
+    }
+    snprintf(path, sizeof path, "%s/shape.json", dump);
+    FILE *fp = fopen(path, "w");
+    ZT_CHECK(fp != NULL);
+    if (fp) {
+      fprintf(fp, "{\"B\": %d, \"T\": %d, \"NH\": %d, \"HS\": 64}\n", B, T, NH);
+      fclose(fp);
+    }
+    printf("attention tensors written to %s\n", dump);
+  }
+  free(dqkv0);
+  char what[96];
+  snprintf(what, sizeof what, "fused attention B=%d T=%d NH=%d HS=%d out", B, T, NH, HS);
+  ZT_CLOSE_ARRAY(what, out, rout, nout, 1e-4);
+  snprintf(what, sizeof what, "fused attention B=%d T=%d NH=%d HS=%d dqkv", B, T, NH, HS);
+  ZT_CLOSE_ARRAY(what, dqkv, rdqkv, nqkv, 1e-3);
+  zrt_engine_free(eng, dq), zrt_engine_free(eng, ddo), zrt_engine_free(eng, dout_);
+  zrt_engine_free(eng, datt), zrt_engine_free(eng, ddqkv);
+  free(qkv), free(dout), free(out), free(dqkv), free(rout), free(rdqkv);
+}
+
+int main(void) {
+  zt_gpu_or_skip();
+  zrt_config *zc = NULL;
+  ZT_OK(zrt_config_from_env(&zc));
+  ZT_OK(zrt_config_set(zc, "zrt.backend", "cuda", "test"));
+  ZT_OK(zrt_engine_create(zc, &eng));
+  gpt2_cuda_set_stream(zrt_engine_stream(eng));
+  gpt2_config cfg = {0};
+  cfg.n_embd = 768, cfg.n_head = 12, cfg.vocab = 1000, cfg.seq_len = 1024;
+  size_t sb = gpt2_cuda_scratch_bytes(&cfg, 2, ZRT_BF16);
+  void *scratch = dev(sb, NULL);
+  static const zrt_dtype dts[] = {ZRT_BF16, ZRT_F16};
+  for (int d = 0; d < 2; d++) {
+    gpt2_cuda_gemm_setup(dts[d], scratch, sb);
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++) {
+        gemm_case(dts[d], ta, tb, 96, 192, 64, 1, 0.0f);  /* x W: the block forward */
+        gemm_case(dts[d], ta, tb, 72, 130, 256, 0, 1.0f); /* dW += x^T dy */
+      }
+  }
+  gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb); /* attention needs only the scratch */
+  attention_case(2, 100, 12, 64);
+  attention_case(2, 1024, 12, 64);
+  attention_case(2, 64, 2, 32); /* the tiny preset's heads (zero-padded tiles) */
+  zrt_engine_free(eng, scratch);
+  zrt_engine_destroy(eng);
+  zrt_config_destroy(zc);
+  ZT_DONE();
+}
+#else
+int main(void) {
+  zt_gpu_or_skip(); /* built without CUDA: skips, or fails under ZRT_REQUIRE_GPU=1 */
+  ZT_DONE();
+}
+#endif

@@ -1,0 +1,131 @@
+/*
+ * test_gpt2_flash_emu.c — the fused attention of the GPT example's CUDA path
+ * (examples/gpt2/gpt2_flash_attn.h), run here through its C emulation: the
+ * same block functions, tiles and online softmax the kernels use, with the
+ * threads of a block run one after the other between barriers. Checked
+ * against plain causal attention in double (softmax, out, and the backward
+ * into dq, dk, dv, added onto a non-zero dqkv as the ops contract says):
+ * head size 64, T = 1, 31, 32, 33, 100 (tiles of 32: a ragged last tile, a
+ * single row), 3 heads, batch 2; and heads smaller than the tiles' 64
+ * columns (zero-padded): 32 (the tiny preset's, T = 64 and 33) and 48
+ * (T = 100). Tolerance: 2e-5 absolute on out (entries
+ * are averages of values in [-1, 1]) and on lse, 1e-4 on dqkv (entries of
+ * size <= ~5). The kernels compile from the same text (gpt2_cuda.cu);
+ * test_gpt2_cuda (gpu label) runs them against the CPU ops.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../../examples/gpt2/gpt2_flash_attn.h"
+#include "ztest.h"
+
+static float frand(uint64_t *s) {
+  *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (float)((*s >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+/* the CUDA grids, block by block */
+static void emu_forward(const float *qkv, float *out, float *lse, int B, int T, int C, int NH) {
+  static fa_fwd_smem sm;
+  static fa_fwd_ts ts[FA_NT];
+  for (int bh = 0; bh < B * NH; bh++)
+    for (int qt = 0; qt < (T + FA_TILE - 1) / FA_TILE; qt++)
+      fa_forward_block(qkv, out, lse, T, C, NH, qt, bh, &sm, ts);
+}
+
+static void emu_backward(float *dqkv, float *dstat, const float *dout, const float *qkv,
+                         const float *lse, int B, int T, int C, int NH) {
+  static fa_dq_smem sq;
+  static fa_dq_ts tq[FA_NT];
+  static fa_dkv_smem skv;
+  static fa_dkv_ts tkv[FA_NT];
+  int nt = (T + FA_TILE - 1) / FA_TILE;
+  for (int bh = 0; bh < B * NH; bh++)
+    for (int t = 0; t < nt; t++) fa_dq_block(dqkv, dstat, dout, qkv, lse, T, C, NH, t, bh, &sq, tq);
+  for (int bh = 0; bh < B * NH; bh++)
+    for (int t = 0; t < nt; t++)
+      fa_dkv_block(dqkv, dout, qkv, lse, dstat, T, C, NH, t, bh, &skv, tkv);
+}
+
+/* plain causal attention in double: out, lse, and dqkv += backward */
+static void ref_attention(const float *qkv, const float *dout, double *out, double *lse,
+                          double *dqkv, int B, int T, int C, int NH) {
+  int HS = C / NH, C3 = 3 * C;
+  double scale = 1.0 / sqrt((double)HS);
+  double *p = malloc(sizeof(double) * (size_t)T), *dp = malloc(sizeof(double) * (size_t)T);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int i = 0; i < T; i++) {
+        const float *q = qkv + ((size_t)b * T + i) * C3 + h * HS;
+        double mx = -INFINITY, sum = 0, dsum = 0;
+        for (int j = 0; j <= i; j++) {
+          const float *k = qkv + ((size_t)b * T + j) * C3 + C + h * HS;
+          double s = 0;
+          for (int d = 0; d < HS; d++) s += (double)q[d] * k[d];
+          p[j] = s * scale;
+          if (p[j] > mx) mx = p[j];
+        }
+        for (int j = 0; j <= i; j++) sum += (p[j] = exp(p[j] - mx));
+        for (int j = 0; j <= i; j++) p[j] /= sum;
+        lse[((size_t)b * NH + h) * T + i] = mx + log(sum);
+        const float *dy = dout + ((size_t)b * T + i) * C + h * HS;
+        for (int d = 0; d < HS; d++) {
+          double acc = 0;
+          for (int j = 0; j <= i; j++)
+            acc += p[j] * qkv[((size_t)b * T + j) * C3 + 2 * C + h * HS + d];
+          out[((size_t)b * T + i) * C + h * HS + d] = acc;
+        }
+        for (int j = 0; j <= i; j++) {
+          const float *v = qkv + ((size_t)b * T + j) * C3 + 2 * C + h * HS;
+          dp[j] = 0;
+          for (int d = 0; d < HS; d++) dp[j] += (double)dy[d] * v[d];
+          dsum += p[j] * dp[j];
+        }
+        for (int j = 0; j <= i; j++) {
+          double ds = p[j] * (dp[j] - dsum) * scale;
+          size_t rj = ((size_t)b * T + j) * C3 + h * HS, ri = ((size_t)b * T + i) * C3 + h * HS;
+          for (int d = 0; d < HS; d++) {
+            dqkv[ri + d] += ds * qkv[rj + C + d];
+            dqkv[rj + C + d] += ds * q[d];
+            dqkv[rj + 2 * C + d] += p[j] * dy[d];
+          }
+        }
+      }
+  free(p);
+  free(dp);
+}
+
+static void one_case(int B, int T, int NH, int hs) {
+  int C = NH * hs;
+  size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nst = (size_t)B * NH * T;
+  float *qkv = malloc(nqkv * 4), *dout = malloc(nout * 4), *out = malloc(nout * 4);
+  float *lse = malloc(nst * 4), *dstat = malloc(nst * 4), *dqkv = malloc(nqkv * 4);
+  double *rout = malloc(nout * 8), *rlse = malloc(nst * 8), *rdqkv = malloc(nqkv * 8);
+  uint64_t s = 42u + (uint64_t)T;
+  for (size_t i = 0; i < nqkv; i++) qkv[i] = frand(&s);
+  for (size_t i = 0; i < nout; i++) dout[i] = frand(&s);
+  for (size_t i = 0; i < nqkv; i++) rdqkv[i] = dqkv[i] = 0.25f * frand(&s); /* added into */
+  for (size_t i = 0; i < nout; i++) out[i] = NAN;                           /* every row written */
+  emu_forward(qkv, out, lse, B, T, C, NH);
+  emu_backward(dqkv, dstat, dout, qkv, lse, B, T, C, NH);
+  ref_attention(qkv, dout, rout, rlse, rdqkv, B, T, C, NH);
+  char what[96];
+  snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d out", B, T, NH, hs);
+  ZT_CLOSE_ARRAY(what, out, rout, nout, 2e-5);
+  snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d lse", B, T, NH, hs);
+  ZT_CLOSE_ARRAY(what, lse, rlse, nst, 2e-5);
+  snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d dqkv", B, T, NH, hs);
+  ZT_CLOSE_ARRAY(what, dqkv, rdqkv, nqkv, 1e-4);
+  free(qkv), free(dout), free(out), free(lse), free(dstat), free(dqkv);
+  free(rout), free(rlse), free(rdqkv);
+}
+
+int main(void) {
+  static const int Ts[] = {1, 31, 32, 33, 100};
+  for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) one_case(2, Ts[i], 3, FA_HS);
+  one_case(2, 64, 2, 32);
+  one_case(2, 33, 2, 32);
+  one_case(1, 100, 3, 48);
+  ZT_DONE();
+}
