@@ -52,9 +52,14 @@ run() {
 compare() {
   python3 - "$D/$1.jsonl" "$D/$2.jsonl" "$LOSS_TOL" "$2" <<'PY' || fail "$2: losses"
 import json, sys
-def losses(p):
-    return [json.loads(l)["loss"] for l in open(p) if l.strip() and "loss" in json.loads(l)]
-base, got, tol, name = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+def rows(p):
+    return [json.loads(l) for l in open(p) if l.strip() and "loss" in json.loads(l)]
+brows, grows = rows(sys.argv[1]), rows(sys.argv[2])
+base, got = [r["loss"] for r in brows], [r["loss"] for r in grows]
+tol, name = float(sys.argv[3]), sys.argv[4]
+# the saving, from the pools (the exact bytes are mpi.test_engine_memory's)
+hb, hg = (max(r["host_pinned_peak_bytes"] for r in x) for x in (brows, grows))
+print(f"{name}: host pool peak {hg} bytes, fp32 masters {hb} ({hb - hg} less)")
 if len(got) != len(base) or len(got) < 8:
     sys.exit(f"FAIL: {name}: {len(got)} steps, fp32-master run {len(base)}")
 rel = [abs(g - b) / abs(b) for g, b in zip(got, base)]
