@@ -158,6 +158,13 @@ zrt_status zrt_cpu_optim_step_lp_isa(zrt_isa isa, const zrt_optim_hparams *hp, v
   for (long t = 0; t < tiles; t++) {
     size_t off0 = (size_t)t * ZRT_OPTIM_TILE;
     size_t end = ZRT_MIN(off0 + (size_t)ZRT_OPTIM_TILE, n);
+    /* AVX2 reads and writes bf16 in its kernel (the same bits) */
+    if (isa == ZRT_ISA_AVX2 &&
+        zrt_cpu_optim_range_avx2_lp(
+            &c, (char *)master + off0 * msz, mdt, s1 ? (char *)s1 + off0 * ssz : NULL,
+            s2 ? (char *)s2 + off0 * ssz : NULL, sdt, (const char *)grad + off0 * gsz, gdt,
+            param16 ? (char *)param16 + off0 * psz : NULL, pdt, end - off0))
+      continue;
     for (size_t off = off0; off < end; off += ZRT_OPTIM_LP_BLOCK) {
       size_t len = ZRT_MIN((size_t)ZRT_OPTIM_LP_BLOCK, end - off);
       zrt_optim_lp_block(isa, hp, &c, bf16_insn, (char *)master + off * msz, mdt,

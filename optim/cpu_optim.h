@@ -29,8 +29,9 @@ zrt_status zrt_cpu_optim_step_isa(zrt_isa isa, const zrt_optim_hparams *hp, floa
 
 /* The same fused step with the master weights in mdt and the optimizer
  * states in sdt, each ZRT_F32 or ZRT_BF16 (bf16.bf16_master_weights_and_grads
- * / bf16_optimizer_states). Both fp32: exactly zrt_cpu_optim_step. Else, per
- * block of ZRT_OPTIM_LP_BLOCK elements in the thread's cache: the bf16
+ * / bf16_optimizer_states). Both fp32: exactly zrt_cpu_optim_step. AVX2
+ * with Adam/AdamW: the bf16 arrays read and written in the kernel itself.
+ * Else, per block of ZRT_OPTIM_LP_BLOCK elements in the thread's cache: the bf16
  * arrays widen to fp32 (exact), the fp32 range kernel of the ISA runs, and
  * the results narrow back rounding to nearest even; param16 gets the fp32
  * result's rounding, so with pdt bf16 it equals the new bf16 master. Bit for
