@@ -171,6 +171,20 @@ static void spellings(void) {
   zrt_config_destroy(c);
   c = loaded("{\"bf16\": {\"enabled\": true, \"bf16_master_weights_and_grads\": false}}");
   zrt_config_destroy(c);
+  /* bf16.enabled "auto" follows the launch's mixed_precision in `zrt config
+   * check` (resolve_pending) and in the run alike: "no" refuses bf16 masters
+   * in both, bf16 runs them */
+  c = loaded("{\"bf16\": {\"enabled\": \"auto\", \"bf16_master_weights_and_grads\": true}, "
+             "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
+             "\"cpu\"}}, \"train_micro_batch_size_per_gpu\": 2}");
+  ZT_CHECK(zrt_config_resolve_pending(c, 1) == ZRT_ERR_CONFIG);
+  ZT_CONTAINS(zrt_last_error(), "but bf16.enabled is false");
+  ZT_CHECK(zrt_config_resolve(c, 1) == ZRT_ERR_CONFIG);
+  ZT_CONTAINS(zrt_last_error(), "but bf16.enabled is false");
+  ZT_OK(zrt_config_set(c, "mixed_precision", "bf16", "test"));
+  ZT_OK(zrt_config_resolve_pending(c, 1));
+  ZT_OK(zrt_config_resolve(c, 1));
+  zrt_config_destroy(c);
   c = loaded("{\"hybrid_engine\": {\"enabled\": false}, \"zero_optimization\": "
              "{\"zero_quantized_weights\": false, \"zero_hpz_partition_size\": 1}}");
   ZT_CHECK(warned(c, "hybrid_engine: accepted but not used"));
