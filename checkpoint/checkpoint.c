@@ -537,6 +537,10 @@ static zrt_status zrt_ckpt_write_meta(zrt_engine *eng, const char *dir, int root
   cJSON_AddNumberToObject(root, "zero_stage", eng->stage);
   cJSON_AddStringToObject(root, "dtype", zrt_dtype_name(eng->dtype));
   cJSON_AddStringToObject(root, "optimizer", zrt_ckpt_optim_name(eng->cfg->optimizer_type));
+  /* the dtype the run kept them in (bf16.bf16_master_weights_and_grads /
+   * bf16_optimizer_states); the sections hold fp32, bf16 values exactly */
+  cJSON_AddStringToObject(root, "master_dtype", zrt_dtype_name(eng->master_dtype));
+  cJSON_AddStringToObject(root, "optimizer_state_dtype", zrt_dtype_name(eng->state_dtype));
   cJSON *states = cJSON_AddArrayToObject(root, "states");
   for (int k = 0; k < ZRT_CKPT_NKINDS; k++)
     if (zrt_ckpt_engine_has(eng, k))
@@ -816,6 +820,31 @@ static zrt_status zrt_ckpt_check_optimizer(const zrt_engine *eng, const zrt_ckpt
                    m->step_dir, saved, mine, saved, m->step_dir);
 }
 
+/* The dtype a checkpoint's run kept its masters (key "master_dtype") or
+ * optimizer states ("optimizer_state_dtype") in, against this engine's:
+ * DeepSpeed's load copies the saved tensors into its own (copy_), so a
+ * change of bf16_master_weights_and_grads / bf16_optimizer_states converts;
+ * zrt does the same and says so: fp32 -> bf16 rounds to nearest even (the
+ * rounding every update applies), bf16 -> fp32 is exact. Checkpoints
+ * without the keys were written by fp32-only versions. Rank 0 logs. */
+static zrt_status zrt_ckpt_note_dtype(const zrt_engine *eng, const zrt_ckpt_meta *m,
+                                      const char *key, zrt_dtype mine, const char *what,
+                                      const char *option) {
+  const cJSON *o = cJSON_GetObjectItemCaseSensitive(m->root, key);
+  if (o &&
+      !(cJSON_IsString(o) && (!strcmp(o->valuestring, "fp32") || !strcmp(o->valuestring, "bf16"))))
+    return zrt_error(ZRT_ERR_IO, "checkpoint '%s': meta.json's %s is not \"fp32\" or \"bf16\"",
+                     m->step_dir, key);
+  const char *saved = o ? o->valuestring : "fp32";
+  if (!strcmp(saved, zrt_dtype_name(mine))) return ZRT_OK;
+  zrt_log(eng->rank == 0 ? ZRT_LOG_INFO : ZRT_LOG_DEBUG,
+          "checkpoint '%s': %s saved in %s, this run keeps them in %s (bf16.%s %s): %s",
+          m->step_dir, what, saved, zrt_dtype_name(mine), option,
+          mine == ZRT_F32 ? "false" : "true",
+          mine == ZRT_F32 ? "widened exactly" : "rounded to nearest even, as every step rounds");
+  return ZRT_OK;
+}
+
 typedef struct zrt_ckpt_staged {
   float *buf[3]; /* master, exp_avg, exp_avg_sq per module (NULL when absent) */
 } zrt_ckpt_staged;
@@ -859,6 +888,12 @@ zrt_status zrt_engine_load(zrt_engine *eng, const char *dir, char **user_json) {
                      zrt_ckpt_optim_name(eng->cfg->optimizer_type));
     }
   }
+  if (st == ZRT_OK)
+    st = zrt_ckpt_note_dtype(eng, &meta, "master_dtype", eng->master_dtype, "the master weights",
+                             "bf16_master_weights_and_grads");
+  if (st == ZRT_OK && zrt_engine_optim_states(eng) > 0)
+    st = zrt_ckpt_note_dtype(eng, &meta, "optimizer_state_dtype", eng->state_dtype,
+                             "the optimizer states", "bf16_optimizer_states");
   ZRT_CHECK_GOTO(zrt_ckpt_agree(eng, st, NULL, 0), st, done);
 
   /* 2. stage this rank's new shards from the old rank files */

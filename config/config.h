@@ -81,6 +81,8 @@ typedef struct zrt_cfg {
   /* bf16 */
   int bf16_enabled;
   int bf16_check_grad_overflow;
+  int bf16_master_weights_and_grads; /* master weights + gradient partitions in bf16 */
+  int bf16_optimizer_states;         /* optimizer moments in bf16 (needs the one above) */
 
   /* zero_optimization */
   int zero_stage; /* 0..3; -1 = auto */
@@ -248,6 +250,25 @@ enum {
 };
 int zrt_config_offload_rule(int stage, zrt_offload_device optim, zrt_offload_device param,
                             double ratio, char *msg, size_t len);
+
+/* The rules of bf16.bf16_master_weights_and_grads and
+ * bf16.bf16_optimizer_states, one function for the config's validation and
+ * the engine's build (which passes the stage and optimizer offload that
+ * stage "auto" resolved to; stage -1 skips the stage-dependent rules).
+ * DeepSpeed's own (runtime/config.py, base_optimizer.py): ZeRO stage 1-3,
+ * optimizer states in bf16 only with bf16 masters, fp32 states only with
+ * ZeRO-Offload and its CPU Adam; zrt's further limits: bf16 training, the
+ * CPU optimizer (offload_optimizer device cpu, all of it: no Twin-Flow
+ * ratio), Adam/AdamW. Returns 0 when allowed, else writes the refusal and
+ * the fix into msg (no location) and returns which key it is about:
+ * ZRT_BF16M_RULE_*. */
+enum {
+  ZRT_BF16M_RULE_OK = 0,
+  ZRT_BF16M_RULE_STATES, /* bf16.bf16_optimizer_states */
+  ZRT_BF16M_RULE_MASTER  /* bf16.bf16_master_weights_and_grads */
+};
+int zrt_config_bf16_master_rule(const zrt_cfg *v, int stage, zrt_offload_device optim, char *msg,
+                                size_t len);
 
 /* Whether a key currently holds an unresolved "auto". */
 int zrt_config_is_auto(const zrt_config *cfg, const char *key_path);

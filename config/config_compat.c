@@ -87,10 +87,6 @@ static const char *const unsupported[][2] = {
                                                           "device cpu is zrt's CPU offload"},
     {"fp16.fp16_master_weights_and_grads", "zrt keeps fp32 master weights and gradients; set it "
                                            "false or remove it"},
-    {"bf16.bf16_master_weights_and_grads", "zrt keeps fp32 master weights and gradients; set it "
-                                           "false or remove it"},
-    {"bf16.bf16_optimizer_states", "zrt keeps the optimizer states in fp32; set it false or "
-                                   "remove it"},
     {NULL, NULL}};
 
 /* The node turns the feature on: a mapping without `enabled: false`, a

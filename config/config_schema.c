@@ -111,6 +111,17 @@ const zrt_cfg_row zrt_cfg_rows[] = {
       "check bf16 gradients for inf/nan and skip such steps (DeepSpeed's default since PR #6976; "
       "false applies them, and zrt.stop_on_nonfinite then stops the run)",
       bf16_check_grad_overflow),
+    R("bf16.bf16_master_weights_and_grads", B, 0, "false", NULL, 1, 0, NULL,
+      "keep the master weights and the reduced-gradient partitions in bf16 instead of fp32 "
+      "(DeepSpeed's low-precision master weights: 2 bytes per element each instead of 4; "
+      "rounded to nearest even after every update). Needs bf16.enabled, zero_optimization.stage "
+      "1-3 and, in zrt, offload_optimizer device cpu with an Adam/AdamW optimizer",
+      bf16_master_weights_and_grads),
+    R("bf16.bf16_optimizer_states", B, 0, "false", NULL, 1, 0, NULL,
+      "keep the optimizer moments (Adam's exp_avg and exp_avg_sq) in bf16 as well: with "
+      "bf16_master_weights_and_grads, 6 bytes of host memory per element of the rank's "
+      "partition instead of 10",
+      bf16_optimizer_states),
 
     /* ----------------------------------------------------- zero_optimization */
     R("zero_optimization.stage", I, A, "0", NULL, 0, 3, NULL,

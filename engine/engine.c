@@ -130,6 +130,8 @@ zrt_status zrt_engine_create(const zrt_config *cfg, zrt_engine **out) {
   ZRT_CHECK_GOTO(zrt_config_resolve(eng->config, eng->world), st, fail);
   eng->cfg = c = zrt_config_values(eng->config);
   eng->dtype = zrt_config_dtype(eng->config);
+  eng->master_dtype = eng->cfg->bf16_master_weights_and_grads ? ZRT_BF16 : ZRT_F32;
+  eng->state_dtype = eng->cfg->bf16_optimizer_states ? ZRT_BF16 : ZRT_F32;
   eng->comm_dtype =
       c->communication_data_type >= 0 ? (zrt_dtype)c->communication_data_type : eng->dtype;
   zrt_engine_set_stage(eng, c->zero_stage);
@@ -346,6 +348,8 @@ static void zrt_engine_layout_totals(const zrt_engine *eng, zrt_memest_layout *l
   lay->dtype_bytes = (int)zrt_dtype_size(eng->dtype);
   lay->comm_bytes = (int)zrt_dtype_size(eng->comm_dtype);
   lay->optim_states = zrt_engine_optim_states(eng);
+  lay->master_bytes = (int)zrt_dtype_size(eng->master_dtype);
+  lay->state_bytes = (int)zrt_dtype_size(eng->state_dtype);
   for (int m = 0; m < eng->nmodules; m++) {
     const zrt_module_entry *me = &eng->modules[m];
     lay->padded_total += me->padded;
@@ -542,19 +546,20 @@ static zrt_status zrt_engine_alloc_module(zrt_engine *eng, int m, float *tmp, si
   int nstates = zrt_engine_optim_states(eng);
   int oh = me->optim_host;
 
-  /* fp32 master and optimizer states (NVMe: in the files, zeroed at setup) */
+  /* master and optimizer states, fp32 or bf16 (NVMe: in the files, zeroed at setup) */
+  size_t mb = zrt_dtype_size(eng->master_dtype), sb = zrt_dtype_size(eng->state_dtype);
   if (!me->optim_nvme) {
-    ZRT_CHECK(zrt_engine_alloc_state(eng, oh, (size_t)len * 4, ZRT_MEM_MASTER32, 0,
+    ZRT_CHECK(zrt_engine_alloc_state(eng, oh, (size_t)len * mb, ZRT_MEM_MASTER32, 0,
                                      (void **)&me->master));
     if (nstates >= 1)
-      ZRT_CHECK(zrt_engine_alloc_state(eng, oh, (size_t)len * 4, ZRT_MEM_OPTIM_STATE, 1,
+      ZRT_CHECK(zrt_engine_alloc_state(eng, oh, (size_t)len * sb, ZRT_MEM_OPTIM_STATE, 1,
                                        (void **)&me->s1));
     if (nstates >= 2)
-      ZRT_CHECK(zrt_engine_alloc_state(eng, oh, (size_t)len * 4, ZRT_MEM_OPTIM_STATE, 1,
+      ZRT_CHECK(zrt_engine_alloc_state(eng, oh, (size_t)len * sb, ZRT_MEM_OPTIM_STATE, 1,
                                        (void **)&me->s2));
   }
   me->grad_host = zrt_layout_grad_acc_host(me->optim_host || me->optim_nvme);
-  ZRT_CHECK(zrt_engine_alloc_state(eng, me->grad_host, (size_t)len * 4, ZRT_MEM_GRADS, 1,
+  ZRT_CHECK(zrt_engine_alloc_state(eng, me->grad_host, (size_t)len * mb, ZRT_MEM_GRADS, 1,
                                    (void **)&me->grad_acc));
 
   /* working weights */
@@ -583,7 +588,9 @@ static zrt_status zrt_engine_alloc_module(zrt_engine *eng, int m, float *tmp, si
       ZRT_CHECK(zrt_offload_pipe_nvme_range(eng->offload, 0, 1, (size_t)(me->nvme_off + t0),
                                             (size_t)n, tmp));
     } else if (oh) {
-      memcpy(me->master + t0, tmp, (size_t)n * 4);
+      /* bf16 masters: rounded to nearest even, as the working copy below */
+      zrt_dtype_convert_host(zrt_engine_at(me->master, (size_t)t0, eng->master_dtype),
+                             eng->master_dtype, tmp, ZRT_F32, (size_t)n);
     } else {
       ZRT_CHECK(zrt_backend_memcpy(be, me->master + t0, tmp, (size_t)n * 4, ZRT_COPY_H2D, NULL));
     }
@@ -658,6 +665,15 @@ zrt_status zrt_engine_build(zrt_engine *eng) {
   size_t device_ooms = zrt_pool_oom_count(eng->backend->pool);
   zrt_engine_layout(eng);
   ZRT_CHECK(zrt_engine_choose_stage(eng));
+  {
+    /* config/'s rule, the one `zrt config check` applies, at the resolved
+     * stage and optimizer offload */
+    char why[600];
+    if (zrt_config_bf16_master_rule(eng->cfg, eng->stage, (zrt_offload_device)eng->offload_opt, why,
+                                    sizeof why))
+      return zrt_error(ZRT_ERR_CONFIG, "%s (zero_optimization.stage %d as resolved)", why,
+                       eng->stage);
+  }
   /* the stage is final: ZeRO's DynamicLossScaler (stages 1-3) raises at the
    * minimum scale, stage 0's FP16_Optimizer keeps the floor (DeepSpeed) */
   eng->scaler.raise_at_min = eng->policy->shard_optimizer;
@@ -698,6 +714,8 @@ zrt_status zrt_engine_build(zrt_engine *eng) {
           zrt_buckets_set_host(eng->buckets, eng->host_pool,
                                zrt_layout_bucket_host_stage(eng->policy, chunk, eng->world)),
           st, done);
+    if (eng->master_dtype != ZRT_F32) /* the bf16 gradient partitions (host, by the rule) */
+      ZRT_CHECK_GOTO(zrt_buckets_set_host_acc_dtype(eng->buckets, eng->master_dtype), st, done);
   }
   if (eng->policy->shard_params) ZRT_CHECK_GOTO(zrt_engine_coord_create(eng), st, done);
   size_t tmp_elems = 1 << 20;
@@ -884,13 +902,14 @@ zrt_status zrt_engine_set_master(zrt_engine *eng, int module, const float *src) 
 static zrt_status zrt_engine_refresh_convert(zrt_engine *eng, const zrt_module_entry *me, void *dst,
                                              const float *master, int64_t len) {
   if (!me->optim_host || eng->backend->device_id < 0)
-    return zrt_backend_convert(eng->backend, dst, eng->dtype, master, ZRT_F32, (size_t)len, NULL);
+    return zrt_backend_convert(eng->backend, dst, eng->dtype, master, eng->master_dtype,
+                               (size_t)len, NULL);
   size_t bytes = (size_t)len * zrt_dtype_size(eng->dtype);
   void *stage = malloc(bytes ? bytes : 1);
   if (!stage)
     return zrt_error(ZRT_ERR_OOM, "refreshing parameters: out of host memory for %zu staging bytes",
                      bytes);
-  zrt_dtype_convert_host(stage, eng->dtype, master, ZRT_F32, (size_t)len);
+  zrt_dtype_convert_host(stage, eng->dtype, master, eng->master_dtype, (size_t)len);
   zrt_status st = zrt_backend_memcpy(eng->backend, dst, stage, bytes, ZRT_COPY_H2D, NULL);
   if (st == ZRT_OK) st = zrt_backend_synchronize(eng->backend, NULL);
   free(stage);
@@ -915,7 +934,8 @@ zrt_status zrt_engine_refresh_params(zrt_engine *eng) {
       } else if (me->shard16_host) {
         /* host shard: convert on the host (host pool memory) */
         for (int64_t i = 0; i < len; i++)
-          zrt_store_f(me->shard16, eng->dtype, (size_t)i, me->master[i]);
+          zrt_store_f(me->shard16, eng->dtype, (size_t)i,
+                      zrt_load_f(me->master, eng->master_dtype, (size_t)i));
       } else {
         ZRT_CHECK(zrt_engine_refresh_convert(eng, me, me->shard16, me->master, len));
       }

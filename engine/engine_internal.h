@@ -26,7 +26,8 @@
  * offload_optimizer) s1 / s2     P fp32       S fp32      S fp32           S fp32     (s2 only
  * Adam/AdamW) At stages 0-2 the rank's 16-bit shard is full16 + r*S. Stage 0 keeps master and
  * optimizer state replicated (every rank runs the whole update). 16-bit means the working dtype
- * (fp32 when neither fp16 nor bf16).
+ * (fp32 when neither fp16 nor bf16). master and grad_acc are bf16 instead of fp32 with
+ * bf16.bf16_master_weights_and_grads, s1/s2 with bf16.bf16_optimizer_states (host pool only).
  * With offload_optimizer.ratio < 1 (Twin-Flow, stage 3) only the modules from
  * zrt_engine_twin_split on are offloaded (optim_host, grad_host); the others
  * keep master, states and grad_acc on the device.
@@ -164,8 +165,14 @@ struct zrt_engine {
   zrt_pool *host_pool;       /* zrt_hostpool_pool(hostpool), or NULL */
   zrt_offload_pipe *offload; /* NULL unless offload_optimizer is cpu/nvme */
   int rank, world;
-  zrt_dtype dtype;                /* working precision */
-  zrt_dtype comm_dtype;           /* reduction dtype (communication_data_type) */
+  zrt_dtype dtype;      /* working precision */
+  zrt_dtype comm_dtype; /* reduction dtype (communication_data_type) */
+  /* bf16.bf16_master_weights_and_grads: master and grad_acc hold bf16
+   * elements (else fp32); bf16.bf16_optimizer_states: s1/s2 hold bf16. The
+   * fields stay typed float *: index them with zrt_engine_at. Only where
+   * the optimizer is offloaded to host memory (the config rule refuses the
+   * rest), so every such array is host memory the CPU reads in place. */
+  zrt_dtype master_dtype, state_dtype;
   int stage;                      /* 0..3 after auto resolution */
   const zrt_stage_policy *policy; /* zrt_stage_policy_of(stage): read instead of stage numbers */
   /* resolved offload choice: the config's offload_optimizer / offload_param
@@ -430,6 +437,13 @@ zrt_status zrt_engine_param_nvme_write(zrt_engine *eng);
  * the file's current generation into host memory dst (checkpoints).
  * Blocking. */
 zrt_status zrt_engine_param_nvme_read(zrt_engine *eng, int module, void *dst);
+
+/* Element k of a master-extent array whose elements are of dtype dt
+ * (master, grad_acc: eng->master_dtype; s1, s2: eng->state_dtype); NULL
+ * stays NULL. */
+static inline void *zrt_engine_at(const void *base, size_t k, zrt_dtype dt) {
+  return base ? (char *)base + k * zrt_dtype_size(dt) : NULL;
+}
 
 /* Elements of a module's master/state buffers on this rank (part, or
  * padded at stage 0) and the element offset of element 0 in the flat

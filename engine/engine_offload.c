@@ -55,8 +55,11 @@ static zrt_status zrt_engine_master_span(void *arg, int64_t e0, int64_t n, float
     zrt_engine_master_extent(eng, m, &off, &len);
     int64_t lo = ZRT_MAX(e0, me->nvme_off), hi = ZRT_MIN(e0 + n, me->nvme_off + len);
     if (lo >= hi) continue;
-    if (me->optim_host)
-      memcpy(dst + (lo - e0), me->master + (lo - me->nvme_off), (size_t)(hi - lo) * 4);
+    if (me->optim_host) /* fp32 or bf16 masters, widened exactly */
+      zrt_dtype_convert_host(
+          dst + (lo - e0), ZRT_F32,
+          zrt_engine_at(me->master, (size_t)(lo - me->nvme_off), eng->master_dtype),
+          eng->master_dtype, (size_t)(hi - lo));
     else /* offload_param nvme alone: the masters are device memory */
       ZRT_CHECK(zrt_backend_memcpy(eng->backend, dst + (lo - e0), me->master + (lo - me->nvme_off),
                                    (size_t)(hi - lo) * 4, ZRT_COPY_D2H, NULL));
@@ -181,7 +184,10 @@ zrt_status zrt_engine_offload_setup(zrt_engine *eng) {
   /* offload_param alone (DeepSpeed supports it): the optimizer stays on the
    * device, no pipe; the steps write the host (or NVMe) 16-bit shard from
    * the device masters (zrt_engine_host16_from_master, master_span) */
-  if (oo) ZRT_CHECK(zrt_offload_pipe_create(eng->backend, eng->hostpool, &oo_opts, &eng->offload));
+  if (oo) {
+    ZRT_CHECK(zrt_offload_pipe_create(eng->backend, eng->hostpool, &oo_opts, &eng->offload));
+    ZRT_CHECK(zrt_offload_pipe_set_state_dtypes(eng->offload, eng->master_dtype, eng->state_dtype));
+  }
   /* offload_param cpu: the shards the optimizer writes are host memory */
   zrt_offload_pipe_set_param16_host(eng->offload, op && !pnvme);
   int64_t total = 0, pieces = 0;
@@ -308,6 +314,19 @@ zrt_status zrt_engine_state_io(zrt_engine *eng, int module, zrt_state_array whic
     return zrt_offload_pipe_nvme_range(eng->offload, (int)which, write, (size_t)me->nvme_off,
                                        (size_t)len, buf);
   float *p = which == ZRT_STATE_MASTER ? me->master : which == ZRT_STATE_S1 ? me->s1 : me->s2;
+  zrt_dtype dt = which == ZRT_STATE_MASTER ? eng->master_dtype : eng->state_dtype;
+  if (dt != ZRT_F32) {
+    /* bf16 arrays (host memory, by the config rule): widened exactly on a
+     * read, rounded to nearest even on a write */
+    if (!me->optim_host)
+      return zrt_error(ZRT_ERR_INTERNAL, "engine: bf16 state of '%s' outside host memory",
+                       me->name);
+    if (write)
+      zrt_dtype_convert_host(p, dt, buf, ZRT_F32, (size_t)len);
+    else
+      zrt_dtype_convert_host(buf, ZRT_F32, p, dt, (size_t)len);
+    return ZRT_OK;
+  }
   if (write)
     return zrt_backend_memcpy(eng->backend, p, buf, (size_t)len * 4,
                               me->optim_host ? ZRT_COPY_H2H : ZRT_COPY_H2D, NULL);
@@ -376,8 +395,8 @@ zrt_status zrt_engine_offload_step_nvme(zrt_engine *eng, const zrt_optim_hparams
 zrt_status zrt_engine_offload_step(zrt_engine *eng, const zrt_optim_hparams *hp, float *master,
                                    float *s1, float *s2, const float *grad, void *param16,
                                    size_t n) {
-  return zrt_offload_pipe_step(eng->offload, hp, master, s1, s2, grad, ZRT_F32, param16, eng->dtype,
-                               n);
+  return zrt_offload_pipe_step(eng->offload, hp, master, s1, s2, grad, eng->master_dtype, param16,
+                               eng->dtype, n);
 }
 
 void zrt_engine_offload_free(zrt_engine *eng, void *host_ptr) {

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "cpu_optim.h"
+#include "dtype.h"
 #include "engine_internal.h"
 #include "gradstats.h"
 #include "monitor.h"
@@ -39,13 +40,14 @@ static zrt_status zrt_engine_grad_stats(zrt_engine *eng, float inv, double *sums
   *nonfinite = 0;
   for (int m = 0; m < eng->nmodules; m++) {
     zrt_module_entry *me = &eng->modules[m];
-    const float *g = me->grad_acc;
-    if (!eng->policy->shard_optimizer) g += (size_t)eng->rank * me->part;
+    const void *g =
+        zrt_engine_at(me->grad_acc, eng->policy->shard_optimizer ? 0 : (size_t)eng->rank * me->part,
+                      eng->master_dtype);
     if (me->grad_host) /* the host shard: the CPU kernel the CPU backend's slot runs */
-      zrt_cpu_sumsq_check(g, ZRT_F32, (size_t)me->part, inv, sumsq, nonfinite);
+      zrt_cpu_sumsq_check(g, eng->master_dtype, (size_t)me->part, inv, sumsq, nonfinite);
     else
-      ZRT_CHECK(zrt_backend_scale_check(eng->backend, g, ZRT_F32, (size_t)me->part, inv, sumsq,
-                                        nonfinite, NULL));
+      ZRT_CHECK(zrt_backend_scale_check(eng->backend, g, eng->master_dtype, (size_t)me->part, inv,
+                                        sumsq, nonfinite, NULL));
   }
   return ZRT_OK;
 }
@@ -109,10 +111,13 @@ static zrt_status zrt_engine_step_piece(zrt_engine *eng, const zrt_engine_piece 
   zrt_optim_hparams h = *(const zrt_optim_hparams *)arg;
   if (pc->param->flags & ZRT_PARAM_NO_DECAY) h.weight_decay = 0;
   size_t k = pc->k;
-  float *s1 = me->s1 ? me->s1 + k : NULL, *s2 = me->s2 ? me->s2 + k : NULL;
-  if (me->optim_host && me->grad_host)
-    return zrt_offload_pipe_step_host_grad(eng->offload, &h, me->master + k, s1, s2,
-                                           me->grad_acc + k, ZRT_F32, pc->w16, eng->dtype, pc->n);
+  float *s1 = zrt_engine_at(me->s1, k, eng->state_dtype);
+  float *s2 = zrt_engine_at(me->s2, k, eng->state_dtype);
+  if (me->optim_host && me->grad_host) /* fp32 or bf16 master, grads and states */
+    return zrt_offload_pipe_step_host_grad(eng->offload, &h,
+                                           zrt_engine_at(me->master, k, eng->master_dtype), s1, s2,
+                                           zrt_engine_at(me->grad_acc, k, eng->master_dtype),
+                                           eng->master_dtype, pc->w16, eng->dtype, pc->n);
   if (me->optim_host)
     return zrt_engine_offload_step(eng, &h, me->master + k, s1, s2, me->grad_acc + k, pc->w16,
                                    pc->n);
@@ -418,10 +423,12 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
 
   if (zrt_engine_inject_now(eng) && eng->rank == eng->world - 1) {
     float nan = NAN;
-    float *at = eng->modules[0].grad_acc +
-                (!eng->policy->shard_optimizer ? (size_t)eng->rank * eng->modules[0].part : 0);
+    float *at =
+        zrt_engine_at(eng->modules[0].grad_acc,
+                      !eng->policy->shard_optimizer ? (size_t)eng->rank * eng->modules[0].part : 0,
+                      eng->master_dtype);
     if (eng->modules[0].grad_host)
-      *at = nan;
+      zrt_store_f(at, eng->master_dtype, 0, nan);
     else
       ZRT_CHECK(zrt_backend_memcpy(eng->backend, at, &nan, sizeof nan, ZRT_COPY_H2D, NULL));
   }
@@ -467,10 +474,11 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
   for (int m = 0; m < eng->nmodules && st == ZRT_OK; m++) {
     int64_t off, len;
     zrt_engine_master_extent(eng, m, &off, &len);
+    size_t bytes = (size_t)len * zrt_dtype_size(eng->master_dtype);
     if (eng->modules[m].grad_host)
-      memset(eng->modules[m].grad_acc, 0, (size_t)len * 4);
+      memset(eng->modules[m].grad_acc, 0, bytes);
     else
-      st = zrt_backend_memset(eng->backend, eng->modules[m].grad_acc, 0, (size_t)len * 4, NULL);
+      st = zrt_backend_memset(eng->backend, eng->modules[m].grad_acc, 0, bytes, NULL);
   }
   /* never silent: a NaN loss, or non-finite gradients the optimizer applied
    * (bf16 without check_grad_overflow, fp32), leave the master weights

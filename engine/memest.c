@@ -45,6 +45,8 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
   uint64_t ext = pol->shard_optimizer ? S : P;
   uint64_t big = (uint64_t)l->max_module_padded;
   uint64_t k = (uint64_t)l->optim_states;
+  uint64_t mb = l->master_bytes > 0 ? (uint64_t)l->master_bytes : 4;
+  uint64_t sb = l->state_bytes > 0 ? (uint64_t)l->state_bytes : 4;
   /* the master extent split by where each module's optimizer runs: ext_h
    * offloaded (all of it, or the modules past the Twin-Flow split), ext_d
    * on the device */
@@ -60,10 +62,10 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
     o->host[ZRT_MEM_OPTIM_STATE] = 2 * k * stage_buf;
     o->nvme_bytes = 2 * (1 + k) * ZRT_ALIGN_UP(4 * ext, (uint64_t)4096);
   } else {
-    o->host[ZRT_MEM_MASTER32] = 4 * ext_h;
-    o->host[ZRT_MEM_OPTIM_STATE] = 4 * k * ext_h;
-    o->device[ZRT_MEM_MASTER32] = 4 * ext_d;
-    o->device[ZRT_MEM_OPTIM_STATE] = 4 * k * ext_d;
+    o->host[ZRT_MEM_MASTER32] = mb * ext_h;
+    o->host[ZRT_MEM_OPTIM_STATE] = sb * k * ext_h;
+    o->device[ZRT_MEM_MASTER32] = mb * ext_d;
+    o->device[ZRT_MEM_OPTIM_STATE] = sb * k * ext_d;
   }
   if (!pol->shard_params) {
     o->device[ZRT_MEM_PARAMS16] = w * P;
@@ -92,9 +94,10 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
     } else
       o->device[ZRT_MEM_PARAMS16] += w * S;
   }
-  /* the fp32 accumulator (master extent) lives with each module's optimizer */
+  /* the accumulator (master extent, the master's dtype) lives with each
+   * module's optimizer */
   int grad_host = zrt_layout_grad_acc_host(l->offload_optimizer);
-  o->host[ZRT_MEM_GRADS] = 4 * ext_h;
+  o->host[ZRT_MEM_GRADS] = mb * ext_h;
   uint64_t g16 = pol->reduce_at_boundary ? P : big, apart = 0;
   if (pol->shard_params && l->live_known) {
     /* the replay knows both transients and when they meet */
@@ -103,7 +106,7 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
     uint64_t sum = (uint64_t)ZRT_MAX(l->live.live, (int64_t)0) + g16;
     apart = w * (sum > both ? sum - both : 0);
   }
-  o->device[ZRT_MEM_GRADS] = 4 * ext_d + w * g16;
+  o->device[ZRT_MEM_GRADS] = mb * ext_d + w * g16;
   uint64_t chunk = (uint64_t)zrt_memest_chunk(l), cb = (uint64_t)l->comm_bytes;
   o->device[ZRT_MEM_COMM] = 2 * (N + 1) * chunk * cb;
   o->device[ZRT_MEM_ACTIVATIONS] = l->activation_bytes;

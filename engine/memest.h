@@ -17,6 +17,10 @@ typedef struct zrt_memest_layout {
   int stage; /* 0..3 */
   int dtype_bytes, comm_bytes;
   int optim_states;
+  /* bytes per element of the master weights and gradient partitions
+   * (bf16.bf16_master_weights_and_grads: 2) and of each optimizer state
+   * (bf16.bf16_optimizer_states: 2); 0 means fp32's 4 */
+  int master_bytes, state_bytes;
   int64_t padded_total;      /* sum of module padded sizes */
   int64_t max_module_padded; /* largest module */
   int64_t persistent_padded; /* stage 3 modules at or below the persistence threshold */

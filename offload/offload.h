@@ -56,6 +56,15 @@ zrt_status zrt_offload_pipe_step_host_grad(zrt_offload_pipe *p, const zrt_optim_
  * memory, copied from pinned staging on the pipe's H2D stream. */
 void zrt_offload_pipe_set_param16_host(zrt_offload_pipe *p, int host);
 
+/* The dtypes of the host-memory master and optimizer states that later
+ * plain steps (zrt_offload_pipe_step, _step_host_grad) read and write:
+ * ZRT_F32 (the default) or ZRT_BF16 each (bf16.bf16_master_weights_and_grads
+ * / bf16_optimizer_states); their master/s1/s2 pointers then point at
+ * elements of that dtype (zrt_cpu_optim_step_lp). NVMe mode keeps fp32:
+ * anything else is ZRT_ERR_INVALID_ARG. */
+zrt_status zrt_offload_pipe_set_state_dtypes(zrt_offload_pipe *p, zrt_dtype master,
+                                             zrt_dtype states);
+
 /* NVMe mode (opts.nvme): creates the swap files for a shard of n elements
  * with nstates optimizer states (2 for Adam/AdamW, 1 for SGD with momentum
  * and Lion, 0 for plain SGD) and writes the initial master / states into

@@ -53,7 +53,8 @@ struct zrt_offload_pipe {
   void *sraw[2][3];            /* NVMe state staging (raw pool pointers) */
   float *sbuf[2][3];           /* ... aligned to ZRT_NVME_ALIGN */
   zrt_stream s_d2h, s_h2d;
-  int param16_host; /* param16 destinations are host memory: written in place, no copy */
+  int param16_host;   /* param16 destinations are host memory: written in place, no copy */
+  zrt_dtype mdt, sdt; /* host-memory master / state dtypes of plain steps (fp32 or bf16) */
   zrt_nvme *nv;
   size_t nv_n;
   int nv_states;
@@ -276,6 +277,7 @@ zrt_status zrt_offload_pipe_create(zrt_backend *be, zrt_hostpool *hp, const zrt_
   /* NVMe tiles must start on O_DIRECT boundaries: 1024 fp32 = 4096 bytes */
   p->tile = ZRT_ALIGN_UP(p->tile, (size_t)1024);
   p->buffer_count = opts->buffer_count > 0 ? opts->buffer_count : 4;
+  p->mdt = p->sdt = ZRT_F32;
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
   if (opts->nvme) {
@@ -384,7 +386,7 @@ zrt_status zrt_offload_pipe_nvme_read(zrt_offload_pipe *p, int which, float *dst
 /* Master / states of a plain step in host memory (NULL in NVMe mode,
  * where the copy thread swaps tiles into p->sbuf). */
 typedef struct zrt_pipe_host_state {
-  float *master, *s1, *s2;
+  void *master, *s1, *s2; /* p->mdt / p->sdt elements */
 } zrt_pipe_host_state;
 
 static zrt_status zrt_pipe_update_plain(zrt_offload_pipe *p, const zrt_pipe_job *j, size_t k,
@@ -400,8 +402,10 @@ static zrt_status zrt_pipe_update_plain(zrt_offload_pipe *p, const zrt_pipe_job 
     return zrt_cpu_optim_step(j->hp, sb[0], p->nv_states >= 1 ? sb[1] : NULL,
                               p->nv_states >= 2 ? sb[2] : NULL, g, j->gdt, p16, j->pdt, len);
   }
-  return zrt_cpu_optim_step(j->hp, hs->master + off, hs->s1 ? hs->s1 + off : NULL,
-                            hs->s2 ? hs->s2 + off : NULL, g, j->gdt, p16, j->pdt, len);
+  size_t msz = zrt_dtype_size(p->mdt), ssz = zrt_dtype_size(p->sdt);
+  return zrt_cpu_optim_step_lp(
+      j->hp, (char *)hs->master + off * msz, p->mdt, hs->s1 ? (char *)hs->s1 + off * ssz : NULL,
+      hs->s2 ? (char *)hs->s2 + off * ssz : NULL, p->sdt, g, j->gdt, p16, j->pdt, len);
 }
 static zrt_status zrt_pipe_step(zrt_offload_pipe *p, const zrt_optim_hparams *hp, float *master,
                                 float *s1, float *s2, const void *grad_dev, int grad_host,
@@ -454,6 +458,21 @@ zrt_status zrt_offload_pipe_step_host_grad(zrt_offload_pipe *p, const zrt_optim_
 
 void zrt_offload_pipe_set_param16_host(zrt_offload_pipe *p, int host) {
   if (p) p->param16_host = host;
+}
+
+zrt_status zrt_offload_pipe_set_state_dtypes(zrt_offload_pipe *p, zrt_dtype master,
+                                             zrt_dtype states) {
+  if (!p) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_offload_pipe_set_state_dtypes: NULL pipe");
+  if ((master != ZRT_F32 && master != ZRT_BF16) || (states != ZRT_F32 && states != ZRT_BF16))
+    return zrt_error(ZRT_ERR_INVALID_ARG,
+                     "offload pipe: master dtype %s / state dtype %s: each must be fp32 or bf16",
+                     zrt_dtype_name(master), zrt_dtype_name(states));
+  if (p->nvme && (master != ZRT_F32 || states != ZRT_F32))
+    return zrt_error(ZRT_ERR_INVALID_ARG,
+                     "offload pipe: the NVMe swap files hold fp32 master and states only");
+  p->mdt = master;
+  p->sdt = states;
+  return ZRT_OK;
 }
 
 void zrt_offload_pipe_timing(const zrt_offload_pipe *p, zrt_offload_timing *out) {

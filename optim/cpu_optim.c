@@ -107,6 +107,105 @@ zrt_status zrt_cpu_optim_step(const zrt_optim_hparams *hp, float *master, float 
   return zrt_cpu_optim_step_isa(zrt_isa_best(), hp, master, s1, s2, grad, gdt, param16, pdt, n);
 }
 
+/* One block of a low-precision step: widen, the fp32 kernel, narrow. */
+static void zrt_optim_lp_block(zrt_isa isa, const zrt_optim_hparams *hp, const zrt_optim_consts *c,
+                               int bf16_insn, void *master, zrt_dtype mdt, void *s1, void *s2,
+                               zrt_dtype sdt, const void *grad, zrt_dtype gdt, void *param16,
+                               zrt_dtype pdt, size_t len) {
+  float mb[ZRT_OPTIM_LP_BLOCK] __attribute__((aligned(64)));
+  float ab[ZRT_OPTIM_LP_BLOCK] __attribute__((aligned(64)));
+  float bb[ZRT_OPTIM_LP_BLOCK] __attribute__((aligned(64)));
+  float *m = mdt == ZRT_F32 ? (float *)master : mb;
+  float *a = !s1 ? NULL : sdt == ZRT_F32 ? (float *)s1 : ab;
+  float *b = !s2 ? NULL : sdt == ZRT_F32 ? (float *)s2 : bb;
+  if (m != master) zrt_dtype_convert_host(m, ZRT_F32, master, mdt, len);
+  if (a && a != s1) zrt_dtype_convert_host(a, ZRT_F32, s1, sdt, len);
+  if (b && b != s2) zrt_dtype_convert_host(b, ZRT_F32, s2, sdt, len);
+  switch (isa) {
+  case ZRT_ISA_AVX512:
+    zrt_cpu_optim_range_avx512(c, m, a, b, grad, gdt, param16, pdt, len, bf16_insn);
+    break;
+  case ZRT_ISA_AVX2: zrt_cpu_optim_range_avx2(c, m, a, b, grad, gdt, param16, pdt, len); break;
+  default: zrt_cpu_optim_step_scalar(hp, m, a, b, grad, gdt, param16, pdt, len); break;
+  }
+  if (m != master) zrt_dtype_convert_host(master, mdt, m, ZRT_F32, len);
+  if (a && a != s1) zrt_dtype_convert_host(s1, sdt, a, ZRT_F32, len);
+  if (b && b != s2) zrt_dtype_convert_host(s2, sdt, b, ZRT_F32, len);
+}
+
+zrt_status zrt_cpu_optim_step_lp_isa(zrt_isa isa, const zrt_optim_hparams *hp, void *master,
+                                     zrt_dtype mdt, void *s1, void *s2, zrt_dtype sdt,
+                                     const void *grad, zrt_dtype gdt, void *param16, zrt_dtype pdt,
+                                     size_t n) {
+  if ((mdt != ZRT_F32 && mdt != ZRT_BF16) || (sdt != ZRT_F32 && sdt != ZRT_BF16))
+    return zrt_error(ZRT_ERR_INVALID_ARG,
+                     "cpu optimizer: master dtype %d / state dtype %d is not fp32 or bf16",
+                     (int)mdt, (int)sdt);
+  if (mdt == ZRT_F32 && sdt == ZRT_F32) /* the fp32 path, untouched */
+    return zrt_cpu_optim_step_isa(isa, hp, master, s1, s2, grad, gdt, param16, pdt, n);
+  if (!zrt_isa_supported(isa))
+    return zrt_error(ZRT_ERR_UNSUPPORTED, "cpu optimizer: ISA %s is not available on this CPU",
+                     zrt_isa_name(isa));
+  ZRT_CHECK(zrt_optim_check_args(hp, master, s1, s2, grad, gdt, pdt, n));
+  if (n == 0) return ZRT_OK;
+  zrt_optim_consts c;
+  zrt_optim_consts_init(hp, &c);
+  const int bf16_insn = isa == ZRT_ISA_AVX512 && zrt_isa_has_avx512bf16();
+  size_t gsz = zrt_dtype_size(gdt), psz = zrt_dtype_size(pdt);
+  size_t msz = zrt_dtype_size(mdt), ssz = zrt_dtype_size(sdt);
+  long tiles = (long)ZRT_DIV_UP(n, (size_t)ZRT_OPTIM_TILE);
+#pragma omp parallel for schedule(static) if (tiles > 1)
+  for (long t = 0; t < tiles; t++) {
+    size_t off0 = (size_t)t * ZRT_OPTIM_TILE;
+    size_t end = ZRT_MIN(off0 + (size_t)ZRT_OPTIM_TILE, n);
+    /* AVX2 reads and writes bf16 in its kernel (the same bits) */
+    if (isa == ZRT_ISA_AVX2 &&
+        zrt_cpu_optim_range_avx2_lp(
+            &c, (char *)master + off0 * msz, mdt, s1 ? (char *)s1 + off0 * ssz : NULL,
+            s2 ? (char *)s2 + off0 * ssz : NULL, sdt, (const char *)grad + off0 * gsz, gdt,
+            param16 ? (char *)param16 + off0 * psz : NULL, pdt, end - off0))
+      continue;
+    for (size_t off = off0; off < end; off += ZRT_OPTIM_LP_BLOCK) {
+      size_t len = ZRT_MIN((size_t)ZRT_OPTIM_LP_BLOCK, end - off);
+      zrt_optim_lp_block(isa, hp, &c, bf16_insn, (char *)master + off * msz, mdt,
+                         s1 ? (char *)s1 + off * ssz : NULL, s2 ? (char *)s2 + off * ssz : NULL,
+                         sdt, (const char *)grad + off * gsz, gdt,
+                         param16 ? (char *)param16 + off * psz : NULL, pdt, len);
+    }
+  }
+  return ZRT_OK;
+}
+
+zrt_status zrt_cpu_optim_step_lp(const zrt_optim_hparams *hp, void *master, zrt_dtype mdt, void *s1,
+                                 void *s2, zrt_dtype sdt, const void *grad, zrt_dtype gdt,
+                                 void *param16, zrt_dtype pdt, size_t n) {
+  return zrt_cpu_optim_step_lp_isa(zrt_isa_best(), hp, master, mdt, s1, s2, sdt, grad, gdt, param16,
+                                   pdt, n);
+}
+
+void zrt_cpu_grad_accumulate_to(void *dst, zrt_dtype ddt, const void *src, zrt_dtype sdt,
+                                size_t n) {
+  if (ddt == ZRT_F32) {
+    zrt_cpu_grad_accumulate(dst, src, sdt, n);
+    return;
+  }
+  size_t ssz = zrt_dtype_size(sdt), dsz = zrt_dtype_size(ddt);
+  long tiles = (long)ZRT_DIV_UP(n, (size_t)ZRT_OPTIM_TILE);
+#pragma omp parallel for schedule(static) if (tiles > 1)
+  for (long t = 0; t < tiles; t++) {
+    size_t off0 = (size_t)t * ZRT_OPTIM_TILE;
+    size_t end = ZRT_MIN(off0 + (size_t)ZRT_OPTIM_TILE, n);
+    float acc[ZRT_OPTIM_LP_BLOCK] __attribute__((aligned(64)));
+    for (size_t off = off0; off < end; off += ZRT_OPTIM_LP_BLOCK) {
+      size_t len = ZRT_MIN((size_t)ZRT_OPTIM_LP_BLOCK, end - off);
+      char *d = (char *)dst + off * dsz;
+      zrt_dtype_convert_host(acc, ZRT_F32, d, ddt, len);
+      zrt_cpu_grad_accumulate(acc, (const char *)src + off * ssz, sdt, len);
+      zrt_dtype_convert_host(d, ddt, acc, ZRT_F32, len);
+    }
+  }
+}
+
 void zrt_cpu_grad_accumulate(float *dst, const void *src, zrt_dtype sdt, size_t n) {
   long tiles = (long)ZRT_DIV_UP(n, (size_t)ZRT_OPTIM_TILE);
 #pragma omp parallel for schedule(static) if (tiles > 1)

@@ -36,6 +36,15 @@ void zrt_cpu_optim_range_avx2(const zrt_optim_consts *c, float *master, float *s
                               const void *grad, zrt_dtype gdt, void *param16, zrt_dtype pdt,
                               size_t n);
 
+/* The AVX2 range of a bf16-master step (zrt_cpu_optim_step_lp): master
+ * mdt bf16, states sdt fp32 or bf16, read and written in the kernel.
+ * Returns 0 without doing anything for a case it does not cover (another
+ * dtype, an optimizer other than Adam/AdamW): the caller then converts
+ * through fp32 blocks. */
+int zrt_cpu_optim_range_avx2_lp(const zrt_optim_consts *c, void *master, zrt_dtype mdt, void *s1,
+                                void *s2, zrt_dtype sdt, const void *grad, zrt_dtype gdt,
+                                void *param16, zrt_dtype pdt, size_t n);
+
 /* Sum of squares in double of (g*scale) and a non-finite flag over a range. */
 void zrt_cpu_sumsq_range_avx512(const void *grad, zrt_dtype gdt, size_t n, float scale,
                                 double *sumsq, int *nonfinite);

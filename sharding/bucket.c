@@ -23,7 +23,7 @@ typedef struct zrt_bucket_slot {
   zrt_comm_req *req; /* NULL when idle or complete */
   void *send;        /* staging, comm dtype, world * chunk elements */
   void *recv;        /* staging, comm dtype, chunk elements */
-  float *dst;        /* fp32 accumulation target */
+  void *dst;         /* accumulation target: fp32, or hacc_dtype for host accumulators */
   size_t n;          /* elements to accumulate into dst */
   int all_reduce;    /* send is reduced in place, n elements */
   int active;        /* issued and not yet accumulated into dst / handed over */
@@ -36,6 +36,7 @@ struct zrt_buckets {
   zrt_backend *be;
   zrt_comm *comm;
   zrt_dtype dtype, comm_dtype;
+  zrt_dtype hacc_dtype; /* host accumulators' dtype (fp32, or bf16 gradient partitions) */
   int64_t chunk;
   zrt_bucket_slot slots[2];
   int next; /* the slot the next bucket takes */
@@ -53,7 +54,7 @@ struct zrt_buckets {
   struct zrt_bucket_job {
     zrt_bucket_slot *slot;
     const void *src; /* the slot's device staging */
-    float *dst;
+    void *dst;
     size_t n;
   } queue[4];
   int qhead, qlen;
@@ -77,7 +78,7 @@ static void *zrt_buckets_thread(void *arg) {
     j.slot->copying = 0; /* the device staging may take the next collective */
     pthread_cond_broadcast(&b->cv);
     pthread_mutex_unlock(&b->mu);
-    if (st == ZRT_OK) zrt_cpu_grad_accumulate(j.dst, hstage, b->comm_dtype, j.n);
+    if (st == ZRT_OK) zrt_cpu_grad_accumulate_to(j.dst, b->hacc_dtype, hstage, b->comm_dtype, j.n);
     pthread_mutex_lock(&b->mu);
     if (st != ZRT_OK && b->hst == ZRT_OK) {
       b->hst = st;
@@ -132,6 +133,7 @@ zrt_status zrt_buckets_create(zrt_backend *be, zrt_comm *comm, zrt_dtype dtype,
   b->comm = comm;
   b->dtype = dtype;
   b->comm_dtype = comm_dtype;
+  b->hacc_dtype = ZRT_F32;
   b->chunk = chunk;
   size_t cs = zrt_dtype_size(comm_dtype);
   zrt_status st = ZRT_OK;
@@ -205,6 +207,15 @@ zrt_status zrt_buckets_set_host(zrt_buckets *b, zrt_pool *host, int64_t stage_el
   return ZRT_OK;
 }
 
+zrt_status zrt_buckets_set_host_acc_dtype(zrt_buckets *b, zrt_dtype dt) {
+  if (!b || (dt != ZRT_F32 && dt != ZRT_BF16))
+    return zrt_error(ZRT_ERR_INVALID_ARG,
+                     "zrt_buckets_set_host_acc_dtype: need buckets and fp32 or bf16 (got %d)",
+                     (int)dt);
+  b->hacc_dtype = dt;
+  return ZRT_OK;
+}
+
 static zrt_status zrt_buckets_finish(zrt_buckets *b, zrt_bucket_slot *s) {
   if (!s->active) return ZRT_OK;
   zrt_comm_req *req = s->req;
@@ -252,6 +263,7 @@ zrt_status zrt_buckets_reduce(zrt_buckets *b, const void *grad16, int64_t padded
                      "staging for one %s bucket",
                      all_reduce ? "all-reduce" : "reduce-scatter");
   size_t ws = zrt_dtype_size(b->dtype), cs = zrt_dtype_size(b->comm_dtype);
+  size_t as = acc_host ? zrt_dtype_size(b->hacc_dtype) : 4; /* accumulator element bytes */
   const char *g = grad16;
   int world = b->comm->world;
   zrt_bucket_slot *s;
@@ -262,7 +274,7 @@ zrt_status zrt_buckets_reduce(zrt_buckets *b, const void *grad16, int64_t padded
       ZRT_CHECK(zrt_buckets_take(b, &s));
       ZRT_CHECK(zrt_backend_convert(b->be, s->send, b->comm_dtype, g + (size_t)c0 * ws, b->dtype,
                                     (size_t)n, NULL));
-      s->dst = acc + c0;
+      s->dst = (char *)acc + (size_t)c0 * as;
       s->n = (size_t)n;
       s->all_reduce = 1;
       s->host = acc_host;
@@ -277,7 +289,7 @@ zrt_status zrt_buckets_reduce(zrt_buckets *b, const void *grad16, int64_t padded
       for (int r = 0; r < world; r++)
         ZRT_CHECK(zrt_backend_convert(b->be, (char *)s->send + (size_t)r * n * cs, b->comm_dtype,
                                       g + ((size_t)r * part + c0) * ws, b->dtype, (size_t)n, NULL));
-      s->dst = acc + c0;
+      s->dst = (char *)acc + (size_t)c0 * as;
       s->n = (size_t)n;
       s->all_reduce = 0;
       s->host = acc_host;

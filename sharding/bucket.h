@@ -44,6 +44,13 @@ int64_t zrt_buckets_chunk(const zrt_buckets *b);
  * (ZRT_MEM_COMM of the host pool), a copy stream and the host thread. */
 zrt_status zrt_buckets_set_host(zrt_buckets *b, zrt_pool *host, int64_t stage_elems);
 
+/* The dtype of the host accumulators of later reductions: ZRT_F32 (the
+ * default) or ZRT_BF16 (bf16.bf16_master_weights_and_grads: the gradient
+ * partition in bf16; each reduced bucket is added in fp32 and the sum
+ * rounded to nearest even, zrt_cpu_grad_accumulate_to). acc then points at
+ * elements of that dtype. Device accumulators stay fp32. */
+zrt_status zrt_buckets_set_host_acc_dtype(zrt_buckets *b, zrt_dtype dt);
+
 /* Reduces one module's grad16 (padded elements of dtype, world slices of
  * part) into acc: all_reduce = 1 sums the whole buffer into acc[0..padded)
  * on every rank, 0 reduce-scatters this rank's slice into acc[0..part).

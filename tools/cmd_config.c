@@ -494,8 +494,10 @@ static int cli_explain(int argc, char **argv) {
   printf("train_batch_size = %lld = micro %lld x accumulation %lld x world %d\n",
          (long long)v->train_batch_size, (long long)v->train_micro_batch_size_per_gpu,
          (long long)v->gradient_accumulation_steps, world);
-  printf("working dtype = %s (master weights and optimizer states fp32)\n",
-         zrt_dtype_name(zrt_config_dtype(cfg)));
+  printf("working dtype = %s (master weights and gradient partitions %s, optimizer states "
+         "%s)\n",
+         zrt_dtype_name(zrt_config_dtype(cfg)), v->bf16_master_weights_and_grads ? "bf16" : "fp32",
+         v->bf16_optimizer_states ? "bf16" : "fp32");
   printf("loss scaling = %s\n", !v->fp16_enabled         ? "none (not fp16)"
                                 : v->fp16_loss_scale > 0 ? "static"
                                                          : "dynamic");

@@ -59,6 +59,10 @@ static void est_usage(FILE *f) {
       "  --world_sizes LIST     comma-separated ranks, default 1,2,4,8\n"
       "  --dtype fp32|fp16|bf16 working precision (default fp16)\n"
       "  --optimizer adam|sgd|lion  (default adam: 2 fp32 states)\n"
+      "  --bf16_master_weights_and_grads true|false  master weights and gradient partitions\n"
+      "                         in bf16 (needs --dtype bf16, adam; only the optimizer-offload\n"
+      "                         rows, as the engine runs it)\n"
+      "  --bf16_optimizer_states true|false  the Adam moments in bf16 as well\n"
       "  --reduce_bucket_size N (default 5e8)  --prefetch N (stage3_prefetch_bucket_size, "
       "default 5e7)\n"
       "  --persistence N        stage3_param_persistence_threshold (default 1e5)\n"
@@ -127,6 +131,7 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
   int json = 0, nvme = 0, pnvme = 0;
   int64_t pbufs = 5, accum = 1, sgs = 1000000000, ackn = 0;
   int ackcpu = 0;
+  int bf16m = 0, bf16s = 0; /* bf16.bf16_master_weights_and_grads, bf16.bf16_optimizer_states */
   double ratio = 1.0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -160,6 +165,13 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
         return 2;
       }
       ackcpu = !strcmp(v, "true");
+    } else if (!strcmp(a, "--bf16_master_weights_and_grads") ||
+               !strcmp(a, "--bf16_optimizer_states")) {
+      if (strcmp(v, "true") && strcmp(v, "false")) {
+        fprintf(stderr, "zrt estimate-memory: %s expects true or false, got '%s'\n", a, v);
+        return 2;
+      }
+      *(a[7] == 'm' ? &bf16m : &bf16s) = !strcmp(v, "true");
     } else if (!strcmp(a, "--params"))
       bad = est_num(a, v, &params);
     else if (!strcmp(a, "--largest_module"))
@@ -302,6 +314,27 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
     fprintf(stderr, "zrt estimate-memory: --batch_size must be >= 1\n");
     return 2;
   }
+  /* the engine's rule (config/zrt_config_bf16_master_rule): bf16 masters
+   * only in bf16 training, on the CPU Adam of offload_optimizer device cpu
+   * at stages 1-3; the rows without optimizer offload are left out */
+  const char *bf16_bad = NULL;
+  if (bf16s && !bf16m)
+    bf16_bad = "--bf16_optimizer_states true needs --bf16_master_weights_and_grads true";
+  else if (bf16m && strcmp(dtype, "bf16"))
+    bf16_bad = "--bf16_master_weights_and_grads true needs --dtype bf16";
+  else if (bf16m && nstates != 2)
+    bf16_bad = "--bf16_master_weights_and_grads true runs on the CPU Adam: --optimizer adam or "
+               "adamw";
+  else if (bf16m && nvme)
+    bf16_bad = "--bf16_master_weights_and_grads true with --offload_device nvme: the engine "
+               "refuses it (the swap files hold fp32); use --offload_device cpu";
+  else if (bf16m && ratio < 1)
+    bf16_bad = "--bf16_master_weights_and_grads true with --offload_ratio below 1: the engine "
+               "refuses it (the device-side sub-groups would keep fp32); drop --offload_ratio";
+  if (bf16_bad) {
+    fprintf(stderr, "zrt estimate-memory: %s\n", bf16_bad);
+    return 2;
+  }
   if (g) {
     if (seq < 0) seq = g->default_seq;
     if (seq < 1 || seq > g->max_seq) {
@@ -361,6 +394,8 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
     for (int k = 0; k < NC; k++) {
       /* Twin-Flow: the engine refuses ratio < 1 with param offload */
       if (ratio < 1 && cand[k].stage == 3 && cand[k].op) continue;
+      /* bf16 masters: only the optimizer-offload rows (stages 1-3) */
+      if (bf16m && !cand[k].oo) continue;
       zrt_memest_layout lay;
       memset(&lay, 0, sizeof lay);
       lay.stage = cand[k].stage;
@@ -378,6 +413,8 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       lay.stage = cand[k].stage;
       lay.dtype_bytes = lay.comm_bytes = w;
       lay.optim_states = nstates;
+      lay.master_bytes = bf16m ? 2 : 4;
+      lay.state_bytes = bf16s ? 2 : 4;
       lay.reduce_bucket_size = bucket;
       lay.prefetch_elems = prefetch;
       lay.reuse_elems = reuse;
@@ -441,12 +478,14 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
   static const char *off_name[3] = {"none", "optimizer", "optimizer+param"};
   if (json) {
     printf("{\"model\":\"%s\",\"params\":%lld,\"dtype\":\"%s\",\"batch_size\":%lld,"
-           "\"seq_len\":%lld,\"activation_bytes\":%llu,\"device_memory\":%llu,\"configs\":[",
+           "\"seq_len\":%lld,\"activation_bytes\":%llu,\"device_memory\":%llu,"
+           "\"master_dtype\":\"%s\",\"optimizer_state_dtype\":\"%s\",\"configs\":[",
            g         ? g->name
            : hf_path ? "hf_config"
                      : "params",
            (long long)nparams, dtype, (long long)batch, (long long)(g ? seq : 0),
-           (unsigned long long)acts, (unsigned long long)devmem);
+           (unsigned long long)acts, (unsigned long long)devmem, bf16m ? "bf16" : "fp32",
+           bf16s ? "bf16" : "fp32");
     for (int i = 0; i < nrows; i++) {
       const est_row *r = &rows[i];
       printf("%s{\"world_size\":%d,\"stage\":%d,\"offload\":\"%s\",\"device_bytes\":%llu,"
@@ -486,6 +525,9 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
            : hf_path ? "hf_config"
                      : "(--params)",
            (long long)nparams, dtype, nstates);
+    if (bf16m)
+      printf(", bf16 master weights and gradient partitions%s (optimizer-offload rows only)",
+             bf16s ? " and optimizer states" : "");
     if (g)
       printf(", micro batch %lld x seq %lld: activations %s per rank", (long long)batch,
              (long long)seq, zrt_format_size(acts, a, sizeof a));

@@ -8,7 +8,11 @@
 # hf_configs), and refuses other architectures, missing keys and bad
 # values by name; every row of stages 1-3 carries DeepSpeed's figure;
 # --offload_ratio out of range or with nvme is refused, and the Twin-Flow
-# split of the stage-3 optimizer rows is printed.
+# split of the stage-3 optimizer rows is printed. bf16 master weights
+# (--bf16_master_weights_and_grads, --bf16_optimizer_states): refused
+# without --dtype bf16 / Adam / the masters, as the engine refuses them;
+# accepted, only the optimizer-offload rows, whose host master32 and grads
+# are half the fp32 figure (and optim_state with bf16 states).
 . "$(dirname "$0")/lib.sh"
 cd "$T"
 
@@ -97,3 +101,36 @@ mkfifo fifo.json
 check 2 "Hugging Face config 'fifo.json' is a FIFO \\(named pipe\\), not a regular file" timeout -k 5 30 "${E[@]}" --hf_config fifo.json
 check 2 "give exactly one of" "${E[@]}" --hf_config gpt2.json --model gpt2
 pass "--hf_config"
+
+check 2 "--bf16_master_weights_and_grads true needs --dtype bf16" "${E[@]}" --params 1e6 \
+  --bf16_master_weights_and_grads true
+check 2 "--bf16_optimizer_states true needs --bf16_master_weights_and_grads true" "${E[@]}" \
+  --params 1e6 --dtype bf16 --bf16_optimizer_states true
+check 2 "--bf16_master_weights_and_grads expects true or false, got 'yes'" "${E[@]}" \
+  --params 1e6 --dtype bf16 --bf16_master_weights_and_grads yes
+check 2 "runs on the CPU Adam: --optimizer adam or adamw" "${E[@]}" --params 1e6 --dtype bf16 \
+  --optimizer sgd --bf16_master_weights_and_grads true
+check 2 "with --offload_device nvme: the engine refuses it" "${E[@]}" --params 1e6 --dtype bf16 \
+  --offload_device nvme --bf16_master_weights_and_grads true
+B=("${E[@]}" --params 1e6 --dtype bf16 --world_sizes 2 --json)
+"${B[@]}" >fp32m.json || fail "estimate with fp32 masters"
+"${B[@]}" --bf16_master_weights_and_grads true >bf16m.json || fail "estimate with bf16 masters"
+"${B[@]}" --bf16_master_weights_and_grads true --bf16_optimizer_states true >bf16ms.json ||
+  fail "estimate with bf16 masters and states"
+python3 - fp32m.json bf16m.json bf16ms.json <<'PY' || fail "bf16 master estimates"
+import json, sys
+f, m, ms = (json.load(open(p)) for p in sys.argv[1:])
+assert m["master_dtype"] == "bf16" and m["optimizer_state_dtype"] == "fp32", m
+assert ms["optimizer_state_dtype"] == "bf16", ms
+def rows(d):
+    return {(c["stage"], c["offload"]): c for c in d["configs"]}
+F, M, MS = rows(f), rows(m), rows(ms)
+assert all(k[1] != "none" for k in M) and all(k[0] != 0 for k in M), sorted(M)
+for k in M:
+    a, b, c = F[k]["host"], M[k]["host"], MS[k]["host"]
+    assert b["master32"] * 2 == a["master32"] and b["grads"] * 2 == a["grads"], (k, a, b)
+    assert b["optim_state"] == a["optim_state"] and c["optim_state"] * 2 == a["optim_state"], (k, a, c)
+    print(f"stage {k[0]} {k[1]}: host master32 {a['master32']} -> {b['master32']}, optim_state "
+          f"{a['optim_state']} -> {c['optim_state']}")
+PY
+pass "bf16 master weights in estimate-memory"

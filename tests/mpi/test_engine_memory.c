@@ -11,8 +11,11 @@
  * gradients on the device, only the 16-bit shard or its staging on the
  * host), and at stage 3 with Twin-Flow
  * (offload_optimizer.ratio 0, 0.5 and 1, sub_group_size 0: the device and
- * host peaks of every model-state category equal memest exactly) (run at
- * -n 1, 2 and 4).
+ * host peaks of every model-state category equal memest exactly), and with
+ * bf16.bf16_master_weights_and_grads (and bf16_optimizer_states) at stages
+ * 1-3 under offload_optimizer cpu: the host master, gradient-partition and
+ * optimizer-state peaks are 2 (or 4) bytes per element of the extent and
+ * equal memest exactly (run at -n 1, 2 and 4).
  *
  * Program: NMOD modules of uneven sizes (padding exercised), bf16, AdamW,
  * trained for 2 optimizer steps with the usual fetch / release / grad /
@@ -56,6 +59,8 @@ static char nvme_dir[1024]; /* swap directory of the oo = 2 / op = 2 (nvme) runs
 /* offload_optimizer.ratio of the Twin-Flow runs (with sub_group_size 0: one
  * sub-group per module), NULL otherwise */
 static const char *twin_ratio;
+/* bf16.bf16_master_weights_and_grads (1), and bf16_optimizer_states (2) */
+static int bf16_mode;
 
 static double rel(double got, double want) {
   return want == 0 ? fabs(got) : fabs(got - want) / want;
@@ -96,6 +101,9 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
                          "test"));
   if (op == 2)
     ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_param.nvme_path", nvme_dir, "test"));
+  if (bf16_mode >= 1)
+    ZT_OK(zrt_config_set(cfg, "bf16.bf16_master_weights_and_grads", "true", "test"));
+  if (bf16_mode >= 2) ZT_OK(zrt_config_set(cfg, "bf16.bf16_optimizer_states", "true", "test"));
   if (twin_ratio) {
     ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_optimizer.ratio", twin_ratio, "test"));
     ZT_OK(zrt_config_set(cfg, "zero_optimization.sub_group_size", "0", "test"));
@@ -193,6 +201,23 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
     if (twin_ratio) /* the split of master, states and fp32 grads: exact */
       ZT_CHECK(dev.peak[c] == want.device[c] && host.peak[c] == want.host[c]);
   }
+  if (bf16_mode) {
+    /* bf16 masters and gradient partitions (2 bytes per element of the
+     * rank's extent), bf16 or fp32 moments: exact, in the host pool */
+    uint64_t ext = (uint64_t)(stage ? lay.padded_total / world : lay.padded_total);
+    uint64_t sb = bf16_mode == 2 ? 2 : 4;
+    if (rank == 0)
+      printf("stage %d op %d N %d bf16 master%s: host master32 %zu (2 x %llu), grads %zu, "
+             "optim_state %zu (%llu x 2 x %llu)\n",
+             stage, op, world, bf16_mode == 2 ? " + states" : "", host.peak[ZRT_MEM_MASTER32],
+             (unsigned long long)ext, host.peak[ZRT_MEM_GRADS], host.peak[ZRT_MEM_OPTIM_STATE],
+             (unsigned long long)sb, (unsigned long long)ext);
+    ZT_CHECK(host.peak[ZRT_MEM_MASTER32] == 2 * ext);
+    ZT_CHECK(host.peak[ZRT_MEM_GRADS] == 2 * ext);
+    ZT_CHECK(host.peak[ZRT_MEM_OPTIM_STATE] == 2 * sb * ext);
+    for (int c = 0; c < 4; c++)
+      ZT_CHECK(host.peak[c] == want.host[c] && dev.peak[c] == want.device[c]);
+  }
   if (op == 2) {
     /* the param file's staging buffer only: exact */
     if (rank == 0)
@@ -261,6 +286,12 @@ int main(int argc, char **argv) {
     run(3, 1, 0, 0, world, rank);
   }
   twin_ratio = NULL;
+  /* bf16 master weights and gradient partitions, then bf16 moments too */
+  for (bf16_mode = 1; bf16_mode <= 2; bf16_mode++) {
+    for (int s = 1; s <= 3; s++) run(s, 1, 0, 0, world, rank);
+    run(3, 1, 1, 0, world, rank);
+  }
+  bf16_mode = 0;
   /* stage 3 on the shm comm, without and with parameter offload: the same
    * pools, every gather zero-copy */
   test_comm = "auto";

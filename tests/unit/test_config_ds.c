@@ -142,10 +142,48 @@ static void spellings(void) {
   ZT_CHECK(load("{\"zero_optimization\": {\"zero_quantized_weights\": true}}", &msg) ==
            ZRT_ERR_CONFIG);
   ZT_CONTAINS(msg, "`zero_optimization.zero_quantized_weights` is not supported by zrt");
+  /* bf16 master weights / optimizer states: DeepSpeed's rules (ZeRO 1-3;
+   * states only with masters; fp32 states only with ZeRO-Offload's CPU
+   * Adam) and zrt's (the CPU optimizer: offload_optimizer cpu) */
   ZT_CHECK(load("{\"bf16\": {\"enabled\": true, \"bf16_master_weights_and_grads\": true}}", &msg) ==
            ZRT_ERR_CONFIG);
-  ZT_CONTAINS(msg, "`bf16.bf16_master_weights_and_grads` is not supported by zrt");
+  ZT_CONTAINS(msg, "bf16.bf16_master_weights_and_grads needs zero_optimization.stage 1, 2 or 3 "
+                   "(stage is 0), as in DeepSpeed");
+  ZT_CHECK(load("{\"bf16\": {\"enabled\": true, \"bf16_master_weights_and_grads\": true}, "
+                "\"zero_optimization\": {\"stage\": 2}}",
+                &msg) == ZRT_ERR_CONFIG);
+  ZT_CONTAINS(msg,
+              "with fp32 optimizer states needs zero_optimization.offload_optimizer.device cpu");
+  ZT_CHECK(load("{\"bf16\": {\"enabled\": true, \"bf16_optimizer_states\": true}, "
+                "\"zero_optimization\": {\"stage\": 2}}",
+                &msg) == ZRT_ERR_CONFIG);
+  ZT_CONTAINS(msg, "bf16.bf16_optimizer_states needs bf16.bf16_master_weights_and_grads true");
+  ZT_CHECK(load("{\"bf16\": {\"enabled\": true, \"bf16_master_weights_and_grads\": true}, "
+                "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
+                "\"nvme\", \"nvme_path\": \"/tmp\"}}}",
+                &msg) == ZRT_ERR_CONFIG);
+  ZT_CONTAINS(msg, "with zero_optimization.offload_optimizer.device nvme is not supported by zrt");
+  c = loaded("{\"bf16\": {\"enabled\": true, \"bf16_master_weights_and_grads\": true, "
+             "\"bf16_optimizer_states\": true}, \"zero_optimization\": {\"stage\": 2, "
+             "\"offload_optimizer\": {\"device\": \"cpu\"}}}");
+  ZT_CHECK(zrt_config_values(c)->bf16_master_weights_and_grads &&
+           zrt_config_values(c)->bf16_optimizer_states);
+  zrt_config_destroy(c);
   c = loaded("{\"bf16\": {\"enabled\": true, \"bf16_master_weights_and_grads\": false}}");
+  zrt_config_destroy(c);
+  /* bf16.enabled "auto" follows the launch's mixed_precision in `zrt config
+   * check` (resolve_pending) and in the run alike: "no" refuses bf16 masters
+   * in both, bf16 runs them */
+  c = loaded("{\"bf16\": {\"enabled\": \"auto\", \"bf16_master_weights_and_grads\": true}, "
+             "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
+             "\"cpu\"}}, \"train_micro_batch_size_per_gpu\": 2}");
+  ZT_CHECK(zrt_config_resolve_pending(c, 1) == ZRT_ERR_CONFIG);
+  ZT_CONTAINS(zrt_last_error(), "but bf16.enabled is false");
+  ZT_CHECK(zrt_config_resolve(c, 1) == ZRT_ERR_CONFIG);
+  ZT_CONTAINS(zrt_last_error(), "but bf16.enabled is false");
+  ZT_OK(zrt_config_set(c, "mixed_precision", "bf16", "test"));
+  ZT_OK(zrt_config_resolve_pending(c, 1));
+  ZT_OK(zrt_config_resolve(c, 1));
   zrt_config_destroy(c);
   c = loaded("{\"hybrid_engine\": {\"enabled\": false}, \"zero_optimization\": "
              "{\"zero_quantized_weights\": false, \"zero_hpz_partition_size\": 1}}");

@@ -12,6 +12,9 @@
  * both round-to-nearest-even from the same fp32 value). Also the vectorised
  * sum-of-squares check against a double reference (relative 1e-12) and its
  * non-finite detection, argument errors and the ZRT_CPU_ISA override.
+ * test_lp: the bf16 master / state step (zrt_cpu_optim_step_lp) of every
+ * ISA against the widen / scalar / round reference, bit for bit, and the
+ * bf16 gradient accumulation against round(a + b).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -235,6 +238,132 @@ static void test_sumsq(void) {
   }
 }
 
+/* bf16 masters / states (bf16.bf16_master_weights_and_grads,
+ * bf16_optimizer_states): every ISA through zrt_cpu_optim_step_lp_isa
+ * against the reference written out: widen the bf16 arrays, the scalar
+ * step, narrow with round-to-nearest-even (zrt_store_f). Bound: 0 ulp in
+ * every array (the lp step is those same operations); the bf16 param equals
+ * the new bf16 master bit for bit. Over 3 steps, lengths across the block
+ * (1024) and tile (16384) edges. */
+static void test_lp(void) {
+  static const size_t lens[] = {1, 7, 1000, 1024, 1025, 16384 + 5, 3 * 16384 + 13};
+  static const zrt_isa isas[] = {ZRT_ISA_SCALAR, ZRT_ISA_AVX2, ZRT_ISA_AVX512};
+  long long diffs = 0, cases = 0;
+  for (size_t ii = 0; ii < 3; ii++) {
+    if (!zrt_isa_supported(isas[ii])) {
+      printf("lp path %s: not supported by this CPU, skipped\n", zrt_isa_name(isas[ii]));
+      continue;
+    }
+    for (int sdti = 0; sdti < 2; sdti++)
+      for (int t = ZRT_OPTIM_ADAM; t <= ZRT_OPTIM_ADAMW; t++)
+        for (int gdt = 0; gdt < 3; gdt += 2) /* fp32 grads, bf16 grads */
+          for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            size_t n = lens[li];
+            zrt_dtype sdt = sdti ? ZRT_BF16 : ZRT_F32;
+            size_t ssz = zrt_dtype_size(sdt), gsz = zrt_dtype_size((zrt_dtype)gdt);
+            uint16_t *m = malloc(n * 2), *p16 = malloc(n * 2);
+            void *a = malloc(n * ssz), *b = malloc(n * ssz), *g = malloc(n * gsz);
+            float *rm = malloc(n * 4), *ra = malloc(n * 4), *rb = malloc(n * 4);
+            uint16_t *rm16 = malloc(n * 2);
+            unsigned char *ra_s = malloc(n * ssz), *rb_s = malloc(n * ssz);
+            ZT_CHECK(m && p16 && a && b && g && rm && ra && rb && rm16 && ra_s && rb_s);
+            for (size_t i = 0; i < n; i++) {
+              zrt_store_f(m, ZRT_BF16, i, frand());
+              zrt_store_f(a, sdt, i, 0.1f * frand());
+              zrt_store_f(b, sdt, i, 0.01f * (frand() + 1.0f));
+            }
+            memcpy(rm16, m, n * 2);
+            memcpy(ra_s, a, n * ssz);
+            memcpy(rb_s, b, n * ssz);
+            zrt_optim_hparams hp = {.type = (zrt_optim_type)t,
+                                    .lr = 1e-2f,
+                                    .beta1 = 0.9f,
+                                    .beta2 = 0.999f,
+                                    .eps = 1e-8f,
+                                    .weight_decay = 0.01f,
+                                    .bias_correction = 1,
+                                    .grad_mul = 0.5f};
+            for (int step = 1; step <= 3; step++) {
+              hp.step = step;
+              for (size_t i = 0; i < n; i++) zrt_store_f(g, (zrt_dtype)gdt, i, frand());
+              ZT_OK(zrt_cpu_optim_step_lp_isa(isas[ii], &hp, m, ZRT_BF16, a, b, sdt, g,
+                                              (zrt_dtype)gdt, p16, ZRT_BF16, n));
+              for (size_t i = 0; i < n; i++) {
+                rm[i] = zrt_bf16_to_f32(rm16[i]);
+                ra[i] = zrt_load_f(ra_s, sdt, i);
+                rb[i] = zrt_load_f(rb_s, sdt, i);
+              }
+              zrt_cpu_optim_step_scalar(&hp, rm, ra, rb, g, (zrt_dtype)gdt, NULL, ZRT_F32, n);
+              for (size_t i = 0; i < n; i++) {
+                zrt_store_f(rm16, ZRT_BF16, i, rm[i]);
+                zrt_store_f(ra_s, sdt, i, ra[i]);
+                zrt_store_f(rb_s, sdt, i, rb[i]);
+              }
+              for (size_t i = 0; i < n; i++) diffs += m[i] != rm16[i] || p16[i] != m[i];
+              diffs += memcmp(a, ra_s, n * ssz) != 0;
+              diffs += memcmp(b, rb_s, n * ssz) != 0;
+              cases++;
+            }
+            free(m), free(p16), free(a), free(b), free(g), free(rm), free(ra), free(rb);
+            free(rm16), free(ra_s), free(rb_s);
+          }
+  }
+  printf("lp (bf16 master, fp32|bf16 states) %lld step cases: %lld elements or arrays differ "
+         "from the widen/scalar/round reference (bound 0)\n",
+         cases, diffs);
+  ZT_CHECK(cases > 0 && diffs == 0);
+
+  /* fp32/fp32 through the lp entry is the fp32 path, bit for bit */
+  {
+    size_t n = 3 * 16384 + 13;
+    float *m0 = malloc(n * 4), *m1 = malloc(n * 4), *s[4], *g = malloc(n * 4);
+    for (int k = 0; k < 4; k++) s[k] = calloc(n, 4);
+    ZT_CHECK(m0 && m1 && g && s[0] && s[1] && s[2] && s[3]);
+    for (size_t i = 0; i < n; i++) m0[i] = m1[i] = frand(), g[i] = frand();
+    zrt_optim_hparams hp = {.type = ZRT_OPTIM_ADAMW,
+                            .lr = 1e-3f,
+                            .beta1 = 0.9f,
+                            .beta2 = 0.999f,
+                            .eps = 1e-8f,
+                            .bias_correction = 1,
+                            .step = 1,
+                            .grad_mul = 1.0f};
+    ZT_OK(zrt_cpu_optim_step(&hp, m0, s[0], s[1], g, ZRT_F32, NULL, ZRT_BF16, n));
+    ZT_OK(zrt_cpu_optim_step_lp(&hp, m1, ZRT_F32, s[2], s[3], ZRT_F32, g, ZRT_F32, NULL, ZRT_BF16,
+                                n));
+    ZT_CHECK(!memcmp(m0, m1, n * 4) && !memcmp(s[0], s[2], n * 4) && !memcmp(s[1], s[3], n * 4));
+    free(m0), free(m1), free(g);
+    for (int k = 0; k < 4; k++) free(s[k]);
+  }
+
+  /* the bf16 gradient partition's accumulation: fp32 add, one rounding */
+  {
+    size_t n = 2 * 16384 + 77;
+    uint16_t *d = malloc(n * 2), *ref = malloc(n * 2), *src = malloc(n * 2);
+    ZT_CHECK(d && ref && src);
+    for (size_t i = 0; i < n; i++) {
+      zrt_store_f(d, ZRT_BF16, i, frand());
+      zrt_store_f(src, ZRT_BF16, i, frand());
+      ref[i] = d[i];
+    }
+    zrt_cpu_grad_accumulate_to(d, ZRT_BF16, src, ZRT_BF16, n);
+    long long bad = 0;
+    for (size_t i = 0; i < n; i++) {
+      zrt_store_f(ref, ZRT_BF16, i, zrt_bf16_to_f32(ref[i]) + zrt_bf16_to_f32(src[i]));
+      bad += d[i] != ref[i];
+    }
+    printf("bf16 gradient accumulation: %lld of %zu elements differ from round(a + b)\n", bad, n);
+    ZT_CHECK(bad == 0);
+    free(d), free(ref), free(src);
+  }
+
+  float mm[4] = {0}, gg[4] = {0};
+  zrt_optim_hparams hp = {.type = ZRT_OPTIM_ADAMW, .lr = 1e-3f, .step = 1, .grad_mul = 1.0f};
+  ZT_CHECK(zrt_cpu_optim_step_lp(&hp, mm, ZRT_F16, mm, mm, ZRT_F32, gg, ZRT_F32, NULL, ZRT_BF16,
+                                 4) == ZRT_ERR_INVALID_ARG);
+  ZT_CONTAINS(zrt_last_error(), "is not fp32 or bf16");
+}
+
 static void test_errors(void) {
   float m[4] = {0}, g[4] = {0};
   zrt_optim_hparams hp = {.type = ZRT_OPTIM_ADAMW,
@@ -261,6 +390,7 @@ int main(void) {
          zrt_isa_supported(ZRT_ISA_AVX512), zrt_isa_has_avx512bf16());
   test_paths();
   test_sumsq();
+  test_lp();
   test_errors();
   ZT_DONE();
 }
