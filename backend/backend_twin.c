@@ -13,7 +13,11 @@
  * reaches it: CUDA's semantics (a wait on, or a synchronize of, an event
  * never recorded returns at once). stream_wait_event queues a wait op that
  * holds the event's last record by value; stream_join queues one per other
- * stream. ZRT_TWIN_JITTER=SEED sleeps a seeded random 0-200 us before each
+ * stream. ZRT_TWIN_SIDE_DELAY_US=N sleeps N us before each op of every
+ * stream but the default one (a slow copy engine or comm stream: work the
+ * compute stream reads only because a side stream's op is quick, not
+ * because an event orders it, then reads stale data).
+ * ZRT_TWIN_JITTER=SEED sleeps a seeded random 0-200 us before each
  * op, so an ordering that holds only because one thread happened to be
  * faster fails. An op that fails makes its stream's error sticky: later
  * ops on that stream are skipped and the next host call that touches the
@@ -167,6 +171,10 @@ static void *twin_worker(void *arg) {
     twin_wait_vt = -1;
     if (!skip) {
       if (c->jitter) twin_jitter(s);
+      if (c->side_delay_us && s != c->def) {
+        struct timespec ts = {c->side_delay_us / 1000000, c->side_delay_us % 1000000 * 1000L};
+        nanosleep(&ts, NULL);
+      }
       ta = zrt_now_s();
       st = twin_call(c, op->run, op->args);
       tb = zrt_now_s();
@@ -892,6 +900,22 @@ static zrt_status twin_jitter_env(twin_ctx *c) {
   return ZRT_OK;
 }
 
+/* ZRT_TWIN_SIDE_DELAY_US: unset or "" = none; microseconds (at most 10 s). */
+static zrt_status twin_side_delay_env(twin_ctx *c) {
+  const char *v = getenv("ZRT_TWIN_SIDE_DELAY_US");
+  if (!v || !*v) return ZRT_OK;
+  char *end = NULL;
+  errno = 0;
+  long long us = strtoll(v, &end, 10);
+  if (errno || !end || *end || us < 0 || us > 10000000)
+    return zrt_error(ZRT_ERR_CONFIG,
+                     "ZRT_TWIN_SIDE_DELAY_US=\"%s\": expected microseconds from 0 to 10000000 "
+                     "(e.g. ZRT_TWIN_SIDE_DELAY_US=2000) or unset for none",
+                     v);
+  c->side_delay_us = (long)us;
+  return ZRT_OK;
+}
+
 zrt_status zrt_backend_twin_init(zrt_backend *b, size_t device_memory_limit) {
   if (!b) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_backend_twin_init: b is NULL");
   zrt_status st = ZRT_OK;
@@ -904,17 +928,18 @@ zrt_status zrt_backend_twin_init(zrt_backend *b, size_t device_memory_limit) {
   pthread_mutex_init(&c->guard_mu, NULL);
   ZRT_CHECK_GOTO(zrt_backend_cpu_init(&c->cpu), st, fail);
   ZRT_CHECK_GOTO(twin_jitter_env(c), st, fail);
+  ZRT_CHECK_GOTO(twin_side_delay_env(c), st, fail);
   ZRT_CHECK_GOTO(zrt_twin_mem_init(c, device_memory_limit), st, fail);
   ZRT_CHECK_GOTO(twin_stream_new(c, &c->def), st, fail);
   {
     char sz[32];
     snprintf(b->description, sizeof b->description,
-             "GPU twin on the host CPU (%s device mapping, %s%s)",
+             "GPU twin on the host CPU (%s device mapping, %s%s%s)",
              zrt_format_size(c->size, sz, sizeof sz),
              c->guard == ZRT_TWIN_GUARD_PKU        ? "PKU-guarded"
              : c->guard == ZRT_TWIN_GUARD_MPROTECT ? "mprotect-guarded"
                                                    : "pointer-kind checks",
-             c->jitter ? ", jitter" : "");
+             c->jitter ? ", jitter" : "", c->side_delay_us ? ", slow side streams" : "");
   }
   b->device_id = 0;
   b->numa_node = -1;

@@ -66,6 +66,8 @@ typedef struct twin_ctx {
   int nregs;
   int jitter;
   uint64_t jitter_seed;
+  long
+      side_delay_us; /* ZRT_TWIN_SIDE_DELAY_US: before each op of a stream other than the default */
 } twin_ctx;
 
 /* The device mapping and its guard (PKU where the CPU has it, else the

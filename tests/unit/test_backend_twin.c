@@ -316,6 +316,40 @@ static void test_jitter_env(void) {
   ZT_CONTAINS(b->description, "jitter");
   zrt_backend_destroy(b);
   unsetenv("ZRT_TWIN_JITTER");
+  /* slow side streams: a copy on another stream lands late, so a read that
+   * no event orders after it sees the allocation's poison; with the event,
+   * the copy */
+  setenv("ZRT_TWIN_SIDE_DELAY_US", "-3", 1);
+  ZT_CHECK(zrt_backend_create("twin", 0, 0, &b) == ZRT_ERR_CONFIG);
+  ZT_CONTAINS(zrt_last_error(), "ZRT_TWIN_SIDE_DELAY_US=\"-3\"");
+  setenv("ZRT_TWIN_SIDE_DELAY_US", "200000", 1); /* 200 ms: far longer than the reads below */
+  ZT_OK(zrt_backend_create("twin", 0, 0, &b));
+  ZT_CONTAINS(b->description, "slow side streams");
+  zrt_stream sa = NULL;
+  zrt_event e = NULL;
+  ZT_OK(zrt_backend_stream_create(b, &sa));
+  ZT_OK(zrt_backend_event_create(b, &e));
+  float *x = balloc(b, 4), *y = balloc(b, 4), *z = balloc(b, 4), five = 5.0f, got = 0;
+  ZT_OK(zrt_backend_memcpy(b, x, &five, 4, ZRT_COPY_H2D, NULL));
+  ZT_OK(zrt_backend_synchronize(b, NULL));
+  ZT_OK(zrt_backend_memcpy(b, y, x, 4, ZRT_COPY_D2D, sa));
+  ZT_OK(zrt_backend_memcpy(b, z, y, 4, ZRT_COPY_D2D, NULL)); /* no event: stale */
+  ZT_OK(zrt_backend_memcpy(b, &got, z, 4, ZRT_COPY_D2H, NULL));
+  ZT_CHECK(isnan(got));
+  ZT_OK(zrt_backend_event_record(b, e, sa));
+  ZT_OK(zrt_backend_stream_wait_event(b, NULL, e));
+  ZT_OK(zrt_backend_memcpy(b, z, y, 4, ZRT_COPY_D2D, NULL));
+  ZT_OK(zrt_backend_memcpy(b, &got, z, 4, ZRT_COPY_D2H, NULL));
+  ZT_CHECK(got == 5.0f);
+  printf("twin slow side streams: a read without the event saw the poison, with it %g\n",
+         (double)got);
+  zrt_backend_free(b, x);
+  zrt_backend_free(b, y);
+  zrt_backend_free(b, z);
+  zrt_backend_event_destroy(b, e);
+  zrt_backend_stream_destroy(b, sa);
+  zrt_backend_destroy(b);
+  unsetenv("ZRT_TWIN_SIDE_DELAY_US");
 }
 
 /* The child: ops on device memory work; then the host reads it and must die
