@@ -28,6 +28,7 @@ offload: examples/configs/ds_zero3_offload.json, micro batch 1, bf16):
 
 usage: perf/actckpt.py BUILD_BIN [--device 24MiB] [--out FILE] [--reps 3] [--steps 6]
                        [--verify_steps 3] [--seq_step 16] [--measure_worlds 1,2]
+                       [--layers 1,2,...,96 (largest's depths; default largest_gpt.py's)]
                        [--skip seq,largest,step_time,hidden]
   e.g. perf/actckpt.py build/bin --out perf/results/actckpt.json
 """
@@ -191,13 +192,13 @@ def bench_seq(binp, dev, dev_bytes, step, vsteps, res):
     return out
 
 
-def bench_largest(binp, dev, dev_bytes, worlds, measure_worlds, res):
+def bench_largest(binp, dev, dev_bytes, worlds, measure_worlds, layers, res):
     seq = 64
-    out = {"seq_len": seq, "worlds": {}}
+    out = {"seq_len": seq, "layers_searched": layers, "worlds": {}}
     wl = [int(w) for w in worlds.split(",")]
     for name, ck in (("without", False), ("with", True)):
         best, cache = {}, {}
-        for L in largest_gpt.LAYERS:
+        for L in layers:
             # the widest n_embd (multiple of 64) that fits, per world: monotone in width
             for w in wl:
                 def row(e):
@@ -313,7 +314,8 @@ def main():
         # at the step-time size, and at the longest sequence cpu_checkpointing trains
         bench_hidden(binp, [seq, seq_cpu], dev_bytes, steps, res)
     if "largest" not in skip:
-        bench_largest(binp, dev, dev_bytes, "1,2,8", mworlds, res)
+        layers = [int(x) for x in opt("layers", ",".join(map(str, largest_gpt.LAYERS))).split(",")]
+        bench_largest(binp, dev, dev_bytes, "1,2,8", mworlds, layers, res)
     res["machine"]["loadavg_1min_after"] = os.getloadavg()[0]
     res["wall_s"] = time.time() - t0
     text = json.dumps(res, indent=1)
