@@ -16,7 +16,8 @@
  * stream. ZRT_TWIN_SIDE_DELAY_US=N sleeps N us before each op of every
  * stream but the default one (a slow copy engine or comm stream: work the
  * compute stream reads only because a side stream's op is quick, not
- * because an event orders it, then reads stale data).
+ * because an event orders it, then reads stale data); on the timing
+ * events' timeline the sleep is part of the op (a slow op), the jitter not.
  * ZRT_TWIN_JITTER=SEED sleeps a seeded random 0-200 us before each
  * op, so an ordering that holds only because one thread happened to be
  * faster fails. An op that fails makes its stream's error sticky: later
@@ -171,11 +172,11 @@ static void *twin_worker(void *arg) {
     twin_wait_vt = -1;
     if (!skip) {
       if (c->jitter) twin_jitter(s);
-      if (c->side_delay_us && s != c->def) {
+      ta = zrt_now_s();
+      if (c->side_delay_us && s != c->def) { /* a slow engine: its time counts */
         struct timespec ts = {c->side_delay_us / 1000000, c->side_delay_us % 1000000 * 1000L};
         nanosleep(&ts, NULL);
       }
-      ta = zrt_now_s();
       st = twin_call(c, op->run, op->args);
       tb = zrt_now_s();
     }

@@ -216,9 +216,57 @@ static void over_budget(void) {
   zrt_engine_destroy(eng);
 }
 
+/* cpu_checkpointing's timing on the twin (timing events): every copy and
+ * wait measured, none untimed; with side streams slowed by D per op
+ * (ZRT_TWIN_SIDE_DELAY_US), each copy takes at least D of copy-stream time
+ * and block 0's on-demand copy-in (no prefetch covers the first fetch out
+ * of order) stalls the compute stream by about D (checked at D / 2: the
+ * host's own time between queueing the copy and the wait is not bounded). */
+static void timing(long delay_us) {
+  char d[32];
+  snprintf(d, sizeof d, "%ld", delay_us);
+  setenv("ZRT_TWIN_SIDE_DELAY_US", d, 1);
+  zrt_config *cfg = config(1);
+  ZT_OK(zrt_config_set(cfg, "zrt.backend", "twin", "test"));
+  zrt_engine *eng;
+  ZT_OK(zrt_engine_create(cfg, &eng));
+  add_model(eng);
+  ZT_OK(zrt_actckpt_declare(eng, 3, BLK_FLOATS * sizeof(float), NULL));
+  ZT_OK(zrt_engine_build(eng));
+  float *src;
+  ZT_OK(zrt_engine_alloc(eng, BLK_FLOATS * sizeof(float), ZRT_MEM_ACTIVATIONS, (void **)&src));
+  const void *in;
+  for (int b = 0; b < 3; b++) ZT_OK(zrt_actckpt_save(eng, b, src));
+  /* 0 first: in no slot (0 and 2 share slot 0, 2 was saved last) */
+  int order[3] = {0, 2, 1};
+  for (int i = 0; i < 3; i++) {
+    ZT_OK(zrt_actckpt_fetch(eng, order[i], &in));
+    ZT_OK(zrt_actckpt_release(eng, order[i]));
+  }
+  ZT_OK(zrt_engine_synchronize(eng));
+  zrt_actckpt_stats st;
+  ZT_OK(zrt_actckpt_get_stats(eng, &st));
+  double D = 1e-6 * (double)delay_us;
+  printf("twin timing, side delay %.0f ms: copies %lld in %.2f ms, stall %.2f ms, timed %lld, "
+         "untimed %lld, on demand %lld\n",
+         1e3 * D, (long long)(st.bytes_out + st.bytes_in) / (BLK_FLOATS * 4), 1e3 * st.copy_s,
+         1e3 * st.stall_s, (long long)st.timed, (long long)st.untimed, (long long)st.on_demand);
+  int64_t copies = (int64_t)(st.bytes_out + st.bytes_in) / (BLK_FLOATS * 4);
+  ZT_CHECK(st.untimed == 0 && st.on_demand >= 1 && copies >= 4);
+  ZT_CHECK(st.timed == copies + st.saves + st.fetches); /* a span per copy, save, fetch */
+  ZT_CHECK(st.copy_s > 0 && st.copy_s >= (double)copies * D);
+  if (delay_us) ZT_CHECK(st.stall_s >= D / 2);
+  zrt_engine_free(eng, src);
+  zrt_engine_destroy(eng);
+  zrt_config_destroy(cfg);
+  unsetenv("ZRT_TWIN_SIDE_DELAY_US");
+}
+
 int main(void) {
   misuse(0);
   misuse(1);
   over_budget();
+  timing(0);
+  timing(50000);
   ZT_DONE();
 }
