@@ -13,6 +13,9 @@
  * build's refusal names cpu_checkpointing (the checkpoints dominate), a
  * program that checkpoints nothing is pointed at zrt.activation_checkpointing,
  * and stage "auto" moves the checkpoints to the host when nothing else fits.
+ * On the twin, cpu_checkpointing's copies and stalls are timed (stats
+ * copy_s / stall_s): with slowed side streams and no compute to hide them
+ * behind, the stall is the copies' time.
  */
 #include <string.h>
 
