@@ -459,6 +459,33 @@ zrt_status zrt_backend_event_synchronize(zrt_backend *b, zrt_event e) {
   return b->iface->event_synchronize(b->ctx, e);
 }
 
+zrt_status zrt_backend_event_create_timed(zrt_backend *b, zrt_event *out) {
+  ZRT_BACKEND_NN(b, "event_create_timed");
+  ZRT_CHECK(zrt_backend_check_ptr("event_create_timed", "out", out));
+  *out = NULL;
+  if (!b->iface->event_create_timed)
+    return zrt_error(ZRT_ERR_UNSUPPORTED,
+                     "event_create_timed: the %s backend has no timing events (its ops complete "
+                     "before they return, so there is no stream time to measure)",
+                     b->iface->name);
+  return b->iface->event_create_timed(b->ctx, out);
+}
+
+zrt_status zrt_backend_event_elapsed(zrt_backend *b, zrt_event start, zrt_event end, int *ready,
+                                     double *seconds) {
+  ZRT_BACKEND_NN(b, "event_elapsed");
+  ZRT_CHECK(zrt_backend_check_ptr("event_elapsed", "start", start));
+  ZRT_CHECK(zrt_backend_check_ptr("event_elapsed", "end", end));
+  ZRT_CHECK(zrt_backend_check_ptr("event_elapsed", "ready", ready));
+  ZRT_CHECK(zrt_backend_check_ptr("event_elapsed", "seconds", seconds));
+  *ready = 0;
+  *seconds = 0;
+  if (!b->iface->event_elapsed)
+    return zrt_error(ZRT_ERR_UNSUPPORTED, "event_elapsed: the %s backend has no timing events",
+                     b->iface->name);
+  return b->iface->event_elapsed(b->ctx, start, end, ready, seconds);
+}
+
 zrt_status zrt_backend_cuda_gpu_key(int device, char *buf, size_t n) {
 #ifdef ZRT_HAVE_CUDA
   return zrt_backend_cuda_probe_gpu_key(device, buf, n);

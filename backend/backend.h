@@ -76,6 +76,15 @@ typedef struct zrt_backend_iface {
   /* Host waits until the work before the event's last record is done.
    * Optional: a no-op where streams are synchronous. */
   zrt_status (*event_synchronize)(void *ctx, zrt_event e);
+  /* Timing (cudaEventElapsedTime's idea). event_create_timed: an event whose
+   * records carry the time the stream reached them. event_elapsed: *ready = 1
+   * when both events' last records are done, and then *seconds = end's time
+   * less start's (the two may be on different streams); *ready = 0 otherwise.
+   * Never waits. Optional (both or neither): NULL where nothing is
+   * asynchronous to time (cpu). */
+  zrt_status (*event_create_timed)(void *ctx, zrt_event *out);
+  zrt_status (*event_elapsed)(void *ctx, zrt_event start, zrt_event end, int *ready,
+                              double *seconds);
 
   /* Registers host memory as pinned for fast async copies (CUDA:
    * cudaHostRegister). Optional; CPU backend: NULL (mlock is the host
@@ -190,6 +199,14 @@ zrt_status zrt_backend_stream_wait_event(zrt_backend *b, zrt_stream s, zrt_event
 zrt_status zrt_backend_stream_join(zrt_backend *b, zrt_stream s);
 /* The host waits for e's last record (an event never recorded: at once). */
 zrt_status zrt_backend_event_synchronize(zrt_backend *b, zrt_event e);
+/* A timing event (see the iface); ZRT_ERR_UNSUPPORTED on backends that
+ * cannot time their streams (cpu: every op completes before it returns). */
+zrt_status zrt_backend_event_create_timed(zrt_backend *b, zrt_event *out);
+/* Time between two timed events' last records (iface event_elapsed); never
+ * waits: *ready = 0 while either is pending. ZRT_ERR_UNSUPPORTED without the
+ * slot. */
+zrt_status zrt_backend_event_elapsed(zrt_backend *b, zrt_event start, zrt_event end, int *ready,
+                                     double *seconds);
 /* "<host>/<PCI bus id>" of CUDA device `device` (the key NCCL's shared-GPU
  * check compares, nccl_rules.h); ZRT_ERR_UNSUPPORTED without CUDA. */
 zrt_status zrt_backend_cuda_gpu_key(int device, char *buf, size_t n);

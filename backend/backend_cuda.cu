@@ -482,6 +482,37 @@ static zrt_status zrt_cuda_event_create(void *ctx, zrt_event *out) {
   return ZRT_OK;
 }
 
+static zrt_status zrt_cuda_event_create_timed(void *ctx, zrt_event *out) {
+  zrt_cuda_ctx *c = (zrt_cuda_ctx *)ctx;
+  cudaEvent_t e;
+  ZRT_CUDA_CHECK(cudaSetDevice(c->device));
+  ZRT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDefault));
+  *out = (zrt_event)e;
+  return ZRT_OK;
+}
+
+/* Not ready while either event is pending (cudaErrorNotReady): no wait. */
+static zrt_status zrt_cuda_event_elapsed(void *ctx, zrt_event start, zrt_event end, int *ready,
+                                         double *seconds) {
+  zrt_cuda_ctx *c = (zrt_cuda_ctx *)ctx;
+  ZRT_CUDA_CHECK(cudaSetDevice(c->device));
+  *ready = 0;
+  cudaEvent_t ev[2] = {(cudaEvent_t)start, (cudaEvent_t)end};
+  for (int i = 0; i < 2; i++) {
+    cudaError_t q = cudaEventQuery(ev[i]);
+    if (q == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return ZRT_OK;
+    }
+    if (q != cudaSuccess) return zrt_cuda_status(q, "cudaEventQuery (event_elapsed)");
+  }
+  float ms = 0;
+  ZRT_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+  *ready = 1;
+  *seconds = ms * 1e-3;
+  return ZRT_OK;
+}
+
 static void zrt_cuda_event_destroy(void *ctx, zrt_event e) {
   (void)ctx;
   if (cudaEventDestroy((cudaEvent_t)e) != cudaSuccess) (void)cudaGetLastError();
@@ -605,6 +636,8 @@ static zrt_backend_iface zrt_cuda_make_iface(void) {
   f.synchronize = zrt_cuda_synchronize;
   f.stream_join = zrt_cuda_stream_join;
   f.event_synchronize = zrt_cuda_event_synchronize;
+  f.event_create_timed = zrt_cuda_event_create_timed;
+  f.event_elapsed = zrt_cuda_event_elapsed;
   f.host_register = zrt_cuda_host_register;
   f.host_unregister = zrt_cuda_host_unregister;
   f.destroy = zrt_cuda_destroy;

@@ -13,11 +13,25 @@
  * reaches it: CUDA's semantics (a wait on, or a synchronize of, an event
  * never recorded returns at once). stream_wait_event queues a wait op that
  * holds the event's last record by value; stream_join queues one per other
- * stream. ZRT_TWIN_JITTER=SEED sleeps a seeded random 0-200 us before each
+ * stream. ZRT_TWIN_SIDE_DELAY_US=N sleeps N us before each op of every
+ * stream but the default one (a slow copy engine or comm stream: work the
+ * compute stream reads only because a side stream's op is quick, not
+ * because an event orders it, then reads stale data); on the timing
+ * events' timeline the sleep is part of the op (a slow op), the jitter not.
+ * ZRT_TWIN_JITTER=SEED sleeps a seeded random 0-200 us before each
  * op, so an ordering that holds only because one thread happened to be
  * faster fails. An op that fails makes its stream's error sticky: later
  * ops on that stream are skipped and the next host call that touches the
  * stream (enqueue, synchronize, event_synchronize) returns the error.
+ * Timing events (cudaEventElapsedTime): every stream keeps the finish times
+ * of its last ZRT_TWIN_STAMPS ops on a GPU-like timeline: an op starts when
+ * it is queued and its stream's previous op has finished, and takes the time
+ * its kernel ran (a worker's wake-up and the jitter sleep are not the
+ * device's time); a wait op takes no time unless its producer finished
+ * later, and then finishes when the producer did. An event's time is its
+ * record's when the stream had already reached it, else the finish time of
+ * the op it waits for: a time between two events is stream time, and a
+ * wait's span is exactly how long its stream stalled on the other.
  *
  * Memory (backend_twin_mem.c owns the mapping, its guard and the carving):
  * new blocks are filled with 0xFF bytes on the default stream (NaN in every
@@ -75,6 +89,9 @@
 
 /* Upper bound of the random delay before each op with ZRT_TWIN_JITTER. */
 #define ZRT_TWIN_JITTER_MAX_US 200
+/* Finish times kept per stream (a ring): a timed event's time is read back
+ * while its op is among the stream's last ZRT_TWIN_STAMPS finished. */
+#define ZRT_TWIN_STAMPS 4096
 
 typedef zrt_status (*twin_run_fn)(twin_ctx *c, void *args);
 
@@ -82,6 +99,7 @@ typedef struct twin_op {
   struct twin_op *next;
   twin_run_fn run;
   const char *what;
+  double t_enq;                      /* when it was queued (the timeline's earliest start) */
   _Alignas(16) unsigned char args[]; /* the arguments, copied at enqueue */
 } twin_op;
 
@@ -99,7 +117,8 @@ struct twin_stream {
   pthread_mutex_t mu;
   pthread_cond_t work, progress;
   twin_op *head, *tail;
-  uint64_t enq, done; /* ops queued / finished (done <= enq) */
+  uint64_t enq, done;             /* ops queued / finished (done <= enq) */
+  double done_t[ZRT_TWIN_STAMPS]; /* finish time of op k (1-based) at (k - 1) % ZRT_TWIN_STAMPS */
   int stop;
   _Atomic int in_host_fn; /* a launched host function runs now (its OpenMP team) */
   zrt_status err;         /* sticky: first failure */
@@ -111,6 +130,8 @@ struct twin_stream {
 typedef struct twin_event {
   twin_stream *s; /* last record's stream; NULL = never recorded */
   uint64_t target;
+  int at_record; /* the stream had reached target when recorded: the time is t */
+  double t;      /* at_record: the record's time (zrt_now_s) */
 } twin_event;
 
 /* The stream whose worker runs on this thread (NULL on host threads). */
@@ -118,6 +139,8 @@ static _Thread_local twin_stream *twin_cur;
 /* 1 while this thread runs a vtable op (not a launched host function): an
  * allocation made there is that op's workspace, in the workers' view. */
 static _Thread_local int twin_in_kernel;
+/* Set by a wait op: its producer's finish on the timeline (-1: not a wait). */
+static _Thread_local double twin_wait_vt = -1;
 
 /* Runs one op on the calling worker. */
 static zrt_status twin_call(twin_ctx *c, twin_run_fn run, void *args) {
@@ -197,11 +220,18 @@ static void *twin_worker(void *arg) {
     int skip = s->err != ZRT_OK;
     pthread_mutex_unlock(&s->mu);
     zrt_status st = ZRT_OK;
+    double ta = 0, tb = 0;
+    twin_wait_vt = -1;
     if (!skip) {
       if (c->jitter) twin_jitter(s);
-      double t0 = c->trace_dir[0] ? zrt_now_s() : 0;
+      ta = zrt_now_s();
+      if (c->side_delay_us && s != c->def) { /* a slow engine: its time counts */
+        struct timespec ts = {c->side_delay_us / 1000000, c->side_delay_us % 1000000 * 1000L};
+        nanosleep(&ts, NULL);
+      }
       st = twin_call(c, op->run, op->args);
-      if (c->trace_dir[0]) twin_trace_add(s, op->what, t0, zrt_now_s());
+      tb = zrt_now_s();
+      if (c->trace_dir[0]) twin_trace_add(s, op->what, ta, tb);
     }
     pthread_mutex_lock(&s->mu);
     if (st != ZRT_OK && s->err == ZRT_OK) {
@@ -210,6 +240,12 @@ static void *twin_worker(void *arg) {
     }
     s->head = op->next;
     if (!s->head) s->tail = NULL;
+    {
+      double prev = s->done ? s->done_t[(s->done - 1) % ZRT_TWIN_STAMPS] : 0;
+      double v0 = prev > op->t_enq ? prev : op->t_enq;
+      s->done_t[s->done % ZRT_TWIN_STAMPS] =
+          twin_wait_vt < 0 ? v0 + (tb - ta) : (twin_wait_vt > v0 ? twin_wait_vt : v0);
+    }
     s->done++;
     free(op);
     pthread_cond_broadcast(&s->progress);
@@ -235,9 +271,11 @@ static zrt_status twin_enqueue(twin_ctx *c, twin_stream *s, twin_run_fn run, con
     unsigned char copy[bytes ? bytes : 1];
     memcpy(copy, args, bytes);
     twin_stream *was = twin_cur;
+    double vt = twin_wait_vt; /* an in-place wait is part of the running op */
     twin_cur = s;
     zrt_status st = twin_call(c, run, copy);
     twin_cur = was;
+    twin_wait_vt = vt;
     return st;
   }
   twin_op *op = malloc(sizeof *op + bytes);
@@ -245,6 +283,7 @@ static zrt_status twin_enqueue(twin_ctx *c, twin_stream *s, twin_run_fn run, con
   op->next = NULL;
   op->run = run;
   op->what = what;
+  op->t_enq = zrt_now_s();
   memcpy(op->args, args, bytes);
   pthread_mutex_lock(&s->mu);
   zrt_status st = twin_sticky(s);
@@ -294,6 +333,10 @@ static zrt_status twin_run_wait(twin_ctx *c, void *a) {
   /* a failed producer: its later ops never run; carry its error over */
   while (w.s->done < w.target && w.s->err == ZRT_OK) pthread_cond_wait(&w.s->progress, &w.s->mu);
   zrt_status st = twin_sticky(w.s);
+  /* the timeline: this op ends when its producer did (long ago: at once) */
+  twin_wait_vt = w.target > 0 && w.s->done - w.target < ZRT_TWIN_STAMPS
+                     ? w.s->done_t[(w.target - 1) % ZRT_TWIN_STAMPS]
+                     : 0;
   pthread_mutex_unlock(&w.s->mu);
   return st;
 }
@@ -762,16 +805,60 @@ static zrt_status twin_event_record(void *ctx, zrt_event ev, zrt_stream s) {
   twin_event *e = ev;
   twin_stream *ts = twin_stream_of(c, s);
   /* from the stream's own worker the running op counts as queued before */
-  uint64_t t = twin_enq_of(ts);
-  if (twin_cur == ts) {
-    pthread_mutex_lock(&ts->mu);
-    t = ts->done + 1;
-    pthread_mutex_unlock(&ts->mu);
-  }
+  pthread_mutex_lock(&ts->mu);
+  uint64_t t = twin_cur == ts ? ts->done + 1 : ts->enq;
+  int reached = ts->done >= t;
+  pthread_mutex_unlock(&ts->mu);
+  double now = zrt_now_s();
   pthread_mutex_lock(&c->mu);
   e->s = ts;
   e->target = t;
+  e->at_record = reached;
+  e->t = now;
   pthread_mutex_unlock(&c->mu);
+  return ZRT_OK;
+}
+
+/* The time e's last record was reached: *ready = 0 while pending. */
+static zrt_status twin_event_time(twin_ctx *c, twin_event *e, int *ready, double *t) {
+  pthread_mutex_lock(&c->mu);
+  twin_event x = *e;
+  pthread_mutex_unlock(&c->mu);
+  *ready = 0;
+  if (!x.s)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "twin event_elapsed: an event never recorded (CUDA: "
+                                          "cudaErrorInvalidResourceHandle)");
+  if (x.at_record) {
+    *ready = 1;
+    *t = x.t;
+    return ZRT_OK;
+  }
+  pthread_mutex_lock(&x.s->mu);
+  zrt_status st = ZRT_OK;
+  if (x.s->done >= x.target) {
+    if (x.s->done - x.target >= ZRT_TWIN_STAMPS)
+      st = zrt_error(ZRT_ERR_UNSUPPORTED,
+                     "twin event_elapsed: the event's op finished %llu ops ago on stream %d; the "
+                     "twin keeps the last %d finish times (read timing events sooner)",
+                     (unsigned long long)(x.s->done - x.target), x.s->index, ZRT_TWIN_STAMPS);
+    else {
+      *ready = 1;
+      *t = x.s->done_t[(x.target - 1) % ZRT_TWIN_STAMPS];
+    }
+  }
+  pthread_mutex_unlock(&x.s->mu);
+  return st;
+}
+
+static zrt_status twin_event_elapsed(void *ctx, zrt_event start, zrt_event end, int *ready,
+                                     double *seconds) {
+  twin_ctx *c = ctx;
+  int r0 = 0, r1 = 0;
+  double t0 = 0, t1 = 0;
+  ZRT_CHECK(twin_event_time(c, start, &r0, &t0));
+  ZRT_CHECK(twin_event_time(c, end, &r1, &t1));
+  *ready = r0 && r1;
+  *seconds = *ready ? t1 - t0 : 0;
   return ZRT_OK;
 }
 
@@ -861,6 +948,8 @@ static const zrt_backend_iface zrt_twin_iface = {
     .synchronize = twin_synchronize,
     .stream_join = twin_stream_join,
     .event_synchronize = twin_event_synchronize,
+    .event_create_timed = twin_event_create, /* every twin event carries its time */
+    .event_elapsed = twin_event_elapsed,
     .host_register = zrt_twin_host_register,
     .host_unregister = zrt_twin_host_unregister,
     .launch_host = twin_launch_host,
@@ -898,6 +987,22 @@ static zrt_status twin_trace_env(twin_ctx *c) {
   return ZRT_OK;
 }
 
+/* ZRT_TWIN_SIDE_DELAY_US: unset or "" = none; microseconds (at most 10 s). */
+static zrt_status twin_side_delay_env(twin_ctx *c) {
+  const char *v = zrt_env("ZRT_TWIN_SIDE_DELAY_US");
+  if (!v || !*v) return ZRT_OK;
+  char *end = NULL;
+  errno = 0;
+  long long us = strtoll(v, &end, 10);
+  if (errno || !end || *end || us < 0 || us > 10000000)
+    return zrt_error(ZRT_ERR_CONFIG,
+                     "ZRT_TWIN_SIDE_DELAY_US=\"%s\": expected microseconds from 0 to 10000000 "
+                     "(e.g. ZRT_TWIN_SIDE_DELAY_US=2000) or unset for none",
+                     v);
+  c->side_delay_us = (long)us;
+  return ZRT_OK;
+}
+
 zrt_status zrt_backend_twin_init(zrt_backend *b, size_t device_memory_limit) {
   if (!b) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_backend_twin_init: b is NULL");
   zrt_status st = ZRT_OK;
@@ -911,17 +1016,18 @@ zrt_status zrt_backend_twin_init(zrt_backend *b, size_t device_memory_limit) {
   ZRT_CHECK_GOTO(zrt_backend_cpu_init(&c->cpu), st, fail);
   ZRT_CHECK_GOTO(twin_jitter_env(c), st, fail);
   ZRT_CHECK_GOTO(twin_trace_env(c), st, fail);
+  ZRT_CHECK_GOTO(twin_side_delay_env(c), st, fail);
   ZRT_CHECK_GOTO(zrt_twin_mem_init(c, device_memory_limit), st, fail);
   ZRT_CHECK_GOTO(twin_stream_new(c, &c->def), st, fail);
   {
     char sz[32];
     snprintf(b->description, sizeof b->description,
-             "GPU twin on the host CPU (%s device mapping, %s%s)",
+             "GPU twin on the host CPU (%s device mapping, %s%s%s)",
              zrt_format_size(c->size, sz, sizeof sz),
              c->guard == ZRT_TWIN_GUARD_PKU        ? "PKU-guarded"
              : c->guard == ZRT_TWIN_GUARD_MPROTECT ? "mprotect-guarded"
                                                    : "pointer-kind checks",
-             c->jitter ? ", jitter" : "");
+             c->jitter ? ", jitter" : "", c->side_delay_us ? ", slow side streams" : "");
   }
   b->device_id = 0;
   b->numa_node = -1;

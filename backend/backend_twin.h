@@ -69,6 +69,8 @@ typedef struct twin_ctx {
   /* ZRT_TWIN_TRACE=DIR: every op's run on its worker is recorded and the
    * records written to DIR/twin_trace.<pid>.txt when the backend goes */
   char trace_dir[512];
+  long
+      side_delay_us; /* ZRT_TWIN_SIDE_DELAY_US: before each op of a stream other than the default */
 } twin_ctx;
 
 /* The device mapping and its guard (PKU where the CPU has it, else the

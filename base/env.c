@@ -33,6 +33,10 @@ static const zrt_env_param zrt_env_table[] = {
    "each twin backend's creation",
    "a decimal seed: the twin backend's streams run their work with seeded random delays, so an "
    "order the program forgot to enforce shows up as a different result"},
+  {"ZRT_TWIN_SIDE_DELAY_US", "int", ZRT_ENV_KNOB, "no delay",
+   "each twin backend's creation",
+   "microseconds (0-10000000) the twin sleeps before each op of every stream but the default one "
+   "(a slow copy engine or comm stream), so a missing event shows even behind long compute"},
   {"ZRT_TWIN_TRACE", "path", ZRT_ENV_KNOB, "no trace",
    "the twin backend",
    "an existing directory: the twin writes each stream's ops with start and end times to "

@@ -483,8 +483,33 @@ static zrt_status zrt_engine_choose_stage(zrt_engine *eng) {
   zrt_engine_set_stage(eng, 3);
   eng->offload_opt = eng->offload_opt != ZRT_OFFLOAD_NONE ? eng->offload_opt : ZRT_OFFLOAD_CPU;
   eng->offload_par = eng->offload_par != ZRT_OFFLOAD_NONE ? eng->offload_par : ZRT_OFFLOAD_CPU;
-  zrt_log0(ZRT_LOG_WARN, "stage auto: nothing fits the device; trying stage 3 with optimizer and "
-                         "parameter offload to cpu (add ranks or device memory)");
+  /* the last lever auto holds: the program's checkpoints to pinned host
+   * memory (cpu_checkpointing), which only the transfers cost */
+  zrt_memest_layout lay;
+  zrt_memest_result r;
+  if (eng->ack.n > ZRT_ACTCKPT_SLOTS && !eng->ack.cpu) {
+    eng->ack.cpu = 1;
+    zrt_engine_layout_totals(eng, &lay);
+    zrt_memest_predict(&lay, &r);
+    if (r.device_total <= zrt_memest_plan_bytes(cap)) {
+      zrt_log0(ZRT_LOG_INFO,
+               "stage auto: picking stage 3 + offload optimizer and params to cpu + "
+               "activation_checkpointing.cpu_checkpointing: predicted %s per rank on the device "
+               "fits 90%% of %s; every faster choice did not fit (%s)",
+               zrt_format_size(r.device_total, b1, sizeof b1), zrt_format_size(cap, b2, sizeof b2),
+               acts);
+      return ZRT_OK;
+    }
+    eng->ack.cpu = 0;
+  }
+  zrt_engine_layout_totals(eng, &lay);
+  zrt_memest_predict(&lay, &r);
+  char hint[512];
+  zrt_engine_actckpt_hint(eng, r.device[ZRT_MEM_ACTIVATIONS], r.device_total, hint, sizeof hint);
+  zrt_log0(ZRT_LOG_WARN,
+           "stage auto: nothing fits the device; trying stage 3 with optimizer and parameter "
+           "offload to cpu (change: %sadd ranks or device memory)",
+           hint);
   return ZRT_OK;
 }
 
@@ -510,18 +535,27 @@ static zrt_status zrt_engine_oom_hint(zrt_engine *eng, zrt_status st, size_t dev
   lay.reuse_elems =
       zrt_memest_fit_reuse(&lay, lay.device_capacity, eng->cfg->stage3_max_reuse_distance);
   zrt_memest_predict(&lay, &s3);
-  char a[32], b[32], c[32], acts[96] = "";
+  char a[32], b[32], c[32], d[32], acts[160] = "", hint[512] = "";
   if (eng->activation_bytes)
     snprintf(acts, sizeof acts, " plus the %s of activations the program declared",
              zrt_format_size(eng->activation_bytes, c, sizeof c));
+  if (eng->ack.n)
+    snprintf(
+        acts + strlen(acts), sizeof acts - strlen(acts), " plus %s of activation checkpoints",
+        zrt_format_size(here.device[ZRT_MEM_ACTIVATIONS] - eng->activation_bytes, d, sizeof d));
+  /* where the activations are most of even that figure, offload alone
+   * cannot be the answer (a refused build plan has said so already) */
+  if (!eng->plan_refused)
+    zrt_engine_actckpt_hint(eng, s3.device[ZRT_MEM_ACTIVATIONS], s3.device_total, hint,
+                            sizeof hint);
   return zrt_error_context(
       ZRT_ERR_OOM,
       "model states%s need %s per rank at stage %d; stage 3 with offload_optimizer and "
-      "offload_param on cpu needs about %s (gathered modules follow the fetch order); try a "
+      "offload_param on cpu needs about %s (gathered modules follow the fetch order); try %sa "
       "higher zero_optimization.stage, offload, more ranks or a larger zrt.device_memory_limit "
       "(see `zrt estimate-memory`). Details: ",
       acts, zrt_format_size(here.device_total, a, sizeof a), eng->stage,
-      zrt_format_size(s3.device_total, b, sizeof b));
+      zrt_format_size(s3.device_total, b, sizeof b), hint);
 }
 
 /* Model-state allocation in the device pool, or the host pool when offloaded. */

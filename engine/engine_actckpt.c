@@ -20,6 +20,13 @@
  * slot's ev_free (recorded at release). On backends without streams (cpu)
  * every copy completes before it returns and the events are no-ops.
  *
+ * Timing (cpu_checkpointing, backends with timing events): each copy is
+ * bracketed by two events on the copy stream, each engine-stream wait for a
+ * slot by two on the engine stream; the pairs sit in a ring and are read
+ * back once done, never waited for (stats copy_s / stall_s: how much of the
+ * transfers the compute hid). A pair overwritten while still pending is
+ * counted as untimed.
+ *
  * Invariants: a slot's holds[] names the block whose input it holds intact;
  * a fetched slot is busy until its release; saved[] is set by save and
  * cleared by release, so a fetch without a save of the same pass fails.
@@ -117,8 +124,91 @@ zrt_status zrt_actckpt_is_on(const zrt_engine *eng, int block, int *on, int *cou
 zrt_status zrt_actckpt_get_stats(const zrt_engine *eng, zrt_actckpt_stats *out) {
   ZRT_CHECK(ack_check(eng, "zrt_actckpt_get_stats", 0));
   if (!out) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_actckpt_get_stats: NULL output");
+  /* reading done events back is bookkeeping, not a change the caller sees */
+  zrt_engine_actckpt_harvest((zrt_engine *)eng);
   *out = eng->ack.stats;
   return ZRT_OK;
+}
+
+/* A pass makes at most 4 spans per checkpointed block (a save's stall and
+ * copy-out, a fetch's stall and copy-in): the ring holds two passes. */
+static zrt_status ack_spans_create(zrt_engine *eng) {
+  zrt_actckpt_state *a = &eng->ack;
+  zrt_backend *be = eng->backend;
+  zrt_event probe = NULL;
+  zrt_status st = zrt_backend_event_create_timed(be, &probe);
+  if (st == ZRT_ERR_UNSUPPORTED) return ZRT_OK; /* nothing asynchronous to time (cpu) */
+  ZRT_CHECK(st);
+  zrt_backend_event_destroy(be, probe);
+  int n = 8 * a->n;
+  a->span = calloc((size_t)n, sizeof *a->span);
+  if (!a->span) return zrt_error(ZRT_ERR_OOM, "activation checkpoints: out of host memory");
+  a->nspan = n;
+  for (int i = 0; i < n; i++) {
+    ZRT_CHECK(zrt_backend_event_create_timed(be, &a->span[i].e0));
+    ZRT_CHECK(zrt_backend_event_create_timed(be, &a->span[i].e1));
+  }
+  return ZRT_OK;
+}
+
+/* Reads span i into the stats when its events are done. */
+static void ack_span_read(zrt_engine *eng, int i) {
+  zrt_actckpt_state *a = &eng->ack;
+  struct zrt_actckpt_span *sp = &a->span[i];
+  if (!sp->pending) return;
+  int ready = 0;
+  double dt = 0;
+  if (zrt_backend_event_elapsed(eng->backend, sp->e0, sp->e1, &ready, &dt) != ZRT_OK) {
+    zrt_log_once("actckpt.untimed", ZRT_LOG_WARN,
+                 "activation checkpoint timing: %s (counted as untimed in the stats)",
+                 zrt_last_error());
+    a->stats.untimed++;
+    sp->pending = 0;
+    return;
+  }
+  if (!ready) return;
+  if (sp->stall)
+    a->stats.stall_s += dt > 0 ? dt : 0;
+  else
+    a->stats.copy_s += dt > 0 ? dt : 0;
+  a->stats.timed++;
+  sp->pending = 0;
+}
+
+void zrt_engine_actckpt_harvest(zrt_engine *eng) {
+  zrt_actckpt_state *a = &eng->ack;
+  for (int i = 0; i < a->nspan; i++) ack_span_read(eng, i);
+}
+
+/* Opens a span: e0 recorded on stream s (NULL: the engine stream). Returns
+ * its index, or -1 without timing. */
+static int ack_span_open(zrt_engine *eng, void *s, int stall) {
+  zrt_actckpt_state *a = &eng->ack;
+  if (!a->nspan) return -1;
+  int i = a->next_span;
+  a->next_span = (i + 1) % a->nspan;
+  struct zrt_actckpt_span *sp = &a->span[i];
+  ack_span_read(eng, i);
+  if (sp->pending) { /* still running a full ring later: not measurable */
+    a->stats.untimed++;
+    sp->pending = 0;
+  }
+  if (zrt_backend_event_record(eng->backend, sp->e0, s) != ZRT_OK) {
+    a->stats.untimed++;
+    return -1;
+  }
+  sp->stall = stall;
+  return i;
+}
+
+static void ack_span_close(zrt_engine *eng, int i, void *s) {
+  if (i < 0) return;
+  struct zrt_actckpt_span *sp = &eng->ack.span[i];
+  if (zrt_backend_event_record(eng->backend, sp->e1, s) != ZRT_OK) {
+    eng->ack.stats.untimed++;
+    return;
+  }
+  sp->pending = 1;
 }
 
 zrt_status zrt_engine_actckpt_build(zrt_engine *eng) {
@@ -167,6 +257,7 @@ zrt_status zrt_engine_actckpt_build(zrt_engine *eng) {
       ZRT_CHECK(zrt_backend_event_create(be, &a->ev_free[s]));
     }
     ZRT_CHECK(zrt_backend_stream_create(be, &a->copy_stream));
+    ZRT_CHECK(ack_spans_create(eng));
   }
   char b1[32], b2[32];
   zrt_log0(ZRT_LOG_INFO, "activation checkpoints: %d of %d blocks, %s each, %s%s%s", a->n,
@@ -203,6 +294,13 @@ void zrt_engine_actckpt_free(zrt_engine *eng) {
     if (a->ev_free[s]) zrt_backend_event_destroy(be, a->ev_free[s]);
     a->slot[s] = a->ev_ready[s] = a->ev_out[s] = a->ev_free[s] = NULL;
   }
+  for (int i = 0; i < a->nspan; i++) {
+    if (a->span[i].e0) zrt_backend_event_destroy(be, a->span[i].e0);
+    if (a->span[i].e1) zrt_backend_event_destroy(be, a->span[i].e1);
+  }
+  free(a->span);
+  a->span = NULL;
+  a->nspan = a->next_span = 0;
   if (a->copy_stream) zrt_backend_stream_destroy(be, a->copy_stream);
   a->copy_stream = NULL;
   ack_forget_blocks(a);
@@ -249,14 +347,18 @@ zrt_status zrt_actckpt_save(zrt_engine *eng, int block, const void *src) {
     a->next_slot = (s + 1) % ns;
     /* the slot's previous copy to the host must have read it, and a copy
      * into it that no fetch took (a backward cut short) must be done */
+    int sp = ack_span_open(eng, NULL, 1);
     ZRT_CHECK(zrt_backend_stream_wait_event(be, NULL, a->ev_out[s]));
     ZRT_CHECK(zrt_backend_stream_wait_event(be, NULL, a->ev_ready[s]));
+    ack_span_close(eng, sp, NULL);
     a->busy[s] = 0;
     ZRT_CHECK(zrt_backend_memcpy(be, a->slot[s], src, a->bytes, ZRT_COPY_D2D, NULL));
     ZRT_CHECK(zrt_backend_event_record(be, a->ev_ready[s], NULL));
     ZRT_CHECK(zrt_backend_stream_wait_event(be, a->copy_stream, a->ev_ready[s]));
+    sp = ack_span_open(eng, a->copy_stream, 0);
     ZRT_CHECK(zrt_backend_memcpy(be, a->store[block], a->slot[s], a->bytes, ZRT_COPY_D2H,
                                  a->copy_stream));
+    ack_span_close(eng, sp, a->copy_stream);
     ZRT_CHECK(zrt_backend_event_record(be, a->ev_out[s], a->copy_stream));
     a->holds[s] = block;
     a->stats.bytes_out += a->bytes;
@@ -266,6 +368,19 @@ zrt_status zrt_actckpt_save(zrt_engine *eng, int block, const void *src) {
   return ZRT_OK;
 }
 
+/* A slot to fill that is not s: a free one holding nothing still saved
+ * (so a block another fetch would find resident stays), else any free one;
+ * -1 when both are busy. */
+static int ack_free_slot(const zrt_actckpt_state *a, int ns, int s) {
+  int any = -1;
+  for (int i = 0; i < ns; i++) {
+    if (i == s || a->busy[i]) continue;
+    if (a->holds[i] < 0 || !a->saved[a->holds[i]]) return i;
+    if (any < 0) any = i;
+  }
+  return any;
+}
+
 /* cpu: copies block's host checkpoint into slot s on the copy stream, after
  * the engine stream's last reads of the slot and its last copy-out. */
 static zrt_status ack_copy_in(zrt_engine *eng, int s, int block) {
@@ -273,8 +388,10 @@ static zrt_status ack_copy_in(zrt_engine *eng, int s, int block) {
   zrt_backend *be = eng->backend;
   ZRT_CHECK(zrt_backend_stream_wait_event(be, a->copy_stream, a->ev_free[s]));
   ZRT_CHECK(zrt_backend_stream_wait_event(be, a->copy_stream, a->ev_out[s]));
+  int sp = ack_span_open(eng, a->copy_stream, 0);
   ZRT_CHECK(
       zrt_backend_memcpy(be, a->slot[s], a->store[block], a->bytes, ZRT_COPY_H2D, a->copy_stream));
+  ack_span_close(eng, sp, a->copy_stream);
   ZRT_CHECK(zrt_backend_event_record(be, a->ev_ready[s], a->copy_stream));
   a->holds[s] = block;
   a->stats.bytes_in += a->bytes;
@@ -317,14 +434,15 @@ zrt_status zrt_actckpt_fetch(zrt_engine *eng, int block, const void **input) {
   } else {
     /* not resident, not prefetched: the first fetch of a pass whose last
      * saves were overwritten, or a fetch out of backward order */
-    for (int i = 0; i < ns && s < 0; i++)
-      if (!a->busy[i]) s = i;
+    s = ack_free_slot(a, ns, -1);
     if (s < 0) return zrt_error(ZRT_ERR_INTERNAL, "zrt_actckpt_fetch: no free staging slot");
     ZRT_CHECK(ack_copy_in(eng, s, block));
     a->stats.on_demand++;
   }
   /* the engine stream reads the slot after its fill (D2D save or H2D copy) */
+  int sp = ack_span_open(eng, NULL, 1);
   ZRT_CHECK(zrt_backend_stream_wait_event(be, NULL, a->ev_ready[s]));
+  ack_span_close(eng, sp, NULL);
   a->busy[s] = 1;
   a->fetched = block;
   *input = a->slot[s];
@@ -339,9 +457,7 @@ zrt_status zrt_actckpt_fetch(zrt_engine *eng, int block, const void **input) {
     int have = 0;
     for (int i = 0; i < ns; i++) have |= a->holds[i] == nb;
     if (!have) {
-      int t = -1;
-      for (int i = 0; i < ns && t < 0; i++)
-        if (i != s && !a->busy[i]) t = i;
+      int t = ack_free_slot(a, ns, s);
       if (t >= 0) {
         ZRT_CHECK(ack_copy_in(eng, t, nb));
         a->busy[t] = 2; /* prefetched, not yet fetched */

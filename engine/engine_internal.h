@@ -130,6 +130,16 @@ typedef struct zrt_actckpt_state {
   double t_save, t_fetch; /* profile: when the open forward / backward began */
   int prof_block;         /* profile: block whose forward is open (-1 none) */
   zrt_actckpt_stats stats;
+  /* cpu mode, timing events (twin, cuda): a ring of event pairs, each the
+   * span of one copy (on the copy stream) or one stall (the engine stream's
+   * waits for a slot); read back when done (zrt_engine_actckpt_harvest) */
+  struct zrt_actckpt_span {
+    void *e0, *e1;
+    int stall, pending;
+  } * span;
+  int nspan, next_span;
+  double rep_copy_s, rep_stall_s; /* what the metrics reported so far */
+  int64_t rep_untimed;
 } zrt_actckpt_state;
 
 /* Per-step measurements feeding metrics and zrt_step_info. */
@@ -321,6 +331,16 @@ zrt_status zrt_engine_actckpt_build(zrt_engine *eng);
 void zrt_engine_actckpt_free(zrt_engine *eng);
 /* Ends any open profile interval (the forward's last block) and logs it. */
 void zrt_engine_actckpt_forward_end(zrt_engine *eng);
+/* engine_memplan.c: the checkpointing change to suggest in an out-of-memory
+ * message when the activations (acts) are more than half of the total
+ * device bytes it names: activation checkpointing when the program
+ * checkpoints nothing, cpu_checkpointing when its checkpoints stay on the
+ * device; "" otherwise. Writes buf (ends with ", " when not empty). */
+const char *zrt_engine_actckpt_hint(const zrt_engine *eng, uint64_t acts, uint64_t total, char *buf,
+                                    size_t len);
+/* Reads the timing spans whose events completed into the stats (never
+ * waits); a no-op without cpu_checkpointing or timing events. */
+void zrt_engine_actckpt_harvest(zrt_engine *eng);
 
 /* engine_layout.c: offsets, padded and part of every module for the
  * engine's world size (sharding/layout.h's rules). */

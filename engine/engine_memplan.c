@@ -35,6 +35,32 @@
 #include "engine_internal.h"
 #include "memest.h"
 
+const char *zrt_engine_actckpt_hint(const zrt_engine *eng, uint64_t acts, uint64_t total, char *buf,
+                                    size_t len) {
+  buf[0] = 0;
+  if (len == 0 || acts == 0 || acts <= total / 2) return buf;
+  const zrt_actckpt_state *a = &eng->ack;
+  char b[32];
+  if (a->n == 0 && eng->cfg->activation_checkpointing)
+    snprintf(buf, len,
+             "a program that checkpoints its blocks (zrt.activation_checkpointing is true but "
+             "this program declared none with zrt_actckpt_declare), ");
+  else if (a->n == 0)
+    snprintf(buf, len,
+             "activation checkpointing (the activations are %s of it: --set "
+             "zrt.activation_checkpointing=true or a DeepSpeed activation_checkpointing section, "
+             "for a program that recomputes its blocks with zrt_actckpt_*, e.g. train_gpt2 "
+             "--activation_checkpointing), ",
+             zrt_format_size(acts, b, sizeof b));
+  else if (!a->cpu && a->n > ZRT_ACTCKPT_SLOTS)
+    snprintf(buf, len,
+             "--set activation_checkpointing.cpu_checkpointing=true (the %d checkpoints to pinned "
+             "host memory, %d staging slots stay: %s less on the device), ",
+             a->n, ZRT_ACTCKPT_SLOTS,
+             zrt_format_size((uint64_t)(a->n - ZRT_ACTCKPT_SLOTS) * a->bytes, b, sizeof b));
+  return buf;
+}
+
 zrt_status zrt_engine_plan_check_build(zrt_engine *eng, const zrt_memest_layout *lay) {
   if (eng->policy->shard_params) {
     free(eng->plan_events);
@@ -51,14 +77,17 @@ zrt_status zrt_engine_plan_check_build(zrt_engine *eng, const zrt_memest_layout 
   zrt_memest_result r;
   zrt_memest_predict(&floor, &r);
   if (r.device_total <= cap) return ZRT_OK;
-  char t[32], c[32], ms[32], bk[32], ac[32], change[320] = "";
+  char t[32], c[32], ms[32], bk[32], ac[32], change[768] = "";
   const zrt_stage_policy *pol = zrt_stage_policy_of(lay->stage);
   const char *off = lay->offload_param       ? " with optimizer and parameter offload"
                     : lay->offload_optimizer ? " with optimizer offload"
                                              : "";
-  /* only the changes that lower this figure */
+  /* only the changes that lower this figure; checkpointing first where the
+   * activations are the larger part of it */
+  zrt_engine_actckpt_hint(eng, r.device[ZRT_MEM_ACTIVATIONS], r.device_total, change,
+                          sizeof change);
   if (lay->activation_bytes)
-    snprintf(change, sizeof change,
+    snprintf(change + strlen(change), sizeof change - strlen(change),
              "a smaller train_micro_batch_size_per_gpu or sequence (the activations), ");
   if (!lay->offload_param)
     snprintf(change + strlen(change), sizeof change - strlen(change), "%s",
@@ -211,15 +240,17 @@ zrt_status zrt_engine_plan_first_boundary(zrt_engine *eng) {
   }
   char b1[32], b2[32], b3[32], b4[32];
   if (cap && got > cap) {
+    char hint[512];
+    zrt_engine_actckpt_hint(eng, d.peak[ZRT_MEM_ACTIVATIONS], got, hint, sizeof hint);
     st = zrt_error(ZRT_ERR_OOM,
                    "stage 3 memory plan: the first step's fetch order, replayed without prefetch "
                    "or reuse, needs %s per rank on the device (%s of it besides the gathered "
                    "copies and 16-bit gradients: model states, buckets and the program's "
                    "allocations at their peaks) and the device has %s; the steps to come cannot "
-                   "be promised. Change: a smaller train_micro_batch_size_per_gpu or sequence, "
+                   "be promised. Change: %sa smaller train_micro_batch_size_per_gpu or sequence, "
                    "more ranks, or a larger zrt.device_memory_limit",
                    zrt_format_size(got, b1, sizeof b1), zrt_format_size(p.fixed, b2, sizeof b2),
-                   zrt_format_size(cap, b3, sizeof b3));
+                   zrt_format_size(cap, b3, sizeof b3), hint);
     goto done;
   }
   if (pf != pf0 || ru != ru0) {

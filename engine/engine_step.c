@@ -347,6 +347,16 @@ static zrt_status zrt_engine_write_metrics(zrt_engine *eng, const zrt_step_info 
           t->optimizer_s, t->gather_s, t->comm_busy_s, t->comm_wait_s,
           isfinite(t->overlap_fraction) ? t->overlap_fraction : 0.0);
   if (eng->test_master_sums) fprintf(f, ",\"master_sum\":%.17g,\"master_sqsum\":%.17g", msum, msq);
+  zrt_actckpt_state *ak = &eng->ack;
+  if (ak->nspan) {
+    /* cpu_checkpointing's transfers this step (rank 0; read from done events) */
+    fprintf(f, ",\"actckpt_copy_s\":%.6g,\"actckpt_stall_s\":%.6g,\"actckpt_untimed\":%lld",
+            ak->stats.copy_s - ak->rep_copy_s, ak->stats.stall_s - ak->rep_stall_s,
+            (long long)(ak->stats.untimed - ak->rep_untimed));
+    ak->rep_copy_s = ak->stats.copy_s;
+    ak->rep_stall_s = ak->stats.stall_s;
+    ak->rep_untimed = ak->stats.untimed;
+  }
   fprintf(f,
           ",\"comm_bytes\":%llu,\"nvme_read_bytes\":%llu,\"nvme_write_bytes\":%llu,"
           "\"host_waits\":%llu,\"step_allocs\":%llu,\"d2h_reads\":%llu,"
@@ -534,6 +544,7 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
   eng->st.micro_count = 0;
   if (st != ZRT_OK && st != ZRT_ERR_OVERFLOW) return st;
   zrt_status mst = ZRT_OK;
+  zrt_engine_actckpt_harvest(eng); /* the spans of this step's passes that are done */
   if (c->metrics_path[0]) mst = zrt_engine_write_metrics(eng, info, step_time, &moved);
   zrt_engine_counters_open(eng); /* the next window starts after the metrics */
   if (eng->monitor && mst == ZRT_OK) mst = zrt_engine_monitor_step(eng, info);

@@ -465,6 +465,18 @@ ZRT_API zrt_status zrt_actckpt_release(zrt_engine *eng, int block);
 typedef struct zrt_actckpt_stats {
   uint64_t bytes_out, bytes_in;
   int64_t saves, fetches, resident, prefetched, on_demand;
+  /* cpu_checkpointing on a backend with timing events (twin, cuda; 0 on
+   * cpu, whose copies complete before they return): copy_s, the copy
+   * stream's time in the copies to and from the host; stall_s, the engine
+   * stream's time waiting for them (at saves: a staging slot's copy-out; at
+   * fetches: its copy-in). 1 - stall_s / copy_s is the share of the
+   * transfers hidden behind compute. timed: copies and waits measured so far;
+   * untimed: those whose events were overwritten before they completed
+   * (counted, never guessed). Read from events that completed, never
+   * waiting: the last pass's figures arrive once its work is done (the next
+   * zrt_engine_step or get_stats call after it). */
+  double copy_s, stall_s;
+  int64_t timed, untimed;
 } zrt_actckpt_stats;
 ZRT_API zrt_status zrt_actckpt_get_stats(const zrt_engine *eng, zrt_actckpt_stats *out);
 

@@ -10,8 +10,13 @@
 # falls with checkpointing, and each checkpointed run says what it keeps.
 # A wrong recompute (a block's backward reading the shared slot as another
 # block left it) changes the losses at step 2 and fails this test.
+# Registered twice: cli.test_gpt2_actckpt on the cpu backend, and
+# twin.test_gpt2_actckpt with ZRT_BACKEND=twin and ZRT_TWIN_JITTER set
+# (tests/CMakeLists.txt), where every run must say it used the twin and the
+# checkpoints' copies run on the copy stream against the compute stream.
 set -euo pipefail
 . "$(dirname "$0")/gpt2_lib.sh" actckpt
+BACKEND=${ZRT_BACKEND:-cpu}
 
 run() { # name stage extra-args...
   local name=$1 stage=$2
@@ -19,8 +24,9 @@ run() { # name stage extra-args...
   ZRT_LOG_LEVEL=info OMP_NUM_THREADS=1 "${MPI[@]}" -n 2 "$EXE" --model tiny --n_layer 3 --batch_size 2 --seq_len 32 \
     --data "$D/corpus.txt" --val_every 0 --sample 0 --steps 4 \
     --set zero_optimization.stage="$stage" --set bf16.enabled=true \
-    --set zrt.pin_memory_fallback=true --metrics "$D/$name.jsonl" "$@" >"$D/$name.out" 2>&1 ||
-    { cat "$D/$name.out"; fail "case $name: train_gpt2 failed"; }
+    --set zrt.pin_memory_fallback=true --set zrt.backend="$BACKEND" --metrics "$D/$name.jsonl" \
+    "$@" >"$D/$name.out" 2>&1 || { cat "$D/$name.out"; fail "case $name: train_gpt2 failed"; }
+  grep -q "backend $BACKEND" "$D/$name.out" || fail "case $name: the run did not use backend $BACKEND"
 }
 
 # losses (as written, every digit) and the activations' peak of a run
@@ -72,4 +78,4 @@ for stage in 0 1 2 3; do
     echo "case $name: losses equal to the bit ($have), activations peak ${got[4]} < ${base[4]}"
   done
 done
-echo "PASS"
+echo "PASS (backend $BACKEND${ZRT_TWIN_JITTER:+, jitter seed $ZRT_TWIN_JITTER})"

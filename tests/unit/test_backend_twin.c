@@ -14,6 +14,7 @@
  */
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -315,6 +316,40 @@ static void test_jitter_env(void) {
   ZT_CONTAINS(b->description, "jitter");
   zrt_backend_destroy(b);
   unsetenv("ZRT_TWIN_JITTER");
+  /* slow side streams: a copy on another stream lands late, so a read that
+   * no event orders after it sees the allocation's poison; with the event,
+   * the copy */
+  setenv("ZRT_TWIN_SIDE_DELAY_US", "-3", 1);
+  ZT_CHECK(zrt_backend_create("twin", 0, 0, &b) == ZRT_ERR_CONFIG);
+  ZT_CONTAINS(zrt_last_error(), "ZRT_TWIN_SIDE_DELAY_US=\"-3\"");
+  setenv("ZRT_TWIN_SIDE_DELAY_US", "200000", 1); /* 200 ms: far longer than the reads below */
+  ZT_OK(zrt_backend_create("twin", 0, 0, &b));
+  ZT_CONTAINS(b->description, "slow side streams");
+  zrt_stream sa = NULL;
+  zrt_event e = NULL;
+  ZT_OK(zrt_backend_stream_create(b, &sa));
+  ZT_OK(zrt_backend_event_create(b, &e));
+  float *x = balloc(b, 4), *y = balloc(b, 4), *z = balloc(b, 4), five = 5.0f, got = 0;
+  ZT_OK(zrt_backend_memcpy(b, x, &five, 4, ZRT_COPY_H2D, NULL));
+  ZT_OK(zrt_backend_synchronize(b, NULL));
+  ZT_OK(zrt_backend_memcpy(b, y, x, 4, ZRT_COPY_D2D, sa));
+  ZT_OK(zrt_backend_memcpy(b, z, y, 4, ZRT_COPY_D2D, NULL)); /* no event: stale */
+  ZT_OK(zrt_backend_memcpy(b, &got, z, 4, ZRT_COPY_D2H, NULL));
+  ZT_CHECK(isnan(got));
+  ZT_OK(zrt_backend_event_record(b, e, sa));
+  ZT_OK(zrt_backend_stream_wait_event(b, NULL, e));
+  ZT_OK(zrt_backend_memcpy(b, z, y, 4, ZRT_COPY_D2D, NULL));
+  ZT_OK(zrt_backend_memcpy(b, &got, z, 4, ZRT_COPY_D2H, NULL));
+  ZT_CHECK(got == 5.0f);
+  printf("twin slow side streams: a read without the event saw the poison, with it %g\n",
+         (double)got);
+  zrt_backend_free(b, x);
+  zrt_backend_free(b, y);
+  zrt_backend_free(b, z);
+  zrt_backend_event_destroy(b, e);
+  zrt_backend_stream_destroy(b, sa);
+  zrt_backend_destroy(b);
+  unsetenv("ZRT_TWIN_SIDE_DELAY_US");
 }
 
 /* The child: ops on device memory work; then the host reads it and must die
@@ -378,9 +413,92 @@ static void test_guard(void) {
          "thread\n");
 }
 
+/* A host function that holds its stream until the test lets it go
+ * (gate[1]); gate[0] says it started. */
+static zrt_status hold(void *a) {
+  atomic_int *gate;
+  memcpy(&gate, a, sizeof gate);
+  atomic_store(&gate[0], 1);
+  while (!atomic_load(&gate[1])) {
+    struct timespec ts = {0, 100000L};
+    nanosleep(&ts, NULL);
+  }
+  return ZRT_OK;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Timing events: pending while the work before the end event runs, then
+ * the stream time between the records (across two streams too); the cpu
+ * backend has none (ZRT_ERR_UNSUPPORTED), an event never recorded is an
+ * error. The held op runs from before the host starts its clock until the
+ * host lets it go ZT_TWIN_SLOW_MS later, so the time between the events
+ * around it is at least what the host measured. */
+static void test_timing_events(void) {
+  zrt_backend *b = twin();
+  zrt_stream sa = NULL, sb = NULL;
+  ZT_OK(zrt_backend_stream_create(b, &sa));
+  ZT_OK(zrt_backend_stream_create(b, &sb));
+  zrt_event e0 = NULL, e1 = NULL, e2 = NULL;
+  ZT_OK(zrt_backend_event_create_timed(b, &e0));
+  ZT_OK(zrt_backend_event_create_timed(b, &e1));
+  ZT_OK(zrt_backend_event_create_timed(b, &e2));
+  int ready = -1;
+  double dt = -1;
+  ZT_CHECK(zrt_backend_event_elapsed(b, e0, e1, &ready, &dt) == ZRT_ERR_INVALID_ARG);
+  ZT_OK(zrt_backend_synchronize(b, NULL));
+  atomic_int gate[2] = {0, 0};
+  atomic_int *gp = gate;
+  ZT_OK(zrt_backend_event_record(b, e0, sa));
+  ZT_OK(zrt_backend_launch_host(b, hold, &gp, sizeof gp, sa));
+  ZT_OK(zrt_backend_event_record(b, e1, sa));
+  while (!atomic_load(&gate[0])) {
+    struct timespec ts = {0, 100000L};
+    nanosleep(&ts, NULL);
+  }
+  double t0 = now_s();
+  ZT_OK(zrt_backend_stream_wait_event(b, sb, e1));
+  ZT_OK(zrt_backend_event_record(b, e2, sb));
+  ZT_OK(zrt_backend_event_elapsed(b, e0, e1, &ready, &dt));
+  ZT_CHECK(ready == 0 && dt == 0);
+  struct timespec ts = {0, (long)ZT_TWIN_SLOW_MS * 1000000L};
+  nanosleep(&ts, NULL);
+  double held = now_s() - t0;
+  atomic_store(&gate[1], 1);
+  ZT_OK(zrt_backend_synchronize(b, NULL));
+  ZT_OK(zrt_backend_event_elapsed(b, e0, e1, &ready, &dt));
+  printf("twin timing events: held %.1f ms on the host, %.1f ms between the events\n", 1e3 * held,
+         1e3 * dt);
+  ZT_CHECK(ready == 1 && dt >= held);
+  double dt2 = -1;
+  ZT_OK(zrt_backend_event_elapsed(b, e0, e2, &ready, &dt2));
+  ZT_CHECK(ready == 1 && dt2 >= dt); /* e2: on sb, after sb waited for e1 */
+  /* an event recorded on an idle stream is reached at its record */
+  ZT_OK(zrt_backend_event_record(b, e1, sb));
+  ZT_OK(zrt_backend_event_elapsed(b, e2, e1, &ready, &dt));
+  ZT_CHECK(ready == 1 && dt >= 0);
+  zrt_backend_event_destroy(b, e0);
+  zrt_backend_event_destroy(b, e1);
+  zrt_backend_event_destroy(b, e2);
+  zrt_backend_stream_destroy(b, sa);
+  zrt_backend_stream_destroy(b, sb);
+  zrt_backend_destroy(b);
+  zrt_backend *c = NULL;
+  ZT_OK(zrt_backend_create("cpu", 0, 0, &c));
+  zrt_event ec = NULL;
+  ZT_CHECK(zrt_backend_event_create_timed(c, &ec) == ZRT_ERR_UNSUPPORTED && ec == NULL);
+  ZT_CHECK(strstr(zrt_last_error(), "cpu backend has no timing events") != NULL);
+  zrt_backend_destroy(c);
+}
+
 int main(void) {
   test_same_numerics();
   test_events();
+  test_timing_events();
   test_copies_and_kinds();
   test_host_fn_and_errors();
   test_jitter_env();
