@@ -20,10 +20,21 @@
 # so every OpenMP team would report its own hand-offs as races: the runs
 # keep OMP_NUM_THREADS=1 (as every ctest run does, ZRT_TEST_ENV), and
 # OPENBLAS_NUM_THREADS=1 for OpenBLAS's pool. Races inside an OpenMP team
-# are therefore not checked here.
+# are therefore not checked here, and unit.test_gpt2_cpu_kernels, which
+# starts its own 2-thread team (omp_set_num_threads) to check the GEMM
+# split, is left out (ZRT_TSAN_EXCLUDE, ctest -E): TSan reports the team's
+# omp critical section as a race. Checking teams needs an OpenMP runtime TSan
+# understands (clang's libomp with its Archer tool), not used here.
+#
+# TSAN_OPTIONS: detect_deadlocks=0 because jemalloc's fork handler takes all
+# of its arena locks at once, more than the 64 TSan's lock-order detector
+# holds per thread, and TSan aborts in every test that forks (zt_in_child);
+# lock-order inversions are not checked (the suites' timeouts still catch a
+# deadlock that happens).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 labels=${ZRT_TSAN_LABELS:-unit|twin}
+exclude=${ZRT_TSAN_EXCLUDE:-"^unit\.test_gpt2_cpu_kernels\$"}
 jobs=${ZRT_TSAN_JOBS:-$(nproc)}
 bdir=build-tsan
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -39,12 +50,12 @@ if (cd $bdir && ctest -N -L "$labels" | grep -q ' cli\.'); then targets="$target
 [ -n "$targets" ] || { echo "tsan.sh: no tests carry a label matching '$labels'" >&2; exit 2; }
 echo "== tsan build ($bdir/): $(echo $targets | wc -w) programs"
 cmake --build $bdir -j"$jobs" --target $targets
-echo "== tsan run: ctest -L '$labels', every engine on the twin"
+echo "== tsan run: ctest -L '$labels' -E '$exclude', every engine on the twin"
 supp=$(pwd)/scripts/tsan.supp
 t0=$(date +%s)
 rc=0
 (cd $bdir && env ZRT_BACKEND=twin OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-  TSAN_OPTIONS="suppressions=$supp halt_on_error=1 exitcode=66 second_deadlock_stack=1 history_size=4" \
-  ctest --output-on-failure -j"$jobs" -L "$labels" --timeout 1800) || rc=$?
+  TSAN_OPTIONS="suppressions=$supp halt_on_error=1 exitcode=66 detect_deadlocks=0 history_size=4" \
+  ctest --output-on-failure -j"$jobs" -L "$labels" -E "$exclude" --timeout 1800) || rc=$?
 echo "== tsan run: $(($(date +%s) - t0)) s, ctest exit $rc"
 exit $rc
