@@ -23,7 +23,8 @@
 # numbers are of the commit named in the file's header, a changed tree
 # starts a new file). After every site it rewrites docs/twin-mutants.md
 # (table and kill rate; the survivors' explanations are kept in
-# docs/engine.md, "Mutation run").
+# docs/engine.md, "Mutation run"). Each mutant's ctest output is kept in
+# build-mut/mutant-logs/.
 #
 # Usage: nice -n 19 scripts/twin-mutants.sh [--list] [--limit N] [--only REGEX] [--no-baseline]
 #   --list      print the sites and exit
@@ -150,11 +151,11 @@ first_tests() {
 suite() {
   local log=$bdir/mutant-ctest.log rc=0 first=${1:-}
   if [ -n "$first" ]; then
-    (cd $bdir && ctest -L twin -R "$first" --stop-on-failure --timeout "$timeout_s" \
+    (cd $bdir && ctest -L twin -R "$first" --output-on-failure --stop-on-failure --timeout "$timeout_s" \
       -j"$jobs" </dev/null >"$root/$log" 2>&1) || rc=$?
   fi
   if [ $rc = 0 ]; then
-    (cd $bdir && ctest -L twin -E "twin_equal_selftest${first:+|$first}" --stop-on-failure \
+    (cd $bdir && ctest -L twin -E "twin_equal_selftest${first:+|$first}" --output-on-failure --stop-on-failure \
       --timeout "$timeout_s" -j"$jobs" </dev/null >>"$root/$log" 2>&1) || rc=$?
   fi
   if [ $rc = 0 ]; then
@@ -220,6 +221,8 @@ while IFS=$'\t' read -r file line col call <&3; do
       res="build failed" by="$(grep -m1 -E 'error' $bdir/mutant-build.log | tr '\t' ' ')"
     else
       by=$(suite "$(first_tests "$file")")
+      mkdir -p $bdir/mutant-logs
+      cp $bdir/mutant-ctest.log "$bdir/mutant-logs/${file//\//_}_$line.log"
       if [ "$by" = passed ]; then res=survived by="-"; else res=killed; fi
     fi
     git checkout -q -- "$file"
