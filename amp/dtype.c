@@ -28,16 +28,16 @@ const char *zrt_dtype_name(zrt_dtype dt) {
  * parameter, DESIGN.md rule 5): the reduction runs inside MPI's progress
  * loop, once per segment. */
 enum { DT_SCALAR, DT_AVX512, DT_AVX512_BF16, DT_AVX2 };
-static int zrt_dtype_path_cached = -1;
+static int zrt_dtype_path_cached = -1; /* atomic: the twin converts on stream workers */
 
 static int zrt_dtype_path(void) {
-  int p = zrt_dtype_path_cached;
+  int p = __atomic_load_n(&zrt_dtype_path_cached, __ATOMIC_RELAXED);
   if (p >= 0) return p;
   zrt_isa isa = zrt_isa_best();
   p = isa == ZRT_ISA_AVX512 ? (zrt_isa_has_avx512bf16() ? DT_AVX512_BF16 : DT_AVX512)
       : isa == ZRT_ISA_AVX2 ? DT_AVX2
                             : DT_SCALAR;
-  zrt_dtype_path_cached = p;
+  __atomic_store_n(&zrt_dtype_path_cached, p, __ATOMIC_RELAXED);
   return p;
 }
 

@@ -46,10 +46,11 @@ int zrt_isa_supported(zrt_isa isa) {
   return 0;
 }
 
-static int zrt_isa_cached = -1;
+static int zrt_isa_cached = -1; /* atomic: stream workers and teams ask too */
 
 zrt_isa zrt_isa_best(void) {
-  if (zrt_isa_cached >= 0) return (zrt_isa)zrt_isa_cached;
+  int cached = __atomic_load_n(&zrt_isa_cached, __ATOMIC_RELAXED);
+  if (cached >= 0) return (zrt_isa)cached;
   zrt_isa best = zrt_isa_supported(ZRT_ISA_AVX512) ? ZRT_ISA_AVX512
                  : zrt_isa_supported(ZRT_ISA_AVX2) ? ZRT_ISA_AVX2
                                                    : ZRT_ISA_SCALAR;
@@ -72,13 +73,14 @@ zrt_isa zrt_isa_best(void) {
   }
   zrt_log_once("cpu_optim_isa", ZRT_LOG_DEBUG, "cpu kernels: %s path%s", zrt_isa_name(best),
                best == ZRT_ISA_AVX512 && zrt_isa_has_avx512bf16() ? " with AVX512_BF16" : "");
-  zrt_isa_cached = (int)best;
+  __atomic_store_n(&zrt_isa_cached, (int)best, __ATOMIC_RELAXED);
   return best;
 }
 
 size_t zrt_cpu_llc_bytes(void) {
-  static size_t llc = (size_t)-1;
-  if (llc != (size_t)-1) return llc;
+  static size_t llc = (size_t)-1; /* atomic: the copy kernels ask from any thread */
+  size_t cached = __atomic_load_n(&llc, __ATOMIC_RELAXED);
+  if (cached != (size_t)-1) return cached;
   size_t best = 0;
   int best_level = 0;
   for (int i = 0; i < 16; i++) {
@@ -107,6 +109,6 @@ size_t zrt_cpu_llc_bytes(void) {
     long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
     best = v > 0 ? (size_t)v : 0;
   }
-  llc = best;
-  return llc;
+  __atomic_store_n(&llc, best, __ATOMIC_RELAXED);
+  return best;
 }

@@ -18,7 +18,7 @@
 #include "internal.h"
 
 static int zrt_log_rank = -1;
-static int zrt_log_level_cached = -1;
+static int zrt_log_level_cached = -1; /* atomic: any thread may log first */
 static pthread_mutex_t zrt_log_mu = PTHREAD_MUTEX_INITIALIZER;
 
 #define ZRT_LOG_ONCE_MAX 64
@@ -29,7 +29,8 @@ void zrt_log_set_rank(int rank) { zrt_log_rank = rank; }
 int zrt_log_get_rank(void) { return zrt_log_rank; }
 
 zrt_log_level zrt_log_get_level(void) {
-  if (zrt_log_level_cached < 0) {
+  int cached = __atomic_load_n(&zrt_log_level_cached, __ATOMIC_RELAXED);
+  if (cached < 0) {
     const char *s = zrt_env("ZRT_LOG_LEVEL");
     int lvl = ZRT_LOG_INFO;
     if (s) {
@@ -45,9 +46,10 @@ zrt_log_level zrt_log_get_level(void) {
                 "logging at info\n",
                 s);
     }
-    zrt_log_level_cached = lvl;
+    __atomic_store_n(&zrt_log_level_cached, lvl, __ATOMIC_RELAXED);
+    cached = lvl;
   }
-  return (zrt_log_level)zrt_log_level_cached;
+  return (zrt_log_level)cached;
 }
 
 static void zrt_vlog(zrt_log_level level, const char *fmt, va_list ap) {

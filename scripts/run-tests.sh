@@ -3,8 +3,9 @@
 # (.ci/run): set-up (missing Debian packages, build), then the whole test
 # suite: ctest (labels unit, mpi, cli, fuzz; gpu tests skip with 77 when
 # there is no GPU), the .clang-format check, an ASan+UBSan build of the suite,
-# and a short libFuzzer pass over the config loaders.
-# Environment: ZRT_FUZZ_SECONDS (default 20 per target), ZRT_SKIP_ASAN=1,
+# a ThreadSanitizer build of the unit and twin suites (scripts/tsan.sh), and a
+# short libFuzzer pass over the config loaders.
+# Environment: ZRT_FUZZ_SECONDS (default 20 per target), ZRT_SKIP_ASAN=1, ZRT_SKIP_TSAN=1,
 # ZRT_SKIP_FUZZ=1, ZRT_SKIP_GPU_SETUP_CHECK=1 to shorten a local run,
 # ZRT_TORCH=0 not to install torch.
 set -euo pipefail
@@ -57,6 +58,15 @@ if [ "${ZRT_SKIP_ASAN:-0}" != 1 ]; then
   (cd build-asan && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --output-on-failure -j"$jobs" -L mpi --timeout 900)
+fi
+
+# ThreadSanitizer over the unit suite and the twin label, every engine on
+# the twin (docs/engine.md, "ThreadSanitizer"): 412 s of ctest at -j2 on the
+# 2-core project machine under load, plus its build (build-tsan/, the test
+# programs only).
+if [ "${ZRT_SKIP_TSAN:-0}" != 1 ]; then
+  echo "== TSan build and suite (build-tsan/, unit and twin labels on the twin)"
+  ./scripts/tsan.sh
 fi
 
 # The GPU machine's set-up (docs/gpu.md): the carried Debian packages alone,

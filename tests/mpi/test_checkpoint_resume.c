@@ -24,6 +24,7 @@
 #include "checkpoint_io.h"
 #include "engine_internal.h"
 #include "test_checkpoint_model.h"
+#include "zt_bits.h"
 #include "ztest.h"
 
 static char base[512];
@@ -97,11 +98,11 @@ static void run_resume(int stage, const char *dtype) {
     uint32_t ua, ub;
     memcpy(&ua, &la[s], 4);
     memcpy(&ub, &lb[s], 4);
-    printf("bits stage %d %s rank %d step %d loss %08x resumed %08x\n", stage, dtype, b.rank, s,
-           (unsigned)ua, (unsigned)ub);
+    zt_bits("bits stage %d %s rank %d step %d loss %08x resumed %08x", stage, dtype, b.rank, s,
+            (unsigned)ua, (unsigned)ub);
   }
-  printf("bits stage %d %s rank %d master fnv1a %016llx\n", stage, dtype, b.rank,
-         (unsigned long long)h);
+  zt_bits("bits stage %d %s rank %d master fnv1a %016llx", stage, dtype, b.rank,
+          (unsigned long long)h);
 
   /* same-world reshard to stage 3: the restored master is the saved one */
   if (stage == 1) {

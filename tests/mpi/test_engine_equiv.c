@@ -27,6 +27,7 @@
 #include "engine_internal.h"
 #include "examples/mlp/mlp_model.h"
 #include "rng.h"
+#include "zt_bits.h"
 #include "zt_mpi.h"
 #include "ztest.h"
 
@@ -220,8 +221,8 @@ static void engine_run(int stage, int dt, int off, refp init[], float *out[MLP_L
     uint64_t h = 1469598103934665603ull;
     for (int64_t e = 0; e < n * 4; e++)
       h = (h ^ ((const unsigned char *)buf)[e]) * 1099511628211ull;
-    printf("bits run %d rank %lld stage %d %s module %d fnv1a %016llx\n", run_no,
-           (long long)info.rank, stage, dt_name[dt], mod, (unsigned long long)h);
+    zt_bits("bits run %d rank %lld stage %d %s module %d fnv1a %016llx", run_no,
+            (long long)info.rank, stage, dt_name[dt], mod, (unsigned long long)h);
   }
   mlp_free(eng, &m);
   zrt_engine_destroy(eng);
