@@ -92,10 +92,8 @@ void zrt_coord_freeze_trace(zrt_coord *c) {
 }
 
 void zrt_coord_set_window(zrt_coord *c, int64_t prefetch_elems, int64_t reuse_distance) {
-  if (!c) return;
-  c->o.prefetch_elems = prefetch_elems;
-  c->o.reuse_distance = reuse_distance;
-  zrt_cpol_set_window(&c->pol, prefetch_elems, reuse_distance);
+  /* the policy holds the settings it decides by (c->o keeps the build's) */
+  if (c) zrt_cpol_set_window(&c->pol, prefetch_elems, reuse_distance);
 }
 
 void zrt_coord_stats_get(const zrt_coord *c, zrt_coord_stats *out) {
