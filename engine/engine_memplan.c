@@ -13,9 +13,10 @@
  * without prefetch or reuse (the coordinator has no trace yet); from the
  * second on it prefetches and keeps copies by the trace, which is what used
  * to run a job out of memory after its first step. At the first boundary
- * the recorded step is replayed with the coordinator's own rules
- * (sharding/coordinator_sim.c) and added to what the pools hold besides the
- * gathered copies and the 16-bit gradients; the reuse distance, then the
+ * the recorded step is replayed with the coordinator's own policy
+ * (sharding/coordinator_sim.c over sharding/coord_policy.c) and added to
+ * what the pools hold besides the gathered copies and the 16-bit
+ * gradients; the reuse distance, then the
  * prefetch budget, are lowered until that steady state fits the share of
  * the device the engine plans in (zrt_memest_plan_bytes), and what changed
  * is logged once.

@@ -1,30 +1,28 @@
 /*
- * coordinator.c — the stage-3 coordinator (coordinator.h): gather at
- * fetch, free or keep at release, prefetch by the recorded trace, evict to
- * stay within max_live, read shards through the parameter swapper in queue
- * (= trace) order. The rules (persistence, prefetch budget, reuse distance,
- * nested fetches, NVMe read queue) are in docs/engine.md, "Stage 3".
- * Invariants: `fetched` means full16 holds the current weights; a module
- * with gather_req has full16 allocated and is not yet fetched; a queued
- * module has full16, no gather_req, is not fetched and not in use; a
- * retained module is fetched, not in use and not persistent; every rank
+ * coordinator.c — the stage-3 coordinator (coordinator.h): executes the
+ * stage-3 policy (coord_policy.h: trace, eviction, prefetch, reuse) with
+ * gathered copies and all-gathers, and reads shards through the parameter
+ * swapper in queue (= trace) order. The rules (persistence, prefetch
+ * budget, reuse distance, nested fetches, NVMe read queue) are in
+ * docs/engine.md, "Stage 3"; this file decides none of them but the order
+ * of reads and gathers. Invariants: the policy's counters follow every
+ * allocation, free and gather here (its `copy` is full16 != NULL, its
+ * `valid` is fetched || gather_req || queued); a module is fetched (full16
+ * holds the current weights) when valid with no gather_req and not
+ * queued; a module with gather_req has full16 and is not yet fetched; a
+ * queued module has full16, no gather_req and is not in use; every rank
  * issues the same gathers in the same order (decisions depend only on the
  * program's calls, the trace and the options, never on timing).
  */
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "coord_policy.h"
 #include "coordinator.h"
 
 typedef struct zrt_coord_mod {
-  int64_t numel, padded, part;
-  int persistent;           /* numel <= persist_threshold: stays gathered */
+  int64_t padded, part;
   void *full16;             /* the gathered copy (NULL when none) */
-  int fetched;              /* full16 holds current values */
-  int in_use;               /* fetches not yet released (fetches nest) */
-  int retained;             /* released but kept gathered for a reuse */
-  int trace_at;             /* trace position of its latest fetch (-1: none yet) */
   int par_pos;              /* nvme: trace position its queued read was issued for (-1: blocking) */
   zrt_comm_req *gather_req; /* pending prefetch all-gather into full16 */
   const void *shard16;      /* the owned shard (NULL with nvme) */
@@ -38,12 +36,7 @@ struct zrt_coord {
   zrt_coord_opts o;
   size_t ws;
   zrt_coord_mod *mods;
-  int *trace;
-  int ntrace, cap_trace;
-  int trace_done; /* 1 after the first boundary: the trace is frozen */
-  int trace_pos;  /* position of the last fetch in the trace */
-  int live_modules;
-  int64_t live_elems; /* gathered non-persistent elements */
+  zrt_cpol pol; /* the decisions and their counters */
   int64_t reuse_kept, reuse_evicted, gathers;
 };
 
@@ -53,7 +46,13 @@ zrt_status zrt_coord_create(zrt_backend *be, zrt_comm *comm, const zrt_coord_opt
   zrt_coord *c = calloc(1, sizeof *c);
   if (!c) return zrt_error(ZRT_ERR_OOM, "stage 3 coordinator: out of host memory");
   c->mods = calloc((size_t)ZRT_MAX(o->nmodules, 1), sizeof *c->mods);
-  if (!c->mods) {
+  zrt_cpol_settings ps = {.prefetch_elems = o->prefetch_elems,
+                          .max_live_elems = o->max_live_elems,
+                          .reuse_distance = o->reuse_distance,
+                          .persist_threshold = o->persist_threshold};
+  if (!c->mods || zrt_cpol_init(&c->pol, &ps, o->nmodules, o->numel, o->padded) != 0) {
+    zrt_cpol_fini(&c->pol);
+    free(c->mods);
     free(c);
     return zrt_error(ZRT_ERR_OOM, "stage 3 coordinator: out of host memory");
   }
@@ -62,14 +61,10 @@ zrt_status zrt_coord_create(zrt_backend *be, zrt_comm *comm, const zrt_coord_opt
   c->pswap = o->pswap;
   c->o = *o;
   c->ws = zrt_dtype_size(o->dtype);
-  c->trace_pos = -1;
   for (int m = 0; m < o->nmodules; m++) {
     zrt_coord_mod *me = &c->mods[m];
-    me->numel = o->numel[m];
     me->padded = o->padded[m];
     me->part = o->padded[m] / comm->world;
-    me->persistent = me->numel <= o->persist_threshold;
-    me->trace_at = -1;
     me->par_pos = -1;
   }
   *out = c;
@@ -81,21 +76,24 @@ void zrt_coord_set_shard(zrt_coord *c, int m, const void *shard16, int host) {
   c->mods[m].shard_host = host;
 }
 
-int zrt_coord_persistent(const zrt_coord *c, int m) { return c->mods[m].persistent; }
+int zrt_coord_persistent(const zrt_coord *c, int m) { return c->pol.mods[m].persistent; }
+
+/* full16 holds the current weights: no gather or read still to come. */
+static int zrt_coord_fetched(const zrt_coord *c, int m) {
+  return c->pol.mods[m].valid && !c->mods[m].gather_req && !zrt_pswap_queued(c->pswap, m);
+}
 
 void *zrt_coord_full(const zrt_coord *c, int m) {
-  const zrt_coord_mod *me = &c->mods[m];
-  return me->fetched ? me->full16 : NULL;
+  return zrt_coord_fetched(c, m) ? c->mods[m].full16 : NULL;
 }
 
 void zrt_coord_freeze_trace(zrt_coord *c) {
-  if (c && !c->trace_done && c->ntrace > 0) c->trace_done = 1;
+  if (c) zrt_cpol_freeze(&c->pol);
 }
 
 void zrt_coord_set_window(zrt_coord *c, int64_t prefetch_elems, int64_t reuse_distance) {
-  if (!c) return;
-  c->o.prefetch_elems = prefetch_elems;
-  c->o.reuse_distance = reuse_distance;
+  /* the policy holds the settings it decides by (c->o keeps the build's) */
+  if (c) zrt_cpol_set_window(&c->pol, prefetch_elems, reuse_distance);
 }
 
 void zrt_coord_stats_get(const zrt_coord *c, zrt_coord_stats *out) {
@@ -104,31 +102,13 @@ void zrt_coord_stats_get(const zrt_coord *c, zrt_coord_stats *out) {
   out->gathers = c->gathers;
   out->reuse_kept = c->reuse_kept;
   out->reuse_evicted = c->reuse_evicted;
-  out->live_modules = c->live_modules;
-  out->live_elems = c->live_elems;
-  out->trace_len = c->ntrace;
+  out->live_modules = c->pol.live_modules;
+  out->live_elems = c->pol.live_elems;
+  out->trace_len = c->pol.ntrace;
 }
 
-/* Trace position of module m's next fetch after position `from` within
- * this step's trace, or INT_MAX. *between: non-persistent elements fetched
- * strictly in between (counted up to `limit`, then the search stops). */
-static int zrt_coord_next_use(const zrt_coord *c, int m, int from, int64_t limit,
-                              int64_t *between) {
-  int64_t d = 0;
-  for (int i = from + 1; i < c->ntrace; i++) {
-    int t = c->trace[i];
-    if (t == m) {
-      if (between) *between = d;
-      return i;
-    }
-    if (!c->mods[t].persistent) d += c->mods[t].padded;
-    if (d >= limit) break;
-  }
-  if (between) *between = d;
-  return INT_MAX;
-}
-
-static void zrt_coord_free_copy(zrt_coord *c, zrt_coord_mod *me) {
+static void zrt_coord_free_copy(zrt_coord *c, int m) {
+  zrt_coord_mod *me = &c->mods[m];
   /* The engine's stream waited for the copy's gather before any use
    * (zrt_coord_wait), so it is ordered after every user but the NVMe
    * reads, which have their own events: without those the copy goes back
@@ -139,43 +119,20 @@ static void zrt_coord_free_copy(zrt_coord *c, zrt_coord_mod *me) {
   else
     zrt_backend_free_on(c->be, me->full16, NULL);
   me->full16 = NULL;
-  c->live_modules--;
-  c->live_elems -= me->padded;
-  me->fetched = 0;
-  me->retained = 0;
+  zrt_cpol_on_free(&c->pol, m);
 }
 
-/* Frees retained copies, farthest next use first, until `need` more
- * elements fit in max_live or none is left. */
-static void zrt_coord_evict(zrt_coord *c, int64_t need) {
-  while (c->live_elems + need > c->o.max_live_elems) {
-    int victim = -1, far = -1;
-    for (int k = 0; k < c->o.nmodules; k++) {
-      if (!c->mods[k].retained) continue;
-      int at = zrt_coord_next_use(c, k, c->trace_pos, INT64_MAX, NULL);
-      if (at > far) {
-        far = at;
-        victim = k;
-      }
-    }
-    if (victim < 0) return;
-    zrt_log(ZRT_LOG_DEBUG, "stage 3: evict retained '%s' to stay within max_live",
-            c->o.names[victim]);
-    zrt_coord_free_copy(c, &c->mods[victim]);
-    c->reuse_evicted++;
-  }
-}
-
+/* m's copy, after the retained copies the policy evicts for it. */
 static zrt_status zrt_coord_alloc(zrt_coord *c, int m, int async) {
   zrt_coord_mod *me = &c->mods[m];
-  if (!me->full16) {
-    if (!me->persistent && !async) zrt_coord_evict(c, me->padded);
-    ZRT_CHECK(zrt_backend_alloc(c->be, (size_t)me->padded * c->ws, ZRT_MEM_PARAMS16, &me->full16));
-    if (!me->persistent) {
-      c->live_modules++;
-      c->live_elems += me->padded;
-    }
+  if (me->full16) return ZRT_OK;
+  for (int v; (v = zrt_cpol_evict_for(&c->pol, m, !async)) >= 0;) {
+    zrt_log(ZRT_LOG_DEBUG, "stage 3: evict retained '%s' to stay within max_live", c->o.names[v]);
+    zrt_coord_free_copy(c, v);
+    c->reuse_evicted++;
   }
+  ZRT_CHECK(zrt_backend_alloc(c->be, (size_t)me->padded * c->ws, ZRT_MEM_PARAMS16, &me->full16));
+  zrt_cpol_on_alloc(&c->pol, m);
   return ZRT_OK;
 }
 
@@ -186,10 +143,10 @@ static void *zrt_coord_own(const zrt_coord *c, const zrt_coord_mod *me) {
 
 /* The all-gather of m into full16 (asynchronous: gather_req). own_ready:
  * the shard is already in this rank's slot (read from nvme). */
-static zrt_status zrt_coord_launch(zrt_coord *c, int m, int async, int own_ready) {
+static zrt_status zrt_coord_launch_gather(zrt_coord *c, int m, int async, int own_ready) {
   zrt_coord_mod *me = &c->mods[m];
   zrt_log(ZRT_LOG_DEBUG, "stage 3: gather '%s' (%lld elements, %s, trace position %d)",
-          c->o.names[m], (long long)me->padded, async ? "prefetch" : "blocking", c->trace_pos);
+          c->o.names[m], (long long)me->padded, async ? "prefetch" : "blocking", c->pol.trace_pos);
   c->gathers++;
   const void *src = me->shard16;
   zrt_status st;
@@ -214,8 +171,13 @@ static zrt_status zrt_coord_launch(zrt_coord *c, int m, int async, int own_ready
   }
   /* blocking for the program: its next kernels on the engine's stream run
    * after the gather (no host wait on a stream-ordered comm) */
-  st = zrt_comm_wait_on(c->comm, req, NULL);
-  if (st == ZRT_OK) me->fetched = 1;
+  return zrt_comm_wait_on(c->comm, req, NULL);
+}
+
+/* The gather of m; its copy is current (or will be, async) unless it failed. */
+static zrt_status zrt_coord_launch(zrt_coord *c, int m, int async, int own_ready) {
+  zrt_status st = zrt_coord_launch_gather(c, m, async, own_ready);
+  zrt_cpol_set_valid(&c->pol, m, st == ZRT_OK);
   return st;
 }
 
@@ -226,8 +188,8 @@ void zrt_coord_drop_reads(zrt_coord *c) {
   for (int k = 0; q && k < n; k++) q[k] = zrt_pswap_queue_at(c->pswap, k);
   zrt_pswap_cancel(c->pswap);
   for (int k = 0; q && k < n; k++) {
-    zrt_coord_mod *me = &c->mods[q[k]];
-    if (me->full16 && !me->persistent) zrt_coord_free_copy(c, me);
+    zrt_cpol_set_valid(&c->pol, q[k], 0);
+    if (c->mods[q[k]].full16 && !c->pol.mods[q[k]].persistent) zrt_coord_free_copy(c, q[k]);
   }
   free(q);
 }
@@ -248,11 +210,12 @@ static zrt_status zrt_coord_start_gather(zrt_coord *c, int m, int async) {
   zrt_status st = zrt_pswap_submit(c->pswap, m, zrt_coord_own(c, me), !async);
   if (st != ZRT_OK) {
     zrt_coord_drop_reads(c);
-    if (me->full16 && !me->persistent) zrt_coord_free_copy(c, me);
+    if (me->full16 && !c->pol.mods[m].persistent) zrt_coord_free_copy(c, m);
     return st;
   }
   if (async) {
-    me->par_pos = -1; /* set by the prefetch loop */
+    zrt_cpol_set_valid(&c->pol, m, 1); /* the queued read and its gather will give it */
+    me->par_pos = -1;                  /* set by the prefetch loop */
     return ZRT_OK;
   }
   ZRT_CHECK(zrt_coord_poll(c, m));
@@ -281,85 +244,52 @@ static zrt_status zrt_coord_wait(zrt_coord *c, int m) {
   zrt_comm_req *req = me->gather_req;
   me->gather_req = NULL;
   zrt_status st = zrt_comm_wait_on(c->comm, req, NULL);
-  if (st == ZRT_OK) me->fetched = 1;
+  if (st != ZRT_OK) zrt_cpol_set_valid(&c->pol, m, 0);
   return st;
 }
 
-/* Position of this fetch of m in the frozen trace: m at or after the
- * expected position (the trace repeats every step), or -1. */
-static int zrt_coord_locate(zrt_coord *c, int m) {
-  for (int k = 0; k < c->ntrace; k++) {
-    int i = (c->trace_pos + 1 + k) % c->ntrace;
-    if (c->trace[i] == m) return i;
-  }
-  return -1;
-}
-
+/* The policy's prefetch after a fetch at trace position pos. */
 static void zrt_coord_prefetch(zrt_coord *c, int pos) {
-  if (pos < 0 || c->o.prefetch_elems <= 0) return;
-  int64_t budget = c->o.prefetch_elems;
-  for (int k = 1; k < c->ntrace && budget > 0; k++) {
-    int i = pos + k;
-    if (i >= c->ntrace) break; /* do not prefetch across the optimizer step */
-    zrt_coord_mod *nx = &c->mods[c->trace[i]];
-    if (nx->fetched || nx->gather_req || zrt_pswap_queued(c->pswap, c->trace[i])) continue;
-    if (nx->numel > budget) break;
-    if (c->live_elems + nx->padded > c->o.max_live_elems) break;
-    if (zrt_coord_start_gather(c, c->trace[i], 1) != ZRT_OK) break; /* blocking fetch retries */
-    nx->par_pos = i;
-    budget -= nx->numel;
+  zrt_cpol_cursor cur = zrt_cpol_prefetch_begin(&c->pol, pos);
+  for (int i; (i = zrt_cpol_prefetch_next(&c->pol, &cur)) >= 0;) {
+    int m = c->pol.trace[i];
+    if (zrt_coord_start_gather(c, m, 1) != ZRT_OK) break; /* blocking fetch retries */
+    c->mods[m].par_pos = i;
   }
 }
 
 zrt_status zrt_coord_fetch(zrt_coord *c, int m) {
-  zrt_coord_mod *me = &c->mods[m];
   int pos = -1;
-  if (!c->trace_done) {
-    if (c->ntrace == c->cap_trace) {
-      int nc = c->cap_trace ? c->cap_trace * 2 : 16;
-      int *t = realloc(c->trace, (size_t)nc * sizeof(int));
-      if (!t) return zrt_error(ZRT_ERR_OOM, "fetch trace: out of host memory");
-      c->trace = t;
-      c->cap_trace = nc;
-    }
-    c->trace[c->ntrace++] = m;
-  } else if (c->ntrace > 0) {
-    pos = zrt_coord_locate(c, m);
-    if (pos >= 0) c->trace_pos = pos;
-  }
-  me->trace_at = pos;
+  if (zrt_cpol_fetch(&c->pol, m, &pos) != 0)
+    return zrt_error(ZRT_ERR_OOM, "fetch trace: out of host memory");
   if (c->pswap) ZRT_CHECK(zrt_coord_launch_due(c, pos < 0 ? -1 : pos + 1, m));
   ZRT_CHECK(zrt_coord_wait(c, m));
-  if (!me->fetched) ZRT_CHECK(zrt_coord_start_gather(c, m, 0));
-  me->retained = 0;
-  me->in_use++;
+  if (!zrt_coord_fetched(c, m)) ZRT_CHECK(zrt_coord_start_gather(c, m, 0));
+  zrt_cpol_on_use(&c->pol, m);
   zrt_coord_prefetch(c, pos);
   return ZRT_OK;
 }
 
 zrt_status zrt_coord_release(zrt_coord *c, int m) {
   zrt_coord_mod *me = &c->mods[m];
-  if (me->in_use > 0) me->in_use--;
+  int outermost = zrt_cpol_on_release(&c->pol, m);
   /* keep the reads flowing while the caller computes */
   if (zrt_pswap_queue_len(c->pswap) > 0) ZRT_CHECK(zrt_coord_poll(c, -1));
-  /* a nested use (a tied module fetched again inside its own fetch) keeps
-   * the gathered copy until the outermost release */
-  if (me->persistent || me->in_use > 0) return ZRT_OK;
+  if (!outermost) return ZRT_OK;
   ZRT_CHECK(zrt_coord_wait(c, m));
-  if (!me->full16) {
-    me->fetched = 0;
-    return ZRT_OK;
-  }
-  int64_t reuse = c->o.reuse_distance, between = 0;
-  if (me->fetched && reuse > 0 && me->trace_at >= 0 && c->live_elems <= c->o.max_live_elems &&
-      zrt_coord_next_use(c, m, me->trace_at, reuse, &between) != INT_MAX && between < reuse) {
-    me->retained = 1;
+  /* a copy whose read is still queued (released without a fetch) is not
+   * current: it is freed, not kept */
+  if (!zrt_coord_fetched(c, m)) zrt_cpol_set_valid(&c->pol, m, 0);
+  if (!me->full16) return ZRT_OK;
+  int64_t between = 0;
+  if (zrt_cpol_keep(&c->pol, m, &between)) {
+    zrt_cpol_on_keep(&c->pol, m);
     c->reuse_kept++;
     zrt_log(ZRT_LOG_DEBUG, "stage 3: keep '%s' gathered (reused after %lld elements)",
             c->o.names[m], (long long)between);
     return ZRT_OK;
   }
-  zrt_coord_free_copy(c, me);
+  zrt_coord_free_copy(c, m);
   return ZRT_OK;
 }
 
@@ -376,15 +306,14 @@ zrt_status zrt_coord_quiesce(zrt_coord *c) {
 
 void zrt_coord_invalidate(zrt_coord *c) {
   zrt_coord_drop_reads(c);
-  for (int m = 0; m < c->o.nmodules; m++) {
-    zrt_coord_mod *me = &c->mods[m];
-    /* stale copies nobody holds (retained, or prefetched and never used):
-     * freed now rather than re-gathered into at their next fetch */
-    if (me->full16 && !me->persistent && me->in_use == 0 && !me->gather_req)
-      zrt_coord_free_copy(c, me);
-    me->fetched = 0;
-  }
-  c->trace_pos = -1;
+  /* stale copies nobody holds (retained, or prefetched and never used):
+   * freed now rather than re-gathered into at their next fetch */
+  for (int m = 0; m < c->o.nmodules; m++)
+    if (zrt_cpol_stale(&c->pol, m) && !c->mods[m].gather_req) zrt_coord_free_copy(c, m);
+  zrt_cpol_on_boundary(&c->pol);
+  /* a gather still in flight (no quiesce before) is waited for at its fetch */
+  for (int m = 0; m < c->o.nmodules; m++)
+    if (c->mods[m].gather_req) zrt_cpol_set_valid(&c->pol, m, 1);
 }
 
 void zrt_coord_destroy(zrt_coord *c) {
@@ -392,6 +321,6 @@ void zrt_coord_destroy(zrt_coord *c) {
   zrt_coord_quiesce(c);
   for (int m = 0; m < c->o.nmodules; m++) zrt_backend_free(c->be, c->mods[m].full16);
   free(c->mods);
-  free(c->trace);
+  zrt_cpol_fini(&c->pol);
   free(c);
 }

@@ -1,156 +1,78 @@
 /*
- * coordinator_sim.c — coordinator.c's fetch, release, prefetch, reuse and
- * eviction rules over counters instead of copies (coordinator_sim.h). Each
- * function here mirrors the one of coordinator.c with the same name
- * suffix; a change to a rule there must be made here too, and
- * unit.test_coordinator_sim fails until it is. A prefetched copy counts
- * from its allocation (as in the pools), and an optimizer step waits for
- * every gather before the copies are invalidated.
+ * coordinator_sim.c — the replay (coordinator_sim.h): executes the stage-3
+ * policy (coord_policy.h) as the coordinator does, with counters where the
+ * coordinator has copies and all-gathers, and adds the 16-bit gradient
+ * buffers. It decides nothing itself: every fetch, eviction, prefetch,
+ * keep and boundary is the policy's answer, so the replay cannot drift
+ * from the coordinator. Invariants: a copy counts from its allocation (as
+ * in the pools), a prefetched copy is current at once (an optimizer step
+ * waits for every gather before the copies are invalidated), and the peaks
+ * are marked after every increase.
  */
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "coord_policy.h"
 #include "coordinator_sim.h"
 
-typedef struct sim_mod {
-  int64_t numel, padded;
-  int persistent, copy, valid, in_use, retained, trace_at, grad;
-} sim_mod;
-
 typedef struct sim {
-  const zrt_coord_sim *o;
-  sim_mod *mods;
-  int *trace;
-  int ntrace, trace_done, trace_pos;
-  int64_t live, grads;
+  zrt_cpol pol;
+  int *grad; /* per module: its 16-bit gradient buffer is allocated */
+  int64_t grads;
   zrt_coord_sim_peaks peak;
 } sim;
 
 static void sim_mark(sim *s) {
-  if (s->live > s->peak.live) s->peak.live = s->live;
+  int64_t live = s->pol.live_elems;
+  if (live > s->peak.live) s->peak.live = live;
   if (s->grads > s->peak.grads) s->peak.grads = s->grads;
-  if (s->live + s->grads > s->peak.both) s->peak.both = s->live + s->grads;
+  if (live + s->grads > s->peak.both) s->peak.both = live + s->grads;
 }
 
-static int sim_next_use(const sim *s, int m, int from, int64_t limit, int64_t *between) {
-  int64_t d = 0;
-  for (int i = from + 1; i < s->ntrace; i++) {
-    int t = s->trace[i];
-    if (t == m) {
-      if (between) *between = d;
-      return i;
-    }
-    if (!s->mods[t].persistent) d += s->mods[t].padded;
-    if (d >= limit) break;
-  }
-  if (between) *between = d;
-  return INT_MAX;
+/* m's copy, after the retained copies the policy evicts for it. */
+static void sim_alloc(sim *s, int m, int blocking) {
+  if (s->pol.mods[m].copy) return;
+  for (int v; (v = zrt_cpol_evict_for(&s->pol, m, blocking)) >= 0;) zrt_cpol_on_free(&s->pol, v);
+  zrt_cpol_on_alloc(&s->pol, m);
+  sim_mark(s);
 }
 
-static void sim_free_copy(sim *s, sim_mod *me) {
-  me->copy = 0;
-  s->live -= me->padded;
-  me->valid = 0;
-  me->retained = 0;
-}
-
-static void sim_evict(sim *s, int64_t need) {
-  while (s->live + need > s->o->max_live_elems) {
-    int victim = -1, far = -1;
-    for (int k = 0; k < s->o->nmodules; k++) {
-      if (!s->mods[k].retained) continue;
-      int at = sim_next_use(s, k, s->trace_pos, INT64_MAX, NULL);
-      if (at > far) {
-        far = at;
-        victim = k;
-      }
-    }
-    if (victim < 0) return;
-    sim_free_copy(s, &s->mods[victim]);
-  }
-}
-
-static void sim_alloc(sim *s, int m, int async) {
-  sim_mod *me = &s->mods[m];
-  if (me->copy) return;
-  if (!me->persistent && !async) sim_evict(s, me->padded);
-  me->copy = 1;
-  if (!me->persistent) {
-    s->live += me->padded;
-    sim_mark(s);
-  }
-}
-
-static int sim_locate(const sim *s, int m) {
-  for (int k = 0; k < s->ntrace; k++) {
-    int i = (s->trace_pos + 1 + k) % s->ntrace;
-    if (s->trace[i] == m) return i;
-  }
-  return -1;
-}
-
-static void sim_prefetch(sim *s, int pos) {
-  if (pos < 0 || s->o->prefetch_elems <= 0) return;
-  int64_t budget = s->o->prefetch_elems;
-  for (int k = 1; k < s->ntrace && budget > 0; k++) {
-    int i = pos + k;
-    if (i >= s->ntrace) break;
-    sim_mod *nx = &s->mods[s->trace[i]];
-    if (nx->valid) continue;
-    if (nx->numel > budget) break;
-    if (s->live + nx->padded > s->o->max_live_elems) break;
-    sim_alloc(s, s->trace[i], 1);
-    nx->valid = 1; /* gather in flight: the step waits for it */
-    budget -= nx->numel;
-  }
-}
-
-static void sim_fetch(sim *s, int m) {
-  sim_mod *me = &s->mods[m];
+static int sim_fetch(sim *s, int m) {
   int pos = -1;
-  if (!s->trace_done) {
-    s->trace[s->ntrace++] = m;
-  } else if (s->ntrace > 0) {
-    pos = sim_locate(s, m);
-    if (pos >= 0) s->trace_pos = pos;
+  if (zrt_cpol_fetch(&s->pol, m, &pos) != 0) return -1;
+  if (!s->pol.mods[m].valid) {
+    sim_alloc(s, m, 1);
+    zrt_cpol_set_valid(&s->pol, m, 1);
   }
-  me->trace_at = pos;
-  if (!me->valid) {
-    sim_alloc(s, m, 0);
-    me->valid = 1;
+  zrt_cpol_on_use(&s->pol, m);
+  zrt_cpol_cursor cur = zrt_cpol_prefetch_begin(&s->pol, pos);
+  for (int i; (i = zrt_cpol_prefetch_next(&s->pol, &cur)) >= 0;) {
+    int nx = s->pol.trace[i];
+    sim_alloc(s, nx, 0);
+    zrt_cpol_set_valid(&s->pol, nx, 1); /* gather in flight: the step waits for it */
   }
-  me->retained = 0;
-  me->in_use++;
-  sim_prefetch(s, pos);
+  return 0;
 }
 
 static void sim_release(sim *s, int m) {
-  sim_mod *me = &s->mods[m];
-  if (me->in_use > 0) me->in_use--;
-  if (me->persistent || me->in_use > 0) return;
-  if (!me->copy) {
-    me->valid = 0;
+  if (!zrt_cpol_on_release(&s->pol, m)) return;
+  if (!s->pol.mods[m].copy) {
+    zrt_cpol_set_valid(&s->pol, m, 0);
     return;
   }
-  int64_t reuse = s->o->reuse_distance, between = 0;
-  if (me->valid && reuse > 0 && me->trace_at >= 0 && s->live <= s->o->max_live_elems &&
-      sim_next_use(s, m, me->trace_at, reuse, &between) != INT_MAX && between < reuse) {
-    me->retained = 1;
-    return;
-  }
-  sim_free_copy(s, me);
+  int64_t between;
+  if (zrt_cpol_keep(&s->pol, m, &between))
+    zrt_cpol_on_keep(&s->pol, m);
+  else
+    zrt_cpol_on_free(&s->pol, m);
 }
 
 /* The optimizer boundary: freeze the trace, then invalidate every copy. */
 static void sim_boundary(sim *s) {
-  if (!s->trace_done && s->ntrace > 0) s->trace_done = 1;
-  for (int m = 0; m < s->o->nmodules; m++) {
-    sim_mod *me = &s->mods[m];
-    if (me->copy && !me->persistent && me->in_use == 0) sim_free_copy(s, me);
-    me->valid = 0;
-  }
-  s->trace_pos = -1;
+  zrt_cpol_freeze(&s->pol);
+  for (int m = 0; m < s->pol.nmodules; m++)
+    if (zrt_cpol_stale(&s->pol, m)) zrt_cpol_on_free(&s->pol, m);
+  zrt_cpol_on_boundary(&s->pol);
 }
 
 int zrt_coord_sim_run(const zrt_coord_sim *o, zrt_coord_sim_peaks *out) {
@@ -162,51 +84,50 @@ int zrt_coord_sim_run(const zrt_coord_sim *o, zrt_coord_sim_peaks *out) {
         e->kind > ZRT_SIM_GRAD_DONE)
       return -1;
   }
-  sim s = {.o = o, .trace_pos = -1};
-  s.mods = calloc((size_t)(o->nmodules > 0 ? o->nmodules : 1), sizeof *s.mods);
-  s.trace = malloc((size_t)(o->nevents > 0 ? o->nevents : 1) * sizeof(int));
-  if (!s.mods || !s.trace) {
-    free(s.mods);
-    free(s.trace);
+  sim s = {0};
+  zrt_cpol_settings ps = {.prefetch_elems = o->prefetch_elems,
+                          .max_live_elems = o->max_live_elems,
+                          .reuse_distance = o->reuse_distance,
+                          .persist_threshold = o->persist_threshold};
+  s.grad = calloc((size_t)(o->nmodules > 0 ? o->nmodules : 1), sizeof *s.grad);
+  if (!s.grad || zrt_cpol_init(&s.pol, &ps, o->nmodules, o->numel, o->padded) != 0) {
+    free(s.grad);
+    zrt_cpol_fini(&s.pol);
     return -1;
   }
-  for (int m = 0; m < o->nmodules; m++) {
-    s.mods[m].numel = o->numel[m];
-    s.mods[m].padded = o->padded[m];
-    s.mods[m].persistent = o->numel[m] <= o->persist_threshold;
-    s.mods[m].trace_at = -1;
-  }
+  int rc = 0;
   /* the first step records the trace; the second runs by it with every
    * persistent copy held but stale; from then on each step repeats it */
-  for (int step = 0; step < 3; step++) {
-    for (int k = 0; k < o->nevents; k++) {
+  for (int step = 0; step < 3 && rc == 0; step++) {
+    for (int k = 0; k < o->nevents && rc == 0; k++) {
       const zrt_sim_event *e = &o->events[k];
-      sim_mod *me = &s.mods[e->module];
+      int m = e->module;
+      int64_t padded = o->padded[m];
       switch (e->kind) {
-      case ZRT_SIM_FETCH: sim_fetch(&s, e->module); break;
-      case ZRT_SIM_RELEASE: sim_release(&s, e->module); break;
+      case ZRT_SIM_FETCH: rc = sim_fetch(&s, m); break;
+      case ZRT_SIM_RELEASE: sim_release(&s, m); break;
       case ZRT_SIM_GRAD:
-        if (!me->grad) {
-          me->grad = 1;
-          s.grads += me->padded;
+        if (!s.grad[m]) {
+          s.grad[m] = 1;
+          s.grads += padded;
           sim_mark(&s);
         }
         break;
       case ZRT_SIM_GRAD_DONE:
         /* grads_ready allocates the buffer if the program never wrote it */
-        if (!me->grad) {
-          s.grads += me->padded;
+        if (!s.grad[m]) {
+          s.grads += padded;
           sim_mark(&s);
         }
-        s.grads -= me->padded;
-        me->grad = 0;
+        s.grads -= padded;
+        s.grad[m] = 0;
         break;
       }
     }
     sim_boundary(&s);
   }
-  *out = s.peak;
-  free(s.mods);
-  free(s.trace);
-  return 0;
+  if (rc == 0) *out = s.peak;
+  free(s.grad);
+  zrt_cpol_fini(&s.pol);
+  return rc;
 }

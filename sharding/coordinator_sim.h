@@ -1,6 +1,7 @@
 /*
- * coordinator_sim.h — the stage-3 coordinator's decisions (coordinator.c)
- * replayed without memory or comms: given the modules' sizes, the options
+ * coordinator_sim.h — the stage-3 coordinator's decisions (the policy of
+ * coord_policy.h, which coordinator.c executes) replayed without memory or
+ * comms: given the modules' sizes, the options
  * and the program's fetch/release sequence of one optimizer step, it
  * returns the most non-persistent elements the coordinator holds gathered
  * at once, and with the engine's 16-bit gradient buffers (one per module
@@ -8,7 +9,7 @@
  * same moment. The memory model uses it so that a prediction made from the
  * program's fetch order equals the pools' measured peak; a unit test runs
  * the real coordinator and this replay over the same random sequences and
- * requires the same peak.
+ * requires the same peak (the two executors of one policy agree).
  */
 #ifndef ZRT_COORDINATOR_SIM_H
 #define ZRT_COORDINATOR_SIM_H
