@@ -25,6 +25,11 @@
 # split, is left out (ZRT_TSAN_EXCLUDE, ctest -E): TSan reports the team's
 # omp critical section as a race. Checking teams needs an OpenMP runtime TSan
 # understands (clang's libomp with its Archer tool), not used here.
+# unit.test_backend_twin is left out too: it races on purpose (its jitter and
+# slow-side-stream cases read device memory that no event orders after a
+# write, to show the twin returns stale data then), which TSan rightly
+# reports; the twin's ordering is checked under TSan by every twin-label
+# engine suite.
 #
 # TSAN_OPTIONS: detect_deadlocks=0 because jemalloc's fork handler takes all
 # of its arena locks at once, more than the 64 TSan's lock-order detector
@@ -34,7 +39,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 labels=${ZRT_TSAN_LABELS:-unit|twin}
-exclude=${ZRT_TSAN_EXCLUDE:-"^unit\.test_gpt2_cpu_kernels\$"}
+exclude=${ZRT_TSAN_EXCLUDE:-"^unit\.test_(gpt2_cpu_kernels|backend_twin)\$"}
 jobs=${ZRT_TSAN_JOBS:-$(nproc)}
 bdir=build-tsan
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
