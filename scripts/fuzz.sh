@@ -19,7 +19,7 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 # The config loaders need only these library files; a target that needs more
 # lists them in "// fuzz-sources:" lines.
-base=("$here"/config/config*.c "$here"/base/error.c "$here"/base/log.c)
+base=("$here"/config/config*.c "$here"/base/error.c "$here"/base/log.c "$here"/base/env.c)
 # the library's layers (CMakeLists.txt ZRT_LAYERS), as the build sees them
 incs=(-I"$here/include")
 for l in base amp config optim backend comm offload sharding engine checkpoint; do
