@@ -70,16 +70,25 @@ static zrt_status zrt_optim_check_args(const zrt_optim_hparams *hp, float *maste
   return ZRT_OK;
 }
 
-zrt_status zrt_cpu_optim_step_isa(zrt_isa isa, const zrt_optim_hparams *hp, float *master,
-                                  float *s1, float *s2, const void *grad, zrt_dtype gdt,
-                                  void *param16, zrt_dtype pdt, size_t n) {
+/* What every step entry checks before its tiles: the ISA runs here, the
+ * arguments are sound; then the step's constants. */
+static zrt_status zrt_optim_begin(zrt_isa isa, const zrt_optim_hparams *hp, void *master, void *s1,
+                                  void *s2, const void *grad, zrt_dtype gdt, zrt_dtype pdt,
+                                  size_t n, zrt_optim_consts *c) {
   if (!zrt_isa_supported(isa))
     return zrt_error(ZRT_ERR_UNSUPPORTED, "cpu optimizer: ISA %s is not available on this CPU",
                      zrt_isa_name(isa));
   ZRT_CHECK(zrt_optim_check_args(hp, master, s1, s2, grad, gdt, pdt, n));
-  if (n == 0) return ZRT_OK;
+  if (n > 0) zrt_optim_consts_init(hp, c);
+  return ZRT_OK;
+}
+
+zrt_status zrt_cpu_optim_step_isa(zrt_isa isa, const zrt_optim_hparams *hp, float *master,
+                                  float *s1, float *s2, const void *grad, zrt_dtype gdt,
+                                  void *param16, zrt_dtype pdt, size_t n) {
   zrt_optim_consts c;
-  zrt_optim_consts_init(hp, &c);
+  ZRT_CHECK(zrt_optim_begin(isa, hp, master, s1, s2, grad, gdt, pdt, n, &c));
+  if (n == 0) return ZRT_OK;
   const int bf16_insn = isa == ZRT_ISA_AVX512 && zrt_isa_has_avx512bf16();
   size_t gsz = zrt_dtype_size(gdt), psz = zrt_dtype_size(pdt);
   long tiles = (long)ZRT_DIV_UP(n, (size_t)ZRT_OPTIM_TILE);
@@ -143,13 +152,9 @@ zrt_status zrt_cpu_optim_step_lp_isa(zrt_isa isa, const zrt_optim_hparams *hp, v
                      (int)mdt, (int)sdt);
   if (mdt == ZRT_F32 && sdt == ZRT_F32) /* the fp32 path, untouched */
     return zrt_cpu_optim_step_isa(isa, hp, master, s1, s2, grad, gdt, param16, pdt, n);
-  if (!zrt_isa_supported(isa))
-    return zrt_error(ZRT_ERR_UNSUPPORTED, "cpu optimizer: ISA %s is not available on this CPU",
-                     zrt_isa_name(isa));
-  ZRT_CHECK(zrt_optim_check_args(hp, master, s1, s2, grad, gdt, pdt, n));
-  if (n == 0) return ZRT_OK;
   zrt_optim_consts c;
-  zrt_optim_consts_init(hp, &c);
+  ZRT_CHECK(zrt_optim_begin(isa, hp, master, s1, s2, grad, gdt, pdt, n, &c));
+  if (n == 0) return ZRT_OK;
   const int bf16_insn = isa == ZRT_ISA_AVX512 && zrt_isa_has_avx512bf16();
   size_t gsz = zrt_dtype_size(gdt), psz = zrt_dtype_size(pdt);
   size_t msz = zrt_dtype_size(mdt), ssz = zrt_dtype_size(sdt);
