@@ -555,12 +555,15 @@ static size_t red_piece(const shm_ctx *s, zrt_dtype dt) {
 /* Non-temporal stores into recv pay off when the ranks' recv buffers
  * together reach the last-level cache: the lines written first would be
  * evicted by the later ones before the caller reads them, so ordinary
- * stores would only add a read of every line (write allocate). Below that,
+ * stores would only add a read of every line (write allocate). A
+ * reduce_scatter also reads every rank's whole send while it writes its
+ * recv, so there the reads count too: `together` is the bytes across the
+ * ranks (callers pass them; use_nt compares them to the cache). Below that,
  * recv stays in cache for the caller (the optimizer reading its gradient
  * shard right after the reduce_scatter). ZRT_COMM_SHM_NT_BYTES (a size; 0:
  * always) overrides the cache size (the tests use it to run the
  * non-temporal paths); where the cache size is unknown nothing streams. */
-static zrt_status use_nt(shm_ctx *s, shm_req *q, size_t rb) {
+static zrt_status use_nt(shm_ctx *s, shm_req *q, size_t together) {
   if (!s->nt_ready) {
     const char *e = zrt_env("ZRT_COMM_SHM_NT_BYTES");
     size_t llc = zrt_cpu_llc_bytes();
@@ -577,7 +580,7 @@ static zrt_status use_nt(shm_ctx *s, shm_req *q, size_t rb) {
     }
     s->nt_ready = 1;
   }
-  q->nt = rb > 0 && rb >= s->nt_from / (size_t)s->nranks;
+  q->nt = together > 0 && together >= s->nt_from;
   return ZRT_OK;
 }
 
@@ -594,7 +597,7 @@ static zrt_status shm_all_reduce(void *ctx, const void *send, void *recv, size_t
   for (int r = 0; r < s->nranks; r++)
     q->counts[r] = count / (size_t)s->nranks + ((size_t)r < count % (size_t)s->nranks);
   size_t rounds = layout(s, q, red_piece(s, dt)), es = zrt_dtype_size(dt);
-  zrt_status st = use_nt(s, q, count * es);
+  zrt_status st = use_nt(s, q, count * es * (size_t)s->nranks);
   if (st != ZRT_OK) {
     req_free(s, q);
     return st;
@@ -612,7 +615,8 @@ static zrt_status shm_reduce_scatter(void *ctx, const void *send, void *recv, co
   q->red = op;
   memcpy(q->counts, counts, (size_t)s->nranks * sizeof *counts);
   size_t rounds = layout(s, q, red_piece(s, dt)), es = zrt_dtype_size(dt);
-  zrt_status st = use_nt(s, q, counts[s->rank] * es);
+  size_t total = q->offs[s->nranks - 1] + counts[s->nranks - 1];
+  zrt_status st = use_nt(s, q, total * es * (size_t)(s->nranks + 1)); /* N sends read, recvs written */
   if (st != ZRT_OK) {
     req_free(s, q);
     return st;
@@ -630,7 +634,7 @@ static zrt_status shm_all_gather(void *ctx, const void *send, void *recv, const 
   memcpy(q->counts, counts, (size_t)s->nranks * sizeof *counts);
   size_t rounds = layout(s, q, s->region / zrt_dtype_size(dt)), es = zrt_dtype_size(dt);
   size_t total = q->offs[s->nranks - 1] + counts[s->nranks - 1];
-  zrt_status st = use_nt(s, q, total * es);
+  zrt_status st = use_nt(s, q, total * es * (size_t)s->nranks);
   if (st != ZRT_OK) {
     req_free(s, q);
     return st;
@@ -648,7 +652,7 @@ static zrt_status shm_broadcast(void *ctx, void *buf, size_t count, zrt_dtype dt
   q->counts[0] = count;
   q->q = s->region / zrt_dtype_size(dt);
   size_t rounds = count ? (count + q->q - 1) / q->q : 0;
-  zrt_status st = use_nt(s, q, count * zrt_dtype_size(dt));
+  zrt_status st = use_nt(s, q, count * zrt_dtype_size(dt) * (size_t)s->nranks);
   if (st != ZRT_OK) {
     req_free(s, q);
     return st;
