@@ -170,26 +170,48 @@ zrt_status zrt_comm_fin_run(zrt_backend *be, const zrt_comm_fin *f, zrt_copy_kin
 
 /* ------------------------------------------------------------ registry */
 
-static int env_int(const char *name, int dflt) {
-  const char *s = zrt_env(name);
-  if (!s || !*s) return dflt;
+/* Whether Open MPI's launcher says every rank is on this machine (unset:
+ * assumed, as a launcher that does not say is a local one). */
+static int local_world_is(int world) {
+  const char *s = zrt_env("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (!s || !*s) return 1;
   char *end;
   long v = strtol(s, &end, 10);
-  return (*end || v < 0 || v > 1 << 24) ? dflt : (int)v;
+  return !*end && v == world;
 }
 
-int zrt_comm_env_world(void) {
+/* A launcher's rank count: unset or empty is 1; anything but a whole
+ * number in 1..2^24 is an error (read as 1 it would start a job of single
+ * ranks that each train alone). */
+static zrt_status env_ranks(const char *name, int *out) {
+  const char *s = zrt_env(name);
+  *out = 1;
+  if (!s || !*s) return ZRT_OK;
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < 1 || v > 1 << 24)
+    return zrt_error(
+        ZRT_ERR_CONFIG,
+        "%s=\"%s\": expected the job's rank count, a whole number from 1 to %d; "
+        "it is set by the launcher (zrt launch, mpirun, torchrun, srun): unset it to run "
+        "one rank, or start the job with its launcher",
+        name, s, 1 << 24);
+  *out = (int)v;
+  return ZRT_OK;
+}
+
+zrt_status zrt_comm_env_world(int *world) {
   static const char *names[] = {"OMPI_COMM_WORLD_SIZE", "WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
                                 "SLURM_STEP_NUM_TASKS"};
-  int w = 1;
+  *world = 1;
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-    int v = env_int(names[i], 1);
-    if (v > w) w = v;
+    int v = 1;
+    ZRT_CHECK(env_ranks(names[i], &v));
+    if (v > *world) *world = v;
   }
-  return w;
+  return ZRT_OK;
 }
-
-static int env_world_size(void) { return zrt_comm_env_world(); }
 
 #ifdef ZRT_HAVE_NCCL
 /* Bytes of one rank's GPU key ("<host>:<boot id>/<PCI bus id>"). */
@@ -232,7 +254,8 @@ zrt_status zrt_comm_create(const char *want, zrt_backend *backend, double timeou
   if (!want || !*want) want = "auto";
   const char *pick = want;
   char why[400] = "";
-  int env_world = env_world_size();
+  int env_world = 1;
+  ZRT_CHECK(zrt_comm_env_world(&env_world));
 
   /* the GPU check's bootstrap, destroyed after the new comm exists */
   zrt_bootstrap *boot = NULL;
@@ -266,7 +289,7 @@ zrt_status zrt_comm_create(const char *want, zrt_backend *backend, double timeou
       pick = "mpi";
       snprintf(why, sizeof why, "CUDA backend but NCCL not built: device buffers staged via host");
 #endif
-    } else if (env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env_world) == env_world) {
+    } else if (local_world_is(env_world)) {
       pick = "shm";
       snprintf(why, sizeof why, "CPU backend, all %d ranks on this machine", env_world);
     } else {

@@ -124,11 +124,13 @@ typedef struct zrt_comm {
  * OMPI_COMM_WORLD_SIZE (Open MPI's mpiexec), WORLD_SIZE (torchrun-style
  * launchers), PMI_SIZE (MPICH's hydra, srun --mpi=pmi2), PMIX_SIZE (where a
  * PMIx launcher sets it) and SLURM_STEP_NUM_TASKS (srun; not SLURM_NTASKS,
- * which a batch script's single process sees too); 1 when none is set. */
-int zrt_comm_env_world(void);
+ * which a batch script's single process sees too); 1 when none is set.
+ * ZRT_ERR_CONFIG, naming the variable, when one holds anything but a whole
+ * number from 1 to 2^24. */
+zrt_status zrt_comm_env_world(int *world);
 
 /* want: "auto" | "self" | "mpi" | "shm" | "hier" | "nccl". auto = self
- * when zrt_comm_env_world() is 1 (no launcher announced more ranks); nccl when backend is cuda,
+ * when zrt_comm_env_world gives 1 (no launcher announced more ranks); nccl when backend is cuda,
  * NCCL is built and every local rank has its own GPU (NCCL refuses two ranks on one GPU: then mpi
  * with host staging); shm when the buffers are host memory and every rank is on this machine
  * (OMPI_COMM_WORLD_LOCAL_SIZE = world size); else hier when every machine holds the same number (>

@@ -616,7 +616,8 @@ static zrt_status shm_reduce_scatter(void *ctx, const void *send, void *recv, co
   memcpy(q->counts, counts, (size_t)s->nranks * sizeof *counts);
   size_t rounds = layout(s, q, red_piece(s, dt)), es = zrt_dtype_size(dt);
   size_t total = q->offs[s->nranks - 1] + counts[s->nranks - 1];
-  zrt_status st = use_nt(s, q, total * es * (size_t)(s->nranks + 1)); /* N sends read, recvs written */
+  zrt_status st =
+      use_nt(s, q, total * es * (size_t)(s->nranks + 1)); /* N sends read, recvs written */
   if (st != ZRT_OK) {
     req_free(s, q);
     return st;

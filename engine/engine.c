@@ -92,7 +92,8 @@ zrt_status zrt_engine_placement(zrt_bootstrap **boot, int *local_rank, int *loca
   *boot = NULL;
   *local_rank = 0;
   *local_world = 1;
-  int world = zrt_comm_env_world();
+  int world = 1;
+  ZRT_CHECK(zrt_comm_env_world(&world));
   if (world > 1) {
     ZRT_CHECK(zrt_bootstrap_mpi_create(boot));
     *local_rank = (*boot)->local_rank;

@@ -33,8 +33,8 @@ int main(void) {
   for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++) unsetenv(gone[i]);
   setenv("LOCAL_RANK", "0", 1);
   setenv("PMI_SIZE", world_s, 1);
-  int world = atoi(world_s);
-  ZT_CHECK(zrt_comm_env_world() == world);
+  int world = atoi(world_s), env_world = -1;
+  ZT_CHECK(zrt_comm_env_world(&env_world) == ZRT_OK && env_world == world);
 
   zrt_bootstrap *boot = NULL;
   int lr = -1, lw = -1;

@@ -195,16 +195,30 @@ static void test_device_pick(void) {
     saved[i] = v ? strdup(v) : NULL;
     unsetenv(vars[i]);
   }
-  ZT_CHECK(zrt_comm_env_world() == 1);
+  int w = -1;
+  ZT_CHECK(zrt_comm_env_world(&w) == ZRT_OK && w == 1);
   setenv("SLURM_NTASKS", "8", 1); /* a batch script's one process: not a world */
-  ZT_CHECK(zrt_comm_env_world() == 1);
+  ZT_CHECK(zrt_comm_env_world(&w) == ZRT_OK && w == 1);
   for (int i = 0; i < 5; i++) {
     setenv(vars[i], "3", 1);
-    ZT_CHECK(zrt_comm_env_world() == 3);
+    ZT_CHECK(zrt_comm_env_world(&w) == ZRT_OK && w == 3);
     unsetenv(vars[i]);
   }
-  setenv("PMI_SIZE", "bogus", 1);
-  ZT_CHECK(zrt_comm_env_world() == 1);
+  /* a malformed rank count is an error naming the variable, never 1 (a job
+   * of ranks that each train alone) */
+  static const char *bad[] = {"bogus", "2x", "", "0", "-2", "99999999999"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("PMI_SIZE", bad[i], 1);
+    zrt_status st = zrt_comm_env_world(&w);
+    if (!*bad[i]) { /* empty = unset */
+      ZT_CHECK(st == ZRT_OK && w == 1);
+      continue;
+    }
+    ZT_CHECK(st == ZRT_ERR_CONFIG);
+    ZT_CONTAINS(zrt_last_error(), "PMI_SIZE=");
+    ZT_CONTAINS(zrt_last_error(), "rank count");
+  }
+  unsetenv("PMI_SIZE");
   for (int i = 0; i < 6; i++) {
     if (saved[i])
       setenv(vars[i], saved[i], 1);
