@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -19,6 +20,7 @@
 
 #include "checkpoint_format.h"
 #include "engine_internal.h"
+#include "engine_state.h"
 #include "safe_file.h"
 
 #define ZRT_CKPT_MSG 1024
@@ -521,6 +523,42 @@ static cJSON *zrt_ckpt_config_json(zrt_engine *eng) {
   return j;
 }
 
+/* Each part's state (engine_state.h) as the meta file's objects; the keys
+ * and their order are the checkpoint format (checkpoint_format.h's version),
+ * read back by zrt_ckpt_state_from_json. */
+static void zrt_ckpt_counters_to_json(const zrt_engine *eng, cJSON *ctr) {
+  zrt_engine_counters_state c;
+  zrt_engine_counters_get(eng, &c);
+  cJSON_AddNumberToObject(ctr, "global_step", (double)c.global_step);
+  cJSON_AddNumberToObject(ctr, "micro_step", (double)c.micro_step);
+  cJSON_AddNumberToObject(ctr, "applied_steps", (double)c.applied_steps);
+  cJSON_AddNumberToObject(ctr, "skipped_total", (double)c.skipped_total);
+  cJSON_AddNumberToObject(ctr, "last_grad_norm", (double)c.last_grad_norm);
+}
+
+static void zrt_ckpt_scaler_to_json(const zrt_engine *eng, cJSON *js) {
+  zrt_scaler_state sc;
+  zrt_engine_scaler_get(eng, &sc);
+  cJSON_AddNumberToObject(js, "dynamic", sc.dynamic);
+  cJSON_AddNumberToObject(js, "cur_scale", sc.cur_scale);
+  cJSON_AddNumberToObject(js, "min_scale", sc.min_scale);
+  cJSON_AddNumberToObject(js, "factor", sc.factor);
+  cJSON_AddNumberToObject(js, "window", (double)sc.window);
+  cJSON_AddNumberToObject(js, "delayed_shift", (double)sc.delayed_shift);
+  cJSON_AddNumberToObject(js, "cur_hysteresis", (double)sc.cur_hysteresis);
+  cJSON_AddNumberToObject(js, "consecutive_hysteresis", sc.consecutive_hysteresis);
+  cJSON_AddNumberToObject(js, "cur_iter", (double)sc.cur_iter);
+  cJSON_AddNumberToObject(js, "last_overflow_iter", (double)sc.last_overflow_iter);
+}
+
+static void zrt_ckpt_sched_to_json(const zrt_engine *eng, cJSON *jsch) {
+  zrt_sched_state sh;
+  zrt_engine_sched_get(eng, &sh);
+  cJSON_AddNumberToObject(jsch, "type", sh.type);
+  cJSON_AddNumberToObject(jsch, "last_batch_iteration", (double)sh.last_batch_iteration);
+  cJSON_AddNumberToObject(jsch, "cur_lr", sh.cur_lr);
+}
+
 static zrt_status zrt_ckpt_write_meta(zrt_engine *eng, const char *dir, int root_fd,
                                       const char *step_dir, int step_fd, const char *step_name,
                                       int gen, cJSON *user, int *meta_done) {
@@ -547,30 +585,9 @@ static zrt_status zrt_ckpt_write_meta(zrt_engine *eng, const char *dir, int root
       cJSON_AddItemToArray(states, cJSON_CreateString(zrt_ckpt_kind_name(k)));
   cJSON_AddNumberToObject(root, "chunk_bytes", ZRT_CKPT_CHUNK_BYTES);
 
-  cJSON *ctr = cJSON_AddObjectToObject(root, "counters");
-  cJSON_AddNumberToObject(ctr, "global_step", (double)eng->global_step);
-  cJSON_AddNumberToObject(ctr, "micro_step", (double)eng->micro_step);
-  cJSON_AddNumberToObject(ctr, "applied_steps", (double)eng->applied_steps);
-  cJSON_AddNumberToObject(ctr, "skipped_total", (double)eng->skipped_total);
-  cJSON_AddNumberToObject(ctr, "last_grad_norm", (double)eng->last_grad_norm);
-
-  const zrt_scaler *sc = &eng->scaler;
-  cJSON *js = cJSON_AddObjectToObject(root, "loss_scaler");
-  cJSON_AddNumberToObject(js, "dynamic", sc->dynamic);
-  cJSON_AddNumberToObject(js, "cur_scale", sc->cur_scale);
-  cJSON_AddNumberToObject(js, "min_scale", sc->min_scale);
-  cJSON_AddNumberToObject(js, "factor", sc->factor);
-  cJSON_AddNumberToObject(js, "window", (double)sc->window);
-  cJSON_AddNumberToObject(js, "delayed_shift", (double)sc->delayed_shift);
-  cJSON_AddNumberToObject(js, "cur_hysteresis", (double)sc->cur_hysteresis);
-  cJSON_AddNumberToObject(js, "consecutive_hysteresis", sc->consecutive_hysteresis);
-  cJSON_AddNumberToObject(js, "cur_iter", (double)sc->cur_iter);
-  cJSON_AddNumberToObject(js, "last_overflow_iter", (double)sc->last_overflow_iter);
-
-  cJSON *jsch = cJSON_AddObjectToObject(root, "scheduler");
-  cJSON_AddNumberToObject(jsch, "type", eng->sched.type);
-  cJSON_AddNumberToObject(jsch, "last_batch_iteration", (double)eng->sched.last_batch_iteration);
-  cJSON_AddNumberToObject(jsch, "cur_lr", eng->sched.cur_lr);
+  zrt_ckpt_counters_to_json(eng, cJSON_AddObjectToObject(root, "counters"));
+  zrt_ckpt_scaler_to_json(eng, cJSON_AddObjectToObject(root, "loss_scaler"));
+  zrt_ckpt_sched_to_json(eng, cJSON_AddObjectToObject(root, "scheduler"));
 
   cJSON *mods = cJSON_AddArrayToObject(root, "modules");
   for (int m = 0; m < eng->nmodules; m++) {
@@ -857,6 +874,57 @@ static double zrt_json_num(const cJSON *o, const char *k, double dflt) {
   return cJSON_IsNumber(j) ? j->valuedouble : dflt;
 }
 
+/* The parts' states from the meta file, each over its current values (a
+ * key an older checkpoint lacks keeps the engine's). The scaler only
+ * carries over between runs of the same precision: a fp16 run's scale means
+ * nothing to a bf16 run. */
+static void zrt_ckpt_state_from_json(zrt_engine *eng, const zrt_ckpt_meta *meta) {
+  const cJSON *c = cJSON_GetObjectItemCaseSensitive(meta->root, "counters");
+  zrt_engine_counters_state k;
+  zrt_engine_counters_get(eng, &k);
+  k.global_step = meta->step;
+  k.micro_step = zrt_json_int(c, "micro_step", 0, ZRT_I64_HI, k.micro_step);
+  k.applied_steps = zrt_json_int(c, "applied_steps", 0, ZRT_I64_HI, k.applied_steps);
+  k.skipped_total = zrt_json_int(c, "skipped_total", 0, ZRT_I64_HI, k.skipped_total);
+  k.last_grad_norm = (float)zrt_json_num(c, "last_grad_norm", 0);
+  zrt_engine_counters_set(eng, &k);
+
+  const cJSON *s = cJSON_GetObjectItemCaseSensitive(meta->root, "loss_scaler");
+  zrt_dtype dtype = eng->dtype;
+  if (meta->dtype == dtype && s) {
+    zrt_scaler_state sc;
+    zrt_engine_scaler_get(eng, &sc);
+    sc.dynamic = (int)zrt_json_int(s, "dynamic", 0, 1, sc.dynamic);
+    sc.cur_scale = zrt_json_num(s, "cur_scale", sc.cur_scale);
+    sc.min_scale = zrt_json_num(s, "min_scale", sc.min_scale);
+    sc.factor = zrt_json_num(s, "factor", sc.factor);
+    sc.window = zrt_json_int(s, "window", ZRT_I64_LO, ZRT_I64_HI, sc.window);
+    sc.delayed_shift = zrt_json_int(s, "delayed_shift", ZRT_I64_LO, ZRT_I64_HI, sc.delayed_shift);
+    sc.cur_hysteresis =
+        zrt_json_int(s, "cur_hysteresis", ZRT_I64_LO, ZRT_I64_HI, sc.cur_hysteresis);
+    sc.consecutive_hysteresis =
+        (int)zrt_json_int(s, "consecutive_hysteresis", 0, 1, sc.consecutive_hysteresis);
+    sc.cur_iter = zrt_json_int(s, "cur_iter", ZRT_I64_LO, ZRT_I64_HI, sc.cur_iter);
+    sc.last_overflow_iter =
+        zrt_json_int(s, "last_overflow_iter", ZRT_I64_LO, ZRT_I64_HI, sc.last_overflow_iter);
+    zrt_engine_scaler_set(eng, &sc);
+  } else if (meta->dtype != dtype) {
+    zrt_log(ZRT_LOG_WARN,
+            "checkpoint %s was saved in %s, this run uses %s: loss-scaler state "
+            "not restored",
+            meta->step_dir, zrt_dtype_name(meta->dtype), zrt_dtype_name(dtype));
+  }
+  const cJSON *sj = cJSON_GetObjectItemCaseSensitive(meta->root, "scheduler");
+  if (sj) {
+    zrt_sched_state sh = {
+        .type = (int)zrt_json_int(sj, "type", -1, 1 << 20, -1),
+        .last_batch_iteration = zrt_json_int(sj, "last_batch_iteration", -1, ZRT_I64_HI, -1),
+        .cur_lr = zrt_json_num(sj, "cur_lr", NAN),
+    };
+    zrt_engine_sched_set(eng, &sh);
+  }
+}
+
 zrt_status zrt_engine_load(zrt_engine *eng, const char *dir, char **user_json) {
   if (user_json) *user_json = NULL;
   if (!eng || !dir || !dir[0])
@@ -935,46 +1003,7 @@ agree2:
                        st, commit_failed);
   }
   ZRT_CHECK_GOTO(zrt_backend_synchronize(eng->backend, NULL), st, commit_failed);
-  {
-    const cJSON *c = cJSON_GetObjectItemCaseSensitive(meta.root, "counters");
-    eng->global_step = meta.step;
-    eng->micro_step = zrt_json_int(c, "micro_step", 0, ZRT_I64_HI, eng->micro_step);
-    eng->applied_steps = zrt_json_int(c, "applied_steps", 0, ZRT_I64_HI, eng->applied_steps);
-    eng->skipped_total = zrt_json_int(c, "skipped_total", 0, ZRT_I64_HI, eng->skipped_total);
-    eng->last_grad_norm = (float)zrt_json_num(c, "last_grad_norm", 0);
-    /* The scaler only carries over between runs of the same precision: a
-     * fp16 run's scale means nothing to a bf16 run. */
-    const cJSON *s = cJSON_GetObjectItemCaseSensitive(meta.root, "loss_scaler");
-    if (meta.dtype == eng->dtype && s) {
-      zrt_scaler *sc = &eng->scaler;
-      sc->dynamic = (int)zrt_json_int(s, "dynamic", 0, 1, sc->dynamic);
-      sc->cur_scale = zrt_json_num(s, "cur_scale", sc->cur_scale);
-      sc->min_scale = zrt_json_num(s, "min_scale", sc->min_scale);
-      sc->factor = zrt_json_num(s, "factor", sc->factor);
-      sc->window = zrt_json_int(s, "window", ZRT_I64_LO, ZRT_I64_HI, sc->window);
-      sc->delayed_shift =
-          zrt_json_int(s, "delayed_shift", ZRT_I64_LO, ZRT_I64_HI, sc->delayed_shift);
-      sc->cur_hysteresis =
-          zrt_json_int(s, "cur_hysteresis", ZRT_I64_LO, ZRT_I64_HI, sc->cur_hysteresis);
-      sc->consecutive_hysteresis =
-          (int)zrt_json_int(s, "consecutive_hysteresis", 0, 1, sc->consecutive_hysteresis);
-      sc->cur_iter = zrt_json_int(s, "cur_iter", ZRT_I64_LO, ZRT_I64_HI, sc->cur_iter);
-      sc->last_overflow_iter =
-          zrt_json_int(s, "last_overflow_iter", ZRT_I64_LO, ZRT_I64_HI, sc->last_overflow_iter);
-    } else if (meta.dtype != eng->dtype) {
-      zrt_log(ZRT_LOG_WARN,
-              "checkpoint %s was saved in %s, this run uses %s: loss-scaler state "
-              "not restored",
-              meta.step_dir, zrt_dtype_name(meta.dtype), zrt_dtype_name(eng->dtype));
-    }
-    const cJSON *sj = cJSON_GetObjectItemCaseSensitive(meta.root, "scheduler");
-    if (sj) {
-      zrt_sched_set_iteration(&eng->sched,
-                              zrt_json_int(sj, "last_batch_iteration", -1, ZRT_I64_HI, -1));
-      if (zrt_json_int(sj, "type", -1, 1 << 20, -1) == (int64_t)eng->sched.type)
-        eng->sched.cur_lr = zrt_json_num(sj, "cur_lr", eng->sched.cur_lr);
-    }
-  }
+  zrt_ckpt_state_from_json(eng, &meta);
   /* 16-bit working weights are re-derived from the restored masters, the
    * same conversion the optimizer step applies: bitwise what an
    * uninterrupted run holds. Collective. */

@@ -907,8 +907,7 @@ zrt_status zrt_param_numel(const zrt_engine *eng, int param_id, int64_t *numel) 
 float zrt_engine_backward_scale(const zrt_engine *eng) {
   const zrt_cfg *c = eng->cfg;
   if (!c->fp16_enabled) return zrt_scaler_scale(&eng->scaler);
-  int64_t K = c->gradient_accumulation_steps > 0 ? c->gradient_accumulation_steps : 1;
-  return (float)(eng->scaler.cur_scale / (double)K);
+  return (float)(eng->scaler.cur_scale / (double)zrt_engine_accum_steps(eng));
 }
 
 zrt_status zrt_engine_loss_scale(const zrt_engine *eng, float *scale) {

@@ -298,6 +298,12 @@ void zrt_engine_timing_open(zrt_engine *eng, double now);
  * scalar D2H reads) reported per step in the metrics (engine_step.c). */
 void zrt_engine_counters_open(zrt_engine *eng);
 void zrt_engine_timing_close(zrt_engine *eng, double boundary_start, double now);
+/* Adds now - since - excluded to *acc (one of eng->ph's engine-call
+ * shares: fetch, reduce, optimizer, gather) and returns now, so the next
+ * share can start where this one ended. */
+double zrt_engine_timing_charge(double *acc, double since, double excluded);
+/* The window's micro-steps: gradient_accumulation_steps, at least 1. */
+int64_t zrt_engine_accum_steps(const zrt_engine *eng);
 void zrt_engine_team_open(zrt_engine *eng);
 void zrt_engine_team_step(zrt_engine *eng, double step_s);
 
