@@ -74,3 +74,31 @@ zrt_status zrt_scaler_update(zrt_scaler *s, int overflow) {
   s->cur_iter++;
   return ZRT_OK;
 }
+
+void zrt_scaler_state_get(const zrt_scaler *s, zrt_scaler_state *out) {
+  *out = (zrt_scaler_state){
+      .dynamic = s->dynamic,
+      .cur_scale = s->cur_scale,
+      .min_scale = s->min_scale,
+      .factor = s->factor,
+      .window = s->window,
+      .delayed_shift = s->delayed_shift,
+      .cur_hysteresis = s->cur_hysteresis,
+      .consecutive_hysteresis = s->consecutive_hysteresis,
+      .cur_iter = s->cur_iter,
+      .last_overflow_iter = s->last_overflow_iter,
+  };
+}
+
+void zrt_scaler_state_set(zrt_scaler *s, const zrt_scaler_state *in) {
+  s->dynamic = in->dynamic;
+  s->cur_scale = in->cur_scale;
+  s->min_scale = in->min_scale;
+  s->factor = in->factor;
+  s->window = in->window;
+  s->delayed_shift = in->delayed_shift;
+  s->cur_hysteresis = in->cur_hysteresis;
+  s->consecutive_hysteresis = in->consecutive_hysteresis;
+  s->cur_iter = in->cur_iter;
+  s->last_overflow_iter = in->last_overflow_iter;
+}

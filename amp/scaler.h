@@ -35,6 +35,21 @@ typedef struct zrt_scaler {
 } zrt_scaler;
 
 /* Dynamic scaler (raise_at_min = 1; the engine clears it at stage 0). */
+/* The scaler's state as a checkpoint keeps it (DeepSpeed's
+ * loss_scaler.state_dict): every field but raise_at_min, which the stage's
+ * rule sets at init. Callers read and write a scaler's state only through
+ * zrt_scaler_state_get / _set, never its fields. */
+typedef struct zrt_scaler_state {
+  int dynamic;
+  double cur_scale, min_scale, factor;
+  int64_t window, delayed_shift, cur_hysteresis;
+  int consecutive_hysteresis;
+  int64_t cur_iter, last_overflow_iter;
+} zrt_scaler_state;
+
+void zrt_scaler_state_get(const zrt_scaler *s, zrt_scaler_state *out);
+void zrt_scaler_state_set(zrt_scaler *s, const zrt_scaler_state *in);
+
 void zrt_scaler_init_dynamic(zrt_scaler *s, int64_t initial_scale_power, int64_t window,
                              int64_t hysteresis, int consecutive_hysteresis, double min_scale);
 /* Static scale (fp16 loss_scale > 0), or scale 1 (bf16 / fp32). */

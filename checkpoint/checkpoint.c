@@ -1,10 +1,13 @@
 /*
- * checkpoint.c — zrt_engine_save / zrt_engine_load (include/zrt.h) on the
- * format of checkpoint_format.h: a crash-safe save (new files under new
- * names, meta.json last, `latest` flipped atomically), a load that checks
- * every byte it uses and reshards across world sizes and stages. The
- * protocol step by step: docs/checkpoints.md, "Save and load protocol
- * (checkpoint.c)".
+ * checkpoint.c — zrt_engine_save, zrt_engine_save_claim and zrt_ckpt_remove
+ * (include/zrt.h) on the format of checkpoint_format.h: a crash-safe save
+ * (new files under new names, meta.json last, `latest` flipped
+ * atomically), the checkpoint directory's lock and the names zrt owns in
+ * it, and what checkpoint_load.c shares (checkpoint_internal.h). The load
+ * that checks every byte it uses and reshards across world sizes and
+ * stages is checkpoint_load.c. The protocol step by step:
+ * docs/checkpoints.md, "Save and load protocol (checkpoint.c)". The engine
+ * is read and its state taken only through engine/engine_state.h.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -18,7 +21,8 @@
 #include <unistd.h>
 
 #include "checkpoint_format.h"
-#include "engine_internal.h"
+#include "checkpoint_internal.h"
+#include "engine_state.h"
 #include "safe_file.h"
 
 #define ZRT_CKPT_MSG 1024
@@ -28,11 +32,13 @@
 /* Every rank passes its local status; returns OK only when all succeeded,
  * else the first failing rank's status with its message (prefixed "rank q:"
  * on the other ranks). extra[0..nextra) are summed across ranks. */
-static zrt_status zrt_ckpt_agree(zrt_engine *eng, zrt_status st, float *extra, int nextra) {
-  int w = eng->world;
+zrt_status zrt_ckpt_agree(zrt_engine *eng, zrt_status st, float *extra, int nextra) {
+  zrt_engine_view v;
+  zrt_engine_view_get(eng, &v);
+  int w = v.world;
   float *buf = calloc((size_t)(w + nextra + ZRT_CKPT_MSG), sizeof(float));
   if (!buf) return zrt_error(ZRT_ERR_OOM, "checkpoint: out of host memory for an agreement");
-  buf[eng->rank] = (float)st;
+  buf[v.rank] = (float)st;
   for (int i = 0; i < nextra; i++) buf[w + i] = extra[i];
   zrt_status cs = zrt_engine_all_reduce_sum(eng, buf, (size_t)(w + nextra));
   if (cs != ZRT_OK) {
@@ -49,12 +55,12 @@ static zrt_status zrt_ckpt_agree(zrt_engine *eng, zrt_status st, float *extra, i
   }
   zrt_status qst = (zrt_status)(int)buf[q];
   float *msg = buf + w + nextra;
-  if (eng->rank == q) {
+  if (v.rank == q) {
     const char *e = zrt_last_error();
     for (size_t i = 0; i < ZRT_CKPT_MSG - 1 && e[i]; i++) msg[i] = (float)(unsigned char)e[i];
   }
   cs = zrt_engine_all_reduce_sum(eng, msg, ZRT_CKPT_MSG);
-  if (eng->rank != q) {
+  if (v.rank != q) {
     char text[ZRT_CKPT_MSG];
     for (size_t i = 0; i < ZRT_CKPT_MSG; i++) text[i] = (char)(int)msg[i];
     text[ZRT_CKPT_MSG - 1] = '\0';
@@ -78,7 +84,7 @@ static void zrt_ckpt_raw_free(void *ctx, void *ptr, size_t bytes) {
   free(ptr);
 }
 
-static zrt_status zrt_ckpt_staging_pool(zrt_pool **out) {
+zrt_status zrt_ckpt_staging_pool(zrt_pool **out) {
   ZRT_CHECK(
       zrt_pool_create("checkpoint staging", 0, zrt_ckpt_raw_alloc, zrt_ckpt_raw_free, NULL, out));
   zrt_pool_set_hint(*out, "checkpoints stage one module's shard at a time (save) or the whole "
@@ -90,32 +96,25 @@ static zrt_status zrt_ckpt_staging_pool(zrt_pool **out) {
  * param16) into host memory dst. */
 static zrt_status zrt_ckpt_fetch_state(zrt_engine *eng, int module, int kind, void *dst,
                                        int64_t len) {
-  zrt_module_entry *me = &eng->modules[module];
   if (kind == ZRT_CKPT_MASTER) return zrt_engine_get_master(eng, module, dst);
-  if (kind == ZRT_CKPT_PARAM16 && me->shard16_nvme)
-    return zrt_engine_param_nvme_read(eng, module, dst);
-  if (kind == ZRT_CKPT_PARAM16)
-    return zrt_backend_memcpy(eng->backend, dst, me->shard16,
-                              (size_t)me->part * zrt_dtype_size(eng->dtype),
-                              me->shard16_host ? ZRT_COPY_H2H : ZRT_COPY_D2H, NULL);
+  if (kind == ZRT_CKPT_PARAM16) return zrt_engine_shard16_read(eng, module, dst);
   (void)len;
   return zrt_engine_state_io(eng, module, kind == ZRT_CKPT_EXP_AVG ? ZRT_STATE_S1 : ZRT_STATE_S2,
                              ZRT_IO_READ, dst);
 }
 
-static int zrt_ckpt_engine_has(const zrt_engine *eng, int kind) {
-  const zrt_module_entry *me = &eng->modules[0];
+int zrt_ckpt_engine_has(const zrt_engine *eng, int kind) {
   switch (kind) {
   case ZRT_CKPT_MASTER: return 1;
   case ZRT_CKPT_EXP_AVG: return zrt_engine_optim_states(eng) >= 1;
   case ZRT_CKPT_EXP_AVG_SQ: return zrt_engine_optim_states(eng) >= 2;
-  default: return eng->policy->shard_params && (me->shard16 != NULL || me->shard16_nvme);
+  default: return zrt_engine_has_shard16(eng);
   }
 }
 
 /* ------------------------------------------------------------- save */
 
-static const char *zrt_ckpt_optim_name(zrt_optim_type t) {
+const char *zrt_ckpt_optim_name(zrt_optim_type t) {
   switch (t) {
   case ZRT_OPTIM_ADAM: return "adam";
   case ZRT_OPTIM_ADAMW: return "adamw";
@@ -134,28 +133,32 @@ static zrt_status zrt_ckpt_write_rank(zrt_engine *eng, int step_fd, const char *
   zrt_ckpt_writer w = {.fd = -1, .dfd = -1};
   uint32_t *crcs = NULL;
   unsigned char *table = NULL;
+  zrt_engine_view v;
+  zrt_engine_view_get(eng, &v);
   int nk = 0, kinds[ZRT_CKPT_NKINDS];
   for (int k = 0; k < ZRT_CKPT_NKINDS; k++)
     if (zrt_ckpt_engine_has(eng, k)) kinds[nk++] = k;
-  int nsec = eng->nmodules * nk;
+  int nsec = v.nmodules * nk;
   uint64_t cb = ZRT_CKPT_CHUNK_BYTES, nchunks = 0;
   int64_t maxlen = 0;
   sec = calloc((size_t)nsec, sizeof *sec);
   if (!sec) return zrt_error(ZRT_ERR_OOM, "checkpoint: out of host memory");
   uint64_t off = 0;
-  for (int m = 0; m < eng->nmodules; m++) {
+  for (int m = 0; m < v.nmodules; m++) {
     int64_t foff, len;
+    zrt_engine_module_view mv;
+    zrt_engine_module_view_get(eng, m, &mv);
     zrt_engine_master_extent(eng, m, &foff, &len);
     maxlen = ZRT_MAX(maxlen, len);
     for (int i = 0; i < nk; i++) {
       zrt_ckpt_section *s = &sec[m * nk + i];
-      zrt_dtype dt = kinds[i] == ZRT_CKPT_PARAM16 ? eng->dtype : ZRT_F32;
+      zrt_dtype dt = kinds[i] == ZRT_CKPT_PARAM16 ? v.dtype : ZRT_F32;
       snprintf(s->name, sizeof s->name, "%s.%d", zrt_ckpt_kind_name(kinds[i]), m);
       s->module = (uint32_t)m;
       s->kind = (uint32_t)kinds[i];
       s->dtype = (uint32_t)dt;
-      s->flat_off = (uint64_t)((int64_t)eng->rank * eng->modules[m].part);
-      s->count = (uint64_t)eng->modules[m].part;
+      s->flat_off = (uint64_t)((int64_t)v.rank * mv.part);
+      s->count = (uint64_t)mv.part;
       s->bytes = s->count * zrt_dtype_size(dt);
       s->nchunks = (uint32_t)((s->bytes + cb - 1) / cb);
       s->crc_index = nchunks;
@@ -176,14 +179,14 @@ static zrt_status zrt_ckpt_write_rank(zrt_engine *eng, int step_fd, const char *
   ZRT_CHECK_GOTO(zrt_pool_alloc(pool, (size_t)maxlen * 4, ZRT_MEM_OTHER, &stage), st, done);
   ZRT_CHECK_GOTO(zrt_ckpt_writer_openat(&w, step_fd, step_dir, name), st, done);
   ZRT_CHECK_GOTO(zrt_ckpt_writer_write(&w, table, data_offset), st, done); /* placeholder */
-  for (int m = 0; m < eng->nmodules; m++) {
+  for (int m = 0; m < v.nmodules; m++) {
     int64_t foff, len;
     zrt_engine_master_extent(eng, m, &foff, &len);
     for (int i = 0; i < nk; i++) {
       zrt_ckpt_section *s = &sec[m * nk + i];
       s->file_off += data_offset;
       ZRT_CHECK_GOTO(zrt_ckpt_fetch_state(eng, m, (int)s->kind, stage, len), st, done);
-      ZRT_CHECK_GOTO(zrt_backend_synchronize(eng->backend, NULL), st, done);
+      ZRT_CHECK_GOTO(zrt_backend_synchronize(v.backend, NULL), st, done);
       /* param16 is exactly the rank's part; the fp32 kinds start at foff */
       size_t esz = zrt_dtype_size((zrt_dtype)s->dtype);
       const unsigned char *src = (const unsigned char *)stage;
@@ -200,8 +203,8 @@ static zrt_status zrt_ckpt_write_rank(zrt_engine *eng, int step_fd, const char *
                           table + ZRT_CKPT_HEADER_BYTES + (size_t)i * ZRT_CKPT_SECTION_BYTES);
   memcpy(table + ZRT_CKPT_HEADER_BYTES + (size_t)nsec * ZRT_CKPT_SECTION_BYTES, crcs, nchunks * 4);
   zrt_ckpt_header h = {.version = ZRT_CKPT_VERSION,
-                       .rank = (uint32_t)eng->rank,
-                       .world = (uint32_t)eng->world,
+                       .rank = (uint32_t)v.rank,
+                       .world = (uint32_t)v.world,
                        .nsections = (uint32_t)nsec,
                        .chunk_bytes = cb,
                        .table_bytes = table_bytes,
@@ -363,11 +366,12 @@ static void zrt_ckpt_swept(const char *name, long pid, long long bytes, void *ar
  * saves' temporaries (nobody else saves there now). Another engine of the
  * same process shares the lock. */
 static zrt_status zrt_ckpt_lock(zrt_engine *eng, const char *dir, int root_fd) {
+  zrt_engine_ckpt_lock *lk = zrt_engine_ckpt_lock_slot(eng);
   struct stat rs, ls;
   if (fstat(root_fd, &rs) != 0)
     return zrt_error(ZRT_ERR_IO, "cannot stat checkpoint directory '%s': %s", dir, strerror(errno));
-  if (eng->ckpt_lock_fd >= 0 && eng->ckpt_lock_dev == (unsigned long long)rs.st_dev &&
-      eng->ckpt_lock_ino == (unsigned long long)rs.st_ino)
+  if (lk->fd >= 0 && lk->dev == (unsigned long long)rs.st_dev &&
+      lk->ino == (unsigned long long)rs.st_ino)
     return ZRT_OK;
   int fd =
       openat(root_fd, ZRT_CKPT_LOCK, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
@@ -412,10 +416,10 @@ static zrt_status zrt_ckpt_lock(zrt_engine *eng, const char *dir, int root_fd) {
     close(fd);
     return st;
   }
-  if (eng->ckpt_lock_fd >= 0) close(eng->ckpt_lock_fd);
-  eng->ckpt_lock_fd = fd;
-  eng->ckpt_lock_dev = (unsigned long long)rs.st_dev;
-  eng->ckpt_lock_ino = (unsigned long long)rs.st_ino;
+  if (lk->fd >= 0) close(lk->fd);
+  lk->fd = fd;
+  lk->dev = (unsigned long long)rs.st_dev;
+  lk->ino = (unsigned long long)rs.st_ino;
   zrt_safe_sweep(root_fd, zrt_ckpt_latest_tmp_pid, zrt_ckpt_swept, (void *)dir);
   return ZRT_OK;
 }
@@ -425,7 +429,9 @@ zrt_status zrt_engine_save_claim(zrt_engine *eng, const char *dir) {
     return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_save_claim: NULL engine or empty directory");
   zrt_status st = ZRT_OK;
   int root_fd = -1;
-  if (eng->rank == 0) {
+  zrt_engine_view v;
+  zrt_engine_view_get(eng, &v);
+  if (v.rank == 0) {
     st = zrt_ckpt_mkdirs(dir);
     if (st == ZRT_OK) st = zrt_safe_dir_open(dir, ZRT_DIR_NAMED, "checkpoint directory", &root_fd);
     if (st == ZRT_OK) st = zrt_ckpt_lock(eng, dir, root_fd);
@@ -457,7 +463,7 @@ static zrt_status zrt_ckpt_open_dirs(const char *dir, const char *step_name, int
 
 /* An integer field of a JSON object, exactly representable and in
  * [lo, hi]; dflt otherwise (never a cast of an out-of-range double). */
-static int64_t zrt_json_int(const cJSON *o, const char *k, int64_t lo, int64_t hi, int64_t dflt) {
+int64_t zrt_ckpt_json_int(const cJSON *o, const char *k, int64_t lo, int64_t hi, int64_t dflt) {
   const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
   if (!cJSON_IsNumber(j)) return dflt;
   double v = j->valuedouble;
@@ -492,7 +498,7 @@ static zrt_status zrt_ckpt_prepare(const char *dir, int root_fd, const char *ste
   cJSON *root = cJSON_Parse(meta);
   free(meta);
   /* generations stay far below INT_MAX: one per save of the same step */
-  *gen = (int)zrt_json_int(root, "generation", 0, 1 << 30, 0) + 1;
+  *gen = (int)zrt_ckpt_json_int(root, "generation", 0, 1 << 30, 0) + 1;
   cJSON_Delete(root);
   return ZRT_OK;
 }
@@ -510,7 +516,9 @@ static cJSON *zrt_ckpt_config_json(zrt_engine *eng) {
   cJSON *j = NULL;
   char *txt = NULL;
   struct stat sb;
-  if (zrt_config_write_json(eng->config, path) == ZRT_OK && fstat(mfd, &sb) == 0 &&
+  zrt_engine_view v;
+  zrt_engine_view_get(eng, &v);
+  if (zrt_config_write_json(v.config, path) == ZRT_OK && fstat(mfd, &sb) == 0 &&
       (txt = malloc((size_t)sb.st_size + 1)) != NULL &&
       zrt_ckpt_pread_exact(mfd, "config JSON", txt, (size_t)sb.st_size, 0) == ZRT_OK) {
     txt[sb.st_size] = '\0';
@@ -521,68 +529,88 @@ static cJSON *zrt_ckpt_config_json(zrt_engine *eng) {
   return j;
 }
 
+/* Each part's state (engine_state.h) as the meta file's objects; the keys
+ * and their order are the checkpoint format (checkpoint_format.h's version),
+ * read back by zrt_ckpt_state_from_json. */
+static void zrt_ckpt_counters_to_json(const zrt_engine *eng, cJSON *ctr) {
+  zrt_engine_counters_state c;
+  zrt_engine_counters_get(eng, &c);
+  cJSON_AddNumberToObject(ctr, "global_step", (double)c.global_step);
+  cJSON_AddNumberToObject(ctr, "micro_step", (double)c.micro_step);
+  cJSON_AddNumberToObject(ctr, "applied_steps", (double)c.applied_steps);
+  cJSON_AddNumberToObject(ctr, "skipped_total", (double)c.skipped_total);
+  cJSON_AddNumberToObject(ctr, "last_grad_norm", (double)c.last_grad_norm);
+}
+
+static void zrt_ckpt_scaler_to_json(const zrt_engine *eng, cJSON *js) {
+  zrt_scaler_state sc;
+  zrt_engine_scaler_get(eng, &sc);
+  cJSON_AddNumberToObject(js, "dynamic", sc.dynamic);
+  cJSON_AddNumberToObject(js, "cur_scale", sc.cur_scale);
+  cJSON_AddNumberToObject(js, "min_scale", sc.min_scale);
+  cJSON_AddNumberToObject(js, "factor", sc.factor);
+  cJSON_AddNumberToObject(js, "window", (double)sc.window);
+  cJSON_AddNumberToObject(js, "delayed_shift", (double)sc.delayed_shift);
+  cJSON_AddNumberToObject(js, "cur_hysteresis", (double)sc.cur_hysteresis);
+  cJSON_AddNumberToObject(js, "consecutive_hysteresis", sc.consecutive_hysteresis);
+  cJSON_AddNumberToObject(js, "cur_iter", (double)sc.cur_iter);
+  cJSON_AddNumberToObject(js, "last_overflow_iter", (double)sc.last_overflow_iter);
+}
+
+static void zrt_ckpt_sched_to_json(const zrt_engine *eng, cJSON *jsch) {
+  zrt_sched_state sh;
+  zrt_engine_sched_get(eng, &sh);
+  cJSON_AddNumberToObject(jsch, "type", sh.type);
+  cJSON_AddNumberToObject(jsch, "last_batch_iteration", (double)sh.last_batch_iteration);
+  cJSON_AddNumberToObject(jsch, "cur_lr", sh.cur_lr);
+}
+
 static zrt_status zrt_ckpt_write_meta(zrt_engine *eng, const char *dir, int root_fd,
                                       const char *step_dir, int step_fd, const char *step_name,
                                       int gen, cJSON *user, int *meta_done) {
   zrt_status st = ZRT_OK;
   char path[4600];
   char *text = NULL;
+  zrt_engine_view v;
+  zrt_engine_view_get(eng, &v);
+  zrt_engine_counters_state ctr;
+  zrt_engine_counters_get(eng, &ctr);
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "format", "zrt-checkpoint");
   cJSON_AddNumberToObject(root, "version", ZRT_CKPT_VERSION);
   cJSON_AddStringToObject(root, "zrt_version", ZRT_VERSION_STRING);
-  cJSON_AddNumberToObject(root, "step", (double)eng->global_step);
+  cJSON_AddNumberToObject(root, "step", (double)ctr.global_step);
   cJSON_AddNumberToObject(root, "generation", gen);
-  cJSON_AddNumberToObject(root, "world_size", eng->world);
-  cJSON_AddNumberToObject(root, "zero_stage", eng->stage);
-  cJSON_AddStringToObject(root, "dtype", zrt_dtype_name(eng->dtype));
-  cJSON_AddStringToObject(root, "optimizer", zrt_ckpt_optim_name(eng->cfg->optimizer_type));
+  cJSON_AddNumberToObject(root, "world_size", v.world);
+  cJSON_AddNumberToObject(root, "zero_stage", v.stage);
+  cJSON_AddStringToObject(root, "dtype", zrt_dtype_name(v.dtype));
+  cJSON_AddStringToObject(root, "optimizer", zrt_ckpt_optim_name(v.cfg->optimizer_type));
   /* the dtype the run kept them in (bf16.bf16_master_weights_and_grads /
    * bf16_optimizer_states); the sections hold fp32, bf16 values exactly */
-  cJSON_AddStringToObject(root, "master_dtype", zrt_dtype_name(eng->master_dtype));
-  cJSON_AddStringToObject(root, "optimizer_state_dtype", zrt_dtype_name(eng->state_dtype));
+  cJSON_AddStringToObject(root, "master_dtype", zrt_dtype_name(v.master_dtype));
+  cJSON_AddStringToObject(root, "optimizer_state_dtype", zrt_dtype_name(v.state_dtype));
   cJSON *states = cJSON_AddArrayToObject(root, "states");
   for (int k = 0; k < ZRT_CKPT_NKINDS; k++)
     if (zrt_ckpt_engine_has(eng, k))
       cJSON_AddItemToArray(states, cJSON_CreateString(zrt_ckpt_kind_name(k)));
   cJSON_AddNumberToObject(root, "chunk_bytes", ZRT_CKPT_CHUNK_BYTES);
 
-  cJSON *ctr = cJSON_AddObjectToObject(root, "counters");
-  cJSON_AddNumberToObject(ctr, "global_step", (double)eng->global_step);
-  cJSON_AddNumberToObject(ctr, "micro_step", (double)eng->micro_step);
-  cJSON_AddNumberToObject(ctr, "applied_steps", (double)eng->applied_steps);
-  cJSON_AddNumberToObject(ctr, "skipped_total", (double)eng->skipped_total);
-  cJSON_AddNumberToObject(ctr, "last_grad_norm", (double)eng->last_grad_norm);
-
-  const zrt_scaler *sc = &eng->scaler;
-  cJSON *js = cJSON_AddObjectToObject(root, "loss_scaler");
-  cJSON_AddNumberToObject(js, "dynamic", sc->dynamic);
-  cJSON_AddNumberToObject(js, "cur_scale", sc->cur_scale);
-  cJSON_AddNumberToObject(js, "min_scale", sc->min_scale);
-  cJSON_AddNumberToObject(js, "factor", sc->factor);
-  cJSON_AddNumberToObject(js, "window", (double)sc->window);
-  cJSON_AddNumberToObject(js, "delayed_shift", (double)sc->delayed_shift);
-  cJSON_AddNumberToObject(js, "cur_hysteresis", (double)sc->cur_hysteresis);
-  cJSON_AddNumberToObject(js, "consecutive_hysteresis", sc->consecutive_hysteresis);
-  cJSON_AddNumberToObject(js, "cur_iter", (double)sc->cur_iter);
-  cJSON_AddNumberToObject(js, "last_overflow_iter", (double)sc->last_overflow_iter);
-
-  cJSON *jsch = cJSON_AddObjectToObject(root, "scheduler");
-  cJSON_AddNumberToObject(jsch, "type", eng->sched.type);
-  cJSON_AddNumberToObject(jsch, "last_batch_iteration", (double)eng->sched.last_batch_iteration);
-  cJSON_AddNumberToObject(jsch, "cur_lr", eng->sched.cur_lr);
+  zrt_ckpt_counters_to_json(eng, cJSON_AddObjectToObject(root, "counters"));
+  zrt_ckpt_scaler_to_json(eng, cJSON_AddObjectToObject(root, "loss_scaler"));
+  zrt_ckpt_sched_to_json(eng, cJSON_AddObjectToObject(root, "scheduler"));
 
   cJSON *mods = cJSON_AddArrayToObject(root, "modules");
-  for (int m = 0; m < eng->nmodules; m++) {
-    const zrt_module_entry *me = &eng->modules[m];
+  for (int m = 0; m < v.nmodules; m++) {
+    zrt_engine_module_view me;
+    zrt_engine_module_view_get(eng, m, &me);
     cJSON *jm = cJSON_CreateObject();
-    cJSON_AddStringToObject(jm, "name", me->name);
-    cJSON_AddNumberToObject(jm, "numel", (double)me->numel);
-    cJSON_AddNumberToObject(jm, "padded", (double)me->padded);
-    cJSON_AddNumberToObject(jm, "part", (double)me->part);
+    cJSON_AddStringToObject(jm, "name", me.name);
+    cJSON_AddNumberToObject(jm, "numel", (double)me.numel);
+    cJSON_AddNumberToObject(jm, "padded", (double)me.padded);
+    cJSON_AddNumberToObject(jm, "part", (double)me.part);
     cJSON *ps = cJSON_AddArrayToObject(jm, "params");
-    for (int i = 0; i < me->nparams; i++) {
-      const zrt_param_entry *p = &eng->params[me->params[i]];
+    for (int i = 0; i < me.nparams; i++) {
+      const zrt_param_entry *p = zrt_engine_param_entry(eng, me.params[i]);
       cJSON *jp = cJSON_CreateObject();
       cJSON_AddStringToObject(jp, "name", p->name);
       cJSON *sh = cJSON_AddArrayToObject(jp, "shape");
@@ -596,7 +624,7 @@ static zrt_status zrt_ckpt_write_meta(zrt_engine *eng, const char *dir, int root
 
   /* every rank file: its size and table CRC, checked here once more */
   cJSON *ranks = cJSON_AddArrayToObject(root, "ranks");
-  for (int r = 0; r < eng->world; r++) {
+  for (int r = 0; r < v.world; r++) {
     char name[64];
     zrt_ckpt_rank_file_name(name, sizeof name, r, gen);
     snprintf(path, sizeof path, "%s/%s", step_dir, name);
@@ -656,7 +684,7 @@ static zrt_status zrt_ckpt_write_meta(zrt_engine *eng, const char *dir, int root
     while ((e = readdir(d))) {
       if (!zrt_ckpt_own_name(e->d_name) || !strcmp(e->d_name, "meta.json")) continue;
       int keep = 0;
-      for (int r = 0; r < eng->world && !keep; r++) {
+      for (int r = 0; r < v.world && !keep; r++) {
         char name[64];
         zrt_ckpt_rank_file_name(name, sizeof name, r, gen);
         keep = !strcmp(name, e->d_name);
@@ -678,15 +706,19 @@ done:
 zrt_status zrt_engine_save(zrt_engine *eng, const char *dir, const char *user_json) {
   if (!eng || !dir || !dir[0])
     return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_save: NULL engine or empty directory");
-  if (!eng->built)
+  zrt_engine_view v;
+  zrt_engine_view_get(eng, &v);
+  if (!v.built)
     return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_save('%s'): call zrt_engine_build first",
                      dir);
+  zrt_engine_counters_state ctr;
+  zrt_engine_counters_get(eng, &ctr);
   zrt_status st = ZRT_OK;
   cJSON *user = NULL;
   char step_name[64], step_dir[4400];
-  snprintf(step_name, sizeof step_name, "step_%lld", (long long)eng->global_step);
+  snprintf(step_name, sizeof step_name, "step_%lld", (long long)ctr.global_step);
   snprintf(step_dir, sizeof step_dir, "%s/%s", dir, step_name);
-  int64_t accum = eng->cfg->gradient_accumulation_steps;
+  int64_t accum = v.cfg->gradient_accumulation_steps;
   if (user_json) {
     user = cJSON_Parse(user_json);
     if (!user || !cJSON_IsObject(user))
@@ -694,13 +726,13 @@ zrt_status zrt_engine_save(zrt_engine *eng, const char *dir, const char *user_js
                      "zrt_engine_save('%s'): user_json must be a JSON object, got '%.80s'", dir,
                      user_json);
   }
-  if (st == ZRT_OK && accum > 0 && eng->micro_step % accum != 0)
+  if (st == ZRT_OK && accum > 0 && ctr.micro_step % accum != 0)
     st = zrt_error(ZRT_ERR_INVALID_ARG,
                    "zrt_engine_save('%s'): called in the middle of gradient accumulation "
                    "(micro-step %lld of %lld); save after the step that completes it",
-                   dir, (long long)(eng->micro_step % accum), (long long)accum);
+                   dir, (long long)(ctr.micro_step % accum), (long long)accum);
   int gen = 0, root_fd = -1, step_fd = -1;
-  if (st == ZRT_OK && eng->rank == 0) {
+  if (st == ZRT_OK && v.rank == 0) {
     st = zrt_ckpt_open_dirs(dir, step_name, 1, &root_fd, &step_fd);
     if (st == ZRT_OK) st = zrt_ckpt_lock(eng, dir, root_fd);
     if (st == ZRT_OK) st = zrt_ckpt_prepare(dir, root_fd, step_name, step_dir, step_fd, &gen);
@@ -708,13 +740,13 @@ zrt_status zrt_engine_save(zrt_engine *eng, const char *dir, const char *user_js
   float g = (float)gen;
   ZRT_CHECK_GOTO(zrt_ckpt_agree(eng, st, &g, 1), st, done);
   gen = (int)g;
-  if (eng->rank != 0) st = zrt_ckpt_open_dirs(dir, step_name, 0, &root_fd, &step_fd);
+  if (v.rank != 0) st = zrt_ckpt_open_dirs(dir, step_name, 0, &root_fd, &step_fd);
 
   char name[64];
-  zrt_ckpt_rank_file_name(name, sizeof name, eng->rank, gen);
-  if (st == ZRT_OK) st = zrt_ckpt_write_rank(eng, step_fd, step_dir, name, eng->global_step);
+  zrt_ckpt_rank_file_name(name, sizeof name, v.rank, gen);
+  if (st == ZRT_OK) st = zrt_ckpt_write_rank(eng, step_fd, step_dir, name, ctr.global_step);
   zrt_status mine = st;
-  if (st != ZRT_OK) zrt_error_context(st, "rank %d saving '%s': ", eng->rank, step_dir);
+  if (st != ZRT_OK) zrt_error_context(st, "rank %d saving '%s': ", v.rank, step_dir);
   /* every rank file is durable once this returns OK */
   st = zrt_ckpt_agree(eng, st, NULL, 0);
   if (st != ZRT_OK) {
@@ -728,7 +760,7 @@ zrt_status zrt_engine_save(zrt_engine *eng, const char *dir, const char *user_js
   }
 
   int meta_done = 0;
-  if (eng->rank == 0)
+  if (v.rank == 0)
     st =
         zrt_ckpt_write_meta(eng, dir, root_fd, step_dir, step_fd, step_name, gen, user, &meta_done);
   float md = (float)meta_done;
@@ -749,284 +781,5 @@ done:
   if (root_fd >= 0) close(root_fd);
   if (step_fd >= 0) close(step_fd);
   cJSON_Delete(user);
-  return st;
-}
-
-/* ------------------------------------------------------------- load */
-
-static void zrt_ckpt_shape_text(char *buf, size_t len, int ndim, const int64_t *shape) {
-  size_t at = 0;
-  at += (size_t)snprintf(buf, len, "[");
-  for (int d = 0; d < ndim && at < len; d++)
-    at += (size_t)snprintf(buf + at, len - at, "%s%lld", d ? ", " : "", (long long)shape[d]);
-  if (at < len) snprintf(buf + at, len - at, "]");
-}
-
-/* The engine's model must be the checkpoint's: same parameters in the same
- * modules and order with the same shapes. Names the first difference. */
-static zrt_status zrt_ckpt_check_model(const zrt_engine *eng, const zrt_ckpt_meta *m) {
-  int i = 0; /* running param index in module order */
-  char a[160], b[160];
-  for (int k = 0; k < eng->nmodules || k < m->nmodules; k++) {
-    int ne = k < eng->nmodules ? eng->modules[k].nparams : 0;
-    int nc = k < m->nmodules ? m->modules[k].nparams : 0;
-    for (int j = 0; j < ne || j < nc; j++, i++) {
-      const zrt_param_entry *pe = j < ne ? &eng->params[eng->modules[k].params[j]] : NULL;
-      const zrt_ckpt_param_meta *pc = j < nc ? &m->params[m->modules[k].first_param + j] : NULL;
-      if (!pe || !pc)
-        return zrt_error(ZRT_ERR_INVALID_ARG,
-                         "checkpoint '%s' does not match this model: parameter #%d of module %d "
-                         "is '%s' in the %s but missing in the %s",
-                         m->step_dir, i, k, pe ? pe->name : pc->name, pe ? "engine" : "checkpoint",
-                         pe ? "checkpoint" : "engine");
-      if (strcmp(pe->name, pc->name))
-        return zrt_error(ZRT_ERR_INVALID_ARG,
-                         "checkpoint '%s' does not match this model: parameter #%d is '%s' in the "
-                         "checkpoint but '%s' in the engine",
-                         m->step_dir, i, pc->name, pe->name);
-      int same = pe->ndim == pc->ndim;
-      for (int d = 0; same && d < pe->ndim; d++) same = pe->shape[d] == pc->shape[d];
-      if (!same) {
-        zrt_ckpt_shape_text(a, sizeof a, pc->ndim, pc->shape);
-        zrt_ckpt_shape_text(b, sizeof b, pe->ndim, pe->shape);
-        return zrt_error(ZRT_ERR_INVALID_ARG,
-                         "checkpoint '%s' does not match this model: parameter '%s' has shape %s "
-                         "in the checkpoint but %s in the engine",
-                         m->step_dir, pe->name, a, b);
-      }
-    }
-  }
-  return ZRT_OK;
-}
-
-/* Adam and AdamW keep the same two moments with the same meaning; any other
- * change of optimizer would read one optimizer's state as another's (an
- * AdamW exp_avg as SGD's momentum), or drop it silently, so it is refused
- * as DeepSpeed's load of a mismatched optimizer state dict fails. A
- * checkpoint without the field (none is written without it) is not judged. */
-static zrt_status zrt_ckpt_check_optimizer(const zrt_engine *eng, const zrt_ckpt_meta *m) {
-  const cJSON *o = cJSON_GetObjectItemCaseSensitive(m->root, "optimizer");
-  if (!cJSON_IsString(o)) return ZRT_OK;
-  const char *saved = o->valuestring, *mine = zrt_ckpt_optim_name(eng->cfg->optimizer_type);
-  int adam_a = !strcmp(saved, "adam") || !strcmp(saved, "adamw");
-  int adam_b = !strcmp(mine, "adam") || !strcmp(mine, "adamw");
-  if (!strcmp(saved, mine) || (adam_a && adam_b)) return ZRT_OK;
-  return zrt_error(ZRT_ERR_INVALID_ARG,
-                   "checkpoint '%s' was saved with optimizer '%s' but this engine's optimizer is "
-                   "'%s': the optimizer state does not carry over between them. Resume with "
-                   "optimizer.type '%s', or start the new optimizer from the weights alone: "
-                   "'zrt consolidate %s OUT' writes them and zrt_engine_load_safetensors (the "
-                   "GPT example's --init OUT) loads them",
-                   m->step_dir, saved, mine, saved, m->step_dir);
-}
-
-/* The dtype a checkpoint's run kept its masters (key "master_dtype") or
- * optimizer states ("optimizer_state_dtype") in, against this engine's:
- * DeepSpeed's load copies the saved tensors into its own (copy_), so a
- * change of bf16_master_weights_and_grads / bf16_optimizer_states converts;
- * zrt does the same and says so: fp32 -> bf16 rounds to nearest even (the
- * rounding every update applies), bf16 -> fp32 is exact. Checkpoints
- * without the keys were written by fp32-only versions. Rank 0 logs. */
-static zrt_status zrt_ckpt_note_dtype(const zrt_engine *eng, const zrt_ckpt_meta *m,
-                                      const char *key, zrt_dtype mine, const char *what,
-                                      const char *option) {
-  const cJSON *o = cJSON_GetObjectItemCaseSensitive(m->root, key);
-  if (o &&
-      !(cJSON_IsString(o) && (!strcmp(o->valuestring, "fp32") || !strcmp(o->valuestring, "bf16"))))
-    return zrt_error(ZRT_ERR_IO, "checkpoint '%s': meta.json's %s is not \"fp32\" or \"bf16\"",
-                     m->step_dir, key);
-  const char *saved = o ? o->valuestring : "fp32";
-  if (!strcmp(saved, zrt_dtype_name(mine))) return ZRT_OK;
-  zrt_log(eng->rank == 0 ? ZRT_LOG_INFO : ZRT_LOG_DEBUG,
-          "checkpoint '%s': %s saved in %s, this run keeps them in %s (bf16.%s %s): %s",
-          m->step_dir, what, saved, zrt_dtype_name(mine), option,
-          mine == ZRT_F32 ? "false" : "true",
-          mine == ZRT_F32 ? "widened exactly" : "rounded to nearest even, as every step rounds");
-  return ZRT_OK;
-}
-
-typedef struct zrt_ckpt_staged {
-  float *buf[3]; /* master, exp_avg, exp_avg_sq per module (NULL when absent) */
-} zrt_ckpt_staged;
-
-#define ZRT_I64_LO (-9007199254740992ll) /* +-2^53: the integers a double holds exactly */
-#define ZRT_I64_HI 9007199254740992ll
-
-static double zrt_json_num(const cJSON *o, const char *k, double dflt) {
-  const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
-  return cJSON_IsNumber(j) ? j->valuedouble : dflt;
-}
-
-zrt_status zrt_engine_load(zrt_engine *eng, const char *dir, char **user_json) {
-  if (user_json) *user_json = NULL;
-  if (!eng || !dir || !dir[0])
-    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_load: NULL engine or empty directory");
-  if (!eng->built)
-    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_load('%s'): call zrt_engine_build first",
-                     dir);
-  zrt_status st = ZRT_OK;
-  zrt_ckpt_meta meta;
-  zrt_ckpt_reader rd;
-  zrt_pool *pool = NULL;
-  zrt_ckpt_staged *stg = NULL;
-  char *user = NULL;
-  int have_meta = 0, have_reader = 0;
-  memset(&rd, 0, sizeof rd);
-
-  /* 1. metadata and model (every rank reads the same files) */
-  st = zrt_ckpt_meta_load(dir, &meta);
-  have_meta = st == ZRT_OK;
-  if (st == ZRT_OK) st = zrt_ckpt_check_model(eng, &meta);
-  if (st == ZRT_OK) st = zrt_ckpt_check_optimizer(eng, &meta);
-  for (int k = ZRT_CKPT_EXP_AVG; st == ZRT_OK && k <= ZRT_CKPT_EXP_AVG_SQ; k++) {
-    if (zrt_ckpt_engine_has(eng, k) && !meta.has_kind[k]) {
-      const cJSON *o = cJSON_GetObjectItemCaseSensitive(meta.root, "optimizer");
-      st = zrt_error(ZRT_ERR_INVALID_ARG,
-                     "checkpoint '%s' has no %s state (saved with optimizer '%s'); this engine's "
-                     "optimizer '%s' needs it",
-                     meta.step_dir, zrt_ckpt_kind_name(k), cJSON_IsString(o) ? o->valuestring : "?",
-                     zrt_ckpt_optim_name(eng->cfg->optimizer_type));
-    }
-  }
-  if (st == ZRT_OK)
-    st = zrt_ckpt_note_dtype(eng, &meta, "master_dtype", eng->master_dtype, "the master weights",
-                             "bf16_master_weights_and_grads");
-  if (st == ZRT_OK && zrt_engine_optim_states(eng) > 0)
-    st = zrt_ckpt_note_dtype(eng, &meta, "optimizer_state_dtype", eng->state_dtype,
-                             "the optimizer states", "bf16_optimizer_states");
-  ZRT_CHECK_GOTO(zrt_ckpt_agree(eng, st, NULL, 0), st, done);
-
-  /* 2. stage this rank's new shards from the old rank files */
-  ZRT_CHECK_GOTO(zrt_ckpt_reader_init(&rd, &meta), st, agree2);
-  have_reader = 1;
-  ZRT_CHECK_GOTO(zrt_ckpt_staging_pool(&pool), st, agree2);
-  stg = calloc((size_t)eng->nmodules, sizeof *stg);
-  if (!stg) {
-    st = zrt_error(ZRT_ERR_OOM, "checkpoint load: out of host memory");
-    goto agree2;
-  }
-  for (int m = 0; m < eng->nmodules; m++) {
-    int64_t foff, len;
-    zrt_engine_master_extent(eng, m, &foff, &len);
-    for (int k = 0; k < 3; k++) {
-      if (!zrt_ckpt_engine_has(eng, k)) continue;
-      ZRT_CHECK_GOTO(zrt_pool_alloc(pool, (size_t)len * 4,
-                                    k == 0 ? ZRT_MEM_MASTER32 : ZRT_MEM_OPTIM_STATE,
-                                    (void **)&stg[m].buf[k]),
-                     st, agree2);
-      ZRT_CHECK_GOTO(zrt_ckpt_read_range(&rd, m, k, foff, len, stg[m].buf[k]), st, agree2);
-    }
-  }
-  if (user_json) {
-    const cJSON *u = cJSON_GetObjectItemCaseSensitive(meta.root, "user");
-    user = cJSON_PrintUnformatted(u ? u : cJSON_GetObjectItemCaseSensitive(meta.root, "format"));
-    if (!user) st = zrt_error(ZRT_ERR_OOM, "checkpoint load: out of host memory for user JSON");
-  }
-agree2:
-  if (st != ZRT_OK) zrt_error_context(st, "loading checkpoint '%s': ", dir);
-  ZRT_CHECK_GOTO(zrt_ckpt_agree(eng, st, NULL, 0), st, done);
-
-  /* 3. commit: everything validated on every rank */
-  for (int m = 0; m < eng->nmodules; m++) {
-    ZRT_CHECK_GOTO(zrt_engine_set_master(eng, m, stg[m].buf[0]), st, commit_failed);
-    for (int k = 1; k < 3; k++)
-      if (stg[m].buf[k])
-        ZRT_CHECK_GOTO(zrt_engine_state_io(eng, m, (zrt_state_array)k, ZRT_IO_WRITE, stg[m].buf[k]),
-                       st, commit_failed);
-  }
-  ZRT_CHECK_GOTO(zrt_backend_synchronize(eng->backend, NULL), st, commit_failed);
-  {
-    const cJSON *c = cJSON_GetObjectItemCaseSensitive(meta.root, "counters");
-    eng->global_step = meta.step;
-    eng->micro_step = zrt_json_int(c, "micro_step", 0, ZRT_I64_HI, eng->micro_step);
-    eng->applied_steps = zrt_json_int(c, "applied_steps", 0, ZRT_I64_HI, eng->applied_steps);
-    eng->skipped_total = zrt_json_int(c, "skipped_total", 0, ZRT_I64_HI, eng->skipped_total);
-    eng->last_grad_norm = (float)zrt_json_num(c, "last_grad_norm", 0);
-    /* The scaler only carries over between runs of the same precision: a
-     * fp16 run's scale means nothing to a bf16 run. */
-    const cJSON *s = cJSON_GetObjectItemCaseSensitive(meta.root, "loss_scaler");
-    if (meta.dtype == eng->dtype && s) {
-      zrt_scaler *sc = &eng->scaler;
-      sc->dynamic = (int)zrt_json_int(s, "dynamic", 0, 1, sc->dynamic);
-      sc->cur_scale = zrt_json_num(s, "cur_scale", sc->cur_scale);
-      sc->min_scale = zrt_json_num(s, "min_scale", sc->min_scale);
-      sc->factor = zrt_json_num(s, "factor", sc->factor);
-      sc->window = zrt_json_int(s, "window", ZRT_I64_LO, ZRT_I64_HI, sc->window);
-      sc->delayed_shift =
-          zrt_json_int(s, "delayed_shift", ZRT_I64_LO, ZRT_I64_HI, sc->delayed_shift);
-      sc->cur_hysteresis =
-          zrt_json_int(s, "cur_hysteresis", ZRT_I64_LO, ZRT_I64_HI, sc->cur_hysteresis);
-      sc->consecutive_hysteresis =
-          (int)zrt_json_int(s, "consecutive_hysteresis", 0, 1, sc->consecutive_hysteresis);
-      sc->cur_iter = zrt_json_int(s, "cur_iter", ZRT_I64_LO, ZRT_I64_HI, sc->cur_iter);
-      sc->last_overflow_iter =
-          zrt_json_int(s, "last_overflow_iter", ZRT_I64_LO, ZRT_I64_HI, sc->last_overflow_iter);
-    } else if (meta.dtype != eng->dtype) {
-      zrt_log(ZRT_LOG_WARN,
-              "checkpoint %s was saved in %s, this run uses %s: loss-scaler state "
-              "not restored",
-              meta.step_dir, zrt_dtype_name(meta.dtype), zrt_dtype_name(eng->dtype));
-    }
-    const cJSON *sj = cJSON_GetObjectItemCaseSensitive(meta.root, "scheduler");
-    if (sj) {
-      zrt_sched_set_iteration(&eng->sched,
-                              zrt_json_int(sj, "last_batch_iteration", -1, ZRT_I64_HI, -1));
-      if (zrt_json_int(sj, "type", -1, 1 << 20, -1) == (int64_t)eng->sched.type)
-        eng->sched.cur_lr = zrt_json_num(sj, "cur_lr", eng->sched.cur_lr);
-    }
-  }
-  /* 16-bit working weights are re-derived from the restored masters, the
-   * same conversion the optimizer step applies: bitwise what an
-   * uninterrupted run holds. Collective. */
-  ZRT_CHECK_GOTO(zrt_engine_refresh_params(eng), st, commit_failed);
-  if (user_json) {
-    *user_json = user;
-    user = NULL;
-  }
-  if (meta.world != eng->world || meta.stage != eng->stage)
-    zrt_log0(ZRT_LOG_INFO, "checkpoint %s resharded: world %d stage %d -> world %d stage %d",
-             meta.step_dir, meta.world, meta.stage, eng->world, eng->stage);
-  goto done;
-commit_failed:
-  zrt_error_context(st,
-                    "loading checkpoint '%s' failed while installing the validated states "
-                    "(the engine is now inconsistent; recreate it): ",
-                    dir);
-done:
-  if (stg && pool)
-    for (int m = 0; m < eng->nmodules; m++)
-      for (int k = 0; k < 3; k++) zrt_pool_free(pool, stg[m].buf[k]);
-  free(stg);
-  zrt_pool_destroy(pool);
-  if (have_reader) zrt_ckpt_reader_free(&rd);
-  if (have_meta) zrt_ckpt_meta_free(&meta);
-  if (user) cJSON_free(user);
-  return st;
-}
-
-/* ------------------------------------------------------------- peek */
-
-zrt_status zrt_ckpt_peek(const char *dir, int64_t *step, char **user_json) {
-  if (user_json) *user_json = NULL;
-  if (!dir || !dir[0])
-    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_ckpt_peek: empty checkpoint directory");
-  zrt_ckpt_meta meta;
-  ZRT_CHECK(zrt_ckpt_meta_load(dir, &meta));
-  zrt_status st = ZRT_OK;
-  if (step) *step = meta.step;
-  if (user_json) {
-    const cJSON *u = cJSON_GetObjectItemCaseSensitive(meta.root, "user");
-    char *txt = cJSON_IsObject(u) ? cJSON_PrintUnformatted(u) : NULL;
-    /* cJSON allocates with malloc here (no hooks installed); copied anyway
-     * so the caller's free() never depends on that. */
-    const char *src = txt ? txt : "{}";
-    *user_json = malloc(strlen(src) + 1);
-    if (*user_json)
-      memcpy(*user_json, src, strlen(src) + 1);
-    else
-      st = zrt_error(ZRT_ERR_OOM, "zrt_ckpt_peek('%s'): out of host memory", dir);
-    if (txt) cJSON_free(txt);
-  }
-  zrt_ckpt_meta_free(&meta);
   return st;
 }

@@ -6,7 +6,8 @@
  * used (or allowed unused by the caller), before anything is written; then each rank reads only the
  * elements of its own master extent and the 16-bit working weights are
  * re-derived (zrt_engine_refresh_params). Above the engine in the layers
- * because it is a file format reader feeding the engine, like checkpoints.
+ * because it is a file format reader feeding the engine, like checkpoints;
+ * it reads the engine's parameters through engine_state.h.
  */
 #include <fnmatch.h>
 #include <math.h>
@@ -15,7 +16,7 @@
 #include <string.h>
 
 #include "dtype.h"
-#include "engine_internal.h"
+#include "engine_state.h"
 #include "safetensors.h"
 #include "safetensors_set.h"
 
@@ -32,10 +33,13 @@ static int zrt_ptr_cmp(const void *a, const void *b) {
  * without the "transformer." prefix. Names the first few, then a count. */
 static zrt_status zrt_st_check_unused(const zrt_engine *eng, const zrt_st_set *f, const char *path,
                                       const char *const *unused_ok) {
-  const void **used = malloc((size_t)(eng->nparams ? eng->nparams : 1) * sizeof *used);
+  zrt_engine_view v;
+  zrt_engine_view_get(eng, &v);
+  const void **used = malloc((size_t)(v.nparams ? v.nparams : 1) * sizeof *used);
   if (!used) return zrt_error(ZRT_ERR_OOM, "zrt_engine_load_safetensors: out of host memory");
-  for (int i = 0; i < eng->nparams; i++) used[i] = zrt_st_set_find(f, eng->params[i].name, NULL);
-  qsort(used, (size_t)eng->nparams, sizeof *used, zrt_ptr_cmp);
+  for (int i = 0; i < v.nparams; i++)
+    used[i] = zrt_st_set_find(f, zrt_engine_param_entry(eng, i)->name, NULL);
+  qsort(used, (size_t)v.nparams, sizeof *used, zrt_ptr_cmp);
   char names[512] = "";
   int64_t n = 0;
   for (int s = 0; s < zrt_st_set_nfiles(f); s++) {
@@ -43,7 +47,7 @@ static zrt_status zrt_st_check_unused(const zrt_engine *eng, const zrt_st_set *f
     for (size_t i = 0; i < zrt_st_count(sf); i++) {
       const zrt_st_tensor *t = zrt_st_get(sf, i);
       const void *key = t;
-      if (bsearch(&key, used, (size_t)eng->nparams, sizeof *used, zrt_ptr_cmp)) continue;
+      if (bsearch(&key, used, (size_t)v.nparams, sizeof *used, zrt_ptr_cmp)) continue;
       const char *base = strncmp(t->name, "transformer.", 12) ? t->name : t->name + 12;
       int ok = 0;
       for (int k = 0; unused_ok && unused_ok[k] && !ok; k++)
@@ -78,14 +82,16 @@ zrt_status zrt_engine_load_safetensors_ex(zrt_engine *eng, const char *path,
   void *raw = NULL;
   if (!eng || !path)
     return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_load_safetensors: NULL argument");
-  if (!eng->built)
+  zrt_engine_view v;
+  zrt_engine_view_get(eng, &v);
+  if (!v.built)
     return zrt_error(ZRT_ERR_INVALID_ARG,
                      "zrt_engine_load_safetensors('%s'): call zrt_engine_build first", path);
   ZRT_CHECK(zrt_st_set_open(path, &f));
   /* validate every parameter before touching anything */
   int64_t maxnumel = 1;
-  for (int i = 0; i < eng->nparams; i++) {
-    const zrt_param_entry *p = &eng->params[i];
+  for (int i = 0; i < v.nparams; i++) {
+    const zrt_param_entry *p = zrt_engine_param_entry(eng, i);
     const zrt_st_tensor *t = zrt_st_set_find(f, p->name, NULL);
     if (!t) {
       st = zrt_error(ZRT_ERR_IO, "%s: tensor '%s' is missing (the model has this parameter)", path,
@@ -115,7 +121,7 @@ zrt_status zrt_engine_load_safetensors_ex(zrt_engine *eng, const char *path,
   }
   ZRT_CHECK_GOTO(zrt_st_check_unused(eng, f, path, unused_ok), st, done);
   size_t maxlen = 0;
-  for (int m = 0; m < eng->nmodules; m++) {
+  for (int m = 0; m < v.nmodules; m++) {
     int64_t off, len;
     zrt_engine_master_extent(eng, m, &off, &len);
     maxlen = ZRT_MAX(maxlen, (size_t)len);
@@ -132,8 +138,8 @@ zrt_status zrt_engine_load_safetensors_ex(zrt_engine *eng, const char *path,
   /* Every rank checks every element (not only its shard), so all ranks
    * agree on refusing a file with NaN or Inf before the collective
    * refresh below. */
-  for (int i = 0; i < eng->nparams; i++) {
-    const zrt_param_entry *p = &eng->params[i];
+  for (int i = 0; i < v.nparams; i++) {
+    const zrt_param_entry *p = zrt_engine_param_entry(eng, i);
     const zrt_st_file *sf;
     const zrt_st_tensor *t = zrt_st_set_find(f, p->name, &sf);
     for (int64_t e0 = 0; e0 < p->numel; e0 += (int64_t)chunk) {
@@ -150,13 +156,14 @@ zrt_status zrt_engine_load_safetensors_ex(zrt_engine *eng, const char *path,
         }
     }
   }
-  for (int m = 0; m < eng->nmodules; m++) {
-    zrt_module_entry *me = &eng->modules[m];
+  for (int m = 0; m < v.nmodules; m++) {
+    zrt_engine_module_view me;
+    zrt_engine_module_view_get(eng, m, &me);
     int64_t off, len;
     zrt_engine_master_extent(eng, m, &off, &len);
     memset(tmp, 0, (size_t)len * sizeof(float));
-    for (int i = 0; i < me->nparams; i++) {
-      const zrt_param_entry *p = &eng->params[me->params[i]];
+    for (int i = 0; i < me.nparams; i++) {
+      const zrt_param_entry *p = zrt_engine_param_entry(eng, me.params[i]);
       int64_t lo = ZRT_MAX(p->offset, off), hi = ZRT_MIN(p->offset + p->numel, off + len);
       if (lo >= hi) continue;
       const zrt_st_file *sf;

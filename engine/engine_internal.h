@@ -1,8 +1,10 @@
 /*
  * engine_internal.h — the engine's internal state (the struct behind the
- * opaque zrt_engine of include/zrt.h). Read by the checkpoint code
- * (save/load of shards, resharding) and by white-box tests; written only by
- * engine/engine*.c and the sharding/ sources. Kept stable: fields are only added.
+ * opaque zrt_engine of include/zrt.h), included only by the engine/ sources: the
+ * layers above (checkpoint/, tools/) go through engine_state.h, white-box
+ * tests through engine_state.h and engine_probe.h (tests/unit/test_layout.c,
+ * the unit test of engine_layout.c over hand-built engines, is the one test
+ * that includes this header).
  *
  * Layout invariants (sharding/layout.h):
  *  - Every module is one flat buffer of `numel` elements: its parameters in
@@ -46,6 +48,8 @@
 #include "config.h"
 #include "coordinator.h"
 #include "coordinator_sim.h"
+#include "engine_probe.h"
+#include "engine_state.h"
 #include "engine_team.h"
 #include "gradstats.h"
 #include "hostpool.h"
@@ -56,21 +60,6 @@
 #include "param_swap.h"
 #include "scaler.h"
 #include "stage_policy.h"
-
-#define ZRT_ENGINE_MAX_NDIM 8
-#define ZRT_ENGINE_NAME_MAX 256
-
-typedef struct zrt_param_entry {
-  char name[ZRT_ENGINE_NAME_MAX];
-  uint64_t name_hash; /* zrt_rng_name_hash(name): the RNG stream of this param */
-  int module;         /* owning module id */
-  int ndim;
-  int64_t shape[ZRT_ENGINE_MAX_NDIM];
-  int64_t numel;
-  zrt_init init;
-  unsigned flags; /* ZRT_PARAM_* */
-  int64_t offset; /* element offset inside the module's flat buffer */
-} zrt_param_entry;
 
 typedef struct zrt_module_entry {
   char name[ZRT_ENGINE_NAME_MAX];
@@ -222,11 +211,10 @@ struct zrt_engine {
   zrt_sched sched;
   int64_t micro_step;  /* zrt_engine_step calls so far */
   int64_t global_step; /* optimizer steps (boundaries) so far, skipped included */
-  /* rank 0: the flock on DIR/zrt.lock of the checkpoint directory this
-   * engine saves into (checkpoint.c), -1 before the first save or claim */
-  int ckpt_lock_fd;
+  /* rank 0: the checkpoint directory lock checkpoint.c keeps here
+   * (engine_state.h's zrt_engine_ckpt_lock; fd -1 before the first save) */
+  zrt_engine_ckpt_lock ckpt_lock;
   int plan_refused; /* the build plan found the device too small (a device OOM, no allocation) */
-  unsigned long long ckpt_lock_dev, ckpt_lock_ino;
   int64_t applied_steps; /* non-skipped steps: optimizer bias-correction count */
   int64_t skipped_total;
   int64_t tokens_per_micro;
@@ -280,17 +268,6 @@ struct zrt_engine {
  * (ZRT_PHASE_*) at time now; _infer applies the implicit marks of
  * zrt_engine_mark's contract; _open starts a window; _close ends it into
  * eng->timing (boundary_s = now - boundary_start). */
-/* Where this process sits on its machine, before the backend picks a
- * device: when the launcher announces more than one rank
- * (zrt_comm_env_world), an MPI bootstrap gives the local rank and local
- * world as MPI derived them (the same under Open MPI's mpiexec, MPICH's and
- * srun, whichever variables they set); *boot is that bootstrap, to be
- * destroyed only after the comm exists (destroying the last MPI user
- * finalizes MPI). One process: local rank 0 of 1, *boot NULL. Logged at
- * debug level ("placement: local rank R of W (from MPI)"). */
-struct zrt_bootstrap;
-zrt_status zrt_engine_placement(struct zrt_bootstrap **boot, int *local_rank, int *local_world);
-
 void zrt_engine_phase_enter(zrt_engine *eng, int phase, double now);
 void zrt_engine_phase_infer(zrt_engine *eng, int phase);
 void zrt_engine_timing_open(zrt_engine *eng, double now);
@@ -298,6 +275,12 @@ void zrt_engine_timing_open(zrt_engine *eng, double now);
  * scalar D2H reads) reported per step in the metrics (engine_step.c). */
 void zrt_engine_counters_open(zrt_engine *eng);
 void zrt_engine_timing_close(zrt_engine *eng, double boundary_start, double now);
+/* Adds now - since - excluded to *acc (one of eng->ph's engine-call
+ * shares: fetch, reduce, optimizer, gather) and returns now, so the next
+ * share can start where this one ended. */
+double zrt_engine_timing_charge(double *acc, double since, double excluded);
+/* The window's micro-steps: gradient_accumulation_steps, at least 1. */
+int64_t zrt_engine_accum_steps(const zrt_engine *eng);
 void zrt_engine_team_open(zrt_engine *eng);
 void zrt_engine_team_step(zrt_engine *eng, double step_s);
 
@@ -323,6 +306,24 @@ zrt_status zrt_engine_plan_check_build(zrt_engine *eng, const struct zrt_memest_
 void zrt_engine_plan_record(zrt_engine *eng, zrt_sim_kind kind, int module);
 zrt_status zrt_engine_plan_first_boundary(zrt_engine *eng);
 void zrt_engine_plan_free(zrt_engine *eng);
+
+/* engine.c: sets the stage and the policy read instead of it
+ * (sharding/stage_policy.h). */
+void zrt_engine_set_stage(zrt_engine *eng, int stage);
+
+/* engine_fit.c: the build's decisions from the memory model.
+ * _layout_totals: the memory model's layout of this engine (padded totals,
+ * dtypes, stage, offload, windows, activations, capacity).
+ * _choose_stage: the resolved offload choice, and for stage "auto" the
+ * first candidate, fastest first, whose predicted device bytes fit 90% of
+ * the device (logged). _fit_reuse: stage 3 with a device capacity: the
+ * largest reuse distance (at most the config's) that fits (logged when
+ * lowered). _oom_hint: st, or for a device OOM during build the
+ * model-states figures and what to change, prefixed to the error. */
+void zrt_engine_layout_totals(const zrt_engine *eng, struct zrt_memest_layout *lay);
+zrt_status zrt_engine_choose_stage(zrt_engine *eng);
+void zrt_engine_fit_reuse(zrt_engine *eng);
+zrt_status zrt_engine_oom_hint(zrt_engine *eng, zrt_status st, size_t device_ooms);
 
 /* engine_actckpt.c: allocates the declared checkpoints' storage (build, after
  * the stage and the pools are set; the host pool is created when
@@ -364,7 +365,7 @@ void zrt_engine_shard_arena_free(zrt_engine *eng);
 
 /* Rank `rank`'s owned slice of module `module`: *off = rank * part (element
  * offset into the module's flat buffer), *len = part. Pure layout, valid
- * after build, for any rank (used by checkpoint resharding). */
+ * after build, for any rank. */
 zrt_status zrt_engine_shard_range(const zrt_engine *eng, int module, int rank, int64_t *off,
                                   int64_t *len);
 
@@ -388,21 +389,6 @@ zrt_status zrt_engine_host16_from_master(zrt_engine *eng, const float *master, v
  * Constant within a window: the scaler changes only at the boundary. */
 float zrt_engine_backward_scale(const zrt_engine *eng);
 
-/* Parameter covering flat element `elem` of module `module`, or -1 in the
- * padding. */
-int zrt_engine_param_at(const zrt_engine *eng, int module, int64_t elem);
-
-/* Copies the rank's fp32 master shard of a module into dst (host memory,
- * module part elements, or padded at stage 0) / from src, and re-derives
- * the 16-bit working weights from it (stage 0-2: all-gather is the caller's
- * job through zrt_engine_refresh_params). Collective only through
- * refresh. */
-zrt_status zrt_engine_get_master(zrt_engine *eng, int module, float *dst);
-zrt_status zrt_engine_set_master(zrt_engine *eng, int module, const float *src);
-/* Rewrites every module's 16-bit working weights from the fp32 masters
- * (stage 1/2 all-gather, stage 3 marks gathered copies stale). Collective. */
-zrt_status zrt_engine_refresh_params(zrt_engine *eng);
-
 /* Stage 1/2: all-gathers the rank's slice of full16 in place. Collective. */
 zrt_status zrt_engine_gather_module(zrt_engine *eng, int m);
 /* Stage 2/3: reduces module m's grad16 (zeros when the program never asked
@@ -413,13 +399,6 @@ zrt_status zrt_engine_reduce_pending(zrt_engine *eng, int m, int async);
  * (marks modules optim_host / shard16_host / shard16_nvme), the offloaded optimizer step of one
  * piece, and teardown. */
 zrt_status zrt_engine_offload_setup(zrt_engine *eng);
-/* Twin-Flow (offload_optimizer.ratio < 1 at stage 3): the first module whose
- * optimizer is offloaded, by zrt_layout_twin_split over the modules' parts
- * in registration order with zero_optimization.sub_group_size (0 at stages
- * 0-2 or ratio 1: every module); and the padded elements of the modules
- * before it (the memory model's twin_device_padded). Pure. */
-int zrt_engine_twin_split(const zrt_engine *eng);
-int64_t zrt_engine_twin_device_padded(const zrt_engine *eng);
 zrt_status zrt_engine_offload_step(zrt_engine *eng, const zrt_optim_hparams *hp, float *master,
                                    float *s1, float *s2, const float *grad, void *param16,
                                    size_t n);
@@ -430,21 +409,6 @@ void zrt_engine_offload_teardown(zrt_engine *eng);
 zrt_status zrt_engine_offload_step_nvme(zrt_engine *eng, const zrt_optim_hparams *hp);
 /* Build finished writing the initial masters: make the files durable. */
 zrt_status zrt_engine_offload_built(zrt_engine *eng);
-/* Optimizer state arrays of the configured optimizer (2 Adam/AdamW, 1
- * SGD-momentum/Lion, 0 plain SGD). */
-int zrt_engine_optim_states(const zrt_engine *eng);
-/* The fp32 arrays of a master extent, and the direction of a transfer. */
-typedef enum zrt_state_array {
-  ZRT_STATE_MASTER = 0,
-  ZRT_STATE_S1 = 1, /* first moment (Adam/AdamW), momentum (SGD, Lion) */
-  ZRT_STATE_S2 = 2  /* second moment (Adam/AdamW) */
-} zrt_state_array;
-typedef enum zrt_io_dir { ZRT_IO_READ = 0, ZRT_IO_WRITE = 1 } zrt_io_dir;
-/* Reads or writes a module's whole master extent of array `which` from/to
- * host memory buf, wherever it lives (device, host pool, NVMe files). No
- * 16-bit refresh. */
-zrt_status zrt_engine_state_io(zrt_engine *eng, int module, zrt_state_array which, zrt_io_dir dir,
-                               float *buf);
 /* offload_optimizer nvme: rewrites module m's 16-bit extent (this rank's
  * shard) from the master in the files (host conversion). No gather. */
 zrt_status zrt_engine_nvme_refresh_module(zrt_engine *eng, int module);
@@ -464,11 +428,6 @@ zrt_status zrt_engine_param_nvme_read(zrt_engine *eng, int module, void *dst);
 static inline void *zrt_engine_at(const void *base, size_t k, zrt_dtype dt) {
   return base ? (char *)base + k * zrt_dtype_size(dt) : NULL;
 }
-
-/* Elements of a module's master/state buffers on this rank (part, or
- * padded at stage 0) and the element offset of element 0 in the flat
- * buffer (rank*part, or 0 at stage 0). */
-void zrt_engine_master_extent(const zrt_engine *eng, int module, int64_t *flat_off, int64_t *len);
 
 /* One parameter's piece of module `module`'s master extent on this rank:
  * the unit the optimizer steps (NO_DECAY params get weight decay 0). */

@@ -8,6 +8,9 @@
  * by parameter so NO_DECAY params get weight_decay 0), the write-back of the
  * 16-bit params (stage 1/2 all-gather), scheduler step, metrics, and the
  * boundary's share of the step breakdown (engine_timing.c).
+ * zrt_engine_step is the sequence: accumulate (every micro-step), then at
+ * the boundary the phases reduce, verdict, apply (with the non-finite
+ * policy) and close, each one static function below.
  *
  * Invariants: every rank takes the same branch (skip or not) because the
  * decision uses only all-reduced values; the scheduler and the optimizer's
@@ -371,45 +374,56 @@ done:
   return st;
 }
 
-zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
-  if (!eng) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_step: NULL engine");
-  if (!eng->built)
-    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_step: call zrt_engine_build first");
-  const zrt_cfg *c = eng->cfg;
-  zrt_step_info local;
-  double t_enter = zrt_now_s();
-  if (!info) info = &local;
-  memset(info, 0, sizeof *info);
-  /* The step window (comm_bytes0, eng->ph) is NOT opened here: this call
-   * comes after the window's first forward/backward, whose stage-2/3
-   * gathers and reduce-scatters and whose compute belong to this step. It
-   * opens where the previous boundary (or build) ended; for the first step
-   * the bytes count from engine creation (build's gathers included). */
+/* Micro-step bookkeeping: the window's loss, and at stage 2/3 the
+ * reduction of modules whose grads the program touched but never declared.
+ * *boundary: this call ends the accumulation window. The step window
+ * (comm_bytes0, eng->ph) is NOT opened here: this call comes after the
+ * window's first forward/backward, whose stage-2/3 gathers and
+ * reduce-scatters and whose compute belong to this step. It opens where the
+ * previous boundary (or build) ended; for the first step the bytes count
+ * from engine creation (build's gathers included). */
+static zrt_status zrt_engine_step_accumulate(zrt_engine *eng, float loss, double t_enter,
+                                             zrt_step_info *info, int *boundary) {
   if (eng->st.micro_count == 0) eng->st.loss_sum = 0;
   eng->st.loss_sum += loss;
   eng->st.micro_count++;
   eng->micro_step++;
-
-  /* stage 2/3: modules whose grads the program touched but never declared */
   if (!eng->policy->reduce_at_boundary)
     for (int m = 0; m < eng->nmodules; m++)
       if (eng->modules[m].grads_pending) ZRT_CHECK(zrt_engine_reduce_pending(eng, m, 1));
   for (int m = 0; m < eng->nmodules; m++) eng->modules[m].grads_reduced = 0;
-  eng->ph.reduce_s += zrt_now_s() - t_enter;
+  zrt_engine_timing_charge(&eng->ph.reduce_s, t_enter, 0);
 
-  int64_t K = c->gradient_accumulation_steps > 0 ? c->gradient_accumulation_steps : 1;
   info->step = eng->global_step;
   info->loss_scale = zrt_scaler_scale(&eng->scaler);
   info->lr = (float)eng->sched.cur_lr;
   info->skipped_total = eng->skipped_total;
   info->loss = loss;
-  if (eng->st.micro_count < K) {
-    zrt_engine_phase_enter(eng, ZRT_PHASE_OTHER, zrt_now_s()); /* until the next pass */
+  *boundary = eng->st.micro_count >= zrt_engine_accum_steps(eng);
+  return ZRT_OK;
+}
+
+/* Test hook (ZRT_INJECT_NONFINITE_GRADS): a NaN in the last rank's first
+ * accumulated gradient at the listed optimizer steps. */
+static zrt_status zrt_engine_step_inject(zrt_engine *eng) {
+  if (!zrt_engine_inject_now(eng) || eng->rank != eng->world - 1) return ZRT_OK;
+  float nan = NAN;
+  zrt_module_entry *me = &eng->modules[0];
+  float *at =
+      zrt_engine_at(me->grad_acc, !eng->policy->shard_optimizer ? (size_t)eng->rank * me->part : 0,
+                    eng->master_dtype);
+  if (me->grad_host) {
+    zrt_store_f(at, eng->master_dtype, 0, nan);
     return ZRT_OK;
   }
+  return zrt_backend_memcpy(eng->backend, at, &nan, sizeof nan, ZRT_COPY_H2D, NULL);
+}
 
-  /* ------------------------------------------- accumulation boundary */
-  info->boundary = 1;
+/* Phase 1, reduce: every gradient of the window lands in its owner's
+ * accumulation shard (stage 0/1 reduce here; stage 2/3 drain the buckets),
+ * and stage 3 quiesces its gathers. On return *t_opt is when the optimizer
+ * part of the boundary begins. */
+static zrt_status zrt_engine_step_reduce(zrt_engine *eng, double *t_opt) {
   double t_red = zrt_now_s();
   if (eng->policy->reduce_at_boundary) {
     for (int m = 0; m < eng->nmodules; m++) {
@@ -423,27 +437,22 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
     }
   }
   ZRT_CHECK(zrt_buckets_drain(eng->buckets));
-  double t_q = zrt_now_s();
-  eng->ph.reduce_s += t_q - t_red;
+  double t_q = zrt_engine_timing_charge(&eng->ph.reduce_s, t_red, 0);
   if (eng->policy->shard_params) ZRT_CHECK(zrt_coord_quiesce(eng->coord));
-  double t_opt = zrt_now_s();
-  eng->ph.fetch_s += t_opt - t_q;
-  double gather0 = eng->ph.gather_s;
+  *t_opt = zrt_engine_timing_charge(&eng->ph.fetch_s, t_q, 0);
   zrt_coord_freeze_trace(eng->coord);
+  return zrt_engine_step_inject(eng);
+}
 
-  if (zrt_engine_inject_now(eng) && eng->rank == eng->world - 1) {
-    float nan = NAN;
-    float *at =
-        zrt_engine_at(eng->modules[0].grad_acc,
-                      !eng->policy->shard_optimizer ? (size_t)eng->rank * eng->modules[0].part : 0,
-                      eng->master_dtype);
-    if (eng->modules[0].grad_host)
-      zrt_store_f(at, eng->master_dtype, 0, nan);
-    else
-      ZRT_CHECK(zrt_backend_memcpy(eng->backend, at, &nan, sizeof nan, ZRT_COPY_H2D, NULL));
-  }
-
-  float scale = zrt_scaler_scale(&eng->scaler);
+/* Phase 2, verdict: the statistics pass and its one all-reduce, the
+ * verdict every rank reaches from the agreed values (norm, overflow, skip,
+ * clip), and the loss scaler's update. *scaler_st: the scaler's status (an
+ * fp16 scale that cannot back off further), which ends the step without an
+ * apply but still closes it. */
+static zrt_status zrt_engine_step_verdict(zrt_engine *eng, zrt_step_info *info,
+                                          zrt_gradstats_verdict *v, zrt_status *scaler_st) {
+  const zrt_cfg *c = eng->cfg;
+  int64_t K = zrt_engine_accum_steps(eng);
   /* the inverse of what the window's backward passes multiplied by: under
    * fp16 (scale / K) * world * K, so the accumulated mean is unscaled
    * (test hook: a deliberately wrong factor, the class of a wrong unscale,
@@ -451,36 +460,45 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
   float inv =
       zrt_gradstats_unscale(zrt_engine_backward_scale(eng), eng->world, K) * eng->test_grad_factor;
   ZRT_CHECK(zrt_engine_agree_stats(eng, inv));
-  const float *agree = eng->stats_rec;
   zrt_gradstats_policy gpol = {.may_skip = c->fp16_enabled ||
                                            (c->bf16_enabled && c->bf16_check_grad_overflow),
                                .clipping = c->gradient_clipping};
-  zrt_gradstats_verdict v;
-  zrt_gradstats_verdict_of(agree, eng->world, K, inv, &gpol, &v);
+  zrt_gradstats_verdict_of(eng->stats_rec, eng->world, K, inv, &gpol, v);
 
-  info->loss = v.loss;
-  info->grad_norm = v.overflow ? NAN : v.norm;
+  info->loss = v->loss;
+  info->grad_norm = v->overflow ? NAN : v->norm;
   info->lr = (float)eng->sched.cur_lr;
-  info->loss_scale = scale;
-  zrt_status st = ZRT_OK;
-  if (c->fp16_enabled) st = zrt_scaler_update(&eng->scaler, v.overflow);
-  if (v.skip) {
+  info->loss_scale = zrt_scaler_scale(&eng->scaler);
+  *scaler_st = c->fp16_enabled ? zrt_scaler_update(&eng->scaler, v->overflow) : ZRT_OK;
+  return ZRT_OK;
+}
+
+/* Phase 3, apply: a skipped step only drops stage 3's kept copies; an
+ * applied one runs the optimizer (and the 16-bit write-back) and advances
+ * the scheduler. Then the accumulators are zeroed for the next window.
+ * st: the scaler's status; an overflow at the minimum scale is still
+ * counted as a skipped step, but nothing is applied or zeroed. */
+static zrt_status zrt_engine_step_apply_phase(zrt_engine *eng, const zrt_gradstats_verdict *v,
+                                              double t_opt, zrt_status st, zrt_step_info *info) {
+  double gather0 = eng->ph.gather_s;
+  if (v->skip) {
     eng->skipped_total++;
     info->skipped = 1;
     zrt_log(eng->rank == 0 ? ZRT_LOG_INFO : ZRT_LOG_DEBUG,
             "step %lld: non-finite gradients, step skipped (loss scale %g -> %g)",
-            (long long)eng->global_step + 1, (double)scale, eng->scaler.cur_scale);
+            (long long)eng->global_step + 1, (double)info->loss_scale, eng->scaler.cur_scale);
     /* copies kept for reuse end with the step, applied or not: the memory
      * plan (engine_memplan.c) replays every step from nothing gathered */
     if (eng->policy->shard_params) zrt_coord_invalidate(eng->coord);
   } else if (st == ZRT_OK) {
-    st = zrt_engine_apply(eng, v.grad_mul);
+    st = zrt_engine_apply(eng, v->grad_mul);
     if (st == ZRT_OK) {
       eng->applied_steps++;
       zrt_sched_step(&eng->sched);
     }
   }
-  eng->ph.optimizer_s += zrt_now_s() - t_opt - (eng->ph.gather_s - gather0);
+  /* the optimizer's share, less the all-gathers it timed as gather_s */
+  zrt_engine_timing_charge(&eng->ph.optimizer_s, t_opt, eng->ph.gather_s - gather0);
   for (int m = 0; m < eng->nmodules && st == ZRT_OK; m++) {
     int64_t off, len;
     zrt_engine_master_extent(eng, m, &off, &len);
@@ -490,39 +508,45 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
     else
       st = zrt_backend_memset(eng->backend, eng->modules[m].grad_acc, 0, bytes, NULL);
   }
-  /* never silent: a NaN loss, or non-finite gradients the optimizer applied
-   * (bf16 without check_grad_overflow, fp32), leave the master weights
-   * non-finite for good */
   /* the first boundary: the recorded step fixes the stage-3 memory plan */
   if (st == ZRT_OK && eng->plan_recording != 0) st = zrt_engine_plan_first_boundary(eng);
-  int applied_bad = v.overflow && !v.skip && !c->fp16_enabled;
-  if (st == ZRT_OK && (applied_bad || !isfinite(v.loss))) {
-    char what[160];
-    if (!isfinite(v.loss))
-      snprintf(what, sizeof what, "the loss is %g", (double)v.loss);
-    else
-      snprintf(what, sizeof what,
-               "non-finite gradients were applied (%s): the master weights are no longer finite",
-               c->bf16_enabled ? "bf16.check_grad_overflow is false"
-                               : "fp32 has no overflow check");
-    if (c->stop_on_nonfinite)
-      st = zrt_error(ZRT_ERR_OVERFLOW,
-                     "step %lld: %s; training stopped. Look for the first step whose loss or "
-                     "grad_norm went bad (lower the learning rate, enable gradient_clipping%s); to "
-                     "go on anyway set zrt.stop_on_nonfinite to false (--set "
-                     "zrt.stop_on_nonfinite=false)",
-                     (long long)eng->global_step + 1, what,
-                     c->bf16_enabled && !c->bf16_check_grad_overflow
-                         ? ", or set bf16.check_grad_overflow true to skip such steps"
-                         : "");
-    else
-      zrt_log0(ZRT_LOG_WARN, "step %lld: %s (zrt.stop_on_nonfinite is false: going on)",
-               (long long)eng->global_step + 1, what);
+  return st;
+}
+
+/* The non-finite policy, never silent: a NaN loss, or non-finite gradients
+ * the optimizer applied (bf16 without check_grad_overflow, fp32), leave the
+ * master weights non-finite for good. ZRT_ERR_OVERFLOW stops training
+ * unless zrt.stop_on_nonfinite is false (then a warning). */
+static zrt_status zrt_engine_step_nonfinite(zrt_engine *eng, const zrt_gradstats_verdict *v) {
+  const zrt_cfg *c = eng->cfg;
+  int applied_bad = v->overflow && !v->skip && !c->fp16_enabled;
+  if (!applied_bad && isfinite(v->loss)) return ZRT_OK;
+  char what[160];
+  if (!isfinite(v->loss))
+    snprintf(what, sizeof what, "the loss is %g", (double)v->loss);
+  else
+    snprintf(what, sizeof what,
+             "non-finite gradients were applied (%s): the master weights are no longer finite",
+             c->bf16_enabled ? "bf16.check_grad_overflow is false" : "fp32 has no overflow check");
+  if (!c->stop_on_nonfinite) {
+    zrt_log0(ZRT_LOG_WARN, "step %lld: %s (zrt.stop_on_nonfinite is false: going on)",
+             (long long)eng->global_step + 1, what);
+    return ZRT_OK;
   }
-  eng->global_step++;
-  info->step = eng->global_step;
-  info->skipped_total = eng->skipped_total;
-  eng->last_grad_norm = info->grad_norm;
+  return zrt_error(ZRT_ERR_OVERFLOW,
+                   "step %lld: %s; training stopped. Look for the first step whose loss or "
+                   "grad_norm went bad (lower the learning rate, enable gradient_clipping%s); to "
+                   "go on anyway set zrt.stop_on_nonfinite to false (--set "
+                   "zrt.stop_on_nonfinite=false)",
+                   (long long)eng->global_step + 1, what,
+                   c->bf16_enabled && !c->bf16_check_grad_overflow
+                       ? ", or set bf16.check_grad_overflow true to skip such steps"
+                       : "");
+}
+
+/* What this step window moved (collective, NVMe and backend counters),
+ * differenced against the window's start, which moves here. */
+static zrt_step_bytes zrt_engine_step_moved(zrt_engine *eng) {
   zrt_step_bytes moved = {.comm = eng->comm->bytes_moved - eng->st.comm_bytes0};
   eng->st.comm_bytes0 = eng->comm->bytes_moved; /* the next window starts here */
   uint64_t nrd = 0, nwr = 0;
@@ -536,6 +560,40 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
   moved.ctr.host_waits = ZRT_BACKEND_COUNTER(bk, host_waits) - eng->st.ctr0.host_waits;
   moved.ctr.allocs = ZRT_BACKEND_COUNTER(bk, allocs) - eng->st.ctr0.allocs;
   moved.ctr.d2h_reads = ZRT_BACKEND_COUNTER(bk, d2h_reads) - eng->st.ctr0.d2h_reads;
+  return moved;
+}
+
+/* The step's log lines (rank 0, every steps_per_print steps). */
+static void zrt_engine_step_log(const zrt_engine *eng, const zrt_step_info *info) {
+  const zrt_cfg *c = eng->cfg;
+  if (c->steps_per_print <= 0 || eng->global_step % c->steps_per_print != 0 || eng->rank != 0)
+    return;
+  zrt_log(ZRT_LOG_INFO, "step %lld loss %.6g lr %.3g scale %g grad_norm %.4g skipped %lld",
+          (long long)eng->global_step, (double)info->loss, (double)info->lr,
+          (double)info->loss_scale, (double)info->grad_norm, (long long)eng->skipped_total);
+  if (!c->wall_clock_breakdown) return;
+  const zrt_step_timing *t = &eng->timing;
+  zrt_log(ZRT_LOG_INFO,
+          "step %lld time (ms): step %.2f = other %.2f + forward %.2f + backward %.2f + "
+          "boundary %.2f | fetch %.2f reduce %.2f optimizer %.2f gather %.2f | comm in flight "
+          "%.2f blocked %.2f (%.0f%% hidden)",
+          (long long)eng->global_step, 1e3 * t->step_s, 1e3 * t->other_s, 1e3 * t->forward_s,
+          1e3 * t->backward_s, 1e3 * t->boundary_s, 1e3 * t->fetch_s, 1e3 * t->reduce_s,
+          1e3 * t->optimizer_s, 1e3 * t->gather_s, 1e3 * t->comm_busy_s, 1e3 * t->comm_wait_s,
+          100 * t->overlap_fraction);
+}
+
+/* Phase 4, close: the step counts, the window's bytes and timing, the
+ * adaptive team, then (unless the step failed) metrics, monitor and logs.
+ * st: the status of the phases before; returned unless the metrics fail. */
+static zrt_status zrt_engine_step_close(zrt_engine *eng, double t_enter, zrt_status st,
+                                        zrt_step_info *info) {
+  const zrt_cfg *c = eng->cfg;
+  eng->global_step++;
+  info->step = eng->global_step;
+  info->skipped_total = eng->skipped_total;
+  eng->last_grad_norm = info->grad_norm;
+  zrt_step_bytes moved = zrt_engine_step_moved(eng);
   double now = zrt_now_s();
   zrt_engine_timing_close(eng, t_enter, now);
   double step_time = eng->timing.step_s;
@@ -549,21 +607,31 @@ zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
   zrt_engine_counters_open(eng); /* the next window starts after the metrics */
   if (eng->monitor && mst == ZRT_OK) mst = zrt_engine_monitor_step(eng, info);
   if (st == ZRT_ERR_OVERFLOW) return st;
-  if (c->steps_per_print > 0 && eng->global_step % c->steps_per_print == 0 && eng->rank == 0)
-    zrt_log(ZRT_LOG_INFO, "step %lld loss %.6g lr %.3g scale %g grad_norm %.4g skipped %lld",
-            (long long)eng->global_step, (double)v.loss, (double)info->lr, (double)scale,
-            (double)info->grad_norm, (long long)eng->skipped_total);
-  if (c->wall_clock_breakdown && c->steps_per_print > 0 &&
-      eng->global_step % c->steps_per_print == 0 && eng->rank == 0) {
-    const zrt_step_timing *t = &eng->timing;
-    zrt_log(ZRT_LOG_INFO,
-            "step %lld time (ms): step %.2f = other %.2f + forward %.2f + backward %.2f + "
-            "boundary %.2f | fetch %.2f reduce %.2f optimizer %.2f gather %.2f | comm in flight "
-            "%.2f blocked %.2f (%.0f%% hidden)",
-            (long long)eng->global_step, 1e3 * t->step_s, 1e3 * t->other_s, 1e3 * t->forward_s,
-            1e3 * t->backward_s, 1e3 * t->boundary_s, 1e3 * t->fetch_s, 1e3 * t->reduce_s,
-            1e3 * t->optimizer_s, 1e3 * t->gather_s, 1e3 * t->comm_busy_s, 1e3 * t->comm_wait_s,
-            100 * t->overlap_fraction);
-  }
+  zrt_engine_step_log(eng, info);
   return mst;
+}
+
+zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info) {
+  if (!eng) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_step: NULL engine");
+  if (!eng->built)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_step: call zrt_engine_build first");
+  zrt_step_info local;
+  double t_enter = zrt_now_s();
+  if (!info) info = &local;
+  memset(info, 0, sizeof *info);
+  int boundary = 0;
+  ZRT_CHECK(zrt_engine_step_accumulate(eng, loss, t_enter, info, &boundary));
+  if (!boundary) {
+    zrt_engine_phase_enter(eng, ZRT_PHASE_OTHER, zrt_now_s()); /* until the next pass */
+    return ZRT_OK;
+  }
+  double t_opt;
+  zrt_gradstats_verdict v;
+  zrt_status st;
+  info->boundary = 1;
+  ZRT_CHECK(zrt_engine_step_reduce(eng, &t_opt));
+  ZRT_CHECK(zrt_engine_step_verdict(eng, info, &v, &st));
+  st = zrt_engine_step_apply_phase(eng, &v, t_opt, st, info);
+  if (st == ZRT_OK) st = zrt_engine_step_nonfinite(eng, &v);
+  return zrt_engine_step_close(eng, t_enter, st, info);
 }

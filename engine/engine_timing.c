@@ -36,6 +36,17 @@ void zrt_engine_phase_infer(zrt_engine *eng, int phase) {
     zrt_engine_phase_enter(eng, phase, zrt_now_s());
 }
 
+double zrt_engine_timing_charge(double *acc, double since, double excluded) {
+  double now = zrt_now_s();
+  *acc += now - since - excluded;
+  return now;
+}
+
+int64_t zrt_engine_accum_steps(const zrt_engine *eng) {
+  int64_t k = eng->cfg->gradient_accumulation_steps;
+  return k > 0 ? k : 1;
+}
+
 void zrt_engine_timing_open(zrt_engine *eng, double now) {
   zrt_engine_phase_acc *a = &eng->ph;
   int explicit_marks = a->explicit_marks;

@@ -69,3 +69,13 @@ void zrt_sched_set_iteration(zrt_sched *s, int64_t it) {
 }
 
 void zrt_sched_step(zrt_sched *s) { zrt_sched_set_iteration(s, s->last_batch_iteration + 1); }
+
+void zrt_sched_state_get(const zrt_sched *s, zrt_sched_state *out) {
+  *out = (zrt_sched_state){
+      .type = (int)s->type, .last_batch_iteration = s->last_batch_iteration, .cur_lr = s->cur_lr};
+}
+
+void zrt_sched_state_set(zrt_sched *s, const zrt_sched_state *in) {
+  zrt_sched_set_iteration(s, in->last_batch_iteration);
+  if (in->type == (int)s->type && !isnan(in->cur_lr)) s->cur_lr = in->cur_lr;
+}

@@ -28,6 +28,20 @@ typedef struct zrt_sched {
   double cur_lr; /* lr the next optimizer step uses */
 } zrt_sched;
 
+/* The scheduler's state as a checkpoint keeps it (DeepSpeed's
+ * lr_scheduler.state_dict): the schedule's kind, the iteration and the lr
+ * the next step uses. The shape of the schedule comes from the config. */
+typedef struct zrt_sched_state {
+  int type; /* zrt_sched_type; -1 = unknown (a checkpoint without it) */
+  int64_t last_batch_iteration;
+  double cur_lr; /* NaN = not saved */
+} zrt_sched_state;
+
+void zrt_sched_state_get(const zrt_sched *s, zrt_sched_state *out);
+/* Restores the iteration (the lr recomputed from this schedule), then the
+ * saved lr where the saved kind is this schedule's and an lr was saved. */
+void zrt_sched_state_set(zrt_sched *s, const zrt_sched_state *in);
+
 void zrt_sched_init(zrt_sched *s, const zrt_cfg *cfg);
 /* lr of a given iteration (pure). */
 double zrt_sched_lr_at(const zrt_sched *s, int64_t last_batch_iteration);

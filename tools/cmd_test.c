@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "dtype.h"
-#include "engine_internal.h"
+#include "engine_state.h"
 #include "tools.h"
 #include "zrt.h"
 
@@ -38,8 +38,9 @@ static int rank_ = 0, world_ = 1, nfail_ = 0;
  * rank 0's line. */
 static void report(zrt_engine *eng, const char *name, int ok, const char *detail, const char *fix) {
   float bad = ok ? 0.f : 1.f;
-  if (eng && eng->comm &&
-      zrt_comm_all_reduce(eng->comm, &bad, &bad, 1, ZRT_F32, ZRT_RED_SUM, NULL) != ZRT_OK)
+  zrt_engine_view v = {0};
+  if (eng) zrt_engine_view_get(eng, &v);
+  if (v.comm && zrt_comm_all_reduce(v.comm, &bad, &bad, 1, ZRT_F32, ZRT_RED_SUM, NULL) != ZRT_OK)
     bad = 1.f;
   if (bad > 0) nfail_++;
   if (rank_ == 0) {
@@ -71,6 +72,8 @@ static void check_collectives(zrt_engine *eng) {
   const char *fix = "the ranks cannot talk: run `zrt env` on every machine, check mpiexec "
                     "reaches them (hostfile, ssh, firewall) and, on GPUs, NCCL_DEBUG=INFO";
   char detail[256];
+  zrt_engine_view v;
+  zrt_engine_view_get(eng, &v);
   size_t n = TEST_N, all = (size_t)world_ * n;
   size_t *counts = calloc((size_t)world_, sizeof *counts);
   for (int r = 0; r < world_; r++) counts[r] = n;
@@ -82,20 +85,20 @@ static void check_collectives(zrt_engine *eng) {
     goto out;
   }
   /* all-reduce: sum over ranks of (r+1) + i%7 = W(W+1)/2 + W*(i%7) */
-  int ok = zrt_comm_all_reduce(eng->comm, d, d, n, ZRT_F32, ZRT_RED_SUM, NULL) == ZRT_OK;
+  int ok = zrt_comm_all_reduce(v.comm, d, d, n, ZRT_F32, ZRT_RED_SUM, NULL) == ZRT_OK;
   zrt_engine_memcpy(eng, h, d, n * sizeof(float), ZRT_COPY_D2H);
   double err = 0;
   for (size_t i = 0; ok && i < n; i++)
     err = fmax(err, fabs(h[i] - (world_ * (world_ + 1) / 2.0 + world_ * (double)(i % 7))));
   ok = ok && err == 0;
   snprintf(detail, sizeof detail, "(%s, %d ranks, %zu floats): max |diff| %g (exact expected)",
-           eng->comm_name, world_, n, err);
+           v.comm_name, world_, n, err);
   report(eng, "all-reduce", ok, detail, fix);
 
   /* all-gather: rank r's block is (r+1) + i%7 */
   for (size_t i = 0; i < n; i++) h[i] = val_rank_i(rank_, i);
   zrt_engine_memcpy(eng, d, h, n * sizeof(float), ZRT_COPY_H2D);
-  ok = zrt_comm_all_gather(eng->comm, d, big, counts, ZRT_F32, NULL) == ZRT_OK;
+  ok = zrt_comm_all_gather(v.comm, d, big, counts, ZRT_F32, NULL) == ZRT_OK;
   zrt_engine_memcpy(eng, g, big, all * sizeof(float), ZRT_COPY_D2H);
   err = 0;
   for (size_t i = 0; ok && i < all; i++)
@@ -108,7 +111,7 @@ static void check_collectives(zrt_engine *eng) {
    * rank r keeps block r of the sum */
   for (size_t j = 0; j < all; j++) g[j] = val_rank_i(rank_, j);
   zrt_engine_memcpy(eng, big, g, all * sizeof(float), ZRT_COPY_H2D);
-  ok = zrt_comm_reduce_scatter(eng->comm, big, d, counts, ZRT_F32, ZRT_RED_SUM, NULL) == ZRT_OK;
+  ok = zrt_comm_reduce_scatter(v.comm, big, d, counts, ZRT_F32, ZRT_RED_SUM, NULL) == ZRT_OK;
   zrt_engine_memcpy(eng, h, d, n * sizeof(float), ZRT_COPY_D2H);
   err = 0;
   for (size_t i = 0; ok && i < n; i++) {
@@ -122,7 +125,7 @@ static void check_collectives(zrt_engine *eng) {
   /* broadcast from rank 0 */
   for (size_t i = 0; i < n; i++) h[i] = rank_ == 0 ? (float)i : -1.f;
   zrt_engine_memcpy(eng, d, h, n * sizeof(float), ZRT_COPY_H2D);
-  ok = zrt_comm_broadcast(eng->comm, d, n, ZRT_F32, 0, NULL) == ZRT_OK;
+  ok = zrt_comm_broadcast(v.comm, d, n, ZRT_F32, 0, NULL) == ZRT_OK;
   zrt_engine_memcpy(eng, h, d, n * sizeof(float), ZRT_COPY_D2H);
   err = 0;
   for (size_t i = 0; ok && i < n; i++) err = fmax(err, fabs(h[i] - (double)i));
@@ -141,7 +144,9 @@ out:
  * of the mean over ranks), grads_ready, step. Returns the loss. */
 static zrt_status bowl_step(zrt_engine *eng, int mod, int pid, unsigned char *hw, float *loss,
                             zrt_step_info *info) {
-  size_t ws = zrt_dtype_size(eng->dtype);
+  zrt_engine_view v;
+  zrt_engine_view_get(eng, &v);
+  size_t ws = zrt_dtype_size(v.dtype);
   void *w, *gp;
   float scale;
   ZRT_CHECK(zrt_engine_loss_scale(eng, &scale));
@@ -153,9 +158,9 @@ static zrt_status bowl_step(zrt_engine *eng, int mod, int pid, unsigned char *hw
   unsigned char *hg = malloc(TEST_N * ws);
   if (!hg) return zrt_error(ZRT_ERR_OOM, "zrt test: out of host memory");
   for (size_t i = 0; i < TEST_N; i++) {
-    double d = zrt_load_f(hw, eng->dtype, i) - TEST_TARGET;
+    double d = zrt_load_f(hw, v.dtype, i) - TEST_TARGET;
     l += 0.5 * d * d / TEST_N;
-    zrt_store_f(hg, eng->dtype, i, (float)(d / TEST_N * scale));
+    zrt_store_f(hg, v.dtype, i, (float)(d / TEST_N * scale));
   }
   ZRT_CHECK(zrt_param_grad(eng, pid, &gp));
   zrt_status st = zrt_engine_memcpy(eng, gp, hg, TEST_N * ws, ZRT_COPY_H2D);
@@ -183,10 +188,12 @@ static void check_training(zrt_engine *eng, const zrt_engine_info *in) {
     report(eng, "engine build", 0, detail, fix);
     return;
   }
-  const char *off = eng->cfg->offload_optimizer.device == ZRT_OFFLOAD_CPU    ? "cpu"
-                    : eng->cfg->offload_optimizer.device == ZRT_OFFLOAD_NVME ? "nvme"
-                                                                             : "none";
-  unsigned char *hw = malloc(TEST_N * zrt_dtype_size(eng->dtype));
+  zrt_engine_view v; /* after build: the stage "auto" resolved */
+  zrt_engine_view_get(eng, &v);
+  const char *off = v.cfg->offload_optimizer.device == ZRT_OFFLOAD_CPU    ? "cpu"
+                    : v.cfg->offload_optimizer.device == ZRT_OFFLOAD_NVME ? "nvme"
+                                                                          : "none";
+  unsigned char *hw = malloc(TEST_N * zrt_dtype_size(v.dtype));
   float first = NAN, last = NAN, loss = 0;
   zrt_step_info info = {0};
   int steps = 0;
@@ -200,7 +207,7 @@ static void check_training(zrt_engine *eng, const zrt_engine_info *in) {
   snprintf(detail, sizeof detail,
            "(stage %d, %s, offload_optimizer %s, %d ranks): loss %.6g -> %.6g in %d steps, "
            "%lld skipped%s%s",
-           eng->stage, zrt_dtype_name(in->dtype), off, world_, (double)first, (double)last, steps,
+           v.stage, zrt_dtype_name(in->dtype), off, world_, (double)first, (double)last, steps,
            (long long)info.skipped_total, st != ZRT_OK ? "; error: " : "",
            st != ZRT_OK ? zrt_last_error() : "");
   report(eng, "training", ok, detail, fix);

@@ -10,7 +10,8 @@
 #ifndef ZT_MEMEST_H
 #define ZT_MEMEST_H
 
-#include "engine_internal.h"
+#include "engine_probe.h"
+#include "engine_state.h"
 #include "memest.h"
 
 void zt_memest_layout_of(const zrt_engine *eng, zrt_memest_layout *lay);

@@ -21,9 +21,9 @@
 #include <unistd.h>
 
 #include "dtype.h"
-#include "engine_internal.h"
 #include "memest.h"
 #include "safetensors.h"
+#include "zt_engine.h"
 #include "zt_mpi.h"
 #include "ztest.h"
 
@@ -167,12 +167,12 @@ static snap take(model *m) {
   zrt_engine *e = m->eng;
   snap s = {0};
   int ns = zrt_engine_optim_states(e);
-  size_t cap = 0, wcap = 0, ws = zrt_dtype_size(e->dtype);
+  size_t cap = 0, wcap = 0, ws = zrt_dtype_size(zt_view(e).dtype);
   for (int k = 0; k < NMOD; k++) {
     int64_t off, len;
     zrt_engine_master_extent(e, k, &off, &len);
     cap += (size_t)len * (size_t)(1 + ns);
-    wcap += (size_t)e->modules[k].numel * ws;
+    wcap += (size_t)zt_module(e, k).numel * ws;
   }
   s.v = malloc(cap * 4);
   s.w16 = malloc(wcap);
@@ -186,7 +186,7 @@ static snap take(model *m) {
     void *p;
     ZT_OK(zrt_module_fetch(e, m->mod[k]));
     ZT_OK(zrt_param_data(e, m->pid[k == 0 ? 0 : k == 1 ? 2 : 5], &p));
-    size_t b = (size_t)e->modules[k].numel * ws;
+    size_t b = (size_t)zt_module(e, k).numel * ws;
     ZT_OK(zrt_engine_memcpy(e, (char *)s.w16 + s.w16_bytes, p, b, ZRT_COPY_D2H));
     s.w16_bytes += b;
     ZT_OK(zrt_module_release(e, m->mod[k]));

@@ -10,19 +10,19 @@
 #include <unistd.h>
 
 #include "checkpoint_io.h"
-#include "engine_internal.h"
 #include "test_checkpoint_model.h"
+#include "zt_engine.h"
 #include "ztest.h"
 
 static float *master_of(ckm *m, int64_t *n) {
   int64_t total = 0;
-  for (int k = 0; k < m->eng->nmodules; k++) {
+  for (int k = 0; k < zt_view(m->eng).nmodules; k++) {
     int64_t off, len;
     zrt_engine_master_extent(m->eng, k, &off, &len);
     total += len;
   }
   float *buf = malloc((size_t)total * 4), *at = buf;
-  for (int k = 0; k < m->eng->nmodules; k++) {
+  for (int k = 0; k < zt_view(m->eng).nmodules; k++) {
     int64_t off, len;
     zrt_engine_master_extent(m->eng, k, &off, &len);
     ZT_OK(zrt_engine_get_master(m->eng, k, at));
@@ -61,7 +61,7 @@ static void expect_fail(ckm *m, const float *m0, int64_t n0, const char *dir, co
   snprintf(label, sizeof label, "%s: master unchanged", what);
   ZT_CLOSE_ARRAY(label, m1, m0, n0, 0.0);
   free(m1);
-  ZT_CHECK(m->eng->global_step == 1);
+  ZT_CHECK(zt_counters(m->eng).global_step == 1);
   ZT_CHECK(tree_crc(dir) == before);
 }
 
@@ -151,7 +151,7 @@ int main(int argc, char **argv) {
   ZT_OK(zrt_engine_load(e.eng, dir, &user));
   ZT_CHECK(user && !strcmp(user, "{\"data_pos\":4}"));
   free(user);
-  ZT_CHECK(e.eng->global_step == 2);
+  ZT_CHECK(zt_counters(e.eng).global_step == 2);
 
   zrt_engine_barrier(e.eng);
   if (e.rank == 0) {

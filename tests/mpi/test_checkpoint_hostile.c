@@ -31,8 +31,8 @@
 #include <unistd.h>
 
 #include "checkpoint_io.h"
-#include "engine_internal.h"
 #include "test_checkpoint_model.h"
+#include "zt_engine.h"
 #include "ztest.h"
 
 #define OTHER_UID 65534

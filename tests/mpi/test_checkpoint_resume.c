@@ -22,9 +22,9 @@
 #include <unistd.h>
 
 #include "checkpoint_io.h"
-#include "engine_internal.h"
 #include "test_checkpoint_model.h"
 #include "zt_bits.h"
+#include "zt_engine.h"
 #include "ztest.h"
 
 static char base[512];
@@ -39,13 +39,13 @@ static void shared_dir(ckm *m, const char *tag, char *out, size_t len) {
 static float *master_of(ckm *m, int64_t *n) {
   zrt_engine *e = m->eng;
   int64_t total = 0;
-  for (int k = 0; k < e->nmodules; k++) {
+  for (int k = 0; k < zt_view(e).nmodules; k++) {
     int64_t off, len;
     zrt_engine_master_extent(e, k, &off, &len);
     total += len;
   }
   float *buf = malloc((size_t)total * 4), *at = buf;
-  for (int k = 0; k < e->nmodules; k++) {
+  for (int k = 0; k < zt_view(e).nmodules; k++) {
     int64_t off, len;
     zrt_engine_master_extent(e, k, &off, &len);
     ZT_OK(zrt_engine_get_master(e, k, at));
@@ -76,7 +76,7 @@ static void run_resume(int stage, const char *dtype) {
   ZT_OK(zrt_engine_load(b.eng, dir, &user));
   ZT_CHECK(user && strstr(user, "\"data_pos\":6"));
   free(user);
-  ZT_CHECK(b.eng->global_step == 3);
+  ZT_CHECK(zt_counters(b.eng).global_step == 3);
   ZT_OK(ckm_train(&b, 3, 6, lb));
   int64_t nb;
   float *mb = master_of(&b, &nb);
@@ -144,8 +144,8 @@ static void mode_save(const char *dir, int stage) {
   snprintf(ref, sizeof ref, "%s/ref", dir);
   if (m.rank == 0) ZT_OK(zrt_ckpt_mkdirs(ref));
   zrt_engine_barrier(m.eng);
-  for (int k = 0; k < m.eng->nmodules; k++) {
-    const zrt_module_entry *me = &m.eng->modules[k];
+  for (int k = 0; k < zt_view(m.eng).nmodules; k++) {
+    zrt_engine_module_view me_ = zt_module(m.eng, k), *me = &me_;
     int64_t off, len;
     zrt_engine_master_extent(m.eng, k, &off, &len);
     float *buf = malloc((size_t)len * 4);
@@ -167,9 +167,9 @@ static void mode_load(const char *dir, int stage, int old_world) {
   ZT_OK(zrt_engine_load(m.eng, dir, &user));
   ZT_CHECK(user && strstr(user, "\"data_pos\":6"));
   free(user);
-  ZT_CHECK(m.eng->global_step == 3);
-  for (int k = 0; k < m.eng->nmodules; k++) {
-    const zrt_module_entry *me = &m.eng->modules[k];
+  ZT_CHECK(zt_counters(m.eng).global_step == 3);
+  for (int k = 0; k < zt_view(m.eng).nmodules; k++) {
+    zrt_engine_module_view me_ = zt_module(m.eng, k), *me = &me_;
     /* the full saved module from the raw dumps of the old ranks */
     float *full = calloc((size_t)me->numel + 1, 4);
     int64_t at = 0;
@@ -220,7 +220,7 @@ static void mode_loop(const char *dir, int stage, int steps) {
     ZT_CHECK(user && strstr(user, "data_pos"));
     free(user);
   }
-  for (int s = (int)m.eng->global_step; s < steps && s < 64; s++) {
+  for (int s = (int)zt_counters(m.eng).global_step; s < steps && s < 64; s++) {
     ZT_OK(ckm_train(&m, s, s + 1, l));
     char user[64];
     snprintf(user, sizeof user, "{\"data_pos\":%d}", 2 * (s + 1));

@@ -37,7 +37,7 @@
 #include <unistd.h>
 
 #include "dtype.h"
-#include "engine_internal.h"
+#include "zt_engine.h"
 #include "zt_mpi.h"
 #include "ztest.h"
 
@@ -99,9 +99,9 @@ static zrt_status step(model *m, float value, zrt_step_info *info) {
     void *g;
     ZT_OK(zrt_param_numel(eng, m->pid[k], &n));
     ZT_OK(zrt_param_grad(eng, m->pid[k], &g));
-    size_t bytes = (size_t)n * zrt_dtype_size(eng->dtype);
+    size_t bytes = (size_t)n * zrt_dtype_size(zt_view(eng).dtype);
     unsigned char *h = malloc(bytes);
-    for (int64_t i = 0; i < n; i++) zrt_store_f(h, eng->dtype, (size_t)i, value * scale);
+    for (int64_t i = 0; i < n; i++) zrt_store_f(h, zt_view(eng).dtype, (size_t)i, value * scale);
     ZT_OK(zrt_engine_memcpy(eng, g, h, bytes, ZRT_COPY_H2D));
     free(h);
   }
@@ -120,11 +120,11 @@ static int params_nonfinite(model *m) {
     void *w;
     ZT_OK(zrt_param_numel(eng, m->pid[k], &n));
     ZT_OK(zrt_param_data(eng, m->pid[k], &w));
-    size_t bytes = (size_t)n * zrt_dtype_size(eng->dtype);
+    size_t bytes = (size_t)n * zrt_dtype_size(zt_view(eng).dtype);
     unsigned char *h = malloc(bytes);
     ZT_OK(zrt_engine_memcpy(eng, h, w, bytes, ZRT_COPY_D2H));
     int any = 0;
-    for (int64_t i = 0; i < n; i++) any |= !isfinite(zrt_load_f(h, eng->dtype, (size_t)i));
+    for (int64_t i = 0; i < n; i++) any |= !isfinite(zrt_load_f(h, zt_view(eng).dtype, (size_t)i));
     bad += any;
     free(h);
   }
@@ -150,17 +150,17 @@ static void fp16_no_overflow(int stage, int off) {
   model m;
   build(&m, stage, off, "fp16", NULL);
   double expected = 256;
-  ZT_CHECK(m.eng->scaler.dynamic && m.eng->scaler.cur_scale == expected &&
-           m.eng->scaler.window == 2);
+  ZT_CHECK(zt_scaler(m.eng).dynamic && zt_scaler(m.eng).cur_scale == expected &&
+           zt_scaler(m.eng).window == 2);
   unsigned seed = 1;
   for (int i = 0; i < 10; i++) {
     zrt_step_info info;
     ZT_OK(step(&m, uniform(&seed), &info));
-    expect(m.eng->scaler.cur_scale == expected, "fp16 no_overflow scale", stage, off, i,
-           m.eng->scaler.cur_scale, expected);
-    expect(m.eng->scaler.cur_iter == i + 1 && info.step == i + 1, "fp16 no_overflow cur_iter",
-           stage, off, i, (double)m.eng->scaler.cur_iter, i + 1);
-    if (m.eng->scaler.cur_iter % 2 == 0) expected *= 2;
+    expect(zt_scaler(m.eng).cur_scale == expected, "fp16 no_overflow scale", stage, off, i,
+           zt_scaler(m.eng).cur_scale, expected);
+    expect(zt_scaler(m.eng).cur_iter == i + 1 && info.step == i + 1, "fp16 no_overflow cur_iter",
+           stage, off, i, (double)zt_scaler(m.eng).cur_iter, i + 1);
+    if (zt_scaler(m.eng).cur_iter % 2 == 0) expected *= 2;
   }
   zrt_engine_destroy(m.eng);
 }
@@ -174,10 +174,10 @@ static void fp16_all_overflow(int stage, int off) {
     zrt_step_info info;
     ZT_OK(step(&m, overflow_grads[i], &info));
     expected = expected / 2 > 1 ? expected / 2 : 1;
-    expect(m.eng->scaler.cur_scale == expected, "fp16 all_overflow scale", stage, off, i,
-           m.eng->scaler.cur_scale, expected);
-    expect(m.eng->scaler.cur_iter == i + 1 && info.skipped, "fp16 all_overflow cur_iter", stage,
-           off, i, (double)m.eng->scaler.cur_iter, i + 1);
+    expect(zt_scaler(m.eng).cur_scale == expected, "fp16 all_overflow scale", stage, off, i,
+           zt_scaler(m.eng).cur_scale, expected);
+    expect(zt_scaler(m.eng).cur_iter == i + 1 && info.skipped, "fp16 all_overflow cur_iter", stage,
+           off, i, (double)zt_scaler(m.eng).cur_iter, i + 1);
   }
   zrt_engine_destroy(m.eng);
 }
@@ -193,19 +193,20 @@ static void fp16_some_overflow(int stage, int off) {
   ZT_OK(step(&m, NAN, &info));
   it += 2;
   expected /= 4;
-  expect(m.eng->scaler.cur_scale == expected && m.eng->scaler.cur_iter == it,
-         "fp16 some_overflow (2 overflows)", stage, off, 2, m.eng->scaler.cur_scale, expected);
+  expect(zt_scaler(m.eng).cur_scale == expected && zt_scaler(m.eng).cur_iter == it,
+         "fp16 some_overflow (2 overflows)", stage, off, 2, zt_scaler(m.eng).cur_scale, expected);
   unsigned seed = 7;
   for (int i = 0; i < 3; i++) ZT_OK(step(&m, uniform(&seed), &info));
   it += 3;
   expected *= 2;
-  expect(m.eng->scaler.cur_scale == expected && m.eng->scaler.cur_iter == it,
-         "fp16 some_overflow (window + 1 clean)", stage, off, 5, m.eng->scaler.cur_scale, expected);
+  expect(zt_scaler(m.eng).cur_scale == expected && zt_scaler(m.eng).cur_iter == it,
+         "fp16 some_overflow (window + 1 clean)", stage, off, 5, zt_scaler(m.eng).cur_scale,
+         expected);
   ZT_OK(step(&m, INFINITY, &info));
   it += 1;
   expected /= 2;
-  expect(m.eng->scaler.cur_scale == expected && m.eng->scaler.cur_iter == it,
-         "fp16 some_overflow (1 overflow)", stage, off, 6, m.eng->scaler.cur_scale, expected);
+  expect(zt_scaler(m.eng).cur_scale == expected && zt_scaler(m.eng).cur_iter == it,
+         "fp16 some_overflow (1 overflow)", stage, off, 6, zt_scaler(m.eng).cur_scale, expected);
   zrt_engine_destroy(m.eng);
 }
 

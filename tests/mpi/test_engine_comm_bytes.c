@@ -49,7 +49,7 @@
 #include <unistd.h>
 
 #include "dtype.h"
-#include "engine_internal.h"
+#include "zt_engine.h"
 #include "zt_mpi.h"
 #include "ztest.h"
 
@@ -59,7 +59,7 @@
 /* The stage-3 coordinator's counters (zeros at stages 0-2). */
 static zrt_coord_stats coord_stats(const zrt_engine *eng) {
   zrt_coord_stats st;
-  zrt_coord_stats_get(eng->coord, &st);
+  zrt_coord_stats_get(zt_probe(eng).coord, &st);
   return st;
 }
 
@@ -81,8 +81,8 @@ static int rank_, world_;
  * use_w, 0.5 * the working weights the program reads (the module must be
  * fetched) plus a rank-dependent term. */
 static void add_grad(zrt_engine *eng, int p, int use_w) {
-  int64_t n = eng->params[p].numel;
-  size_t ws = zrt_dtype_size(eng->dtype);
+  int64_t n = zrt_engine_param_entry(eng, p)->numel;
+  size_t ws = zrt_dtype_size(zt_view(eng).dtype);
   unsigned char *hw = malloc((size_t)n * ws), *hg = malloc((size_t)n * ws);
   void *g, *w;
   ZT_OK(zrt_param_grad(eng, p, &g));
@@ -92,9 +92,10 @@ static void add_grad(zrt_engine *eng, int p, int use_w) {
     ZT_OK(zrt_engine_memcpy(eng, hw, w, (size_t)n * ws, ZRT_COPY_D2H));
   }
   for (int64_t i = 0; i < n; i++) {
-    float v = zrt_load_f(hg, eng->dtype, (size_t)i) + 1e-2f * (float)((i * 7 + rank_) % 13 - 6);
-    if (use_w) v += 0.5f * zrt_load_f(hw, eng->dtype, (size_t)i);
-    zrt_store_f(hg, eng->dtype, (size_t)i, v);
+    float v =
+        zrt_load_f(hg, zt_view(eng).dtype, (size_t)i) + 1e-2f * (float)((i * 7 + rank_) % 13 - 6);
+    if (use_w) v += 0.5f * zrt_load_f(hw, zt_view(eng).dtype, (size_t)i);
+    zrt_store_f(hg, zt_view(eng).dtype, (size_t)i, v);
   }
   ZT_OK(zrt_engine_memcpy(eng, g, hg, (size_t)n * ws, ZRT_COPY_H2D));
   free(hw);
@@ -162,11 +163,12 @@ static float *run(const run_cfg *rc, int64_t *nmaster) {
   ZT_OK(zrt_engine_build(eng));
   /* build's own traffic (stage 1/2 gather the initialised params): the
    * metrics count it in the first step's window */
-  uint64_t build_bytes = eng->comm->bytes_moved;
+  uint64_t build_bytes = zt_view(eng).comm->bytes_moved;
   int64_t psi = 0;
-  for (int m = 0; m < NMOD; m++) psi += eng->modules[m].padded;
+  for (int m = 0; m < NMOD; m++) psi += zt_module(eng, m).padded;
   double f = (double)(world_ - 1) / world_;
-  double w = (double)zrt_dtype_size(eng->dtype), c = (double)zrt_dtype_size(eng->comm_dtype);
+  double w = (double)zrt_dtype_size(zt_view(eng).dtype),
+         c = (double)zrt_dtype_size(zt_view(eng).comm_dtype);
   double K = rc->accum, P = (double)psi;
   double theory;
   switch (rc->stage) {
@@ -175,7 +177,7 @@ static float *run(const run_cfg *rc, int64_t *nmaster) {
   case 2: theory = K * P * c * f + P * w * f; break;
   default: {
     double g = 0;
-    for (int m = 0; m < NMOD; m++) g += gathers[m] * (double)eng->modules[m].padded;
+    for (int m = 0; m < NMOD; m++) g += gathers[m] * (double)zt_module(eng, m).padded;
     theory = K * (g * w + P * c) * f;
     break;
   }
@@ -190,7 +192,7 @@ static float *run(const run_cfg *rc, int64_t *nmaster) {
   int worst_bad = 0;
   double worst = 0;
   for (int s = 0; s < STEPS; s++) {
-    uint64_t b0 = eng->comm->bytes_moved, q0 = eng->comm->seq;
+    uint64_t b0 = zt_view(eng).comm->bytes_moved, q0 = zt_view(eng).comm->seq;
     int64_t ga0 = coord_stats(eng).gathers;
     for (int k = 0; k < rc->accum; k++) {
       for (int m = 0; m < 2; m++) { /* forward: embedding, block */
@@ -221,7 +223,7 @@ static float *run(const run_cfg *rc, int64_t *nmaster) {
       ZT_OK(zrt_engine_step(eng, 1.0f, &si));
       ZT_CHECK(si.boundary == (k == rc->accum - 1) && !si.skipped);
     }
-    uint64_t got = eng->comm->bytes_moved - b0, ncoll = eng->comm->seq - q0;
+    uint64_t got = zt_view(eng).comm->bytes_moved - b0, ncoll = zt_view(eng).comm->seq - q0;
     measured[s] = got;
     int kept = rc->stage == 3 && rc->reuse && s > 0;
     double th = kept ? theory_reuse : theory;

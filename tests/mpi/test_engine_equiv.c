@@ -24,10 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_internal.h"
 #include "examples/mlp/mlp_model.h"
 #include "rng.h"
 #include "zt_bits.h"
+#include "zt_engine.h"
 #include "zt_mpi.h"
 #include "ztest.h"
 
@@ -185,7 +185,7 @@ static void engine_run(int stage, int dt, int off, refp init[], float *out[MLP_L
     for (int64_t e = 0; e < len; e++) {
       int p = zrt_engine_param_at(eng, mod, off + e);
       float want = 0;
-      if (p >= 0) want = (float)init[p].v[off + e - eng->params[p].offset];
+      if (p >= 0) want = (float)init[p].v[off + e - zrt_engine_param_entry(eng, p)->offset];
       if (memcmp(&want, &buf[e], 4)) bad_init++;
     }
     free(buf);

@@ -45,8 +45,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine_internal.h"
 #include "memest.h"
+#include "zt_engine.h"
 #include "zt_memest.h"
 #include "zt_mpi.h"
 #include "ztest.h"
@@ -122,7 +122,7 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
     ZT_OK(zrt_param_add(eng, mod[m], n, 1, &numel[m], init, 0, &par[m]));
   }
   ZT_OK(zrt_engine_build(eng));
-  uint64_t zc0 = eng->comm->zero_copy;
+  uint64_t zc0 = zt_view(eng).comm->zero_copy;
   float *g = malloc(sizeof(float) * 40000);
   uint16_t *g16 = malloc(2 * 40000);
   for (int i = 0; i < 40000; i++) {
@@ -154,31 +154,31 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
   /* stage 3 on the shm comm: the 16-bit shards live in the comm's memory
    * (engine_layout.c's arena), so every parameter gather runs zero-copy
    * (NVMe-swapped shards stay out of it; ZRT_COMM_SHM_ZC=0: none) */
-  if (stage == 3 && world > 1 && !strcmp(eng->comm_name, "shm") && op != 2) {
+  if (stage == 3 && world > 1 && !strcmp(zt_view(eng).comm_name, "shm") && op != 2) {
     const char *zc = getenv("ZRT_COMM_SHM_ZC");
     zrt_coord_stats cs;
-    zrt_coord_stats_get(eng->coord, &cs);
+    zrt_coord_stats_get(zt_probe(eng).coord, &cs);
     int on = !(zc && !strcmp(zc, "0"));
-    ZT_CHECK(on == (eng->shard_arena != NULL));
-    if (on) ZT_CHECK(eng->comm->zero_copy - zc0 >= (uint64_t)cs.gathers && cs.gathers > 0);
+    ZT_CHECK(on == (zt_probe(eng).shard_arena != NULL));
+    if (on) ZT_CHECK(zt_view(eng).comm->zero_copy - zc0 >= (uint64_t)cs.gathers && cs.gathers > 0);
     if (rank == 0)
       printf("stage 3 %s: %lld gathers, %llu zero-copy collectives\n",
              op ? "offload_param cpu" : "no param offload", (long long)cs.gathers,
-             (unsigned long long)(eng->comm->zero_copy - zc0));
+             (unsigned long long)(zt_view(eng).comm->zero_copy - zc0));
   }
   /* the layout the model needs, read from the built engine */
   zrt_memest_layout lay;
   zt_memest_layout_of(eng, &lay);
-  lay.max_live_elems = eng->cfg->stage3_max_live_parameters;
-  lay.reuse_elems = eng->cfg->stage3_max_reuse_distance;
+  lay.max_live_elems = zt_view(eng).cfg->stage3_max_live_parameters;
+  lay.reuse_elems = zt_view(eng).cfg->stage3_max_reuse_distance;
   /* Twin-Flow ratio 0 keeps every module on the device: no optimizer offload */
-  lay.offload_optimizer = oo != 0 && eng->offload_opt != ZRT_OFFLOAD_NONE;
+  lay.offload_optimizer = oo != 0 && zt_probe(eng).offload_opt != ZRT_OFFLOAD_NONE;
   lay.twin_device_padded = zrt_engine_twin_device_padded(eng);
   lay.offload_nvme = oo == 2;
   lay.offload_param = op != 0;
   lay.offload_param_nvme = op == 2;
-  lay.param_buffer_size = eng->cfg->offload_param.buffer_size;
-  lay.param_buffer_count = eng->cfg->offload_param.buffer_count;
+  lay.param_buffer_size = zt_view(eng).cfg->offload_param.buffer_size;
+  lay.param_buffer_count = zt_view(eng).cfg->offload_param.buffer_count;
   zrt_memest_result want;
   zrt_memest_predict(&lay, &want);
   zrt_mem_stats dev, host;
@@ -227,8 +227,9 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
     ZT_CHECK(host.peak[ZRT_MEM_PARAMS16] == want.host[ZRT_MEM_PARAMS16]);
   }
   if (oo == 2 || op == 2) {
-    size_t disk = zrt_offload_pipe_nvme_disk_bytes(eng->offload) +
-                  (eng->pswap ? zrt_nvme_disk_bytes(zrt_pswap_nvme(eng->pswap)) : 0);
+    size_t disk =
+        zrt_offload_pipe_nvme_disk_bytes(zt_probe(eng).offload) +
+        (zt_probe(eng).pswap ? zrt_nvme_disk_bytes(zrt_pswap_nvme(zt_probe(eng).pswap)) : 0);
     if (rank == 0)
       printf("stage %d oo %d op %d nvme N %d swap files %zu bytes, predicted %llu\n", stage, oo, op,
              world, disk, (unsigned long long)want.nvme_bytes);

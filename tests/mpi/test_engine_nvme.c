@@ -42,9 +42,9 @@ static void equivalence(const run_opts *base, const char *what) {
     uint64_t rd1 = 0, wr1 = 0;
     for (int step = 1; step <= 3; step++) {
       model_step(&m, step);
-      if (step == 1) rd1 = m.eng->st.nvme_rd0, wr1 = m.eng->st.nvme_wr0;
+      if (step == 1) rd1 = zt_probe(m.eng).nvme_rd0, wr1 = zt_probe(m.eng).nvme_wr0;
     }
-    uint64_t rd23 = m.eng->st.nvme_rd0 - rd1, wr23 = m.eng->st.nvme_wr0 - wr1;
+    uint64_t rd23 = zt_probe(m.eng).nvme_rd0 - rd1, wr23 = zt_probe(m.eng).nvme_wr0 - wr1;
     s[nv] = take(&m);
     if (nv) {
       /* the file set on disk: per-rank names, size = memest's prediction */
@@ -54,8 +54,8 @@ static void equivalence(const run_opts *base, const char *what) {
       lay.stage = o.stage;
       lay.optim_states = zrt_engine_optim_states(m.eng);
       for (int k = 0; k < NMOD; k++) {
-        lay.padded_total += m.eng->modules[k].padded;
-        lay.max_module_padded = ZRT_MAX(lay.max_module_padded, m.eng->modules[k].padded);
+        lay.padded_total += zt_module(m.eng, k).padded;
+        lay.max_module_padded = ZRT_MAX(lay.max_module_padded, zt_module(m.eng, k).padded);
       }
       lay.offload_optimizer = lay.offload_nvme = 1;
       lay.sub_group_size = 1024;

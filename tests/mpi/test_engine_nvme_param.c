@@ -57,17 +57,18 @@ static void equivalence(const run_opts *base, const char *what) {
       lay.stage = 3;
       lay.optim_states = zrt_engine_optim_states(m.eng);
       for (int k = 0; k < NMOD; k++) {
-        lay.padded_total += m.eng->modules[k].padded;
-        lay.max_module_padded = ZRT_MAX(lay.max_module_padded, m.eng->modules[k].padded);
+        lay.padded_total += zt_module(m.eng, k).padded;
+        lay.max_module_padded = ZRT_MAX(lay.max_module_padded, zt_module(m.eng, k).padded);
       }
       lay.offload_param = lay.offload_param_nvme = 1;
       lay.offload_optimizer = o.oo != 0;
       lay.offload_nvme = o.oo == 2;
       lay.sub_group_size = 1024;
-      lay.dtype_bytes = lay.comm_bytes = (int)zrt_dtype_size(m.eng->dtype);
+      lay.dtype_bytes = lay.comm_bytes = (int)zrt_dtype_size(zt_view(m.eng).dtype);
       zrt_memest_result r;
       zrt_memest_predict(&lay, &r);
-      unsigned long long want = r.nvme_bytes - zrt_offload_pipe_nvme_disk_bytes(m.eng->offload);
+      unsigned long long want =
+          r.nvme_bytes - zrt_offload_pipe_nvme_disk_bytes(zt_probe(m.eng).offload);
       int files;
       long long bytes = rank_files(o.dir, m.rank, "param_", &files);
       if (m.rank == 0)
@@ -99,7 +100,7 @@ static void param_alone(const char *dir) {
     model m;
     ZT_OK(model_create(&m, &o));
     rank = m.rank;
-    ZT_CHECK(m.eng->offload == NULL); /* no optimizer pipe */
+    ZT_CHECK(zt_probe(m.eng).offload == NULL); /* no optimizer pipe */
     for (int step = 1; step <= 3; step++) model_step(&m, step);
     s[op] = take(&m);
     zrt_engine_destroy(m.eng);
@@ -174,15 +175,15 @@ static void truncated(const char *dir, const char *bc) {
   ZT_OK(model_create(&m, &o));
   model_step(&m, 1); /* records the trace: step 2 prefetches */
   zrt_engine *e = m.eng;
-  size_t ws = zrt_dtype_size(e->dtype);
+  size_t ws = zrt_dtype_size(zt_view(e).dtype);
   /* module 0's shard lies in the first block of the current generation;
    * the prefetched modules' reads run past the cut */
-  ZT_CHECK((size_t)e->modules[0].part * ws <= 4096);
+  ZT_CHECK((size_t)zt_module(e, 0).part * ws <= 4096);
   size_t total = 0; /* the shards back to back */
-  for (int k = 0; k < NMOD; k++) total += (size_t)e->modules[k].part;
+  for (int k = 0; k < NMOD; k++) total += (size_t)zt_module(e, k).part;
   size_t region = ZRT_ALIGN_UP(total * ws, (size_t)4096);
-  size_t cut = (size_t)zrt_nvme_generation(zrt_pswap_nvme(e->pswap)) * region + 4096;
-  const char *path = zrt_nvme_path(zrt_pswap_nvme(e->pswap), 0);
+  size_t cut = (size_t)zrt_nvme_generation(zrt_pswap_nvme(zt_probe(e).pswap)) * region + 4096;
+  const char *path = zrt_nvme_path(zrt_pswap_nvme(zt_probe(e).pswap), 0);
   ZT_CHECK(truncate(path, (off_t)cut) == 0);
   zrt_status st = ZRT_OK;
   for (int k = 0; k < NMOD && st == ZRT_OK; k++) {
@@ -201,9 +202,9 @@ static void truncated(const char *dir, const char *bc) {
   ZT_CHECK(at != NULL);
   unsigned long long fo = at ? strtoull(at + 21, NULL, 10) : 1;
   ZT_CHECK(fo % 4096 == 0 && fo >= cut - 4096 && fo < cut - 4096 + region);
-  ZT_CHECK(zrt_nvme_reads_in_flight(zrt_pswap_nvme(e->pswap)) == 0);
-  ZT_CHECK(zrt_pswap_queue_len(e->pswap) == 0);
-  for (int k = 0; k < NMOD; k++) ZT_CHECK(!zrt_pswap_queued(e->pswap, k));
+  ZT_CHECK(zrt_nvme_reads_in_flight(zrt_pswap_nvme(zt_probe(e).pswap)) == 0);
+  ZT_CHECK(zrt_pswap_queue_len(zt_probe(e).pswap) == 0);
+  for (int k = 0; k < NMOD; k++) ZT_CHECK(!zrt_pswap_queued(zt_probe(e).pswap, k));
   zrt_engine_destroy(e);
 }
 

@@ -36,8 +36,9 @@
 #include <unistd.h>
 
 #include "dtype.h"
-#include "engine_internal.h"
+#include "layout.h"
 #include "memest.h"
+#include "zt_engine.h"
 #include "zt_memest.h"
 #include "zt_mpi.h"
 #include "zt_train.h"
@@ -143,7 +144,7 @@ static void masters(zrt_engine *eng, outcome *o) {
 static void check_pools(zrt_engine *eng, int stage, int oo, int world, int rank) {
   zrt_memest_layout lay;
   zt_memest_layout_of(eng, &lay);
-  for (int m = 0; m < NMOD; m++) ZT_CHECK(eng->modules[m].grad_host == (oo != 0));
+  for (int m = 0; m < NMOD; m++) ZT_CHECK(zt_module(eng, m).grad_host == (oo != 0));
   lay.offload_optimizer = oo != 0;
   lay.offload_nvme = oo == 2;
   zrt_memest_result want;
@@ -203,13 +204,13 @@ static void check_cap(int world, int rank) {
   zrt_memest_predict(&lay, &want);
   zrt_mem_stats dev;
   ZT_OK(zrt_engine_memory(eng, ZRT_MEM_DEVICE, &dev));
-  int64_t chunk = zrt_buckets_chunk(eng->buckets);
-  int64_t free_chunk =
-      zrt_layout_bucket_chunk(eng->cfg->reduce_bucket_size, world, lay.max_module_padded / world);
+  int64_t chunk = zrt_buckets_chunk(zt_probe(eng).buckets);
+  int64_t free_chunk = zrt_layout_bucket_chunk(zt_view(eng).cfg->reduce_bucket_size, world,
+                                               lay.max_module_padded / world);
   if (rank == 0)
     printf("cap: reduce_bucket_size %lld, chunk %lld (uncapped %lld), device comm %zu (memest "
            "%llu, 1/%d of 512 KiB = %d)\n",
-           (long long)eng->cfg->reduce_bucket_size, (long long)chunk, (long long)free_chunk,
+           (long long)zt_view(eng).cfg->reduce_bucket_size, (long long)chunk, (long long)free_chunk,
            dev.peak[ZRT_MEM_COMM], (unsigned long long)want.device[ZRT_MEM_COMM],
            ZRT_LAYOUT_BUCKET_CAP_DIV, 524288 / ZRT_LAYOUT_BUCKET_CAP_DIV);
   ZT_CHECK(chunk < free_chunk);

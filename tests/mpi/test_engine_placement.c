@@ -20,7 +20,7 @@
 
 #include "bootstrap.h"
 #include "device_rules.h"
-#include "engine_internal.h"
+#include "zt_engine.h"
 #include "ztest.h"
 
 int main(void) {

@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine_internal.h"
+#include "zt_engine.h"
 #include "zt_mpi.h"
 #include "ztest.h"
 
@@ -88,12 +88,12 @@ static void run(int stage, int explicit_marks) {
   zrt_step_timing t;
   ZT_OK(zrt_engine_step_timing(eng, &t));
   ZT_CHECK(t.step == 0 && t.step_s == 0);
-  int async_reduce = stage >= 2 && eng->cfg->overlap_comm;
+  int async_reduce = stage >= 2 && zt_view(eng).cfg->overlap_comm;
   /* the backend's counters over each step's window, seen from here: the
    * window opens at build and after each step's metrics */
   uint64_t ctr[STEPS][3];
   for (int s = 0; s < STEPS; s++) {
-    zrt_backend *bk = eng->backend;
+    zrt_backend *bk = zt_view(eng).backend;
     uint64_t c0[3] = {ZRT_BACKEND_COUNTER(bk, host_waits), ZRT_BACKEND_COUNTER(bk, allocs),
                       ZRT_BACKEND_COUNTER(bk, d2h_reads)};
     if (s == STEPS - 1) {

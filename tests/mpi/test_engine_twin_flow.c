@@ -39,8 +39,8 @@
 #include <unistd.h>
 
 #include "dtype.h"
-#include "engine_internal.h"
 #include "memest.h"
+#include "zt_engine.h"
 #include "zt_memest.h"
 #include "zt_mpi.h"
 #include "zt_train.h"
@@ -209,16 +209,16 @@ static void same(const outcome *a, const outcome *b, const char *what, int rank)
 static void check_layout(zrt_engine *eng, int split, int world, int rank, const char *what) {
   int64_t devpad = 0;
   for (int m = 0; m < NMOD; m++) {
-    zrt_module_entry *me = &eng->modules[m];
+    zrt_engine_module_view me_ = zt_module(eng, m), *me = &me_;
     ZT_CHECK(me->optim_host == (m >= split));
     ZT_CHECK(me->grad_host == me->optim_host);
     if (m < split) devpad += me->padded;
   }
-  ZT_CHECK((eng->host_pool != NULL) == (split < NMOD));
+  ZT_CHECK((zt_probe(eng).host_pool != NULL) == (split < NMOD));
   ZT_CHECK(zrt_engine_twin_split(eng) == split);
   zrt_memest_layout lay;
   zt_memest_layout_of(eng, &lay);
-  lay.max_live_elems = eng->cfg->stage3_max_live_parameters;
+  lay.max_live_elems = zt_view(eng).cfg->stage3_max_live_parameters;
   lay.offload_optimizer = split < NMOD;
   lay.twin_device_padded = zrt_engine_twin_device_padded(eng);
   ZT_CHECK(lay.twin_device_padded == devpad);
@@ -232,7 +232,7 @@ static void check_layout(zrt_engine *eng, int split, int world, int rank, const 
   int bad = 0;
   for (size_t k = 0; k < sizeof cats / sizeof cats[0]; k++) {
     zrt_mem_category c = cats[k];
-    uint64_t hp = eng->host_pool ? host.peak[c] : 0;
+    uint64_t hp = zt_probe(eng).host_pool ? host.peak[c] : 0;
     if (dev.peak[c] != want.device[c] || hp != want.host[c]) bad++;
     if (rank == 0)
       printf("%s N %d %-11s device %9zu memest %9llu | host %9llu memest %9llu\n", what, world,
@@ -298,7 +298,7 @@ int main(int argc, char **argv) {
       int G = 0, grp[NMOD];
       for (int m = 0; m < NMOD; m++) {
         grp[m] = G;
-        acc += eng->modules[m].part;
+        acc += zt_module(eng, m).part;
         if (acc >= atoll(SGS) || m == NMOD - 1) G++, acc = 0;
       }
       int first = (int)((1.0 - 0.5) * G), split = NMOD;
@@ -354,7 +354,7 @@ int main(int argc, char **argv) {
     run_opts r1 = {.stage = 2, .ratio = "0.5"}, r2 = {.stage = 2};
     zrt_engine *eng = make_ok(&r1);
     for (int m = 0; m < NMOD; m++)
-      ZT_CHECK(eng->modules[m].optim_host && eng->modules[m].grad_host);
+      ZT_CHECK(zt_module(eng, m).optim_host && zt_module(eng, m).grad_host);
     train(eng, 0, 0, STEPS, rank, &a);
     states(eng, &a);
     zrt_engine_destroy(eng);

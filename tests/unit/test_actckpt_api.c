@@ -19,7 +19,7 @@
  */
 #include <string.h>
 
-#include "engine_internal.h"
+#include "zt_engine.h"
 #include "ztest.h"
 
 #define NBLK 4
@@ -95,7 +95,7 @@ static void misuse(int cpu) {
   ZT_OK(zrt_engine_build(eng));
   EXPECT(zrt_actckpt_declare(eng, 2, 4, NULL), ZRT_ERR_INVALID_ARG,
          "call it before zrt_engine_build");
-  ZT_CHECK(eng->ack.nblocks == NBLK && eng->ack.n == 3); /* unchanged */
+  ZT_CHECK(zt_probe(eng).ack_nblocks == NBLK && zt_probe(eng).ack_n == 3); /* unchanged */
 
   /* each block's input: distinct values in device memory */
   float *src;
@@ -213,7 +213,7 @@ static void over_budget(void) {
   zrt_engine_destroy(eng);
   /* stage auto: nothing fits with device checkpoints; auto moves them to the host */
   ZT_OK(build_big("auto", 0, 1, 0, &eng));
-  ZT_CHECK(eng->ack.cpu == 1);
+  ZT_CHECK(zt_probe(eng).ack_cpu == 1);
   ZT_OK(zrt_engine_memory(eng, ZRT_MEM_DEVICE, &d));
   ZT_CHECK(d.current[ZRT_MEM_ACTIVATIONS] == 2 * (uint64_t)BIG_BYTES);
   zrt_engine_destroy(eng);

@@ -5,7 +5,7 @@
  */
 #include <string.h>
 
-#include "engine_internal.h"
+#include "zt_engine.h"
 #include "ztest.h"
 
 int main(void) {
@@ -24,10 +24,10 @@ int main(void) {
   ZT_OK(zrt_param_add(eng, mid, "m.w", 1, shape, init, 0, &pid));
   ZT_OK(zrt_engine_set_activation_bytes(eng, 4096));
   ZT_OK(zrt_engine_build(eng));
-  ZT_CHECK(eng->activation_bytes == 4096);
+  ZT_CHECK(zt_probe(eng).activation_bytes == 4096);
   ZT_CHECK(zrt_engine_set_activation_bytes(eng, 1) == ZRT_ERR_INVALID_ARG);
   ZT_CONTAINS(zrt_last_error(), "call it before zrt_engine_build");
-  ZT_CHECK(eng->activation_bytes == 4096);
+  ZT_CHECK(zt_probe(eng).activation_bytes == 4096);
   zrt_engine_destroy(eng);
   zrt_config_destroy(cfg);
   ZT_DONE();

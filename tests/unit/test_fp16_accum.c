@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "dtype.h"
-#include "engine_internal.h"
+#include "zt_engine.h"
 #include "ztest.h"
 
 #define K 4
@@ -112,7 +112,7 @@ static void run(int stage) {
   zrt_init init = {ZRT_INIT_NORMAL, 0.02f};
   ZT_OK(zrt_param_add(eng, mid, "m.w", 1, shape, init, 0, &pid));
   ZT_OK(zrt_engine_build(eng));
-  ZT_CHECK(eng->dtype == ZRT_F16);
+  ZT_CHECK(zt_view(eng).dtype == ZRT_F16);
 
   ds_scaler ref = {.scale = 65536,
                    .min_scale = 8192,
@@ -149,17 +149,17 @@ static void run(int stage) {
     got[s] = info.skipped ? 'S' : '.';
     skipped += info.skipped;
     if (info.skipped != ovf || info.loss_scale != (float)scale_used ||
-        eng->scaler.cur_scale != ref.scale) {
+        zt_scaler(eng).cur_scale != ref.scale) {
       mismatches++;
       fprintf(stderr,
               "stage %d step %d (g %g): zrt skipped %d at scale %g, next %g; DeepSpeed skipped %d "
               "at scale %g, next %g\n",
               stage, s + 1, (double)sched[s], info.skipped, (double)info.loss_scale,
-              eng->scaler.cur_scale, ovf, scale_used, ref.scale);
+              zt_scaler(eng).cur_scale, ovf, scale_used, ref.scale);
     }
   }
   printf("stage %d: skips zrt %s DeepSpeed %s (S = skipped), final scale %g vs %g, %d mismatch\n",
-         stage, got, want, eng->scaler.cur_scale, ref.scale, mismatches);
+         stage, got, want, zt_scaler(eng).cur_scale, ref.scale, mismatches);
   ZT_CHECK(mismatches == 0);
   ZT_CHECK(skipped > 0 && skipped < NSTEP); /* the schedule exercises both branches */
   zrt_engine_destroy(eng);

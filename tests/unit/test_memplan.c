@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_internal.h"
 #include "memest.h"
+#include "zt_engine.h"
 #include "ztest.h"
 
 #define MAXMOD 7
@@ -151,7 +151,7 @@ static int run(const prog *p, int *changed) {
   }
   /* the floor counts the declared activations: they always fit */
   if (p->acts) ZT_OK(zrt_engine_alloc(eng, p->acts, ZRT_MEM_ACTIVATIONS, &acts));
-  int64_t pf0 = eng->prefetch_elems, ru0 = eng->reuse_distance;
+  int64_t pf0 = zt_probe(eng).prefetch_elems, ru0 = zt_probe(eng).reuse_distance;
   for (int s = 0; s < 5; s++) {
     for (int a = 0; a < p->accum; a++) {
       for (int k = 0; k < p->nev; k++) {
@@ -169,7 +169,7 @@ static int run(const prog *p, int *changed) {
       if (st != ZRT_OK) break;
     }
     if (st != ZRT_OK) {
-      if (s == 0 && eng->plan_device_bytes == 0 && eng->global_step == 0) {
+      if (s == 0 && zt_probe(eng).plan_device_bytes == 0 && zt_counters(eng).global_step == 0) {
         /* the first step's own peak: before any plan (nested fetches past the floor) */
         ZT_CHECK(st == ZRT_ERR_OOM);
         outcome = STOPPED_STEP1;
@@ -184,20 +184,21 @@ static int run(const prog *p, int *changed) {
       goto out;
     }
     if (s == 0) {
-      ZT_CHECK(eng->plan_device_bytes > 0);
-      *changed = eng->prefetch_elems != pf0 || eng->reuse_distance != ru0;
+      ZT_CHECK(zt_probe(eng).plan_device_bytes > 0);
+      *changed = zt_probe(eng).prefetch_elems != pf0 || zt_probe(eng).reuse_distance != ru0;
     }
   }
   zrt_mem_stats d;
   ZT_OK(zrt_engine_memory(eng, ZRT_MEM_DEVICE, &d));
-  if (d.peak_total != eng->plan_device_bytes || d.peak_total > p->limit) {
+  if (d.peak_total != zt_probe(eng).plan_device_bytes || d.peak_total > p->limit) {
     fprintf(stderr,
             "FAIL: %d modules, %d events, accum %d, offload %d, prefetch %lld -> %lld, reuse "
             "%lld -> %lld, max_live %lld, persist %lld, limit %llu: device peak %zu, plan %llu\n",
-            p->nmod, p->nev, p->accum, p->offload, (long long)pf0, (long long)eng->prefetch_elems,
-            (long long)ru0, (long long)eng->reuse_distance, (long long)p->max_live,
-            (long long)p->persist, (unsigned long long)p->limit, d.peak_total,
-            (unsigned long long)eng->plan_device_bytes);
+            p->nmod, p->nev, p->accum, p->offload, (long long)pf0,
+            (long long)zt_probe(eng).prefetch_elems, (long long)ru0,
+            (long long)zt_probe(eng).reuse_distance, (long long)p->max_live, (long long)p->persist,
+            (unsigned long long)p->limit, d.peak_total,
+            (unsigned long long)zt_probe(eng).plan_device_bytes);
     zt_failures++;
   }
 out:

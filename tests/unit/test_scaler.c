@@ -147,6 +147,31 @@ int main(void) {
   ZT_OK(zrt_scaler_update(&s, 1));
   ZT_CHECK(s.cur_scale == 4 && s.cur_hysteresis == 1);
 
+  /* the scaler's saved state (zrt_scaler_state, what a checkpoint keeps):
+   * a scaler restored from it into a differently initialised one follows
+   * the original update for update, through growth, hysteresis and
+   * back-off (exact: the same double arithmetic) */
+  {
+    zrt_scaler a, b;
+    zrt_scaler_init_dynamic(&a, 6, 2, 2, 1, 1.0);
+    int pattern[] = {0, 1, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0};
+    for (int i = 0; i < 5; i++) ZT_OK(zrt_scaler_update(&a, pattern[i]));
+    zrt_scaler_state sa;
+    zrt_scaler_state_get(&a, &sa);
+    zrt_scaler_init_dynamic(&b, 16, 1000, 5, 0, 0.5);
+    zrt_scaler_state_set(&b, &sa);
+    double ga[7], gb[7];
+    for (int i = 5; i < 12; i++) {
+      ZT_OK(zrt_scaler_update(&a, pattern[i]));
+      ZT_OK(zrt_scaler_update(&b, pattern[i]));
+      ga[i - 5] = a.cur_scale;
+      gb[i - 5] = b.cur_scale;
+    }
+    ZT_CLOSE_ARRAY("scale after a state restore", gb, ga, 7, 0.0);
+    ZT_CHECK(a.cur_iter == b.cur_iter && a.last_overflow_iter == b.last_overflow_iter &&
+             a.cur_hysteresis == b.cur_hysteresis);
+  }
+
   /* static scale never changes */
   zrt_scaler_init_static(&s, 128);
   for (int i = 0; i < 3; i++) ZT_OK(zrt_scaler_update(&s, i != 1));

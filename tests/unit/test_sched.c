@@ -61,5 +61,33 @@ int main(void) {
   zrt_sched_init(&s, &c);
   zrt_sched_step(&s);
   ZT_CHECK(s.cur_lr == 0.01);
+  /* the scheduler's saved state (zrt_sched_state): restored into a fresh
+   * schedule of the same kind it gives the saved iteration and lr; of
+   * another kind the iteration, with that kind's own lr; without a saved
+   * lr (NaN) the lr recomputed */
+  {
+    c.scheduler_type = ZRT_SCHED_WARMUP_DECAY_LR;
+    zrt_sched a, b;
+    zrt_sched_init(&a, &c);
+    for (int it = 0; it < 7; it++) zrt_sched_step(&a);
+    zrt_sched_state sa;
+    zrt_sched_state_get(&a, &sa);
+    ZT_CHECK(sa.last_batch_iteration == 6 && sa.type == (int)ZRT_SCHED_WARMUP_DECAY_LR);
+    zrt_sched_init(&b, &c);
+    sa.cur_lr = 0.125; /* a saved lr differing from the formula's: taken as saved */
+    zrt_sched_state_set(&b, &sa);
+    ZT_CHECK(b.last_batch_iteration == 6 && b.cur_lr == 0.125);
+    zrt_sched_step(&a);
+    zrt_sched_step(&b);
+    ZT_CHECK(a.cur_lr == b.cur_lr);
+    sa.cur_lr = NAN;
+    zrt_sched_state_set(&b, &sa);
+    ZT_CHECK(b.cur_lr == zrt_sched_lr_at(&b, 6));
+    c.scheduler_type = ZRT_SCHED_WARMUP_LR;
+    zrt_sched_init(&b, &c);
+    sa.cur_lr = 0.125;
+    zrt_sched_state_set(&b, &sa);
+    ZT_CHECK(b.last_batch_iteration == 6 && b.cur_lr == zrt_sched_lr_at(&b, 6));
+  }
   ZT_DONE();
 }
