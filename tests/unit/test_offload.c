@@ -9,6 +9,14 @@
  * memory (ZeRO-Offload's host gradient shard). Also: timing is reported with
  * hidden_fraction in [0, 1] (no timing asserted), bad arguments give clear
  * errors, the staging is accounted in the host pool.
+ *
+ * All of it again on the twin with jitter and slowed side streams, in both
+ * of the pipe's modes: stream mode (every tile's copies, update and
+ * write-back ordered by events, tiles of 4096 so most cases run several),
+ * where the host's waits are counted too (queueing a step costs none,
+ * zrt_offload_pipe_sync exactly one), and the blocking copy-thread mode
+ * (opts.blocking: what the CUDA backend runs, its stream joins and
+ * synchronizes under the twin's rules).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -83,13 +91,47 @@ static void run_case(zrt_backend *be, zrt_offload_pipe *pipe, zrt_optim_hparams 
   free(pref);
 }
 
-int main(void) {
+/* Stream mode's host waits: a queued step none, the sync one. */
+static void check_host_waits(zrt_backend *be, zrt_offload_pipe *pipe) {
+  size_t n = 3 * 4096 + 100;
+  float *m = calloc(n, 4), *a = calloc(n, 4), *b = calloc(n, 4), *g = calloc(n, 4);
+  void *pdev = NULL;
+  ZT_OK(zrt_backend_alloc(be, n * 2, ZRT_MEM_PARAMS16, &pdev));
+  ZT_OK(zrt_backend_synchronize(be, NULL));
+  zrt_optim_hparams h = {.type = ZRT_OPTIM_ADAMW,
+                         .lr = 1e-3f,
+                         .beta1 = 0.9f,
+                         .beta2 = 0.999f,
+                         .eps = 1e-8f,
+                         .bias_correction = 1,
+                         .step = 1,
+                         .grad_mul = 1.0f};
+  uint64_t w0 = ZRT_BACKEND_COUNTER(be, host_waits);
+  ZT_OK(zrt_offload_pipe_step_host_grad(pipe, &h, m, a, b, g, ZRT_F32, pdev, ZRT_BF16, n));
+  uint64_t w1 = ZRT_BACKEND_COUNTER(be, host_waits);
+  ZT_OK(zrt_offload_pipe_sync(pipe));
+  uint64_t w2 = ZRT_BACKEND_COUNTER(be, host_waits);
+  ZT_OK(zrt_offload_pipe_sync(pipe)); /* nothing queued: no wait */
+  uint64_t w3 = ZRT_BACKEND_COUNTER(be, host_waits);
+  printf("twin: host waits queueing a 4-tile step %llu, its sync %llu, a second sync %llu\n",
+         (unsigned long long)(w1 - w0), (unsigned long long)(w2 - w1),
+         (unsigned long long)(w3 - w2));
+  ZT_CHECK(w1 - w0 == 0 && w2 - w1 == 1 && w3 - w2 == 0);
+  zrt_backend_free(be, pdev);
+  free(m);
+  free(a);
+  free(b);
+  free(g);
+}
+
+static void run_backend(const char *name, int blocking) {
+  printf("--- backend %s%s\n", name, blocking ? ", blocking mode" : "");
   zrt_backend *be = NULL;
-  ZT_OK(zrt_backend_create("cpu", 0, 0, &be));
+  ZT_OK(zrt_backend_create(name, 0, 0, &be));
   zrt_hostpool_opts ho = {.numa_node = -1, .pin = 1, .allow_fallback = 1};
   zrt_hostpool *hp = NULL;
   ZT_OK(zrt_hostpool_create(&ho, be, &hp));
-  zrt_offload_opts oo = {.tile_elems = 4096};
+  zrt_offload_opts oo = {.tile_elems = 4096, .blocking = blocking};
   zrt_offload_pipe *pipe = NULL;
   ZT_OK(zrt_offload_pipe_create(be, hp, &oo, &pipe));
   zrt_mem_stats ms;
@@ -139,11 +181,22 @@ int main(void) {
   ZT_CHECK(st == ZRT_ERR_CONFIG && p2 == NULL);
   ZT_CONTAINS(zrt_last_error(), "needs nvme_path");
 
+  if (!strcmp(name, "twin") && !blocking) check_host_waits(be, pipe);
   zrt_offload_pipe_destroy(pipe);
   zrt_offload_pipe_destroy(NULL);
   zrt_pool_stats(zrt_hostpool_pool(hp), &ms);
   ZT_CHECK(ms.current_total == 0);
   zrt_hostpool_destroy(hp);
   zrt_backend_destroy(be);
+}
+
+int main(void) {
+  /* the twin: jitter and slow side streams move every ordering around (set
+   * first: the environment table is read once) */
+  setenv("ZRT_TWIN_JITTER", "7", 0);
+  setenv("ZRT_TWIN_SIDE_DELAY_US", "300", 0);
+  run_backend("cpu", 0);
+  run_backend("twin", 0);
+  run_backend("twin", 1);
   ZT_DONE();
 }
