@@ -56,6 +56,7 @@ static zrt_status zrt_engine_master_span(void *arg, int64_t e0, int64_t n, float
   ZRT_CHECK(zrt_offload_pipe_sync(eng->offload)); /* a queued step writes the masters */
   if (eng->offload_opt == ZRT_OFFLOAD_NVME)
     return zrt_offload_pipe_nvme_range(eng->offload, 0, 0, (size_t)e0, (size_t)n, dst);
+  int copied = 0;
   for (int m = 0; m < eng->nmodules; m++) {
     const zrt_module_entry *me = &eng->modules[m];
     int64_t off, len;
@@ -67,10 +68,16 @@ static zrt_status zrt_engine_master_span(void *arg, int64_t e0, int64_t n, float
           dst + (lo - e0), ZRT_F32,
           zrt_engine_at(me->master, (size_t)(lo - me->nvme_off), eng->master_dtype),
           eng->master_dtype, (size_t)(hi - lo));
-    else /* offload_param nvme alone: the masters are device memory */
+    else { /* offload_param nvme alone: the masters are device memory */
       ZRT_CHECK(zrt_backend_memcpy(eng->backend, dst + (lo - e0), me->master + (lo - me->nvme_off),
                                    (size_t)(hi - lo) * 4, ZRT_COPY_D2H, NULL));
+      copied = 1;
+    }
   }
+  /* dst is the swapper's staging, pinned when the host pool is: then the
+   * copies are asynchronous (CUDA's cudaMemcpyAsync to pinned memory, the
+   * twin alike) and the caller reads dst next */
+  if (copied) ZRT_CHECK(zrt_backend_synchronize(eng->backend, NULL));
   return ZRT_OK;
 }
 
