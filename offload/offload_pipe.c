@@ -26,8 +26,9 @@
  * (grad copies into gstage[k%2], the NVMe read into sbuf[k%2] as a host
  * function), UPD(k) on s_upd (the update as a host function), WB(k) on
  * s_h2d (the param copy out of pstage[k%2]) with the NVMe write on s_d2h
- * (so one thread at a time does NVMe I/O, as the copy thread). IN(k) and
- * UPD(k) wait for WB(k-2) (ev_out[k%2]: the staging half is free again),
+ * (so one thread at a time does NVMe I/O, as the copy thread). IN(k)
+ * waits for WB(k-2) (ev_out[k%2]: the staging half is free again; UPD(k)
+ * after IN(k) so too),
  * UPD(k) for IN(k) (ev_in), WB(k) for UPD(k) (ev_upd); IN(k+1) is queued
  * before UPD(k), so copies overlap the update as in thread mode. A run
  * starts after all work queued on the backend (one join) and ends with a
@@ -76,7 +77,7 @@ struct zrt_offload_pipe {
    * whether a run may still be in flight (the host has not synchronized) */
   int async;
   zrt_stream s_upd;
-  zrt_event ev_start, ev_in[2], ev_upd[2], ev_out[2], ev_io, ev_tail;
+  zrt_event ev_in[2], ev_upd[2], ev_out[2], ev_io, ev_tail;
   int pending;
   double run_copy_s, run_upd_s; /* the running step's host-function times (NVMe I/O on
                                    s_d2h, updates on s_upd: one writer each) */
@@ -371,8 +372,9 @@ static zrt_status zrt_pipe_enq_upd_wb(zrt_offload_pipe *p, zrt_pipe_run_ctx *r, 
   const zrt_pipe_job *j = &r->j;
   size_t b = t % 2, off = t * p->tile, len = ZRT_MIN(p->tile, j->n - off);
   zrt_pipe_fn_args a = {p, r, t, off, len, 0};
+  /* IN(t) waited for WB(t-2): waiting for IN(t) orders the update after
+   * pstage[t%2]'s last copy out too */
   ZRT_CHECK(zrt_backend_stream_wait_event(be, p->s_upd, p->ev_in[b]));
-  ZRT_CHECK(zrt_backend_stream_wait_event(be, p->s_upd, p->ev_out[b]));
   ZRT_CHECK(zrt_backend_launch_host_named(be, zrt_pipe_fn_update, &a, sizeof a, p->s_upd,
                                           "offload optimizer update"));
   ZRT_CHECK(zrt_backend_event_record(be, p->ev_upd[b], p->s_upd));
@@ -426,12 +428,9 @@ static zrt_status zrt_pipe_run_async(zrt_offload_pipe *p, const zrt_pipe_job *j,
   }
   /* the grads were produced (compute, the buckets' host stream), and the
    * params are still read, by work queued on the backend's other streams:
-   * the run starts after all of it (one join, the other two streams after
-   * that join's event) */
+   * the run starts after all of it. One join: UPD(0) waits for IN(0) and
+   * WB(0) for UPD(0), so the other two streams start after it too. */
   ZRT_CHECK(zrt_backend_stream_join(be, p->s_d2h));
-  ZRT_CHECK(zrt_backend_event_record(be, p->ev_start, p->s_d2h));
-  ZRT_CHECK(zrt_backend_stream_wait_event(be, p->s_upd, p->ev_start));
-  ZRT_CHECK(zrt_backend_stream_wait_event(be, p->s_h2d, p->ev_start));
   p->pending = 1;
   ZRT_CHECK(zrt_pipe_enq_in(p, r, 0));
   for (size_t k = 0; k < tiles; k++) {
@@ -511,8 +510,8 @@ zrt_status zrt_offload_pipe_create(zrt_backend *be, zrt_hostpool *hp, const zrt_
   p->async = !opts->blocking && zrt_backend_host_fn_async(be) && zrt_hostpool_pinned(hp);
   if (p->async) {
     ZRT_CHECK_GOTO(zrt_backend_stream_create(be, &p->s_upd), st, fail);
-    zrt_event *evs[] = {&p->ev_start,  &p->ev_in[0],  &p->ev_in[1], &p->ev_upd[0], &p->ev_upd[1],
-                        &p->ev_out[0], &p->ev_out[1], &p->ev_io,    &p->ev_tail};
+    zrt_event *evs[] = {&p->ev_in[0],  &p->ev_in[1],  &p->ev_upd[0], &p->ev_upd[1],
+                        &p->ev_out[0], &p->ev_out[1], &p->ev_io,     &p->ev_tail};
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
       ZRT_CHECK_GOTO(zrt_backend_event_create(be, evs[i]), st, fail);
     *out = p;
@@ -546,8 +545,8 @@ void zrt_offload_pipe_destroy(zrt_offload_pipe *p) {
   if (p->s_d2h) zrt_backend_stream_destroy(p->be, p->s_d2h);
   if (p->s_h2d) zrt_backend_stream_destroy(p->be, p->s_h2d);
   if (p->s_upd) zrt_backend_stream_destroy(p->be, p->s_upd);
-  zrt_event evs[] = {p->ev_start,  p->ev_in[0],  p->ev_in[1], p->ev_upd[0], p->ev_upd[1],
-                     p->ev_out[0], p->ev_out[1], p->ev_io,    p->ev_tail};
+  zrt_event evs[] = {p->ev_in[0],  p->ev_in[1],  p->ev_upd[0], p->ev_upd[1],
+                     p->ev_out[0], p->ev_out[1], p->ev_io,     p->ev_tail};
   for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++) zrt_backend_event_destroy(p->be, evs[i]);
   zrt_nvme_destroy(p->nv);
   zrt_pipe_free_buffers(p);
