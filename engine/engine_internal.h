@@ -224,8 +224,11 @@ struct zrt_engine {
    * non-finite flag, loss) that the one all-reduce agrees on. Where host
    * functions are stream ops (the twin) a host function on the engine's
    * stream fills it and the comm stream reduces it in turn, so it lives
-   * here rather than in the step's frame. */
-  float stats_rec[ZRT_GRADSTATS_REC];
+   * here rather than in the step's frame. One more element carries the
+   * ranks' stop requests (zrt_engine_request_stop) in the same all-reduce. */
+  float stats_rec[ZRT_GRADSTATS_REC + 1];
+  int stop_requested; /* zrt_engine_request_stop since the last boundary */
+  int host_freeing;   /* teardown: queued work was waited for (zrt_engine_offload_free) */
 
   /* fault injection: 1-based optimizer step numbers (ZRT_INJECT_NONFINITE_GRADS) */
   int64_t *inject_steps;
@@ -403,6 +406,12 @@ zrt_status zrt_engine_offload_step(zrt_engine *eng, const zrt_optim_hparams *hp,
                                    float *s1, float *s2, const float *grad, void *param16,
                                    size_t n);
 void zrt_engine_offload_free(zrt_engine *eng, void *host_ptr);
+/* The step's host writes of host gradient shards (the boundary's zeroing,
+ * the test hook's NaN): val NULL zeroes bytes at dst, else copies val
+ * (bytes <= 16). In stream order on the backend's stream where host
+ * functions are stream ops (the buckets' additions and the offload pipe
+ * may still use dst), at once elsewhere. */
+zrt_status zrt_engine_host_set(zrt_engine *eng, void *dst, const void *val, size_t bytes);
 void zrt_engine_offload_teardown(zrt_engine *eng);
 /* offload_optimizer nvme: the whole optimizer step of every module in one
  * segmented pipe step (one commit), NO_DECAY pieces with weight_decay 0. */

@@ -5,6 +5,12 @@
  * accumulator and 16-bit shard live, and runs the offloaded optimizer step.
  * How the files, staging and write-backs work: docs/offload.md, "The
  * engine's side (engine_offload.c)".
+ *
+ * Where the pipe runs in stream mode (the twin) a step is queued, not done,
+ * when zrt_engine_apply returns: the host touches pipe-held memory (host
+ * masters and states, host gradient shards) only through the calls here,
+ * which synchronize the pipe first (outside the step path) or queue the
+ * touch in stream order (zrt_engine_host_set, on the step path).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -47,8 +53,10 @@ static zrt_status zrt_engine_nvme_check_path(const char *path, const char *which
  * parameter swapper's source). */
 static zrt_status zrt_engine_master_span(void *arg, int64_t e0, int64_t n, float *dst) {
   zrt_engine *eng = arg;
+  ZRT_CHECK(zrt_offload_pipe_sync(eng->offload)); /* a queued step writes the masters */
   if (eng->offload_opt == ZRT_OFFLOAD_NVME)
     return zrt_offload_pipe_nvme_range(eng->offload, 0, 0, (size_t)e0, (size_t)n, dst);
+  int copied = 0;
   for (int m = 0; m < eng->nmodules; m++) {
     const zrt_module_entry *me = &eng->modules[m];
     int64_t off, len;
@@ -60,10 +68,16 @@ static zrt_status zrt_engine_master_span(void *arg, int64_t e0, int64_t n, float
           dst + (lo - e0), ZRT_F32,
           zrt_engine_at(me->master, (size_t)(lo - me->nvme_off), eng->master_dtype),
           eng->master_dtype, (size_t)(hi - lo));
-    else /* offload_param nvme alone: the masters are device memory */
+    else { /* offload_param nvme alone: the masters are device memory */
       ZRT_CHECK(zrt_backend_memcpy(eng->backend, dst + (lo - e0), me->master + (lo - me->nvme_off),
                                    (size_t)(hi - lo) * 4, ZRT_COPY_D2H, NULL));
+      copied = 1;
+    }
   }
+  /* dst is the swapper's staging, pinned when the host pool is: then the
+   * copies are asynchronous (CUDA's cudaMemcpyAsync to pinned memory, the
+   * twin alike) and the caller reads dst next */
+  if (copied) ZRT_CHECK(zrt_backend_synchronize(eng->backend, NULL));
   return ZRT_OK;
 }
 
@@ -310,6 +324,7 @@ zrt_status zrt_engine_state_io(zrt_engine *eng, int module, zrt_state_array whic
   zrt_module_entry *me = &eng->modules[module];
   int64_t off, len;
   zrt_engine_master_extent(eng, module, &off, &len);
+  ZRT_CHECK(zrt_offload_pipe_sync(eng->offload)); /* a queued step reads and writes them */
   if (me->optim_nvme)
     return zrt_offload_pipe_nvme_range(eng->offload, (int)which, write, (size_t)me->nvme_off,
                                        (size_t)len, buf);
@@ -399,8 +414,51 @@ zrt_status zrt_engine_offload_step(zrt_engine *eng, const zrt_optim_hparams *hp,
                                eng->dtype, n);
 }
 
+/* Host memory written in stream order (zrt_engine_host_set). */
+typedef struct zrt_engine_host_set_args {
+  void *dst;
+  size_t bytes;
+  int fill; /* 1: memset(dst, 0); 0: copy val */
+  unsigned char val[16];
+} zrt_engine_host_set_args;
+
+static zrt_status zrt_engine_host_set_fn(void *arg) {
+  const zrt_engine_host_set_args *a = arg;
+  if (a->fill)
+    memset(a->dst, 0, a->bytes);
+  else
+    memcpy(a->dst, a->val, a->bytes);
+  return ZRT_OK;
+}
+
+zrt_status zrt_engine_host_set(zrt_engine *eng, void *dst, const void *val, size_t bytes) {
+  zrt_engine_host_set_args a = {.dst = dst, .bytes = bytes, .fill = val == NULL};
+  if (val) {
+    if (bytes > sizeof a.val)
+      return zrt_error(ZRT_ERR_INTERNAL, "zrt_engine_host_set: %zu value bytes (at most %zu)",
+                       bytes, sizeof a.val);
+    memcpy(a.val, val, bytes);
+  }
+  /* where host functions are stream ops the buckets' additions and the
+   * offload pipe may still use dst: behind them on the backend's stream
+   * (which the drain and the pipe ordered after both) */
+  if (zrt_backend_host_fn_async(eng->backend))
+    return zrt_backend_launch_host_named(eng->backend, zrt_engine_host_set_fn, &a, sizeof a, NULL,
+                                         val ? "host store" : "host memset");
+  return zrt_engine_host_set_fn(&a);
+}
+
 void zrt_engine_offload_free(zrt_engine *eng, void *host_ptr) {
-  if (host_ptr && eng->host_pool) zrt_pool_free(eng->host_pool, host_ptr);
+  if (!host_ptr || !eng->host_pool) return;
+  /* queued work (the pipe, the boundary's zeroing, the buckets' additions)
+   * may still use host memory: the host waits once before the first free
+   * (teardown, after the last step) */
+  if (zrt_backend_host_fn_async(eng->backend) && !eng->host_freeing) {
+    eng->host_freeing = 1;
+    if (zrt_backend_synchronize(eng->backend, NULL) != ZRT_OK)
+      zrt_log(ZRT_LOG_WARN, "offload: queued work failed before teardown: %s", zrt_last_error());
+  }
+  zrt_pool_free(eng->host_pool, host_ptr);
 }
 
 void zrt_engine_offload_teardown(zrt_engine *eng) {

@@ -65,6 +65,7 @@ typedef struct zrt_engine_stats_args {
   zrt_engine *eng;
   float inv;
   double loss_sum;
+  int stop; /* this rank asked to stop (zrt_engine_request_stop) */
 } zrt_engine_stats_args;
 
 static zrt_status zrt_engine_stats_fn(void *arg) {
@@ -74,6 +75,7 @@ static zrt_status zrt_engine_stats_fn(void *arg) {
   int nonfinite = 0;
   ZRT_CHECK(zrt_engine_grad_stats(a.eng, a.inv, &sumsq, &nonfinite));
   zrt_gradstats_pack(sumsq, nonfinite, a.loss_sum, a.eng->stats_rec);
+  a.eng->stats_rec[ZRT_GRADSTATS_REC] = a.stop ? 1.0f : 0.0f;
   return ZRT_OK;
 }
 
@@ -81,7 +83,7 @@ static zrt_status zrt_engine_stats_fn(void *arg) {
  * the agreed record, on the host). */
 static zrt_status zrt_engine_agree_stats(zrt_engine *eng, float inv) {
   if (zrt_backend_host_fn_async(eng->backend)) {
-    zrt_engine_stats_args a = {eng, inv, eng->st.loss_sum};
+    zrt_engine_stats_args a = {eng, inv, eng->st.loss_sum, eng->stop_requested};
     ZRT_CHECK(zrt_backend_launch_host_named(eng->backend, zrt_engine_stats_fn, &a, sizeof a, NULL,
                                             "gradient statistics"));
     /* a comm that runs on the calling thread would read the record before
@@ -92,9 +94,11 @@ static zrt_status zrt_engine_agree_stats(zrt_engine *eng, float inv) {
     int nonfinite = 0;
     ZRT_CHECK(zrt_engine_grad_stats(eng, inv, &sumsq, &nonfinite));
     zrt_gradstats_pack(sumsq, nonfinite, eng->st.loss_sum, eng->stats_rec);
+    eng->stats_rec[ZRT_GRADSTATS_REC] = eng->stop_requested ? 1.0f : 0.0f;
   }
-  return zrt_comm_all_reduce(eng->comm, eng->stats_rec, eng->stats_rec, ZRT_GRADSTATS_REC, ZRT_F32,
-                             ZRT_RED_SUM, NULL);
+  eng->stop_requested = 0; /* this boundary carries it */
+  return zrt_comm_all_reduce(eng->comm, eng->stats_rec, eng->stats_rec, ZRT_GRADSTATS_REC + 1,
+                             ZRT_F32, ZRT_RED_SUM, NULL);
 }
 
 /* Stage 1/2: the all-gather of module m's new 16-bit params, timed for
@@ -374,6 +378,12 @@ done:
   return st;
 }
 
+zrt_status zrt_engine_request_stop(zrt_engine *eng) {
+  if (!eng) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_engine_request_stop: NULL engine");
+  eng->stop_requested = 1;
+  return ZRT_OK;
+}
+
 /* Micro-step bookkeeping: the window's loss, and at stage 2/3 the
  * reduction of modules whose grads the program touched but never declared.
  * *boundary: this call ends the accumulation window. The step window
@@ -413,8 +423,9 @@ static zrt_status zrt_engine_step_inject(zrt_engine *eng) {
       zrt_engine_at(me->grad_acc, !eng->policy->shard_optimizer ? (size_t)eng->rank * me->part : 0,
                     eng->master_dtype);
   if (me->grad_host) {
-    zrt_store_f(at, eng->master_dtype, 0, nan);
-    return ZRT_OK;
+    float v[1]; /* one element of the master dtype (fp32 or bf16), written in stream order */
+    zrt_store_f(v, eng->master_dtype, 0, nan);
+    return zrt_engine_host_set(eng, at, v, zrt_dtype_size(eng->master_dtype));
   }
   return zrt_backend_memcpy(eng->backend, at, &nan, sizeof nan, ZRT_COPY_H2D, NULL);
 }
@@ -466,6 +477,7 @@ static zrt_status zrt_engine_step_verdict(zrt_engine *eng, zrt_step_info *info,
   zrt_gradstats_verdict_of(eng->stats_rec, eng->world, K, inv, &gpol, v);
 
   info->loss = v->loss;
+  info->stop = eng->stats_rec[ZRT_GRADSTATS_REC] > 0;
   info->grad_norm = v->overflow ? NAN : v->norm;
   info->lr = (float)eng->sched.cur_lr;
   info->loss_scale = zrt_scaler_scale(&eng->scaler);
@@ -504,7 +516,7 @@ static zrt_status zrt_engine_step_apply_phase(zrt_engine *eng, const zrt_gradsta
     zrt_engine_master_extent(eng, m, &off, &len);
     size_t bytes = (size_t)len * zrt_dtype_size(eng->master_dtype);
     if (eng->modules[m].grad_host)
-      memset(eng->modules[m].grad_acc, 0, bytes);
+      st = zrt_engine_host_set(eng, eng->modules[m].grad_acc, NULL, bytes);
     else
       st = zrt_backend_memset(eng->backend, eng->modules[m].grad_acc, 0, bytes, NULL);
   }

@@ -201,6 +201,8 @@ typedef struct zrt_step_info {
   float loss_scale;      /* the step's loss scale (fp16; the backward used it / accumulation) */
   float grad_norm;       /* global norm of the unscaled gradient (pre-clip) */
   int64_t skipped_total; /* skipped steps so far */
+  int stop;              /* boundary: 1 on every rank when any rank called
+                            zrt_engine_request_stop in this window */
 } zrt_step_info;
 
 /* Creates an engine from a resolved-or-not config (it is copied and resolved
@@ -298,6 +300,13 @@ ZRT_API zrt_status zrt_engine_loss_scale(const zrt_engine *eng, float *scale);
  * micro-batches and their float sum with the last, and gets the same
  * boundary loss to the bit; info->loss of those earlier calls is then 0. */
 ZRT_API zrt_status zrt_engine_step(zrt_engine *eng, float loss, zrt_step_info *info);
+
+/* Asks every rank to stop: the request rides on the next accumulation
+ * boundary's one all-reduce of the gradient statistics (no collective and
+ * no host wait of its own), and that boundary's zrt_step_info.stop is 1 on
+ * every rank when any rank asked since the previous boundary. Call it from
+ * the program's thread (a signal handler sets a flag the loop reads). */
+ZRT_API zrt_status zrt_engine_request_stop(zrt_engine *eng);
 
 /* Phases of a training step the program may mark for the step breakdown. */
 typedef enum zrt_phase {

@@ -8,6 +8,16 @@
  * NVMe files under nvme_path with liburing + O_DIRECT, buffer_count buffers
  * in flight) and sends the new 16-bit parameter tiles back, so copies overlap
  * the update.
+ *
+ * Two modes, the same bits: on backends whose host functions run
+ * synchronously (cpu, cuda today) a step is blocking (a copy thread, one
+ * meeting per tile); on backends whose host functions are stream ops (the
+ * twin) with the host pool registered, a step is queued on the pipe's
+ * streams and returns without a host wait (stream mode): the backend's
+ * stream is ordered after it (work queued there later sees the new
+ * params), and the host sees masters, states, NVMe files and the timing
+ * after zrt_offload_pipe_sync (which the pipe's own calls that read or
+ * write them make first, and zrt_backend_synchronize(be, NULL) implies).
  */
 #ifndef ZRT_OFFLOAD_H
 #define ZRT_OFFLOAD_H
@@ -25,6 +35,9 @@ typedef struct zrt_offload_opts {
   /* file-name prefix of the swap files (NULL = "zrt_swap"); the engine uses
    * "zrt_rank<R>" */
   const char *nvme_prefix;
+  /* 1 = the blocking copy-thread mode even where stream mode is possible:
+   * what the CUDA backend runs, so the twin can check it too (tests) */
+  int blocking;
 } zrt_offload_opts;
 
 zrt_status zrt_offload_pipe_create(zrt_backend *be, zrt_hostpool *hp, const zrt_offload_opts *opts,
@@ -34,7 +47,9 @@ void zrt_offload_pipe_destroy(zrt_offload_pipe *p);
 /* One optimizer step over a shard of n elements. master/s1/s2 are host
  * (host pool) pointers, or NULL with opts.nvme where the pipe owns the
  * files (registered with zrt_offload_pipe_nvme_register). grad_dev and
- * param16_dev are backend pointers. Blocking. */
+ * param16_dev are backend pointers. Blocking, or queued in stream mode (hp
+ * is copied; the host must not touch master/s1/s2 or the grads until
+ * zrt_offload_pipe_sync or work ordered after the backend's stream). */
 zrt_status zrt_offload_pipe_step(zrt_offload_pipe *p, const zrt_optim_hparams *hp, float *master,
                                  float *s1, float *s2, const void *grad_dev, zrt_dtype gdt,
                                  void *param16_dev, zrt_dtype pdt, size_t n);
@@ -48,6 +63,11 @@ zrt_status zrt_offload_pipe_step_host_grad(zrt_offload_pipe *p, const zrt_optim_
                                            float *master, float *s1, float *s2,
                                            const void *grad_host, zrt_dtype gdt, void *param16_dev,
                                            zrt_dtype pdt, size_t n);
+
+/* Stream mode: the host waits until every step queued so far is done and
+ * returns its first failure; at once when nothing is queued (and in the
+ * blocking mode). */
+zrt_status zrt_offload_pipe_sync(zrt_offload_pipe *p);
 
 /* The param16 destinations of later steps are host memory (offload_param
  * cpu: the 16-bit shards live in the host pool): the optimizer writes them
@@ -102,7 +122,7 @@ zrt_status zrt_offload_pipe_nvme_sync(zrt_offload_pipe *p);
 size_t zrt_offload_pipe_nvme_disk_bytes(const zrt_offload_pipe *p);
 /* Adds the swap files' bytes read / written so far (zrt_nvme_add_io_bytes);
  * nothing without NVMe. */
-void zrt_offload_pipe_nvme_add_io_bytes(const zrt_offload_pipe *p, uint64_t *rd, uint64_t *wr);
+void zrt_offload_pipe_nvme_add_io_bytes(zrt_offload_pipe *p, uint64_t *rd, uint64_t *wr);
 
 /* One piece of the file set stepped with its own hyper-parameters. */
 typedef struct zrt_offload_segment {
@@ -118,15 +138,18 @@ typedef struct zrt_offload_segment {
  * overlapping, inside [0, n). Each element of a segment gets exactly the
  * update zrt_offload_pipe_step would give it for a call over that segment
  * alone (bitwise: same ISA body/tail split), so an engine that switches
- * from per-piece host steps to this gets identical results. Blocking. */
+ * from per-piece host steps to this gets identical results. Blocking, or
+ * queued in stream mode (segs and their hp copied). */
 zrt_status zrt_offload_pipe_nvme_step_segments(zrt_offload_pipe *p, const zrt_optim_hparams *hp,
                                                const zrt_offload_segment *segs, int nsegs,
                                                zrt_dtype gdt, zrt_dtype pdt);
 
-/* Time of the last step: total, and how much of the copies hid behind the update. */
+/* Time of the last step: total, and how much of the copies hid behind the
+ * update (stream mode: synchronizes first; copy_s is the NVMe I/O's time,
+ * the device copies being stream ops the host does not time). */
 typedef struct zrt_offload_timing {
   double total_s, copy_s, update_s, hidden_fraction;
 } zrt_offload_timing;
-void zrt_offload_pipe_timing(const zrt_offload_pipe *p, zrt_offload_timing *out);
+void zrt_offload_pipe_timing(zrt_offload_pipe *p, zrt_offload_timing *out);
 
 #endif

@@ -19,6 +19,26 @@
  * CPU backend copies are plain memcpys of accounted host memory. The update
  * is zrt_cpu_optim_step on the same bytes, so the pipe's results are bitwise
  * those of one zrt_cpu_optim_step over the whole shard.
+ *
+ * Stream mode (backends whose host functions are stream ops, the twin, and
+ * staging registered with the backend): no copy thread and no host wait.
+ * Each tile k is three stream steps ordered by events: IN(k) on s_d2h
+ * (grad copies into gstage[k%2], the NVMe read into sbuf[k%2] as a host
+ * function), UPD(k) on s_upd (the update as a host function), WB(k) on
+ * s_h2d (the param copy out of pstage[k%2]) with the NVMe write on s_d2h
+ * (so one thread at a time does NVMe I/O, as the copy thread). IN(k)
+ * waits for WB(k-2) (ev_out[k%2]: the staging half is free again; UPD(k)
+ * after IN(k) so too),
+ * UPD(k) for IN(k) (ev_in), WB(k) for UPD(k) (ev_upd); IN(k+1) is queued
+ * before UPD(k), so copies overlap the update as in thread mode. A run
+ * starts after all work queued on the backend (one join) and ends with a
+ * host function on s_h2d (NVMe commit, timing) whose event the backend's
+ * stream waits for: work queued there afterwards sees the new params; the
+ * host sees results after zrt_offload_pipe_sync, which every pipe call that
+ * reads or writes pipe-held state on the host makes first. Host functions
+ * get their hyper-parameters and segments by value (a run-owned copy the
+ * last host function frees): the caller's may be gone when they run. The
+ * host functions issue no backend ops (cudaLaunchHostFunc's rule).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -53,6 +73,14 @@ struct zrt_offload_pipe {
   void *sraw[2][3];            /* NVMe state staging (raw pool pointers) */
   float *sbuf[2][3];           /* ... aligned to ZRT_NVME_ALIGN */
   zrt_stream s_d2h, s_h2d;
+  /* stream mode (see the top): the update stream, the ordering events, and
+   * whether a run may still be in flight (the host has not synchronized) */
+  int async;
+  zrt_stream s_upd;
+  zrt_event ev_in[2], ev_upd[2], ev_out[2], ev_io, ev_tail;
+  int pending;
+  double run_copy_s, run_upd_s; /* the running step's host-function times (NVMe I/O on
+                                   s_d2h, updates on s_upd: one writer each) */
   int param16_host;   /* param16 destinations are host memory: written in place, no copy */
   zrt_dtype mdt, sdt; /* host-memory master / state dtypes of plain steps (fp32 or bf16) */
   zrt_nvme *nv;
@@ -244,6 +272,189 @@ static zrt_status zrt_pipe_run(zrt_offload_pipe *p, zrt_pipe_job *j, zrt_pipe_up
   return ZRT_OK;
 }
 
+/* Master / states of a plain step in host memory (NULL in NVMe mode,
+ * where the copy thread swaps tiles into p->sbuf). */
+typedef struct zrt_pipe_host_state {
+  void *master, *s1, *s2; /* p->mdt / p->sdt elements */
+} zrt_pipe_host_state;
+
+/* ------------------------------------------------------------ stream mode */
+
+/* One run's by-value state for its host functions: the job with the
+ * hyper-parameters and segments copied (the caller's may be gone when the
+ * functions run). Heap; the run's last host function frees it (a run that
+ * failed to queue keeps it: its stream's error is sticky, the pipe is done). */
+typedef struct zrt_pipe_run_ctx {
+  zrt_pipe_job j; /* j.hp -> hp, j.segs -> segs */
+  zrt_optim_hparams hp;
+  zrt_offload_segment *segs; /* each segment's own hp points into shp */
+  zrt_optim_hparams *shp;
+  zrt_pipe_update_fn update;
+  zrt_pipe_host_state hs;
+  int has_hs;
+  double t0; /* when the run was queued (the step's total time starts there) */
+} zrt_pipe_run_ctx;
+
+typedef struct zrt_pipe_fn_args {
+  zrt_offload_pipe *p;
+  zrt_pipe_run_ctx *run;
+  size_t k, off, len;
+  int write; /* NVMe tile I/O: 1 = write tile k back, 0 = read it in */
+} zrt_pipe_fn_args;
+
+static zrt_status zrt_pipe_fn_update(void *arg) {
+  const zrt_pipe_fn_args *a = arg;
+  zrt_pipe_run_ctx *r = a->run;
+  double u0 = zrt_now_s();
+  zrt_status st = r->update(a->p, &r->j, a->k, a->off, a->len, r->has_hs ? &r->hs : NULL);
+  a->p->run_upd_s += zrt_now_s() - u0; /* only s_upd's worker writes it */
+  return st;
+}
+
+/* NVMe tile I/O of tile k, reads and writes alike on s_d2h (one thread at
+ * a time in the NVMe set, as the copy thread was). */
+static zrt_status zrt_pipe_fn_io(void *arg) {
+  const zrt_pipe_fn_args *a = arg;
+  zrt_offload_pipe *p = a->p;
+  double t0 = zrt_now_s();
+  zrt_status st = zrt_nvme_tile_io(p->nv, a->write, a->off, a->len, p->sbuf[a->k % 2]);
+  p->run_copy_s += zrt_now_s() - t0;
+  return st;
+}
+
+/* The run's last op (s_h2d, after every write-back): the NVMe commit, the
+ * step's timing, the run's state freed. */
+static zrt_status zrt_pipe_fn_tail(void *arg) {
+  const zrt_pipe_fn_args *a = arg;
+  zrt_offload_pipe *p = a->p;
+  zrt_pipe_run_ctx *r = a->run;
+  zrt_status st = p->nv ? zrt_nvme_commit(p->nv) : ZRT_OK;
+  double copy_s = p->run_copy_s, upd_s = p->run_upd_s;
+  p->timing.total_s = zrt_now_s() - r->t0;
+  p->timing.copy_s = copy_s;
+  p->timing.update_s = upd_s;
+  double hidden = copy_s + upd_s - p->timing.total_s;
+  p->timing.hidden_fraction = copy_s > 0 ? ZRT_MAX(0.0, ZRT_MIN(1.0, hidden / copy_s)) : 1.0;
+  p->run_copy_s = p->run_upd_s = 0;
+  free(r->segs);
+  free(r->shp);
+  free(r);
+  return st;
+}
+
+/* IN(t): grads of tile t into gstage[t%2], NVMe state into sbuf[t%2], once
+ * WB(t-2) has freed that half. */
+static zrt_status zrt_pipe_enq_in(zrt_offload_pipe *p, zrt_pipe_run_ctx *r, size_t t) {
+  zrt_backend *be = p->be;
+  const zrt_pipe_job *j = &r->j;
+  size_t b = t % 2, off = t * p->tile, len = ZRT_MIN(p->tile, j->n - off);
+  ZRT_CHECK(zrt_backend_stream_wait_event(be, p->s_d2h, p->ev_out[b]));
+  if (j->segs)
+    ZRT_CHECK(zrt_pipe_seg_copies(p, j, t, 1));
+  else if (!j->grad_host)
+    ZRT_CHECK(zrt_backend_memcpy(be, p->gstage[b],
+                                 (const char *)j->grad_dev + off * zrt_dtype_size(j->gdt),
+                                 len * zrt_dtype_size(j->gdt), ZRT_COPY_D2H, p->s_d2h));
+  if (p->nv) {
+    zrt_pipe_fn_args a = {p, r, t, off, len, 0};
+    ZRT_CHECK(zrt_backend_launch_host_named(be, zrt_pipe_fn_io, &a, sizeof a, p->s_d2h,
+                                            "offload NVMe read"));
+  }
+  return zrt_backend_event_record(be, p->ev_in[b], p->s_d2h);
+}
+
+/* UPD(t) after IN(t) and WB(t-2) (pstage[t%2] free), then WB(t): the new
+ * params of tile t out on s_h2d, its NVMe state written back on s_d2h
+ * (queued there after IN(t+1) and before IN(t+2), which so finds sbuf[t%2]
+ * written back). */
+static zrt_status zrt_pipe_enq_upd_wb(zrt_offload_pipe *p, zrt_pipe_run_ctx *r, size_t t) {
+  zrt_backend *be = p->be;
+  const zrt_pipe_job *j = &r->j;
+  size_t b = t % 2, off = t * p->tile, len = ZRT_MIN(p->tile, j->n - off);
+  zrt_pipe_fn_args a = {p, r, t, off, len, 0};
+  /* IN(t) waited for WB(t-2): waiting for IN(t) orders the update after
+   * pstage[t%2]'s last copy out too */
+  ZRT_CHECK(zrt_backend_stream_wait_event(be, p->s_upd, p->ev_in[b]));
+  ZRT_CHECK(zrt_backend_launch_host_named(be, zrt_pipe_fn_update, &a, sizeof a, p->s_upd,
+                                          "offload optimizer update"));
+  ZRT_CHECK(zrt_backend_event_record(be, p->ev_upd[b], p->s_upd));
+  ZRT_CHECK(zrt_backend_stream_wait_event(be, p->s_h2d, p->ev_upd[b]));
+  if (j->segs)
+    ZRT_CHECK(zrt_pipe_seg_copies(p, j, t, 0));
+  else if (j->param16_dev && !p->param16_host)
+    ZRT_CHECK(zrt_backend_memcpy(be, (char *)j->param16_dev + off * zrt_dtype_size(j->pdt),
+                                 p->pstage[b], len * zrt_dtype_size(j->pdt), ZRT_COPY_H2D,
+                                 p->s_h2d));
+  if (p->nv) {
+    a.write = 1;
+    ZRT_CHECK(zrt_backend_stream_wait_event(be, p->s_d2h, p->ev_upd[b]));
+    ZRT_CHECK(zrt_backend_launch_host_named(be, zrt_pipe_fn_io, &a, sizeof a, p->s_d2h,
+                                            "offload NVMe write"));
+  }
+  return zrt_backend_event_record(be, p->ev_out[b], p->s_h2d);
+}
+
+/* zrt_pipe_run in stream mode: queues the run, no host wait (see the top). */
+static zrt_status zrt_pipe_run_async(zrt_offload_pipe *p, const zrt_pipe_job *j,
+                                     zrt_pipe_update_fn update, const zrt_pipe_host_state *hs) {
+  zrt_backend *be = p->be;
+  size_t tiles = zrt_pipe_tiles(p, j->n);
+  zrt_pipe_run_ctx *r = calloc(1, sizeof *r);
+  if (!r) return zrt_error(ZRT_ERR_OOM, "offload pipe: out of host memory queueing a step");
+  r->j = *j;
+  r->hp = *j->hp;
+  r->j.hp = &r->hp;
+  r->update = update;
+  if (hs) r->hs = *hs;
+  r->has_hs = hs != NULL;
+  r->t0 = zrt_now_s();
+  if (j->segs && j->nsegs) {
+    r->segs = malloc((size_t)j->nsegs * sizeof *r->segs);
+    r->shp = malloc((size_t)j->nsegs * sizeof *r->shp);
+    if (!r->segs || !r->shp) {
+      free(r->segs);
+      free(r->shp);
+      free(r);
+      return zrt_error(ZRT_ERR_OOM, "offload pipe: out of host memory queueing a step");
+    }
+    for (int i = 0; i < j->nsegs; i++) {
+      r->segs[i] = j->segs[i];
+      if (j->segs[i].hp) {
+        r->shp[i] = *j->segs[i].hp;
+        r->segs[i].hp = &r->shp[i];
+      }
+    }
+    r->j.segs = r->segs;
+  }
+  /* the grads were produced (compute, the buckets' host stream), and the
+   * params are still read, by work queued on the backend's other streams:
+   * the run starts after all of it. One join: UPD(0) waits for IN(0) and
+   * WB(0) for UPD(0), so the other two streams start after it too. */
+  ZRT_CHECK(zrt_backend_stream_join(be, p->s_d2h));
+  p->pending = 1;
+  ZRT_CHECK(zrt_pipe_enq_in(p, r, 0));
+  for (size_t k = 0; k < tiles; k++) {
+    if (k + 1 < tiles) ZRT_CHECK(zrt_pipe_enq_in(p, r, k + 1));
+    ZRT_CHECK(zrt_pipe_enq_upd_wb(p, r, k));
+  }
+  /* the tail commits after the last NVMe write (s_d2h) */
+  ZRT_CHECK(zrt_backend_event_record(be, p->ev_io, p->s_d2h));
+  ZRT_CHECK(zrt_backend_stream_wait_event(be, p->s_h2d, p->ev_io));
+  zrt_pipe_fn_args a = {p, r, tiles, 0, 0, 0};
+  ZRT_CHECK(zrt_backend_launch_host_named(be, zrt_pipe_fn_tail, &a, sizeof a, p->s_h2d,
+                                          "offload step end"));
+  ZRT_CHECK(zrt_backend_event_record(be, p->ev_tail, p->s_h2d));
+  /* the backend's stream (the next forward, the step's all-gathers queued
+   * after it) reads the new params after the run */
+  return zrt_backend_stream_wait_event(be, NULL, p->ev_tail);
+}
+
+zrt_status zrt_offload_pipe_sync(zrt_offload_pipe *p) {
+  if (!p || !p->pending) return ZRT_OK;
+  p->pending = 0;
+  return zrt_backend_event_synchronize(p->be, p->ev_tail);
+}
+
 static void zrt_pipe_free_buffers(zrt_offload_pipe *p) {
   zrt_pool *pool = zrt_hostpool_pool(p->hpool);
   for (int b = 0; b < 2; b++) {
@@ -293,6 +504,19 @@ zrt_status zrt_offload_pipe_create(zrt_backend *be, zrt_hostpool *hp, const zrt_
   }
   ZRT_CHECK_GOTO(zrt_backend_stream_create(be, &p->s_d2h), st, fail);
   ZRT_CHECK_GOTO(zrt_backend_stream_create(be, &p->s_h2d), st, fail);
+  /* stream mode needs host functions that are stream ops and staging the
+   * backend copies asynchronously (registered: a copy from pageable memory
+   * would read pstage when queued, before the update wrote it) */
+  p->async = !opts->blocking && zrt_backend_host_fn_async(be) && zrt_hostpool_pinned(hp);
+  if (p->async) {
+    ZRT_CHECK_GOTO(zrt_backend_stream_create(be, &p->s_upd), st, fail);
+    zrt_event *evs[] = {&p->ev_in[0],  &p->ev_in[1],  &p->ev_upd[0], &p->ev_upd[1],
+                        &p->ev_out[0], &p->ev_out[1], &p->ev_io,     &p->ev_tail};
+    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
+      ZRT_CHECK_GOTO(zrt_backend_event_create(be, evs[i]), st, fail);
+    *out = p;
+    return ZRT_OK;
+  }
   if (pthread_create(&p->thr, NULL, zrt_pipe_thread, p) != 0) {
     st = zrt_error(ZRT_ERR_INTERNAL, "offload pipe: cannot start the copy thread");
     goto fail;
@@ -307,6 +531,10 @@ fail:
 
 void zrt_offload_pipe_destroy(zrt_offload_pipe *p) {
   if (!p) return;
+  /* the staging goes below: the last run must be over (its failure, if
+   * any, was the step's or is the caller's next call's to report) */
+  if (zrt_offload_pipe_sync(p) != ZRT_OK)
+    zrt_log(ZRT_LOG_WARN, "offload pipe: the last step failed: %s", zrt_last_error());
   if (p->thr_ok) {
     pthread_mutex_lock(&p->mu);
     p->quit = 1;
@@ -316,6 +544,10 @@ void zrt_offload_pipe_destroy(zrt_offload_pipe *p) {
   }
   if (p->s_d2h) zrt_backend_stream_destroy(p->be, p->s_d2h);
   if (p->s_h2d) zrt_backend_stream_destroy(p->be, p->s_h2d);
+  if (p->s_upd) zrt_backend_stream_destroy(p->be, p->s_upd);
+  zrt_event evs[] = {p->ev_in[0],  p->ev_in[1],  p->ev_upd[0], p->ev_upd[1],
+                     p->ev_out[0], p->ev_out[1], p->ev_io,     p->ev_tail};
+  for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++) zrt_backend_event_destroy(p->be, evs[i]);
   zrt_nvme_destroy(p->nv);
   zrt_pipe_free_buffers(p);
   pthread_cond_destroy(&p->cv);
@@ -354,6 +586,7 @@ zrt_status zrt_offload_pipe_nvme_register(zrt_offload_pipe *p, size_t n, int nst
   if (!p->nvme)
     return zrt_error(ZRT_ERR_INVALID_ARG,
                      "zrt_offload_pipe_nvme_register: this pipe was created without opts.nvme");
+  ZRT_CHECK(zrt_offload_pipe_sync(p));
   ZRT_CHECK(zrt_pipe_nvme_files(p, n, nstates));
   float *zeros = NULL;
   ZRT_CHECK_GOTO(zrt_nvme_store(p->nv, 0, master), st, done);
@@ -380,14 +613,9 @@ zrt_status zrt_offload_pipe_nvme_read(zrt_offload_pipe *p, int which, float *dst
                      "zrt_offload_pipe_nvme_read: no registered NVMe shard or array %d "
                      "out of range",
                      which);
+  ZRT_CHECK(zrt_offload_pipe_sync(p));
   return zrt_nvme_load(p->nv, which, dst);
 }
-
-/* Master / states of a plain step in host memory (NULL in NVMe mode,
- * where the copy thread swaps tiles into p->sbuf). */
-typedef struct zrt_pipe_host_state {
-  void *master, *s1, *s2; /* p->mdt / p->sdt elements */
-} zrt_pipe_host_state;
 
 static zrt_status zrt_pipe_update_plain(zrt_offload_pipe *p, const zrt_pipe_job *j, size_t k,
                                         size_t off, size_t len, void *arg) {
@@ -430,7 +658,8 @@ static zrt_status zrt_pipe_step(zrt_offload_pipe *p, const zrt_optim_hparams *hp
   } else if (n && !master) {
     return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_offload_pipe_step: master is NULL");
   }
-  memset(&p->timing, 0, sizeof p->timing);
+  if (!p->async)
+    memset(&p->timing, 0, sizeof p->timing); /* stream mode: the run's tail writes it */
   if (n == 0) return ZRT_OK;
   zrt_pipe_job j = {.hp = hp,
                     .grad_dev = grad_dev,
@@ -440,6 +669,7 @@ static zrt_status zrt_pipe_step(zrt_offload_pipe *p, const zrt_optim_hparams *hp
                     .pdt = pdt,
                     .n = n};
   zrt_pipe_host_state hs = {master, s1, s2};
+  if (p->async) return zrt_pipe_run_async(p, &j, zrt_pipe_update_plain, &hs);
   return zrt_pipe_run(p, &j, zrt_pipe_update_plain, &hs);
 }
 
@@ -470,17 +700,19 @@ zrt_status zrt_offload_pipe_set_state_dtypes(zrt_offload_pipe *p, zrt_dtype mast
   if (p->nvme && (master != ZRT_F32 || states != ZRT_F32))
     return zrt_error(ZRT_ERR_INVALID_ARG,
                      "offload pipe: the NVMe swap files hold fp32 master and states only");
+  ZRT_CHECK(zrt_offload_pipe_sync(p)); /* a queued run reads them */
   p->mdt = master;
   p->sdt = states;
   return ZRT_OK;
 }
 
-void zrt_offload_pipe_timing(const zrt_offload_pipe *p, zrt_offload_timing *out) {
+void zrt_offload_pipe_timing(zrt_offload_pipe *p, zrt_offload_timing *out) {
   if (!out) return;
-  if (!p) {
-    memset(out, 0, sizeof *out);
-    return;
-  }
+  memset(out, 0, sizeof *out);
+  if (!p) return;
+  /* stream mode: the run's last host function writes the timing; a failed
+   * run leaves zeros here and its error sticky for the pipe's next call */
+  if (zrt_offload_pipe_sync(p) != ZRT_OK) return;
   *out = p->timing;
 }
 
@@ -495,6 +727,7 @@ zrt_status zrt_offload_pipe_nvme_open(zrt_offload_pipe *p, size_t n, int nstates
   if (!p->nvme)
     return zrt_error(ZRT_ERR_INVALID_ARG,
                      "zrt_offload_pipe_nvme_open: this pipe was created without opts.nvme");
+  ZRT_CHECK(zrt_offload_pipe_sync(p));
   ZRT_CHECK(zrt_pipe_nvme_files(p, n, nstates));
   for (int a = 0; a <= nstates; a++) ZRT_CHECK(zrt_nvme_zero(p->nv, a));
   return ZRT_OK;
@@ -506,12 +739,14 @@ zrt_status zrt_offload_pipe_nvme_range(zrt_offload_pipe *p, int which, int write
     return zrt_error(ZRT_ERR_INVALID_ARG,
                      "zrt_offload_pipe_nvme_range: no NVMe file set or array %d out of range",
                      which);
+  ZRT_CHECK(zrt_offload_pipe_sync(p));
   return zrt_nvme_range(p->nv, which, write, off, len, buf);
 }
 
 zrt_status zrt_offload_pipe_nvme_sync(zrt_offload_pipe *p) {
   if (!p || !p->nv)
     return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_offload_pipe_nvme_sync: no NVMe file set");
+  ZRT_CHECK(zrt_offload_pipe_sync(p));
   return zrt_nvme_sync(p->nv);
 }
 
@@ -519,8 +754,14 @@ size_t zrt_offload_pipe_nvme_disk_bytes(const zrt_offload_pipe *p) {
   return p ? zrt_nvme_disk_bytes(p->nv) : 0;
 }
 
-void zrt_offload_pipe_nvme_add_io_bytes(const zrt_offload_pipe *p, uint64_t *rd, uint64_t *wr) {
-  if (p) zrt_nvme_add_io_bytes(p->nv, rd, wr);
+void zrt_offload_pipe_nvme_add_io_bytes(zrt_offload_pipe *p, uint64_t *rd, uint64_t *wr) {
+  if (!p || !p->nv) return;
+  /* the counts of a queued run are final after it: with NVMe the step's
+   * bytes cost one host wait (a failed run's error stays sticky for the
+   * pipe's next call; the counts then are what was done) */
+  if (zrt_offload_pipe_sync(p) != ZRT_OK)
+    zrt_log(ZRT_LOG_WARN, "offload pipe: the step's NVMe I/O failed: %s", zrt_last_error());
+  zrt_nvme_add_io_bytes(p->nv, rd, wr);
 }
 
 /* Updates elements [a, b) of a segment of n elements whose data sit at
@@ -621,7 +862,8 @@ zrt_status zrt_offload_pipe_nvme_step_segments(zrt_offload_pipe *p, const zrt_op
   if (!p || !hp)
     return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_offload_pipe_nvme_step_segments: NULL argument");
   ZRT_CHECK(zrt_pipe_seg_check(p, hp, segs, nsegs));
-  memset(&p->timing, 0, sizeof p->timing);
   zrt_pipe_job j = {.hp = hp, .gdt = gdt, .pdt = pdt, .n = p->nv_n, .segs = segs, .nsegs = nsegs};
+  if (p->async) return zrt_pipe_run_async(p, &j, zrt_pipe_update_segments, NULL);
+  memset(&p->timing, 0, sizeof p->timing);
   return zrt_pipe_run(p, &j, zrt_pipe_update_segments, NULL);
 }

@@ -34,10 +34,11 @@ static int zrt_bench_comm_volume(const zrt_perf_args *a, cJSON *r) {
   int n = base.ranks;
   double w = !strcmp(m.dtype, "fp32") ? 4 : 2;
   cJSON_AddNumberToObject(r, "ranks", n);
-  cJSON_AddStringToObject(r, "theory",
-                          "per rank: stages 0-2 2*psi*w*(n-1)/n, stage 3 3*psi*w*(n-1)/n, plus "
-                          "2*(n-1)/n*12 B for the step's {sumsq, overflow, loss} all-reduce; psi = "
-                          "padded elements, w = working dtype bytes");
+  cJSON_AddStringToObject(
+      r, "theory",
+      "per rank: stages 0-2 2*psi*w*(n-1)/n, stage 3 3*psi*w*(n-1)/n, plus "
+      "2*(n-1)/n*16 B for the step's {sumsq, overflow, loss, stop} all-reduce; psi = "
+      "padded elements, w = working dtype bytes");
   cJSON *rows = cJSON_AddArrayToObject(r, "stages");
   char md[8192];
   size_t k =
@@ -77,7 +78,7 @@ static int zrt_bench_comm_volume(const zrt_perf_args *a, cJSON *r) {
     }
     double psi = run[1]->padded_elements > 0 ? run[1]->padded_elements : run[1]->params;
     double f = (double)(n - 1) / n;
-    double th = n > 1 ? (s == 3 ? 3 : 2) * psi * w * f + 2 * f * 12 : 0;
+    double th = n > 1 ? (s == 3 ? 3 : 2) * psi * w * f + 2 * f * 16 : 0;
     double ratio = th > 0 ? run[1]->comm_bytes / th : 0;
     double off_on = run[1]->wall_step_s > 0 ? run[0]->wall_step_s / run[1]->wall_step_s : 0;
     cJSON_AddNumberToObject(e, "psi_elements", psi);

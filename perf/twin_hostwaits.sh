@@ -2,13 +2,17 @@
 # twin_hostwaits.sh — host waits, device allocations and scalar reads per
 # optimizer step on the twin (perf/RESULTS.md, "Issue 22: host waits on the
 # twin"): the MLP example and GPT-2 tiny, 2 ranks, overlap_comm, jitter seed
-# 1, ZeRO stages 0-3, without and with offload_optimizer cpu; prints, per
+# 1, ZeRO stages 0-3, without and with offload_optimizer cpu and nvme (swap
+# files under the temporary directory; pin_memory as PIN says, default
+# true: pageable host memory makes every copy to or from it block the
+# host, on CUDA as on the twin); prints, per
 # run, the metrics' host_waits / step_allocs / d2h_reads of step 1 and the
 # largest of steps 2..N (the steady state), and, with the op trace on, the
 # share of the reduce-scatters' time during which the compute stream was
 # busy (perf/twin_overlap.py).
 #
-# Usage: perf/twin_hostwaits.sh [BUILD_DIR] (default build); STEPS=N (default 6).
+# Usage: perf/twin_hostwaits.sh [BUILD_DIR] (default build); STEPS=N (default 6);
+# PIN=false for pageable offload memory.
 set -euo pipefail
 B=${1:-build}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -20,14 +24,17 @@ bash "$HERE/../examples/gpt2/make_corpus.sh" "$T/corpus.txt" >/dev/null
 printf '%-5s %-5s %-8s %-22s %-22s %-18s %s\n' model stage offload "host_waits step1/2..N" \
   "step_allocs step1/2..N" "d2h_reads 2..N" "rs overlapped"
 for model in mlp gpt; do
-  for off in none cpu; do
+  for off in none cpu nvme; do
     for stage in 0 1 2 3; do
-      [ "$off" = cpu ] && [ "$stage" = 0 ] && continue # offload needs stage >= 1
+      [ "$off" != none ] && [ "$stage" = 0 ] && continue # offload needs stage >= 1
       r=$T/$model.$off.$stage
       mkdir -p "$r/trace"
       set -- --set zrt.backend=twin --set zrt.comm=mpi --set zero_optimization.stage=$stage \
         --set zero_optimization.overlap_comm=true
-      [ "$off" = cpu ] && set -- "$@" --set zero_optimization.offload_optimizer.device=cpu
+      [ "$off" = none ] || set -- "$@" --set zero_optimization.offload_optimizer.device=$off \
+        --set zero_optimization.offload_optimizer.pin_memory="${PIN:-true}"
+      [ "$off" = nvme ] && mkdir -p "$r/nvme" &&
+        set -- "$@" --set zero_optimization.offload_optimizer.nvme_path="$r/nvme"
       if [ $model = mlp ]; then
         cmd=("$B/bin/train_mlp" --steps "$STEPS" --metrics "$r/m.jsonl" "$@")
       else

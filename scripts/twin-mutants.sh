@@ -126,7 +126,7 @@ fi
 
 targets="test_backend_cuda test_engine_equiv test_checkpoint_resume test_engine_memory
   test_engine_twin_flow test_engine_offload_grads test_engine_nvme test_engine_nvme_param
-  test_engine_comm_bytes test_engine_timing train_gpt2"
+  test_engine_comm_bytes test_engine_timing train_gpt2 train_mlp test_offload"
 if [ ! -f $bdir/CMakeCache.txt ]; then
   cmake -S . -B $bdir -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZRT_CUDA=OFF -DZRT_WERROR=OFF >/dev/null
 fi

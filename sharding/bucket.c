@@ -10,6 +10,16 @@
  * slot's `copying` frees its device staging for the next collective) and adds it into
  * the host accumulator. One thread, FIFO: a slot's host staging is reused
  * only by a later job of the same slot, which starts after this one ended.
+ *
+ * Where host functions are stream ops (the twin: b->async) the thread
+ * waits for nothing: it queues the copy on the host stream, records the
+ * slot's `copied` event and queues the addition as a host function behind
+ * it; the next bucket packed into that slot's device staging waits for
+ * `copied` on the backend's stream, and zrt_buckets_drain orders the
+ * backend's stream after the host stream (`hdone`), so whatever reads the
+ * host accumulators in stream order (the statistics pass, the offload
+ * pipe) reads them complete. The host stream is FIFO, so a slot's host
+ * staging is still reused only after its previous addition ran.
  */
 #include "bucket.h"
 
@@ -30,6 +40,7 @@ typedef struct zrt_bucket_slot {
   int host;          /* dst is host memory: the host thread accumulates it */
   int copying;       /* handed to the host thread, device staging not yet copied */
   void *hstage;      /* host staging of the comm dtype (host accumulators) */
+  zrt_event copied;  /* async: recorded on the host stream after the slot's copy */
 } zrt_bucket_slot;
 
 struct zrt_buckets {
@@ -45,6 +56,8 @@ struct zrt_buckets {
   zrt_pool *hpool;
   int64_t hstage_elems;
   zrt_stream hstream;
+  int async;       /* host functions are stream ops: no host wait per bucket */
+  zrt_event hdone; /* async: the host stream's work up to the last drain */
   pthread_t thr;
   int thr_ok, quit;
   pthread_mutex_t mu;
@@ -62,6 +75,22 @@ struct zrt_buckets {
   char herr[1024];
 };
 
+/* The addition of one copied bucket into its host accumulator, as a host
+ * function on the host stream (async mode). */
+typedef struct zrt_bucket_add {
+  void *dst;
+  zrt_dtype dst_dt;
+  const void *src;
+  zrt_dtype src_dt;
+  size_t n;
+} zrt_bucket_add;
+
+static zrt_status zrt_buckets_add_fn(void *arg) {
+  const zrt_bucket_add *a = arg;
+  zrt_cpu_grad_accumulate_to(a->dst, a->dst_dt, a->src, a->src_dt, a->n);
+  return ZRT_OK;
+}
+
 static void *zrt_buckets_thread(void *arg) {
   zrt_buckets *b = arg;
   size_t cs = zrt_dtype_size(b->comm_dtype);
@@ -73,12 +102,23 @@ static void *zrt_buckets_thread(void *arg) {
     void *hstage = j.slot->hstage;
     pthread_mutex_unlock(&b->mu);
     zrt_status st = zrt_backend_memcpy(b->be, hstage, j.src, j.n * cs, ZRT_COPY_D2H, b->hstream);
-    if (st == ZRT_OK) st = zrt_backend_synchronize(b->be, b->hstream);
+    if (b->async) {
+      /* the next bucket in this slot waits for `copied` on the stream; the
+       * addition runs behind the copy on the host stream */
+      if (st == ZRT_OK) st = zrt_backend_event_record(b->be, j.slot->copied, b->hstream);
+      zrt_bucket_add add = {j.dst, b->hacc_dtype, hstage, b->comm_dtype, j.n};
+      if (st == ZRT_OK)
+        st = zrt_backend_launch_host_named(b->be, zrt_buckets_add_fn, &add, sizeof add, b->hstream,
+                                           "gradient bucket to host accumulator");
+    } else if (st == ZRT_OK) {
+      st = zrt_backend_synchronize(b->be, b->hstream);
+    }
     pthread_mutex_lock(&b->mu);
     j.slot->copying = 0; /* the device staging may take the next collective */
     pthread_cond_broadcast(&b->cv);
     pthread_mutex_unlock(&b->mu);
-    if (st == ZRT_OK) zrt_cpu_grad_accumulate_to(j.dst, b->hacc_dtype, hstage, b->comm_dtype, j.n);
+    if (st == ZRT_OK && !b->async)
+      zrt_cpu_grad_accumulate_to(j.dst, b->hacc_dtype, hstage, b->comm_dtype, j.n);
     pthread_mutex_lock(&b->mu);
     if (st != ZRT_OK && b->hst == ZRT_OK) {
       b->hst = st;
@@ -113,12 +153,16 @@ static zrt_status zrt_buckets_wait_copied(zrt_buckets *b, zrt_bucket_slot *s) {
   return zrt_buckets_host_status_unlock(b);
 }
 
-/* Waits until the host thread has accumulated everything handed over. */
+/* Waits until the host thread has accumulated everything handed over
+ * (async: queued it; the backend's stream then waits for the host stream). */
 static zrt_status zrt_buckets_wait_host(zrt_buckets *b) {
   if (!b->thr_ok) return ZRT_OK;
   pthread_mutex_lock(&b->mu);
   while (b->qlen) pthread_cond_wait(&b->cv, &b->mu);
-  return zrt_buckets_host_status_unlock(b);
+  ZRT_CHECK(zrt_buckets_host_status_unlock(b));
+  if (!b->async) return ZRT_OK;
+  ZRT_CHECK(zrt_backend_event_record(b->be, b->hdone, b->hstream));
+  return zrt_backend_stream_wait_event(b->be, NULL, b->hdone);
 }
 
 zrt_status zrt_buckets_create(zrt_backend *be, zrt_comm *comm, zrt_dtype dtype,
@@ -166,12 +210,17 @@ void zrt_buckets_destroy(zrt_buckets *b) {
     pthread_mutex_unlock(&b->mu);
     pthread_join(b->thr, NULL);
   }
+  /* async: additions may still read the host staging */
+  if (b->async && zrt_backend_synchronize(b->be, b->hstream) != ZRT_OK)
+    zrt_log(ZRT_LOG_WARN, "gradient buckets: a host accumulation failed: %s", zrt_last_error());
   for (int i = 0; i < 2; i++) {
     zrt_bucket_slot *s = &b->slots[i];
     zrt_comm_buf_free(b->comm, b->be, s->send);
     zrt_comm_buf_free(b->comm, b->be, s->recv);
     if (b->hpool && s->hstage) zrt_pool_free(b->hpool, s->hstage);
+    zrt_backend_event_destroy(b->be, s->copied);
   }
+  zrt_backend_event_destroy(b->be, b->hdone);
   if (b->hstream) zrt_backend_stream_destroy(b->be, b->hstream);
   if (b->thr_ok) {
     pthread_cond_destroy(&b->cv);
@@ -196,6 +245,11 @@ zrt_status zrt_buckets_set_host(zrt_buckets *b, zrt_pool *host, int64_t stage_el
   for (int i = 0; i < 2; i++)
     ZRT_CHECK(zrt_pool_alloc(host, bytes, ZRT_MEM_COMM, &b->slots[i].hstage));
   ZRT_CHECK(zrt_backend_stream_create(b->be, &b->hstream));
+  b->async = zrt_backend_host_fn_async(b->be);
+  if (b->async) {
+    ZRT_CHECK(zrt_backend_event_create(b->be, &b->hdone));
+    for (int i = 0; i < 2; i++) ZRT_CHECK(zrt_backend_event_create(b->be, &b->slots[i].copied));
+  }
   pthread_mutex_init(&b->mu, NULL);
   pthread_cond_init(&b->cv, NULL);
   if (pthread_create(&b->thr, NULL, zrt_buckets_thread, b) != 0) {
@@ -250,6 +304,9 @@ static zrt_status zrt_buckets_take(zrt_buckets *b, zrt_bucket_slot **out) {
   b->next ^= 1;
   ZRT_CHECK(zrt_buckets_finish(b, s));
   ZRT_CHECK(zrt_buckets_wait_copied(b, s));
+  /* async: the copy out of this staging was queued, not done; the packing
+   * on the backend's stream waits for it (an event never recorded: no wait) */
+  if (b->async) ZRT_CHECK(zrt_backend_stream_wait_event(b->be, NULL, s->copied));
   *out = s;
   return ZRT_OK;
 }

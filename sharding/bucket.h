@@ -24,6 +24,9 @@
  * while the program goes on with its backward. The thread takes the
  * buckets in the order they were issued, so every element gets its
  * additions in the same order as the device path, and the same bits.
+ * Where host functions are stream ops (the twin) neither thread waits: the
+ * copy and the addition are queued on the host stream, and the drain
+ * orders the backend's stream after them.
  */
 #ifndef ZRT_BUCKET_H
 #define ZRT_BUCKET_H
@@ -61,7 +64,9 @@ zrt_status zrt_buckets_set_host_acc_dtype(zrt_buckets *b, zrt_dtype dt);
 zrt_status zrt_buckets_reduce(zrt_buckets *b, const void *grad16, int64_t padded, int64_t part,
                               float *acc, int acc_host, int all_reduce, int async);
 /* Waits for every bucket in flight and accumulates it, oldest first (host
- * accumulators included: acc is final on return). */
+ * accumulators included: acc is final on return; where host functions are
+ * stream ops, final for work queued on the backend's stream after the
+ * return, and for the host once that stream is synchronized). */
 zrt_status zrt_buckets_drain(zrt_buckets *b);
 
 #endif

@@ -23,7 +23,8 @@
  * Invariants: the data a rank reads is a pure function of (optimizer step,
  * accumulation index, rank), so a resumed run sees the same batches as an
  * uninterrupted one; a stop signal takes effect at a step boundary that
- * all ranks agree on (one all-reduce per step), after a save; every rank
+ * all ranks agree on (carried by the boundary's statistics all-reduce:
+ * zrt_engine_request_stop, no collective of its own), after a save; every rank
  * runs every forward (stage 3 fetches are
  * collective), including evaluation and sampling; all activations and
  * workspaces come from zrt_engine_alloc (accounted, capacity-checked).
@@ -909,8 +910,10 @@ static int check_save_dir(const char *dir) {
  * ends the program at once with status 75: nothing has been written yet,
  * so running it again loses nothing. Once every rank is past start-up
  * (g_in_loop, set before a barrier) a signal only raises a flag; the
- * training loop agrees on it across ranks after every step, so every rank
- * finishes the same step and saves the same checkpoint. A second Ctrl-C
+ * training loop hands it to the engine before each step's boundary
+ * (zrt_engine_request_stop), whose statistics all-reduce agrees on it, so
+ * every rank finishes the same step and saves the same checkpoint (a signal
+ * that comes after a boundary stops the run at the next one). A second Ctrl-C
  * kills at once (the default action is restored). */
 static volatile sig_atomic_t g_stop_signal;
 static volatile sig_atomic_t g_in_loop;
@@ -1470,6 +1473,7 @@ int main(int argc, char **argv) {
       CHECK(upload_batch(&tr));
       CHECK(run_micro(&tr, 1, NULL, ai));
       if (ai == accum - 1) CHECK(read_window_losses(&tr, accum, &loss));
+      if (ai == accum - 1 && g_stop_signal) CHECK(zrt_engine_request_stop(tr.eng));
       CHECK(zrt_engine_step(tr.eng, loss, &si));
     }
     double t = now_s(), dt = t - t_last;
@@ -1492,11 +1496,10 @@ int main(int argc, char **argv) {
       fflush(tty ? stderr : stdout);
     }
     int last = step + 1 == a.steps;
-    /* every rank stops after the same step when any rank got a signal */
-    float any = g_stop_signal ? 1.0f : 0.0f;
-    CHECK(zrt_engine_all_reduce_sum(tr.eng, &any, 1));
+    /* every rank stops after the same step when any rank got a signal (the
+     * boundary's all-reduce carried the requests: si.stop agrees) */
     /* a signal during the last step: the run is complete, it ends as usual */
-    int stop = any > 0 && !last;
+    int stop = si.stop && !last;
     if (a.val_every && !stop && ((step + 1) % a.val_every == 0 || last)) {
       double vl;
       CHECK(evaluate(&tr, &val_sp, T, a.val_batches, &vl));

@@ -81,6 +81,8 @@ static zrt_status model_create(model *m, const run_opts *o) {
                          {"zrt.comm", "mpi"},
                          {"zrt.backend", zt_host_backend()}, /* the model computes on the host */
                          {"zrt.pin_memory_fallback", "true"},
+                         /* pinned: on the twin the pipe runs in stream mode */
+                         {"zero_optimization.offload_optimizer.pin_memory", "true"},
                          {"zrt.seed", "99"},
                          {"zero_optimization.offload_optimizer.device", o->oo == 2   ? "nvme"
                                                                         : o->oo == 1 ? "cpu"

@@ -182,9 +182,9 @@ static float *run(const run_cfg *rc, int64_t *nmaster) {
     break;
   }
   }
-  theory += 2 * 3 * 4 * f; /* {sumsq, nonfinite, loss} */
+  theory += 2 * 4 * 4 * f; /* {sumsq, nonfinite, loss, stop requests} */
   /* stage 3 with reuse, after the first step: each module gathered once */
-  double theory_reuse = (P * w + K * P * c) * f + 2 * 3 * 4 * f;
+  double theory_reuse = (P * w + K * P * c) * f + 2 * 4 * 4 * f;
   int64_t gathers_step = 0;
   for (int m = 0; m < NMOD; m++) gathers_step += (int64_t)K * gathers[m];
 

@@ -159,6 +159,9 @@ static void engine_run(int stage, int dt, int off, refp init[], float *out[MLP_L
   if (off >= 1) {
     ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_optimizer.device", "cpu", "test"));
     ZT_OK(zrt_config_set(cfg, "zrt.pin_memory_fallback", "true", "test"));
+    /* pinned: on the twin the offload pipe then runs in stream mode (its
+     * queued tiles are what twin_equal.sh compares with the cpu's bits) */
+    ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_optimizer.pin_memory", "true", "test"));
   }
   if (off >= 2) ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_param.device", "cpu", "test"));
   if (dt == 1) {

@@ -92,6 +92,8 @@ static zrt_engine *make(int stage, int fp16, int oo, int rank) {
     if (oo == 2)
       ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_optimizer.nvme_path", tmpdir, "test"));
     ZT_OK(zrt_config_set(cfg, "zrt.pin_memory_fallback", "true", "test"));
+    /* pinned: on the twin the pipe runs in stream mode */
+    ZT_OK(zrt_config_set(cfg, "zero_optimization.offload_optimizer.pin_memory", "true", "test"));
   }
   (void)rank;
   zrt_engine *eng = NULL;
