@@ -152,6 +152,7 @@ first_tests() {
 # the suite; prints "passed" or the first failing test and how ("name (Failed)")
 suite() {
   local log=$bdir/mutant-ctest.log rc=0 first=${1:-}
+  : >"$root/$log" # this run's output only (the baseline's slowest tests are read from it)
   if [ -n "$first" ]; then
     (cd $bdir && ctest -L twin -R "$first" --output-on-failure --stop-on-failure --timeout "$timeout_s" \
       -j"$jobs" </dev/null >"$root/$log" 2>&1) || rc=$?
