@@ -189,6 +189,9 @@ zrt_status zrt_backend_optim_step(zrt_backend *b, const zrt_optim_hparams *hp, f
                                   void *param16, zrt_dtype pdt, size_t n, zrt_stream s);
 zrt_status zrt_backend_synchronize(zrt_backend *b, zrt_stream s);
 zrt_status zrt_backend_stream_create(zrt_backend *b, zrt_stream *out);
+/* The host waits for the work queued on s, then s goes (CUDA: cudaStreamSynchronize
+ * before cudaStreamDestroy; twin: the worker runs its queue out and is joined), so
+ * memory s's queued ops touch may be freed after it returns. */
 void zrt_backend_stream_destroy(zrt_backend *b, zrt_stream s);
 zrt_status zrt_backend_event_create(zrt_backend *b, zrt_event *out);
 void zrt_backend_event_destroy(zrt_backend *b, zrt_event e);

@@ -53,7 +53,9 @@
  * captured at once and the device write is queued (CUDA returns once the
  * bytes are staged, the DMA may still be in flight), so only work ordered
  * after it on its stream may read it; to or from memory registered with
- * host_register (the pinned host pool) it is asynchronous. scale_check returns host
+ * host_register (the pinned host pool) it is asynchronous, and a copy on
+ * registered memory that runs after its range was unregistered (the pool
+ * freed under a copy in flight) dies with a message. scale_check returns host
  * values, so it is a host wait and a device-to-host read.
  *
  * Op trace (ZRT_TWIN_TRACE=DIR, off by default): each worker records every
@@ -499,11 +501,35 @@ typedef struct {
   void *dst;
   const void *src;
   size_t bytes;
+  int reg_dst, reg_src; /* registered host memory when the copy was queued */
 } twin_copy_args;
+
+/* A copy queued on registered (pinned) host memory that runs after the
+ * range was unregistered: on a GPU the copy engine writes or reads pages the
+ * host has handed back (freed, unmapped, reused). The program's bug, and
+ * nobody would read a sticky error at teardown, where it happens: die with
+ * a message, as a host touch of device memory does. */
+static void twin_copy_unregistered(const twin_copy_args *m, const char *which) {
+  char msg[512];
+  int n = snprintf(msg, sizeof msg,
+                   "zrt twin: a queued copy's %s (%p, %zu bytes) was registered host memory when "
+                   "the copy was queued and is no longer registered when it runs: its range was "
+                   "unregistered (a host pool freed or destroyed) while the copy was in flight; "
+                   "synchronize the copy's stream (or wait for an event after it) before freeing "
+                   "the memory\n",
+                   which, which[0] == 'd' ? m->dst : (void *)m->src, m->bytes);
+  if (n > 0) {
+    ssize_t w = write(2, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1));
+    (void)w;
+  }
+  abort();
+}
 
 static zrt_status twin_run_copy(twin_ctx *c, void *a) {
   twin_copy_args m;
   memcpy(&m, a, sizeof m);
+  if (m.reg_dst && !zrt_twin_is_reg(c, m.dst, m.bytes)) twin_copy_unregistered(&m, "destination");
+  if (m.reg_src && !zrt_twin_is_reg(c, m.src, m.bytes)) twin_copy_unregistered(&m, "source");
   return c->cpu.iface->memcpy(c->b, zrt_twin_dev(c, m.dst), zrt_twin_dev(c, m.src), m.bytes,
                               ZRT_COPY_D2D, NULL);
 }
@@ -549,7 +575,8 @@ static zrt_status twin_memcpy(void *ctx, void *dst, const void *src, size_t byte
     free(op);
     return st;
   }
-  twin_copy_args m = {dst, src, bytes};
+  twin_copy_args m = {dst, src, bytes, !dst_pageable && !zrt_twin_is_dev(c, dst),
+                      !src_pageable && !zrt_twin_is_dev(c, src)};
   ZRT_CHECK(twin_enqueue(c, ts, twin_run_copy, "memcpy", &m, sizeof m));
   /* CUDA: a copy to pageable host memory (or between two pageable buffers)
    * returns when it is done */

@@ -439,11 +439,11 @@ static void stream_retire(zrt_comm *c, int all);
 void zrt_comm_destroy(zrt_comm *c) {
   if (!c) return;
   if (c->stream) {
-    /* the worker finishes what was queued (a failed collective's error
-     * was the caller's to see) before the implementation goes */
-    (void)zrt_backend_synchronize(full_of(c)->sbe, c->stream);
-    stream_retire(c, 1);
+    /* the worker finishes what was queued (the destroy waits for it; a
+     * failed collective's error was the caller's to see) before the
+     * requests and the implementation go */
     zrt_backend_stream_destroy(full_of(c)->sbe, c->stream);
+    stream_retire(c, 1);
     c->stream = NULL;
   }
   if (full_of(c)->stuck)

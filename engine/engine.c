@@ -726,8 +726,12 @@ zrt_status zrt_engine_set_master(zrt_engine *eng, int module, const float *src) 
 /* dst (device memory of the backend) <- the working dtype of len fp32
  * masters at master. Masters in the host pool (offload_optimizer cpu) are
  * not device memory: a CUDA kernel cannot read them (pageable: an illegal
- * address), so they are converted on the host into a staging buffer and
- * copied over, and the staging is released after the copy completes. */
+ * address), so they are converted on the host into a pageable staging
+ * buffer and copied over. The staging is freed at once, without a host
+ * wait: a copy from pageable memory has consumed its source when it returns
+ * (the rule the build's init tiles rely on too; docs/engine.md, "Mutation
+ * run"), and the device write is ordered on the engine stream as the
+ * device-masters path's convert is. */
 static zrt_status zrt_engine_refresh_convert(zrt_engine *eng, const zrt_module_entry *me, void *dst,
                                              const float *master, int64_t len) {
   if (!me->optim_host || eng->backend->device_id < 0)
@@ -740,7 +744,6 @@ static zrt_status zrt_engine_refresh_convert(zrt_engine *eng, const zrt_module_e
                      bytes);
   zrt_dtype_convert_host(stage, eng->dtype, master, eng->master_dtype, (size_t)len);
   zrt_status st = zrt_backend_memcpy(eng->backend, dst, stage, bytes, ZRT_COPY_H2D, NULL);
-  if (st == ZRT_OK) st = zrt_backend_synchronize(eng->backend, NULL);
   free(stage);
   return st;
 }

@@ -271,7 +271,11 @@ zrt_status zrt_engine_actckpt_build(zrt_engine *eng) {
 void zrt_engine_actckpt_free(zrt_engine *eng) {
   zrt_actckpt_state *a = &eng->ack;
   zrt_backend *be = eng->backend;
-  if (a->copy_stream) zrt_backend_synchronize(be, a->copy_stream);
+  /* first: the destroy waits for the copies to the host still in flight
+   * (every backend's stream_destroy does), so no freed checkpoint is
+   * written after it went back to the host pool */
+  if (a->copy_stream) zrt_backend_stream_destroy(be, a->copy_stream);
+  a->copy_stream = NULL;
   for (int b = 0; a->store && b < a->nblocks; b++) {
     if (!a->store[b] || a->contiguous) continue;
     if (a->cpu)
@@ -301,8 +305,6 @@ void zrt_engine_actckpt_free(zrt_engine *eng) {
   free(a->span);
   a->span = NULL;
   a->nspan = a->next_span = 0;
-  if (a->copy_stream) zrt_backend_stream_destroy(be, a->copy_stream);
-  a->copy_stream = NULL;
   ack_forget_blocks(a);
 }
 
@@ -382,12 +384,13 @@ static int ack_free_slot(const zrt_actckpt_state *a, int ns, int s) {
 }
 
 /* cpu: copies block's host checkpoint into slot s on the copy stream, after
- * the engine stream's last reads of the slot and its last copy-out. */
+ * the engine stream's last reads of the slot (ev_free). The slot's last
+ * copy-out needs no wait: it was queued on this same stream (ev_out is only
+ * ever recorded on the copy stream), so the stream's order puts it first. */
 static zrt_status ack_copy_in(zrt_engine *eng, int s, int block) {
   zrt_actckpt_state *a = &eng->ack;
   zrt_backend *be = eng->backend;
   ZRT_CHECK(zrt_backend_stream_wait_event(be, a->copy_stream, a->ev_free[s]));
-  ZRT_CHECK(zrt_backend_stream_wait_event(be, a->copy_stream, a->ev_out[s]));
   int sp = ack_span_open(eng, a->copy_stream, 0);
   ZRT_CHECK(
       zrt_backend_memcpy(be, a->slot[s], a->store[block], a->bytes, ZRT_COPY_H2D, a->copy_stream));

@@ -86,9 +86,16 @@ static zrt_status zrt_engine_agree_stats(zrt_engine *eng, float inv) {
     zrt_engine_stats_args a = {eng, inv, eng->st.loss_sum, eng->stop_requested};
     ZRT_CHECK(zrt_backend_launch_host_named(eng->backend, zrt_engine_stats_fn, &a, sizeof a, NULL,
                                             "gradient statistics"));
-    /* a comm that runs on the calling thread would read the record before
-     * the function filled it: the host waits for it there */
-    if (!eng->comm->stream) ZRT_CHECK(zrt_backend_synchronize(eng->backend, NULL));
+    /* the all-reduce below reads the record after the function filled it
+     * because it is queued behind it: on a backend whose host functions run
+     * on a stream every comm is stream-ordered (comm.c, zrt_comm_create); one
+     * that ran on the calling thread would read the record unfilled */
+    if (!eng->comm->stream)
+      return zrt_error(ZRT_ERR_INTERNAL,
+                       "gradient statistics: comm \"%s\" is not stream-ordered on the %s backend, "
+                       "whose host functions run on a stream (zrt_comm_create makes every comm "
+                       "but nccl stream-ordered there): report this",
+                       eng->comm_name, eng->backend_name);
   } else {
     double sumsq = 0;
     int nonfinite = 0;
@@ -246,8 +253,8 @@ static zrt_status zrt_engine_master_sums(zrt_engine *eng, double *sum, double *s
       goto done;
     }
     buf = nb;
+    /* buf is pageable: the read is complete when get_master returns */
     ZRT_CHECK_GOTO(zrt_engine_get_master(eng, m, buf), st, done);
-    ZRT_CHECK_GOTO(zrt_backend_synchronize(eng->backend, NULL), st, done);
     for (int64_t i = ZRT_MAX(soff, off); i < ZRT_MIN(soff + slen, off + len); i++) {
       double w = buf[i - off];
       s[0] += w;

@@ -15,7 +15,12 @@
  * and stage "auto" moves the checkpoints to the host when nothing else fits.
  * On the twin, cpu_checkpointing's copies and stalls are timed (stats
  * copy_s / stall_s): with slowed side streams and no compute to hide them
- * behind, the stall is the copies' time.
+ * behind, the stall is the copies' time. Also on the twin, with the copy
+ * stream slowed: every save and fetch orders its staging slot with events
+ * (the inputs come back bit for bit over three passes, one backward cut
+ * short), and destroy waits for the copies to the host still in flight.
+ * Labelled twin too (scripts/twin-mutants.sh runs it): these checks are
+ * where a missing event or synchronize in engine_actckpt.c shows.
  */
 #include <string.h>
 
@@ -265,11 +270,107 @@ static void timing(long delay_us) {
   unsetenv("ZRT_TWIN_SIDE_DELAY_US");
 }
 
+/* cpu_checkpointing's events on the twin, with the copy stream slowed by
+ * ORDER_DELAY_US an op (ZRT_TWIN_SIDE_DELAY_US) so that every copy the
+ * engine stream could overtake without an event does overtake it (jitter
+ * alone cannot: it delays every stream alike, by at most 200 us). Three
+ * blocks share the two staging slots; each pass's backward starts once the
+ * copy stream has caught up, so a late write into a slot shows in the data
+ * a resident fetch reads. Each fetched input must equal its save's bit for
+ * bit (tolerance 0). The passes exercise, in engine_actckpt.c:
+ * - pass 0: save 2 refills block 0's slot: its wait for the slot's copy-out
+ *   (ev_out, and that copy-out's record); fetch 0 is prefetched while the
+ *   engine reads block 1: the fetch's wait for the copy-in (ev_ready, and the
+ *   copy-in's record);
+ * - pass 1: the backward stops after block 1, its prefetch of block 0 never
+ *   fetched (a backward cut short);
+ * - pass 2: save 1 refills the slot that prefetch is still copying into: the
+ *   save's wait for the slot's last fill (ev_ready).
+ * Every copy and wait is timed (stats: none untimed). */
+#define ORDER_DELAY_US "5000"
+
+static void ordering(void) {
+  setenv("ZRT_TWIN_SIDE_DELAY_US", ORDER_DELAY_US, 1);
+  zrt_config *cfg = config(1);
+  ZT_OK(zrt_config_set(cfg, "zrt.backend", "twin", "test"));
+  zrt_engine *eng;
+  ZT_OK(zrt_engine_create(cfg, &eng));
+  add_model(eng);
+  ZT_OK(zrt_actckpt_declare(eng, 3, BLK_FLOATS * sizeof(float), NULL));
+  ZT_OK(zrt_engine_build(eng));
+  float *src;
+  ZT_OK(zrt_engine_alloc(eng, BLK_FLOATS * sizeof(float), ZRT_MEM_ACTIVATIONS, (void **)&src));
+  float want[3][BLK_FLOATS], got[BLK_FLOATS];
+  const void *in;
+  char what[64];
+  for (int pass = 0; pass < 3; pass++) {
+    for (int b = 0; b < 3; b++) {
+      for (int i = 0; i < BLK_FLOATS; i++)
+        want[b][i] = (float)(100000 * (pass + 1) + 1000 * (b + 1) + i) + 0.5f;
+      ZT_OK(zrt_engine_memcpy(eng, src, want[b], sizeof want[b], ZRT_COPY_H2D));
+      ZT_OK(zrt_actckpt_save(eng, b, src));
+    }
+    /* the copy engine catches up: what it wrote late is in the slots now */
+    ZT_OK(zrt_backend_synchronize(eng->backend, eng->ack.copy_stream));
+    int last = pass == 1 ? 1 : 0; /* pass 1: block 0 is never fetched */
+    for (int b = 2; b >= last; b--) {
+      ZT_OK(zrt_actckpt_fetch(eng, b, &in));
+      /* read on the engine stream alone (the copy to pageable memory is a host
+       * wait for that stream): a synchronize of the whole device would also
+       * finish the copy stream's work and hide a read that overtakes it */
+      ZT_OK(zrt_engine_memcpy(eng, got, in, sizeof got, ZRT_COPY_D2H));
+      snprintf(what, sizeof what, "ordering: pass %d block %d input", pass, b);
+      ZT_CLOSE_ARRAY(what, got, want[b], BLK_FLOATS, 0.0);
+      ZT_OK(zrt_actckpt_release(eng, b));
+    }
+  }
+  ZT_OK(zrt_backend_synchronize(eng->backend, eng->ack.copy_stream));
+  zrt_actckpt_stats st;
+  ZT_OK(zrt_actckpt_get_stats(eng, &st));
+  printf("ordering, side delay %s us: saves %lld fetches %lld resident %lld prefetched %lld on "
+         "demand %lld, timed %lld untimed %lld\n",
+         ORDER_DELAY_US, (long long)st.saves, (long long)st.fetches, (long long)st.resident,
+         (long long)st.prefetched, (long long)st.on_demand, (long long)st.timed,
+         (long long)st.untimed);
+  ZT_CHECK(st.saves == 9 && st.fetches == 8 && st.prefetched == 2 && st.on_demand == 0);
+  ZT_CHECK(st.untimed == 0);
+  zrt_engine_free(eng, src);
+  zrt_engine_destroy(eng);
+  zrt_config_destroy(cfg);
+  unsetenv("ZRT_TWIN_SIDE_DELAY_US");
+}
+
+/* An engine destroyed right after its saves, their copies to the host
+ * still queued behind a slow copy stream: destroy must let them finish
+ * before the host pool goes (the twin dies with a message when a copy runs
+ * on host memory unregistered under it, as a copy engine would write into
+ * freed pages). */
+static void teardown(void) {
+  setenv("ZRT_TWIN_SIDE_DELAY_US", "20000", 1);
+  zrt_config *cfg = config(1);
+  ZT_OK(zrt_config_set(cfg, "zrt.backend", "twin", "test"));
+  zrt_engine *eng;
+  ZT_OK(zrt_engine_create(cfg, &eng));
+  add_model(eng);
+  ZT_OK(zrt_actckpt_declare(eng, 3, BLK_FLOATS * sizeof(float), NULL));
+  ZT_OK(zrt_engine_build(eng));
+  float *src;
+  ZT_OK(zrt_engine_alloc(eng, BLK_FLOATS * sizeof(float), ZRT_MEM_ACTIVATIONS, (void **)&src));
+  for (int b = 0; b < 3; b++) ZT_OK(zrt_actckpt_save(eng, b, src));
+  zrt_engine_free(eng, src);
+  zrt_engine_destroy(eng); /* no synchronize first */
+  zrt_config_destroy(cfg);
+  unsetenv("ZRT_TWIN_SIDE_DELAY_US");
+  printf("teardown with copies to the host in flight: done\n");
+}
+
 int main(void) {
   misuse(0);
   misuse(1);
   over_budget();
   timing(0);
   timing(50000);
+  ordering();
+  teardown();
   ZT_DONE();
 }
