@@ -23,6 +23,7 @@ void zrt_engine_probe_get(const zrt_engine *eng, zrt_engine_probe *out) {
                             .ack_nblocks = eng->ack.nblocks,
                             .ack_n = eng->ack.n,
                             .ack_cpu = eng->ack.cpu,
+                            .ack_copy_stream = eng->ack.copy_stream,
                             .nvme_rd0 = eng->st.nvme_rd0,
                             .nvme_wr0 = eng->st.nvme_wr0};
 }

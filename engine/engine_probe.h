@@ -28,8 +28,9 @@
  * offload choice (ZRT_OFFLOAD_*), the stage-3 coordinator, the offload
  * pipe, the parameter swapper, the shard arena, the host pool and the
  * gradient buckets (NULL where the configuration has none), the
- * activation checkpoints' block counts and mode, and the NVMe swap bytes
- * read and written when the current step window opened. */
+ * activation checkpoints' block counts, mode and copy stream (NULL
+ * without checkpoints), and the NVMe swap bytes read and written when the
+ * current step window opened. */
 typedef struct zrt_engine_probe {
   uint64_t activation_bytes, plan_device_bytes;
   int64_t prefetch_elems, reuse_distance;
@@ -41,6 +42,7 @@ typedef struct zrt_engine_probe {
   zrt_pool *host_pool;
   zrt_buckets *buckets;
   int ack_nblocks, ack_n, ack_cpu;
+  zrt_stream ack_copy_stream;
   uint64_t nvme_rd0, nvme_wr0;
 } zrt_engine_probe;
 void zrt_engine_probe_get(const zrt_engine *eng, zrt_engine_probe *out);

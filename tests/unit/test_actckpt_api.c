@@ -311,7 +311,7 @@ static void ordering(void) {
       ZT_OK(zrt_actckpt_save(eng, b, src));
     }
     /* the copy engine catches up: what it wrote late is in the slots now */
-    ZT_OK(zrt_backend_synchronize(eng->backend, eng->ack.copy_stream));
+    ZT_OK(zrt_backend_synchronize(zt_view(eng).backend, zt_probe(eng).ack_copy_stream));
     int last = pass == 1 ? 1 : 0; /* pass 1: block 0 is never fetched */
     for (int b = 2; b >= last; b--) {
       ZT_OK(zrt_actckpt_fetch(eng, b, &in));
@@ -324,7 +324,7 @@ static void ordering(void) {
       ZT_OK(zrt_actckpt_release(eng, b));
     }
   }
-  ZT_OK(zrt_backend_synchronize(eng->backend, eng->ack.copy_stream));
+  ZT_OK(zrt_backend_synchronize(zt_view(eng).backend, zt_probe(eng).ack_copy_stream));
   zrt_actckpt_stats st;
   ZT_OK(zrt_actckpt_get_stats(eng, &st));
   printf("ordering, side delay %s us: saves %lld fetches %lld resident %lld prefetched %lld on "
