@@ -224,6 +224,22 @@ static void over_budget(void) {
   zrt_engine_destroy(eng);
 }
 
+/* A built 1-rank twin engine with 3 checkpointed blocks (cpu_checkpointing)
+ * whose side streams (the copy stream) are slowed by delay_us per op, and
+ * one block-sized input buffer in *src. */
+static zrt_engine *twin_engine(const char *delay_us, zrt_config **cfg, float **src) {
+  setenv("ZRT_TWIN_SIDE_DELAY_US", delay_us, 1);
+  *cfg = config(1);
+  ZT_OK(zrt_config_set(*cfg, "zrt.backend", "twin", "test"));
+  zrt_engine *eng;
+  ZT_OK(zrt_engine_create(*cfg, &eng));
+  add_model(eng);
+  ZT_OK(zrt_actckpt_declare(eng, 3, BLK_FLOATS * sizeof(float), NULL));
+  ZT_OK(zrt_engine_build(eng));
+  ZT_OK(zrt_engine_alloc(eng, BLK_FLOATS * sizeof(float), ZRT_MEM_ACTIVATIONS, (void **)src));
+  return eng;
+}
+
 /* cpu_checkpointing's timing on the twin (timing events): every copy and
  * wait measured, none untimed; with side streams slowed by D per op
  * (ZRT_TWIN_SIDE_DELAY_US), each copy takes at least D of copy-stream time
@@ -233,16 +249,9 @@ static void over_budget(void) {
 static void timing(long delay_us) {
   char d[32];
   snprintf(d, sizeof d, "%ld", delay_us);
-  setenv("ZRT_TWIN_SIDE_DELAY_US", d, 1);
-  zrt_config *cfg = config(1);
-  ZT_OK(zrt_config_set(cfg, "zrt.backend", "twin", "test"));
-  zrt_engine *eng;
-  ZT_OK(zrt_engine_create(cfg, &eng));
-  add_model(eng);
-  ZT_OK(zrt_actckpt_declare(eng, 3, BLK_FLOATS * sizeof(float), NULL));
-  ZT_OK(zrt_engine_build(eng));
+  zrt_config *cfg;
   float *src;
-  ZT_OK(zrt_engine_alloc(eng, BLK_FLOATS * sizeof(float), ZRT_MEM_ACTIVATIONS, (void **)&src));
+  zrt_engine *eng = twin_engine(d, &cfg, &src);
   const void *in;
   for (int b = 0; b < 3; b++) ZT_OK(zrt_actckpt_save(eng, b, src));
   /* 0 first: in no slot (0 and 2 share slot 0, 2 was saved last) */
@@ -290,16 +299,9 @@ static void timing(long delay_us) {
 #define ORDER_DELAY_US "5000"
 
 static void ordering(void) {
-  setenv("ZRT_TWIN_SIDE_DELAY_US", ORDER_DELAY_US, 1);
-  zrt_config *cfg = config(1);
-  ZT_OK(zrt_config_set(cfg, "zrt.backend", "twin", "test"));
-  zrt_engine *eng;
-  ZT_OK(zrt_engine_create(cfg, &eng));
-  add_model(eng);
-  ZT_OK(zrt_actckpt_declare(eng, 3, BLK_FLOATS * sizeof(float), NULL));
-  ZT_OK(zrt_engine_build(eng));
+  zrt_config *cfg;
   float *src;
-  ZT_OK(zrt_engine_alloc(eng, BLK_FLOATS * sizeof(float), ZRT_MEM_ACTIVATIONS, (void **)&src));
+  zrt_engine *eng = twin_engine(ORDER_DELAY_US, &cfg, &src);
   float want[3][BLK_FLOATS], got[BLK_FLOATS];
   const void *in;
   char what[64];
@@ -346,16 +348,9 @@ static void ordering(void) {
  * on host memory unregistered under it, as a copy engine would write into
  * freed pages). */
 static void teardown(void) {
-  setenv("ZRT_TWIN_SIDE_DELAY_US", "20000", 1);
-  zrt_config *cfg = config(1);
-  ZT_OK(zrt_config_set(cfg, "zrt.backend", "twin", "test"));
-  zrt_engine *eng;
-  ZT_OK(zrt_engine_create(cfg, &eng));
-  add_model(eng);
-  ZT_OK(zrt_actckpt_declare(eng, 3, BLK_FLOATS * sizeof(float), NULL));
-  ZT_OK(zrt_engine_build(eng));
+  zrt_config *cfg;
   float *src;
-  ZT_OK(zrt_engine_alloc(eng, BLK_FLOATS * sizeof(float), ZRT_MEM_ACTIVATIONS, (void **)&src));
+  zrt_engine *eng = twin_engine("20000", &cfg, &src);
   for (int b = 0; b < 3; b++) ZT_OK(zrt_actckpt_save(eng, b, src));
   zrt_engine_free(eng, src);
   zrt_engine_destroy(eng); /* no synchronize first */
