@@ -170,14 +170,20 @@ zrt_status zrt_comm_fin_run(zrt_backend *be, const zrt_comm_fin *f, zrt_copy_kin
 
 /* ------------------------------------------------------------ registry */
 
+/* Whether s is a whole decimal number (*v: its value). */
+static int whole_number(const char *s, long *v) {
+  char *end;
+  errno = 0;
+  *v = strtol(s, &end, 10);
+  return !errno && end != s && !*end;
+}
+
 /* Whether Open MPI's launcher says every rank is on this machine (unset:
  * assumed, as a launcher that does not say is a local one). */
 static int local_world_is(int world) {
   const char *s = zrt_env("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (!s || !*s) return 1;
-  char *end;
-  long v = strtol(s, &end, 10);
-  return !*end && v == world;
+  long v;
+  return !s || !*s || (whole_number(s, &v) && v == world);
 }
 
 /* A launcher's rank count: unset or empty is 1; anything but a whole
@@ -187,10 +193,8 @@ static zrt_status env_ranks(const char *name, int *out) {
   const char *s = zrt_env(name);
   *out = 1;
   if (!s || !*s) return ZRT_OK;
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < 1 || v > 1 << 24)
+  long v;
+  if (!whole_number(s, &v) || v < 1 || v > 1 << 24)
     return zrt_error(
         ZRT_ERR_CONFIG,
         "%s=\"%s\": expected the job's rank count, a whole number from 1 to %d; "
