@@ -455,6 +455,14 @@ zrt_status zrt_offload_pipe_sync(zrt_offload_pipe *p) {
   return zrt_backend_event_synchronize(p->be, p->ev_tail);
 }
 
+/* Stream mode's events, created together and destroyed together. */
+#define ZRT_PIPE_NEV 8
+static void zrt_pipe_events(zrt_offload_pipe *p, zrt_event *evs[ZRT_PIPE_NEV]) {
+  zrt_event *all[ZRT_PIPE_NEV] = {&p->ev_in[0],  &p->ev_in[1],  &p->ev_upd[0], &p->ev_upd[1],
+                                  &p->ev_out[0], &p->ev_out[1], &p->ev_io,     &p->ev_tail};
+  memcpy(evs, all, sizeof all);
+}
+
 static void zrt_pipe_free_buffers(zrt_offload_pipe *p) {
   zrt_pool *pool = zrt_hostpool_pool(p->hpool);
   for (int b = 0; b < 2; b++) {
@@ -510,9 +518,9 @@ zrt_status zrt_offload_pipe_create(zrt_backend *be, zrt_hostpool *hp, const zrt_
   p->async = !opts->blocking && zrt_backend_host_fn_async(be) && zrt_hostpool_pinned(hp);
   if (p->async) {
     ZRT_CHECK_GOTO(zrt_backend_stream_create(be, &p->s_upd), st, fail);
-    zrt_event *evs[] = {&p->ev_in[0],  &p->ev_in[1],  &p->ev_upd[0], &p->ev_upd[1],
-                        &p->ev_out[0], &p->ev_out[1], &p->ev_io,     &p->ev_tail};
-    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
+    zrt_event *evs[ZRT_PIPE_NEV];
+    zrt_pipe_events(p, evs);
+    for (int i = 0; i < ZRT_PIPE_NEV; i++)
       ZRT_CHECK_GOTO(zrt_backend_event_create(be, evs[i]), st, fail);
     *out = p;
     return ZRT_OK;
@@ -545,9 +553,9 @@ void zrt_offload_pipe_destroy(zrt_offload_pipe *p) {
   if (p->s_d2h) zrt_backend_stream_destroy(p->be, p->s_d2h);
   if (p->s_h2d) zrt_backend_stream_destroy(p->be, p->s_h2d);
   if (p->s_upd) zrt_backend_stream_destroy(p->be, p->s_upd);
-  zrt_event evs[] = {p->ev_in[0],  p->ev_in[1],  p->ev_upd[0], p->ev_upd[1],
-                     p->ev_out[0], p->ev_out[1], p->ev_io,     p->ev_tail};
-  for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++) zrt_backend_event_destroy(p->be, evs[i]);
+  zrt_event *evs[ZRT_PIPE_NEV];
+  zrt_pipe_events(p, evs);
+  for (int i = 0; i < ZRT_PIPE_NEV; i++) zrt_backend_event_destroy(p->be, *evs[i]);
   zrt_nvme_destroy(p->nv);
   zrt_pipe_free_buffers(p);
   pthread_cond_destroy(&p->cv);
