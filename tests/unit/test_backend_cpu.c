@@ -22,6 +22,7 @@
 #include "backend.h"
 #include "cpu_optim.h"
 #include "dtype.h"
+#include "zt_optim.h"
 #include "ztest.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -481,14 +482,7 @@ static void test_optim(zrt_backend *b) {
       ZT_CHECK(bad16 == 0);
     }
   /* Adam without s2 is refused with a message naming it */
-  zrt_optim_hparams hp = {.type = ZRT_OPTIM_ADAM,
-                          .lr = 1e-3f,
-                          .beta1 = 0.9f,
-                          .beta2 = 0.999f,
-                          .eps = 1e-8f,
-                          .bias_correction = 1,
-                          .step = 1,
-                          .grad_mul = 1.0f};
+  zrt_optim_hparams hp = zt_adam_step1(ZRT_OPTIM_ADAM, 1e-3f);
   ZT_CHECK(zrt_backend_optim_step(b, &hp, dp, dm, NULL, dg, ZRT_F32, NULL, ZRT_F16, n, NULL) ==
            ZRT_ERR_INVALID_ARG);
   ZT_CONTAINS(zrt_last_error(), "state s2 (v) is NULL");

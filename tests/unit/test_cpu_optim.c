@@ -22,6 +22,7 @@
 
 #include "cpu_optim_internal.h"
 #include "dtype.h"
+#include "zt_optim.h"
 #include "ztest.h"
 
 enum { PATH_SCALAR_MT, PATH_AVX2, PATH_AVX512_BF16, PATH_AVX512_SHIFT, NPATH };
@@ -320,14 +321,7 @@ static void test_lp(void) {
     for (int k = 0; k < 4; k++) s[k] = calloc(n, 4);
     ZT_CHECK(m0 && m1 && g && s[0] && s[1] && s[2] && s[3]);
     for (size_t i = 0; i < n; i++) m0[i] = m1[i] = frand(), g[i] = frand();
-    zrt_optim_hparams hp = {.type = ZRT_OPTIM_ADAMW,
-                            .lr = 1e-3f,
-                            .beta1 = 0.9f,
-                            .beta2 = 0.999f,
-                            .eps = 1e-8f,
-                            .bias_correction = 1,
-                            .step = 1,
-                            .grad_mul = 1.0f};
+    zrt_optim_hparams hp = zt_adam_step1(ZRT_OPTIM_ADAMW, 1e-3f);
     ZT_OK(zrt_cpu_optim_step(&hp, m0, s[0], s[1], g, ZRT_F32, NULL, ZRT_BF16, n));
     ZT_OK(zrt_cpu_optim_step_lp(&hp, m1, ZRT_F32, s[2], s[3], ZRT_F32, g, ZRT_F32, NULL, ZRT_BF16,
                                 n));

@@ -25,6 +25,7 @@
 
 #include "dtype.h"
 #include "offload.h"
+#include "zt_optim.h"
 #include "ztest.h"
 
 static uint64_t rng = 12345;
@@ -92,19 +93,6 @@ static void run_case(zrt_backend *be, zrt_offload_pipe *pipe, zrt_optim_hparams 
   free(pref);
 }
 
-/* AdamW at step 1 with the given lr: the pipe's and the reference's
- * hyperparameters. */
-static zrt_optim_hparams adamw1(float lr) {
-  return (zrt_optim_hparams){.type = ZRT_OPTIM_ADAMW,
-                             .lr = lr,
-                             .beta1 = 0.9f,
-                             .beta2 = 0.999f,
-                             .eps = 1e-8f,
-                             .bias_correction = 1,
-                             .step = 1,
-                             .grad_mul = 1.0f};
-}
-
 /* Stream mode starts a step after the work queued before it on the
  * backend's stream: a producer there that is still running (a host function
  * that sleeps 50 ms, then writes the grads) must be waited for, so the
@@ -134,7 +122,7 @@ static void check_after_producer(zrt_backend *be, zrt_offload_pipe *pipe) {
   void *gdev = NULL;
   ZT_OK(zrt_backend_alloc(be, n * 4, ZRT_MEM_GRADS, &gdev));
   ZT_OK(zrt_backend_memset(be, gdev, 0, n * 4, NULL));
-  zrt_optim_hparams h = adamw1(1e-2f);
+  zrt_optim_hparams h = zt_adam_step1(ZRT_OPTIM_ADAMW, 1e-2f);
   ZT_OK(zrt_cpu_optim_step(&h, mref, aref, bref, g, ZRT_F32, NULL, ZRT_BF16, n));
   slow_fill_args fa = {be, gdev, g, n * 4};
   ZT_OK(zrt_backend_launch_host_named(be, slow_fill, &fa, sizeof fa, NULL, "slow producer"));
@@ -162,7 +150,7 @@ static void check_host_waits(zrt_backend *be, zrt_offload_pipe *pipe) {
   void *pdev = NULL;
   ZT_OK(zrt_backend_alloc(be, n * 2, ZRT_MEM_PARAMS16, &pdev));
   ZT_OK(zrt_backend_synchronize(be, NULL));
-  zrt_optim_hparams h = adamw1(1e-3f);
+  zrt_optim_hparams h = zt_adam_step1(ZRT_OPTIM_ADAMW, 1e-3f);
   uint64_t w0 = ZRT_BACKEND_COUNTER(be, host_waits);
   ZT_OK(zrt_offload_pipe_step_host_grad(pipe, &h, m, a, b, g, ZRT_F32, pdev, ZRT_BF16, n));
   uint64_t w1 = ZRT_BACKEND_COUNTER(be, host_waits);
