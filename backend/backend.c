@@ -531,5 +531,5 @@ zrt_status zrt_backend_launch_host_named(zrt_backend *b, zrt_host_fn fn, const v
 }
 
 int zrt_backend_host_fn_async(const zrt_backend *b) {
-  return b && b->iface && b->iface->launch_host != NULL;
+  return b && b->iface && b->iface->launch_host != NULL && b->host_fn_async;
 }

@@ -130,6 +130,10 @@ typedef struct zrt_backend {
                              that share the device (device_rules.h; 0 = unbounded: CPU);
                              the pool's capacity is device_memory_limit when set, else this */
   zrt_backend_counters counters;
+  /* launch_host queues the function behind its stream's work and the caller
+   * does not wait (zrt_backend_host_fn_async): set by the backend's init
+   * (the twin, unless ZRT_TWIN_HOST_FN=sync) */
+  int host_fn_async;
 } zrt_backend;
 
 /* want: "auto" | "cpu" | "twin" | "cuda" (device_rules.h: zrt_backend_decide).
@@ -230,9 +234,11 @@ zrt_status zrt_backend_launch_host(zrt_backend *b, zrt_host_fn fn, const void *a
  * ZRT_TWIN_TRACE, names the op by it; "host function" otherwise). */
 zrt_status zrt_backend_launch_host_named(zrt_backend *b, zrt_host_fn fn, const void *args,
                                          size_t bytes, zrt_stream s, const char *what);
-/* 1 when zrt_backend_launch_host queues fn behind the stream's work instead
- * of synchronizing and running it at once (the twin): a host function is
- * then one more op of the stream, and may read and write device memory. */
+/* 1 when zrt_backend_launch_host queues fn behind the stream's work and the
+ * caller does not wait (the twin, unless ZRT_TWIN_HOST_FN=sync): a host
+ * function is then one more op of the stream, and may read and write device
+ * memory. 0 on cpu and cuda, and on the twin in sync mode (its functions
+ * still run on the stream's worker, the caller waiting). */
 int zrt_backend_host_fn_async(const zrt_backend *b);
 
 /* Backend constructors (registry in backend.c). They fill iface, ctx,

@@ -18,6 +18,9 @@
  * compute stream reads only because a side stream's op is quick, not
  * because an event orders it, then reads stale data); on the timing
  * events' timeline the sleep is part of the op (a slow op), the jitter not.
+ * ZRT_TWIN_SLOW_OP=LABEL:US does the same for the ops whose label contains
+ * LABEL, on any stream (one slow kind of work: an update that must finish
+ * before a write-back on another stream reads its output).
  * ZRT_TWIN_JITTER=SEED sleeps a seeded random 0-200 us before each
  * op, so an ordering that holds only because one thread happened to be
  * faster fails. An op that fails makes its stream's error sticky: later
@@ -227,8 +230,10 @@ static void *twin_worker(void *arg) {
     if (!skip) {
       if (c->jitter) twin_jitter(s);
       ta = zrt_now_s();
-      if (c->side_delay_us && s != c->def) { /* a slow engine: its time counts */
-        struct timespec ts = {c->side_delay_us / 1000000, c->side_delay_us % 1000000 * 1000L};
+      long us = c->side_delay_us && s != c->def ? c->side_delay_us : 0;
+      if (c->slow_op_us && strstr(op->what, c->slow_op)) us += c->slow_op_us;
+      if (us) { /* a slow engine or kernel: its time counts */
+        struct timespec ts = {us / 1000000, us % 1000000 * 1000L};
         nanosleep(&ts, NULL);
       }
       st = twin_call(c, op->run, op->args);
@@ -779,8 +784,13 @@ static zrt_status twin_launch_host(void *ctx, zrt_host_fn fn, const void *args, 
   } else if (bytes) {
     memcpy(h.inl, args, bytes);
   }
-  zrt_status st = twin_enqueue(c, twin_stream_of(c, s), twin_run_host, what, &h, sizeof h);
-  if (st != ZRT_OK && twin_cur != twin_stream_of(c, s)) free(h.heap);
+  twin_stream *ts = twin_stream_of(c, s);
+  /* a host thread's call (not one from a worker or a host function's team,
+   * which run in place or on a stream) waits in sync mode */
+  int wait = c->host_fn_sync && !twin_cur && !(atomic_load(&ts->in_host_fn) && omp_in_parallel());
+  zrt_status st = twin_enqueue(c, ts, twin_run_host, what, &h, sizeof h);
+  if (st != ZRT_OK && twin_cur != ts) free(h.heap);
+  if (st == ZRT_OK && wait) st = zrt_backend_synchronize(c->b, s);
   return st;
 }
 
@@ -1030,6 +1040,46 @@ static zrt_status twin_side_delay_env(twin_ctx *c) {
   return ZRT_OK;
 }
 
+/* ZRT_TWIN_SLOW_OP: unset or "" = none; LABEL:US (US at most 10 s). */
+static zrt_status twin_slow_op_env(twin_ctx *c) {
+  const char *v = zrt_env("ZRT_TWIN_SLOW_OP");
+  if (!v || !*v) return ZRT_OK;
+  const char *colon = strrchr(v, ':');
+  char *end = NULL;
+  long long us = -1;
+  if (colon && colon != v && (size_t)(colon - v) < sizeof c->slow_op) {
+    errno = 0;
+    us = strtoll(colon + 1, &end, 10);
+    if (errno || end == colon + 1 || *end) us = -1;
+  }
+  if (us < 0 || us > 10000000)
+    return zrt_error(ZRT_ERR_CONFIG,
+                     "ZRT_TWIN_SLOW_OP=\"%s\": expected LABEL:MICROSECONDS, a part of an op's "
+                     "label (as ZRT_TWIN_TRACE names ops) and 0 to 10000000 (e.g. "
+                     "ZRT_TWIN_SLOW_OP=\"offload optimizer update:3000\"), or unset for none",
+                     v);
+  memcpy(c->slow_op, v, (size_t)(colon - v));
+  c->slow_op[colon - v] = 0;
+  c->slow_op_us = (long)us;
+  return ZRT_OK;
+}
+
+/* ZRT_TWIN_HOST_FN: unset, "" or "stream" = host functions are stream ops;
+ * "sync" = the caller waits for each (the shapes CUDA runs today). */
+static zrt_status twin_host_fn_env(twin_ctx *c) {
+  const char *v = zrt_env("ZRT_TWIN_HOST_FN");
+  if (!v || !*v || !strcmp(v, "stream")) return ZRT_OK;
+  if (!strcmp(v, "sync")) {
+    c->host_fn_sync = 1;
+    return ZRT_OK;
+  }
+  return zrt_error(ZRT_ERR_CONFIG,
+                   "ZRT_TWIN_HOST_FN=\"%s\": expected stream (host functions are stream ops, "
+                   "the default) or sync (the caller waits for each, as on a backend without "
+                   "stream-ordered host functions)",
+                   v);
+}
+
 zrt_status zrt_backend_twin_init(zrt_backend *b, size_t device_memory_limit) {
   if (!b) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_backend_twin_init: b is NULL");
   zrt_status st = ZRT_OK;
@@ -1044,21 +1094,26 @@ zrt_status zrt_backend_twin_init(zrt_backend *b, size_t device_memory_limit) {
   ZRT_CHECK_GOTO(twin_jitter_env(c), st, fail);
   ZRT_CHECK_GOTO(twin_trace_env(c), st, fail);
   ZRT_CHECK_GOTO(twin_side_delay_env(c), st, fail);
+  ZRT_CHECK_GOTO(twin_slow_op_env(c), st, fail);
+  ZRT_CHECK_GOTO(twin_host_fn_env(c), st, fail);
   ZRT_CHECK_GOTO(zrt_twin_mem_init(c, device_memory_limit), st, fail);
   ZRT_CHECK_GOTO(twin_stream_new(c, &c->def), st, fail);
   {
     char sz[32];
     snprintf(b->description, sizeof b->description,
-             "GPU twin on the host CPU (%s device mapping, %s%s%s)",
+             "GPU twin on the host CPU (%s device mapping, %s%s%s%s%s)",
              zrt_format_size(c->size, sz, sizeof sz),
              c->guard == ZRT_TWIN_GUARD_PKU        ? "PKU-guarded"
              : c->guard == ZRT_TWIN_GUARD_MPROTECT ? "mprotect-guarded"
                                                    : "pointer-kind checks",
-             c->jitter ? ", jitter" : "", c->side_delay_us ? ", slow side streams" : "");
+             c->jitter ? ", jitter" : "", c->side_delay_us ? ", slow side streams" : "",
+             c->slow_op_us ? ", slow ops" : "",
+             c->host_fn_sync ? ", synchronous host functions" : "");
   }
   b->device_id = 0;
   b->numa_node = -1;
   b->device_capacity = 0;
+  b->host_fn_async = !c->host_fn_sync;
   b->ctx = c;
   b->iface = &zrt_twin_iface;
   return ZRT_OK;

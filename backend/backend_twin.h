@@ -71,6 +71,15 @@ typedef struct twin_ctx {
   char trace_dir[512];
   long
       side_delay_us; /* ZRT_TWIN_SIDE_DELAY_US: before each op of a stream other than the default */
+  /* ZRT_TWIN_SLOW_OP=LABEL:US: US microseconds before each op whose label
+   * contains LABEL (one slow kind of work, the others at speed) */
+  char slow_op[128];
+  long slow_op_us;
+  /* ZRT_TWIN_HOST_FN=sync: a host function still runs on its stream's
+   * worker, but the caller waits for it, and zrt_backend_host_fn_async is 0:
+   * the engine, buckets, offload pipe and comms take the host-waiting shapes
+   * a backend without stream-ordered host functions runs (CUDA today) */
+  int host_fn_sync;
 } twin_ctx;
 
 /* The device mapping and its guard (PKU where the CPU has it, else the

@@ -37,6 +37,16 @@ static const zrt_env_param zrt_env_table[] = {
    "each twin backend's creation",
    "microseconds (0-10000000) the twin sleeps before each op of every stream but the default one "
    "(a slow copy engine or comm stream), so a missing event shows even behind long compute"},
+  {"ZRT_TWIN_SLOW_OP", "LABEL:US", ZRT_ENV_KNOB, "no slow op",
+   "each twin backend's creation",
+   "the twin sleeps US microseconds (0-10000000) before each op whose label contains LABEL (as "
+   "ZRT_TWIN_TRACE names ops), on any stream: one slow kind of work, so a reader on another "
+   "stream that is not ordered after it reads stale data"},
+  {"ZRT_TWIN_HOST_FN", "stream|sync", ZRT_ENV_KNOB, "stream",
+   "each twin backend's creation",
+   "sync: the caller of each host function waits for it (it still runs on its stream's "
+   "worker), so the engine, buckets, offload pipe and comms take the host-waiting shapes of a "
+   "backend without stream-ordered host functions (CUDA today; comms staged through host memory)"},
   {"ZRT_TWIN_TRACE", "path", ZRT_ENV_KNOB, "no trace",
    "the twin backend",
    "an existing directory: the twin writes each stream's ops with start and end times to "

@@ -210,9 +210,10 @@ void zrt_buckets_destroy(zrt_buckets *b) {
     pthread_mutex_unlock(&b->mu);
     pthread_join(b->thr, NULL);
   }
-  /* async: additions may still read the host staging */
-  if (b->async && zrt_backend_synchronize(b->be, b->hstream) != ZRT_OK)
-    zrt_log(ZRT_LOG_WARN, "gradient buckets: a host accumulation failed: %s", zrt_last_error());
+  /* async: copies and additions queued on the host stream may still read
+   * the staging; the stream's destroy waits for them (backend.h) before
+   * anything they touch goes (the additions cannot fail) */
+  if (b->hstream) zrt_backend_stream_destroy(b->be, b->hstream);
   for (int i = 0; i < 2; i++) {
     zrt_bucket_slot *s = &b->slots[i];
     zrt_comm_buf_free(b->comm, b->be, s->send);
@@ -221,7 +222,6 @@ void zrt_buckets_destroy(zrt_buckets *b) {
     zrt_backend_event_destroy(b->be, s->copied);
   }
   zrt_backend_event_destroy(b->be, b->hdone);
-  if (b->hstream) zrt_backend_stream_destroy(b->be, b->hstream);
   if (b->thr_ok) {
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);
