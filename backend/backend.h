@@ -98,6 +98,13 @@ typedef struct zrt_backend_iface {
    * synchronize s, then run fn on the calling thread. */
   zrt_status (*launch_host)(void *ctx, zrt_host_fn fn, const void *args, size_t bytes, zrt_stream s,
                             const char *what);
+  /* Queues fn(copy of args) on s after the work queued there, for host-side
+   * work on host memory only (cudaLaunchHostFunc's rules: fn touches no
+   * device memory and issues no backend op); fn's error is sticky and comes
+   * back from the next synchronize or event_synchronize. Optional: NULL =
+   * launch_host (the twin), else synchronize s and run fn at once. */
+  zrt_status (*enqueue_host)(void *ctx, zrt_host_fn fn, const void *args, size_t bytes,
+                             zrt_stream s, const char *what);
 
   void (*destroy)(void *ctx);
 } zrt_backend_iface;
@@ -130,10 +137,17 @@ typedef struct zrt_backend {
                              that share the device (device_rules.h; 0 = unbounded: CPU);
                              the pool's capacity is device_memory_limit when set, else this */
   zrt_backend_counters counters;
-  /* launch_host queues the function behind its stream's work and the caller
-   * does not wait (zrt_backend_host_fn_async): set by the backend's init
-   * (the twin, unless ZRT_TWIN_HOST_FN=sync) */
+  /* Set by the backend's init. host_fn_async: enqueue_host (launch_host
+   * where it is missing) queues the function behind its stream's work and
+   * the caller does not wait (cuda; the twin unless ZRT_TWIN_HOST_FN=sync).
+   * host_fn_device: launch_host functions queued so may touch device
+   * memory, so comms run on a stream that way, as NCCL's kernels do (the
+   * twin's stream and cuda modes). host_fn_kernels: the engine's own small
+   * device passes (the gradient statistics) run that way too (the twin's
+   * default mode only; CUDA runs them on the host). */
   int host_fn_async;
+  int host_fn_device;
+  int host_fn_kernels;
 } zrt_backend;
 
 /* want: "auto" | "cpu" | "twin" | "cuda" (device_rules.h: zrt_backend_decide).
@@ -234,12 +248,27 @@ zrt_status zrt_backend_launch_host(zrt_backend *b, zrt_host_fn fn, const void *a
  * ZRT_TWIN_TRACE, names the op by it; "host function" otherwise). */
 zrt_status zrt_backend_launch_host_named(zrt_backend *b, zrt_host_fn fn, const void *args,
                                          size_t bytes, zrt_stream s, const char *what);
-/* 1 when zrt_backend_launch_host queues fn behind the stream's work and the
- * caller does not wait (the twin, unless ZRT_TWIN_HOST_FN=sync): a host
- * function is then one more op of the stream, and may read and write device
- * memory. 0 on cpu and cuda, and on the twin in sync mode (its functions
- * still run on the stream's worker, the caller waiting). */
+/* Host-side work (host memory only, no backend ops inside fn) ordered on
+ * stream s, cudaLaunchHostFunc's idea: queued behind s's work where
+ * zrt_backend_host_fn_async says so, else s is synchronized and fn runs at
+ * once on the calling thread (cpu; the twin in sync mode waits for it). An
+ * error fn returns is reported by this call where fn ran at once, else by
+ * the next call that waits for the stream. */
+zrt_status zrt_backend_enqueue_host_named(zrt_backend *b, zrt_host_fn fn, const void *args,
+                                          size_t bytes, zrt_stream s, const char *what);
+/* 1 when zrt_backend_enqueue_host_named queues fn behind the stream's work
+ * and the caller does not wait: cuda (cudaLaunchHostFunc) and the twin
+ * unless ZRT_TWIN_HOST_FN=sync. 0 on cpu. */
 int zrt_backend_host_fn_async(const zrt_backend *b);
+/* 1 when zrt_backend_launch_host queues fn behind the stream's work and fn
+ * may read and write device memory, so comms run on a stream as host
+ * functions (NCCL's shape): the twin, unless ZRT_TWIN_HOST_FN=sync. 0 on
+ * cpu and cuda (whose comms stage, or are NCCL). */
+int zrt_backend_host_fn_device(const zrt_backend *b);
+/* 1 when, beyond that, the engine runs its gradient statistics as a host
+ * function on the stream: the twin's default mode only (CUDA computes them
+ * on the host). */
+int zrt_backend_host_fn_kernels(const zrt_backend *b);
 
 /* Backend constructors (registry in backend.c). They fill iface, ctx,
  * device_id, numa_node, description and device_capacity of a zeroed b; the

@@ -2,7 +2,9 @@
  * backend_cuda.cu — the CUDA backend: device memory from a CUDA memory pool
  * behind the accounted device pool, copies and kernels on tracked streams
  * ordered by events, GEMM through cuBLAS with fp32 compute, pinned host
- * registration; element-for-element the CPU backend's semantics. Details
+ * registration, host-side work queued on streams (cudaLaunchHostFunc: the
+ * buckets' host additions, the offload pipe's updates); element-for-element
+ * the CPU backend's semantics. Details
  * (numerics, streams, memory, errors): docs/engine.md, "The CUDA backend
  * (backend_cuda.cu)".
  */
@@ -55,6 +57,12 @@ typedef struct zrt_cuda_ctx {
   cudaEvent_t fork;                              /* recorded on stream after an allocation */
   zrt_cuda_stream_rec rec[ZRT_CUDA_MAX_STREAMS]; /* rec[0] is stream */
   int nrec;
+  /* the first failure of an enqueued host function (cudaLaunchHostFunc
+   * runs it on a driver thread): sticky, reported by every later
+   * synchronize, event_synchronize and enqueue */
+  pthread_mutex_t herr_mu;
+  zrt_status herr;
+  char herr_msg[512];
 } zrt_cuda_ctx;
 
 /* ------------------------------------------------------------- errors */
@@ -547,11 +555,22 @@ static zrt_status zrt_cuda_stream_join(void *ctx, zrt_stream s) {
   return ZRT_OK;
 }
 
+/* The enqueued host functions' first failure (sticky), as an error. */
+static zrt_status zrt_cuda_host_status(zrt_cuda_ctx *c) {
+  pthread_mutex_lock(&c->herr_mu);
+  zrt_status st = c->herr;
+  char msg[sizeof c->herr_msg];
+  memcpy(msg, c->herr_msg, sizeof msg);
+  pthread_mutex_unlock(&c->herr_mu);
+  if (st == ZRT_OK) return ZRT_OK;
+  return zrt_error(st, "a host function queued on a CUDA stream failed: %s", msg);
+}
+
 static zrt_status zrt_cuda_event_synchronize(void *ctx, zrt_event e) {
   zrt_cuda_ctx *c = (zrt_cuda_ctx *)ctx;
   ZRT_CUDA_CHECK(cudaSetDevice(c->device));
   ZRT_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)e));
-  return ZRT_OK;
+  return zrt_cuda_host_status(c);
 }
 
 static zrt_status zrt_cuda_synchronize(void *ctx, zrt_stream s) {
@@ -561,6 +580,55 @@ static zrt_status zrt_cuda_synchronize(void *ctx, zrt_stream s) {
     ZRT_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)s));
   else
     ZRT_CUDA_CHECK(cudaDeviceSynchronize());
+  return zrt_cuda_host_status(c);
+}
+
+/* One enqueued host function: its argument bytes follow the header. */
+typedef struct zrt_cuda_host_call {
+  zrt_cuda_ctx *c;
+  zrt_host_fn fn;
+  const char *what;
+  double align; /* the argument bytes after the header are 8-byte aligned */
+} zrt_cuda_host_call;
+
+static void CUDART_CB zrt_cuda_host_run(void *arg) {
+  zrt_cuda_host_call *h = (zrt_cuda_host_call *)arg;
+  zrt_cuda_ctx *c = h->c;
+  /* after a failure the pipe's state is not to be trusted: later functions
+   * are skipped, as the twin skips a failed stream's ops */
+  pthread_mutex_lock(&c->herr_mu);
+  int skip = c->herr != ZRT_OK;
+  pthread_mutex_unlock(&c->herr_mu);
+  zrt_status st = skip ? ZRT_OK : h->fn((void *)(h + 1));
+  if (st != ZRT_OK) {
+    pthread_mutex_lock(&c->herr_mu);
+    if (c->herr == ZRT_OK) {
+      c->herr = st;
+      snprintf(c->herr_msg, sizeof c->herr_msg, "%s: %s", h->what, zrt_last_error());
+    }
+    pthread_mutex_unlock(&c->herr_mu);
+  }
+  free(h);
+}
+
+/* cudaLaunchHostFunc: fn runs on a driver thread after s's queued work and
+ * before the work queued after; it must not call CUDA (backend.h). */
+static zrt_status zrt_cuda_enqueue_host(void *ctx, zrt_host_fn fn, const void *args, size_t bytes,
+                                        zrt_stream s, const char *what) {
+  zrt_cuda_ctx *c = (zrt_cuda_ctx *)ctx;
+  ZRT_CHECK(zrt_cuda_host_status(c));
+  zrt_cuda_host_call *h = (zrt_cuda_host_call *)malloc(sizeof *h + bytes);
+  if (!h) return zrt_error(ZRT_ERR_OOM, "cuda backend: out of host memory queueing %s", what);
+  h->c = c;
+  h->fn = fn;
+  h->what = what;
+  if (bytes) memcpy(h + 1, args, bytes);
+  cudaError_t e = cudaSetDevice(c->device);
+  if (e == cudaSuccess) e = cudaLaunchHostFunc(zrt_cuda_stream(c, s), zrt_cuda_host_run, h);
+  if (e != cudaSuccess) {
+    free(h);
+    return zrt_cuda_status(e, "cudaLaunchHostFunc");
+  }
   return ZRT_OK;
 }
 
@@ -611,6 +679,7 @@ static void zrt_cuda_destroy(void *ctx) {
   if (c->stream) cudaStreamDestroy(c->stream);
   (void)cudaGetLastError();
   pthread_mutex_destroy(&c->mu);
+  pthread_mutex_destroy(&c->herr_mu);
   free(c);
 }
 
@@ -640,6 +709,7 @@ static zrt_backend_iface zrt_cuda_make_iface(void) {
   f.event_elapsed = zrt_cuda_event_elapsed;
   f.host_register = zrt_cuda_host_register;
   f.host_unregister = zrt_cuda_host_unregister;
+  f.enqueue_host = zrt_cuda_enqueue_host;
   f.destroy = zrt_cuda_destroy;
   return f;
 }
@@ -731,6 +801,7 @@ extern "C" zrt_status zrt_backend_cuda_init(zrt_backend *b, int device, int shar
   zrt_cuda_ctx *c = (zrt_cuda_ctx *)calloc(1, sizeof *c);
   if (!c) return zrt_error(ZRT_ERR_OOM, "zrt_backend_cuda_init: out of host memory");
   pthread_mutex_init(&c->mu, NULL);
+  pthread_mutex_init(&c->herr_mu, NULL);
   c->b = b;
   c->device = device;
   c->sm_count = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
@@ -798,6 +869,8 @@ extern "C" zrt_status zrt_backend_cuda_init(zrt_backend *b, int device, int shar
   b->device_id = device;
   b->device_capacity = share;
   b->native_stream = (void *)c->stream;
+  b->host_fn_async = 1; /* enqueue_host: cudaLaunchHostFunc */
+  b->host_fn_device = 0;
   snprintf(b->description, sizeof b->description,
            "%s (sm_%d%d, %.1f GiB, %.1f GiB free, share %.1f GiB for %d rank(s))", prop.name,
            prop.major, prop.minor, (double)total_b / (1024.0 * 1024.0 * 1024.0),

@@ -1065,7 +1065,8 @@ static zrt_status twin_slow_op_env(twin_ctx *c) {
 }
 
 /* ZRT_TWIN_HOST_FN: unset, "" or "stream" = host functions are stream ops;
- * "sync" = the caller waits for each (the shapes CUDA runs today). */
+ * "sync" = the caller waits for each; "cuda" = stream ops used for host-side
+ * work only (see twin_ctx). */
 static zrt_status twin_host_fn_env(twin_ctx *c) {
   const char *v = zrt_env("ZRT_TWIN_HOST_FN");
   if (!v || !*v || !strcmp(v, "stream")) return ZRT_OK;
@@ -1073,10 +1074,14 @@ static zrt_status twin_host_fn_env(twin_ctx *c) {
     c->host_fn_sync = 1;
     return ZRT_OK;
   }
+  if (!strcmp(v, "cuda")) {
+    c->host_fn_cuda = 1;
+    return ZRT_OK;
+  }
   return zrt_error(ZRT_ERR_CONFIG,
                    "ZRT_TWIN_HOST_FN=\"%s\": expected stream (host functions are stream ops, "
-                   "the default) or sync (the caller waits for each, as on a backend without "
-                   "stream-ordered host functions)",
+                   "the default), sync (the caller waits for each; comms staged through host "
+                   "memory) or cuda (stream ops, the statistics on the host, as on CUDA)",
                    v);
 }
 
@@ -1108,12 +1113,16 @@ zrt_status zrt_backend_twin_init(zrt_backend *b, size_t device_memory_limit) {
                                                    : "pointer-kind checks",
              c->jitter ? ", jitter" : "", c->side_delay_us ? ", slow side streams" : "",
              c->slow_op_us ? ", slow ops" : "",
-             c->host_fn_sync ? ", synchronous host functions" : "");
+             c->host_fn_sync   ? ", synchronous host functions"
+             : c->host_fn_cuda ? ", CUDA's host functions"
+                               : "");
   }
   b->device_id = 0;
   b->numa_node = -1;
   b->device_capacity = 0;
   b->host_fn_async = !c->host_fn_sync;
+  b->host_fn_device = !c->host_fn_sync;
+  b->host_fn_kernels = !c->host_fn_sync && !c->host_fn_cuda;
   b->ctx = c;
   b->iface = &zrt_twin_iface;
   return ZRT_OK;

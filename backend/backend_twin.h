@@ -75,11 +75,14 @@ typedef struct twin_ctx {
    * contains LABEL (one slow kind of work, the others at speed) */
   char slow_op[128];
   long slow_op_us;
-  /* ZRT_TWIN_HOST_FN=sync: a host function still runs on its stream's
-   * worker, but the caller waits for it, and zrt_backend_host_fn_async is 0:
-   * the engine, buckets, offload pipe and comms take the host-waiting shapes
-   * a backend without stream-ordered host functions runs (CUDA today) */
-  int host_fn_sync;
+  /* ZRT_TWIN_HOST_FN (docs/engine.md, "The twin backend"): stream (the
+   * default: host functions are stream ops and the engine runs its comms and
+   * statistics as such), sync (a host function still runs on its stream's
+   * worker, but the caller waits for it: the host-waiting shapes of the cpu
+   * backend's order, comms staged through host memory), cuda (host functions
+   * are stream ops, comms on the comm stream as NCCL's, the statistics on
+   * the host, as on CUDA) */
+  int host_fn_sync, host_fn_cuda;
 } twin_ctx;
 
 /* The device mapping and its guard (PKU where the CPU has it, else the

@@ -42,11 +42,13 @@ static const zrt_env_param zrt_env_table[] = {
    "the twin sleeps US microseconds (0-10000000) before each op whose label contains LABEL (as "
    "ZRT_TWIN_TRACE names ops), on any stream: one slow kind of work, so a reader on another "
    "stream that is not ordered after it reads stale data"},
-  {"ZRT_TWIN_HOST_FN", "stream|sync", ZRT_ENV_KNOB, "stream",
+  {"ZRT_TWIN_HOST_FN", "stream|sync|cuda", ZRT_ENV_KNOB, "stream",
    "each twin backend's creation",
-   "sync: the caller of each host function waits for it (it still runs on its stream's "
-   "worker), so the engine, buckets, offload pipe and comms take the host-waiting shapes of a "
-   "backend without stream-ordered host functions (CUDA today; comms staged through host memory)"},
+   "sync: the caller of each host function waits for it (it still runs on its stream's worker): "
+   "the buckets' and offload pipe's blocking modes, statistics on the host, comms staged "
+   "through host memory (CUDA with mpi); cuda: host functions are stream ops (bucket additions "
+   "and the offload pipe in stream mode, comms on their stream as NCCL's) but the statistics "
+   "run on the host, as on CUDA"},
   {"ZRT_TWIN_TRACE", "path", ZRT_ENV_KNOB, "no trace",
    "the twin backend",
    "an existing directory: the twin writes each stream's ops with start and end times to "
@@ -178,6 +180,11 @@ static const zrt_env_param zrt_env_table[] = {
    "each engine's creation",
    "comma-separated 1-based optimizer steps at which the last rank's gradients are made "
    "non-finite"},
+  {"ZRT_TEST_TEAM_FLIP", "int", ZRT_ENV_HOOK, "the adaptive policy decides",
+   "each engine's creation",
+   "steps (1-1000000): the adaptive OpenMP team alternates between its full size and one "
+   "thread fewer every this many optimizer steps instead of timing itself (team changes at "
+   "known steps, for the bits-unchanged test)"},
   {"ZRT_CKPT_SLOW_US", "int", ZRT_ENV_HOOK, "0",
    "checkpoint writes, once per process",
    "microseconds every streaming checkpoint write sleeps (so a kill lands inside a save)"},

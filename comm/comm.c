@@ -349,7 +349,7 @@ zrt_status zrt_comm_create(const char *want, zrt_backend *backend, double timeou
   /* Stream-ordered (comm.h): the implementation runs inside a host
    * function, where the device buffers are reachable in place, so it is
    * made as for host memory (no staging, no backend calls of its own). */
-  int streamed = backend && backend->device_id >= 0 && zrt_backend_host_fn_async(backend) &&
+  int streamed = backend && backend->device_id >= 0 && zrt_backend_host_fn_device(backend) &&
                  strcmp(pick, "nccl") != 0;
   zrt_backend *ibe = streamed ? NULL : backend;
   if (!strcmp(pick, "self")) {

@@ -123,7 +123,7 @@ zrt_status zrt_engine_create(const zrt_config *cfg, zrt_engine **out) {
                  st, fail);
   if (c->blas_threads > 0 && !strcmp(eng->backend->iface->name, "cpu"))
     zrt_backend_cpu_blas_threads((int)c->blas_threads);
-  zrt_engine_team_open(eng);
+  ZRT_CHECK_GOTO(zrt_engine_team_open(eng), st, fail);
   ZRT_CHECK_GOTO(zrt_comm_create(c->comm, eng->backend, c->comm_timeout_s, &eng->comm), st, fail);
   zrt_bootstrap_destroy(boot); /* the comm keeps MPI up now */
   boot = NULL;

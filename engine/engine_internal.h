@@ -247,6 +247,7 @@ struct zrt_engine {
   zrt_step_timing timing;    /* last closed window */
   zrt_team team;             /* the adaptive OpenMP team (engine_team.c) */
   int team_on;               /* zrt.adaptive_threads and not built inside a parallel region */
+  int team_flip;             /* ZRT_TEST_TEAM_FLIP: the team alternates every this many steps */
   uint64_t activation_bytes; /* zrt_engine_set_activation_bytes (0 = not declared) */
   /* Effective stage3_max_reuse_distance: the config's, lowered at build
    * when the device has a capacity so that copies kept for reuse fit in
@@ -284,7 +285,7 @@ void zrt_engine_timing_close(zrt_engine *eng, double boundary_start, double now)
 double zrt_engine_timing_charge(double *acc, double since, double excluded);
 /* The window's micro-steps: gradient_accumulation_steps, at least 1. */
 int64_t zrt_engine_accum_steps(const zrt_engine *eng);
-void zrt_engine_team_open(zrt_engine *eng);
+zrt_status zrt_engine_team_open(zrt_engine *eng);
 void zrt_engine_team_step(zrt_engine *eng, double step_s);
 
 /* ------------------------------------------------ documented internals */

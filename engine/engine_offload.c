@@ -443,8 +443,8 @@ zrt_status zrt_engine_host_set(zrt_engine *eng, void *dst, const void *val, size
    * offload pipe may still use dst: behind them on the backend's stream
    * (which the drain and the pipe ordered after both) */
   if (zrt_backend_host_fn_async(eng->backend))
-    return zrt_backend_launch_host_named(eng->backend, zrt_engine_host_set_fn, &a, sizeof a, NULL,
-                                         val ? "host store" : "host memset");
+    return zrt_backend_enqueue_host_named(eng->backend, zrt_engine_host_set_fn, &a, sizeof a, NULL,
+                                          val ? "host store" : "host memset");
   return zrt_engine_host_set_fn(&a);
 }
 

@@ -82,14 +82,14 @@ static zrt_status zrt_engine_stats_fn(void *arg) {
 /* Fills eng->stats_rec and all-reduces it over the ranks (on return it is
  * the agreed record, on the host). */
 static zrt_status zrt_engine_agree_stats(zrt_engine *eng, float inv) {
-  if (zrt_backend_host_fn_async(eng->backend)) {
+  if (zrt_backend_host_fn_kernels(eng->backend)) {
     zrt_engine_stats_args a = {eng, inv, eng->st.loss_sum, eng->stop_requested};
     ZRT_CHECK(zrt_backend_launch_host_named(eng->backend, zrt_engine_stats_fn, &a, sizeof a, NULL,
                                             "gradient statistics"));
     /* the all-reduce below reads the record after the function filled it
-     * because it is queued behind it: on a backend whose host functions run
-     * on a stream every comm is stream-ordered (comm.c, zrt_comm_create); one
-     * that ran on the calling thread would read the record unfilled */
+     * because it is queued behind it: where the engine runs device work as
+     * host functions every comm is stream-ordered (comm.c, zrt_comm_create);
+     * one that ran on the calling thread would read the record unfilled */
     if (!eng->comm->stream)
       return zrt_error(ZRT_ERR_INTERNAL,
                        "gradient statistics: comm \"%s\" is not stream-ordered on the %s backend, "
@@ -97,6 +97,12 @@ static zrt_status zrt_engine_agree_stats(zrt_engine *eng, float inv) {
                        "but nccl stream-ordered there): report this",
                        eng->comm_name, eng->backend_name);
   } else {
+    /* the host reads the host gradient shards below, which the buckets'
+     * additions (host functions on their stream where those are queued:
+     * cuda) may still be writing; the drain ordered the backend's stream
+     * after them */
+    if (zrt_backend_host_fn_async(eng->backend) && eng->host_pool)
+      ZRT_CHECK(zrt_backend_synchronize(eng->backend, NULL));
     double sumsq = 0;
     int nonfinite = 0;
     ZRT_CHECK(zrt_engine_grad_stats(eng, inv, &sumsq, &nonfinite));

@@ -8,9 +8,11 @@
 #include "engine_team.h"
 
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine_internal.h"
+#include "env.h"
 
 void zrt_team_init(zrt_team *t, int max) {
   memset(t, 0, sizeof *t);
@@ -100,24 +102,59 @@ int zrt_team_step(zrt_team *t, double step_s, int *changed) {
 
 /* On the twin the program's compute runs on stream workers, whose teams
  * the calling thread's setting does not reach: the policy stays off there. */
-void zrt_engine_team_open(zrt_engine *eng) {
+zrt_status zrt_engine_team_open(zrt_engine *eng) {
   const zrt_cfg *c = zrt_config_values(eng->config);
   eng->team_on =
       c->adaptive_threads && !omp_in_parallel() && strcmp(eng->backend->iface->name, "twin") != 0;
   zrt_team_init(&eng->team, eng->team_on ? omp_get_max_threads() : 1);
+  eng->team_flip = 0;
+  const char *v = zrt_env_hooks_on() ? zrt_env("ZRT_TEST_TEAM_FLIP") : NULL;
+  if (v && *v) {
+    char *end = NULL;
+    long n = strtol(v, &end, 10);
+    if (end == v || *end || n < 1 || n > 1000000)
+      return zrt_error(ZRT_ERR_CONFIG,
+                       "ZRT_TEST_TEAM_FLIP='%s': expected optimizer steps from 1 to 1000000 (the "
+                       "adaptive team alternates between its size and one thread fewer every "
+                       "this many steps)",
+                       v);
+    eng->team_flip = (int)n;
+  }
+  return ZRT_OK;
+}
+
+/* ZRT_TEST_TEAM_FLIP: the size the schedule gives after `steps` steps. */
+static int zrt_team_flip_size(const zrt_team *t, int flip, long long steps) {
+  return (steps / flip) % 2 ? (t->max > 1 ? t->max - 1 : 1) : t->max;
 }
 
 void zrt_engine_team_step(zrt_engine *eng, double step_s) {
   if (!eng->team_on || eng->team.max <= 1) return;
   int before = eng->team.size, changed = 0;
-  int n = zrt_team_step(&eng->team, step_s, &changed);
+  int n;
+  if (eng->team_flip) { /* the test schedule in place of the policy */
+    zrt_team *t = &eng->team;
+    n = zrt_team_flip_size(t, eng->team_flip, (long long)eng->global_step + 1);
+    if (n != t->size) {
+      t->prev = t->size;
+      t->cur = t->size = n;
+      t->last_probe_med = t->cur_med = step_s;
+      changed = 1;
+    }
+  } else {
+    n = zrt_team_step(&eng->team, step_s, &changed);
+  }
   if (n != before) {
     omp_set_num_threads(n);
     if (zrt_config_values(eng->config)->blas_threads == 0 &&
         !strcmp(eng->backend->iface->name, "cpu"))
       zrt_backend_cpu_blas_threads(n);
   }
-  if (changed) {
+  if (changed && eng->team_flip) {
+    zrt_log(ZRT_LOG_INFO, "step %lld: OpenMP team %d -> %d thread%s (ZRT_TEST_TEAM_FLIP=%d)",
+            (long long)eng->global_step + 1, eng->team.prev, eng->team.cur,
+            eng->team.cur == 1 ? "" : "s", eng->team_flip);
+  } else if (changed) {
     const zrt_team *t = &eng->team;
     zrt_log(ZRT_LOG_INFO,
             "step %lld: OpenMP team %d -> %d thread%s (median step %.3g ms at %d, %.3g ms at %d: "

@@ -10,9 +10,10 @@
  * the update.
  *
  * Two modes, the same bits: on backends whose host functions run
- * synchronously (cpu, cuda today) a step is blocking (a copy thread, one
- * meeting per tile); on backends whose host functions are stream ops (the
- * twin) with the host pool registered, a step is queued on the pipe's
+ * synchronously (cpu, the twin with ZRT_TWIN_HOST_FN=sync) or with an
+ * unregistered host pool, a step is blocking (a copy thread, one meeting
+ * per tile); on backends whose host functions are stream ops (cuda through
+ * cudaLaunchHostFunc, the twin) with the host pool registered, a step is queued on the pipe's
  * streams and returns without a host wait (stream mode): the backend's
  * stream is ordered after it (work queued there later sees the new
  * params), and the host sees masters, states, NVMe files and the timing
@@ -35,8 +36,9 @@ typedef struct zrt_offload_opts {
   /* file-name prefix of the swap files (NULL = "zrt_swap"); the engine uses
    * "zrt_rank<R>" */
   const char *nvme_prefix;
-  /* 1 = the blocking copy-thread mode even where stream mode is possible:
-   * what the CUDA backend runs, so the twin can check it too (tests) */
+  /* 1 = the blocking copy-thread mode even where stream mode is possible
+   * (what an unregistered host pool gets), so the twin can check it in the
+   * same run (tests) */
   int blocking;
 } zrt_offload_opts;
 

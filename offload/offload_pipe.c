@@ -20,8 +20,9 @@
  * is zrt_cpu_optim_step on the same bytes, so the pipe's results are bitwise
  * those of one zrt_cpu_optim_step over the whole shard.
  *
- * Stream mode (backends whose host functions are stream ops, the twin, and
- * staging registered with the backend): no copy thread and no host wait.
+ * Stream mode (backends whose host functions are stream ops, cuda and the
+ * twin, and staging registered with the backend): no copy thread and no
+ * host wait.
  * Each tile k is three stream steps ordered by events: IN(k) on s_d2h
  * (grad copies into gstage[k%2], the NVMe read into sbuf[k%2] as a host
  * function), UPD(k) on s_upd (the update as a host function), WB(k) on
@@ -38,7 +39,8 @@
  * reads or writes pipe-held state on the host makes first. Host functions
  * get their hyper-parameters and segments by value (a run-owned copy the
  * last host function frees): the caller's may be gone when they run. The
- * host functions issue no backend ops (cudaLaunchHostFunc's rule).
+ * host functions touch host memory only and issue no backend ops
+ * (cudaLaunchHostFunc's rule: zrt_backend_enqueue_host_named).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -357,8 +359,8 @@ static zrt_status zrt_pipe_enq_in(zrt_offload_pipe *p, zrt_pipe_run_ctx *r, size
                                  len * zrt_dtype_size(j->gdt), ZRT_COPY_D2H, p->s_d2h));
   if (p->nv) {
     zrt_pipe_fn_args a = {p, r, t, off, len, 0};
-    ZRT_CHECK(zrt_backend_launch_host_named(be, zrt_pipe_fn_io, &a, sizeof a, p->s_d2h,
-                                            "offload NVMe read"));
+    ZRT_CHECK(zrt_backend_enqueue_host_named(be, zrt_pipe_fn_io, &a, sizeof a, p->s_d2h,
+                                             "offload NVMe read"));
   }
   return zrt_backend_event_record(be, p->ev_in[b], p->s_d2h);
 }
@@ -375,8 +377,8 @@ static zrt_status zrt_pipe_enq_upd_wb(zrt_offload_pipe *p, zrt_pipe_run_ctx *r, 
   /* IN(t) waited for WB(t-2): waiting for IN(t) orders the update after
    * pstage[t%2]'s last copy out too */
   ZRT_CHECK(zrt_backend_stream_wait_event(be, p->s_upd, p->ev_in[b]));
-  ZRT_CHECK(zrt_backend_launch_host_named(be, zrt_pipe_fn_update, &a, sizeof a, p->s_upd,
-                                          "offload optimizer update"));
+  ZRT_CHECK(zrt_backend_enqueue_host_named(be, zrt_pipe_fn_update, &a, sizeof a, p->s_upd,
+                                           "offload optimizer update"));
   ZRT_CHECK(zrt_backend_event_record(be, p->ev_upd[b], p->s_upd));
   ZRT_CHECK(zrt_backend_stream_wait_event(be, p->s_h2d, p->ev_upd[b]));
   if (j->segs)
@@ -388,8 +390,8 @@ static zrt_status zrt_pipe_enq_upd_wb(zrt_offload_pipe *p, zrt_pipe_run_ctx *r, 
   if (p->nv) {
     a.write = 1;
     ZRT_CHECK(zrt_backend_stream_wait_event(be, p->s_d2h, p->ev_upd[b]));
-    ZRT_CHECK(zrt_backend_launch_host_named(be, zrt_pipe_fn_io, &a, sizeof a, p->s_d2h,
-                                            "offload NVMe write"));
+    ZRT_CHECK(zrt_backend_enqueue_host_named(be, zrt_pipe_fn_io, &a, sizeof a, p->s_d2h,
+                                             "offload NVMe write"));
   }
   return zrt_backend_event_record(be, p->ev_out[b], p->s_h2d);
 }
@@ -441,8 +443,8 @@ static zrt_status zrt_pipe_run_async(zrt_offload_pipe *p, const zrt_pipe_job *j,
   ZRT_CHECK(zrt_backend_event_record(be, p->ev_io, p->s_d2h));
   ZRT_CHECK(zrt_backend_stream_wait_event(be, p->s_h2d, p->ev_io));
   zrt_pipe_fn_args a = {p, r, tiles, 0, 0, 0};
-  ZRT_CHECK(zrt_backend_launch_host_named(be, zrt_pipe_fn_tail, &a, sizeof a, p->s_h2d,
-                                          "offload step end"));
+  ZRT_CHECK(zrt_backend_enqueue_host_named(be, zrt_pipe_fn_tail, &a, sizeof a, p->s_h2d,
+                                           "offload step end"));
   ZRT_CHECK(zrt_backend_event_record(be, p->ev_tail, p->s_h2d));
   /* the backend's stream (the next forward, the step's all-gathers queued
    * after it) reads the new params after the run */

@@ -11,7 +11,7 @@
  * the host accumulator. One thread, FIFO: a slot's host staging is reused
  * only by a later job of the same slot, which starts after this one ended.
  *
- * Where host functions are stream ops (the twin: b->async) the thread
+ * Where host functions are stream ops (cuda, the twin: b->async) the thread
  * waits for nothing: it queues the copy on the host stream, records the
  * slot's `copied` event and queues the addition as a host function behind
  * it; the next bucket packed into that slot's device staging waits for
@@ -108,8 +108,8 @@ static void *zrt_buckets_thread(void *arg) {
       if (st == ZRT_OK) st = zrt_backend_event_record(b->be, j.slot->copied, b->hstream);
       zrt_bucket_add add = {j.dst, b->hacc_dtype, hstage, b->comm_dtype, j.n};
       if (st == ZRT_OK)
-        st = zrt_backend_launch_host_named(b->be, zrt_buckets_add_fn, &add, sizeof add, b->hstream,
-                                           "gradient bucket to host accumulator");
+        st = zrt_backend_enqueue_host_named(b->be, zrt_buckets_add_fn, &add, sizeof add, b->hstream,
+                                            "gradient bucket to host accumulator");
     } else if (st == ZRT_OK) {
       st = zrt_backend_synchronize(b->be, b->hstream);
     }

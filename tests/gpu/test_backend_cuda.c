@@ -1,7 +1,8 @@
 /*
  * test_backend_cuda.c — every op of the CUDA backend against the CPU
  * backend on the same inputs (DESIGN.md rule 3), plus streams/events
- * ordering, pinned registration, the registry's choice, and OOM both from
+ * ordering, host functions queued on streams (their order and sticky
+ * failure), pinned registration, the registry's choice, and OOM both from
  * device_memory_limit and from the CUDA memory pool itself. Exits 77 without a
  * GPU (fails instead under ZRT_REQUIRE_GPU=1).
  *
@@ -463,6 +464,83 @@ static void test_streams(void) {
   free(hy);
 }
 
+/* Host-side work queued on a stream (zrt_backend_enqueue_host_named,
+ * cudaLaunchHostFunc on CUDA): it runs after the stream's earlier work (a
+ * D2H copy into registered memory has landed) and before its later work (an
+ * H2D copy of what it wrote carries the new bytes); its failure is sticky
+ * and named by the next wait. */
+typedef struct host_sum_args {
+  const float *src;
+  float *dst;
+  size_t n;
+  double *sum;
+} host_sum_args;
+
+static zrt_status host_sum(void *arg) {
+  const host_sum_args *a = arg;
+  double s = 0;
+  for (size_t i = 0; i < a->n; i++) s += a->src[i];
+  *a->sum = s;
+  for (size_t i = 0; i < a->n; i++) a->dst[i] = a->src[i] * 2.0f;
+  return ZRT_OK;
+}
+
+static zrt_status host_fail(void *arg) {
+  (void)arg;
+  return zrt_error(ZRT_ERR_IO, "test host function failed on purpose");
+}
+
+static void test_host_fns(void) {
+  ZT_CHECK(zrt_backend_host_fn_async(gpu) == 1);
+  ZT_CHECK(zrt_backend_host_fn_device(gpu) == !is_cuda);
+  const size_t n = 1u << 22;
+  zrt_stream s = NULL;
+  ZT_OK(zrt_backend_stream_create(gpu, &s));
+  float *x = dalloc(gpu, n * 4), *ones = dalloc(gpu, n * 4), *y = dalloc(gpu, n * 4);
+  float *hin = NULL, *hout = NULL, *back = malloc(n * 4);
+  ZT_CHECK(posix_memalign((void **)&hin, 4096, n * 4) == 0);
+  ZT_CHECK(posix_memalign((void **)&hout, 4096, n * 4) == 0);
+  ZT_OK(zrt_backend_host_register(gpu, hin, n * 4));
+  ZT_OK(zrt_backend_host_register(gpu, hout, n * 4));
+  for (size_t i = 0; i < n; i++) back[i] = 1.0f;
+  ZT_OK(zrt_backend_memset(gpu, x, 0, n * 4, s));
+  ZT_OK(zrt_backend_memcpy(gpu, ones, back, n * 4, ZRT_COPY_H2D, s));
+  for (int r = 0; r < 12; r++) ZT_OK(zrt_backend_accumulate(gpu, x, ones, ZRT_F32, 1.0f, n, s));
+  ZT_OK(zrt_backend_memcpy(gpu, hin, x, n * 4, ZRT_COPY_D2H, s)); /* registered: async */
+  double sum = -1;
+  host_sum_args a = {hin, hout, n, &sum};
+  ZT_OK(zrt_backend_enqueue_host_named(gpu, host_sum, &a, sizeof a, s, "test host sum"));
+  ZT_OK(zrt_backend_memcpy(gpu, y, hout, n * 4, ZRT_COPY_H2D, s));
+  ZT_OK(zrt_backend_synchronize(gpu, s));
+  ZT_OK(zrt_backend_memcpy(gpu, back, y, n * 4, ZRT_COPY_D2H, s));
+  ZT_OK(zrt_backend_synchronize(gpu, s));
+  long bad = 0;
+  for (size_t i = 0; i < n; i++) bad += back[i] != 24.0f;
+  printf("host functions: sum %.0f (expected %.0f), %ld of %zu values written by the function "
+         "missing on the device (tolerance 0)\n",
+         sum, 12.0 * (double)n, bad, n);
+  ZT_CHECK(sum == 12.0 * (double)n && bad == 0);
+  zrt_backend_host_unregister(gpu, hin);
+  zrt_backend_host_unregister(gpu, hout);
+  zrt_backend_stream_destroy(gpu, s);
+  zrt_backend_free(gpu, x);
+  zrt_backend_free(gpu, ones);
+  zrt_backend_free(gpu, y);
+  free(hin);
+  free(hout);
+  free(back);
+  /* a failure is sticky (a backend of its own: on CUDA it stays failed) */
+  zrt_backend *b = NULL;
+  ZT_OK(zrt_backend_create(is_cuda ? "cuda" : "twin", 0, 0, &b));
+  ZT_OK(zrt_backend_enqueue_host_named(b, host_fail, NULL, 0, NULL, "test failing host function"));
+  ZT_CHECK(zrt_backend_synchronize(b, NULL) == ZRT_ERR_IO);
+  printf("host function failure: %s\n", zrt_last_error());
+  ZT_CONTAINS(zrt_last_error(), "test failing host function");
+  ZT_CONTAINS(zrt_last_error(), "failed on purpose");
+  ZT_CHECK(zrt_backend_synchronize(b, NULL) == ZRT_ERR_IO);
+  zrt_backend_destroy(b);
+}
+
 static void test_oom(void) {
   if (!is_cuda) return;
   zrt_backend *b = NULL;
@@ -512,6 +590,7 @@ int main(void) {
   test_gemm();
   test_optim();
   test_streams();
+  test_host_fns();
   test_oom();
   zrt_mem_stats ms;
   zrt_pool_stats(gpu->pool, &ms);
