@@ -143,6 +143,7 @@ first_tests() {
   case $1 in
   engine/engine_actckpt.c) echo 'test_actckpt_api|test_gpt2_twin_actckpt' ;;
   offload/param_swap.c) echo 'nvme_param' ;;
+  comm/comm_self.c) echo 'checkpoint_resume.np1' ;;
   offload/*) echo 'offload_grads|nvme|twin_flow' ;;
   examples/*) echo 'test_gpt2_twin$' ;;
   *) echo 'test_engine_equiv|checkpoint_resume.np2' ;;
