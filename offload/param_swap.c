@@ -93,8 +93,20 @@ fail:
   return st;
 }
 
+static zrt_status zrt_pswap_slot_idle(zrt_pswap *p, int s);
+
 void zrt_pswap_destroy(zrt_pswap *p) {
   if (!p) return;
+  /* a slot's copy to the device may still be in flight (from registered
+   * staging the copy is asynchronous): the staging goes after each slot's
+   * last copy (found by the twin with ZRT_TWIN_HOST_FN=sync, the blocking
+   * shapes, under load: the copy ran after the pool had unregistered the
+   * staging) */
+  if (p->slot_ev)
+    for (int k = 0; k < p->nslots; k++)
+      if (zrt_pswap_slot_idle(p, k) != ZRT_OK)
+        zrt_log(ZRT_LOG_WARN, "param swap: a copy to the device failed before teardown: %s",
+                zrt_last_error());
   zrt_nvme_destroy(p->nvme);
   if (p->stage_raw) zrt_pool_free(p->host_pool, p->stage_raw);
   if (p->slot_ev)
