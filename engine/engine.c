@@ -541,7 +541,7 @@ zrt_status zrt_engine_build(zrt_engine *eng) {
                    st, done);
     if (zrt_layout_grad_acc_host(eng->offload_opt != ZRT_OFFLOAD_NONE))
       ZRT_CHECK_GOTO(
-          zrt_buckets_set_host(eng->buckets, eng->host_pool,
+          zrt_buckets_set_host(eng->buckets, eng->host_pool, zrt_hostpool_pinned(eng->hostpool),
                                zrt_layout_bucket_host_stage(eng->policy, chunk, eng->world)),
           st, done);
     if (eng->master_dtype != ZRT_F32) /* the bf16 gradient partitions (host, by the rule) */

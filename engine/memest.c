@@ -119,7 +119,8 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
   if (l->offload_optimizer) o->host[ZRT_MEM_COMM] = 4 * 4 * (uint64_t)zrt_memest_offload_tile(l);
   if (grad_host) /* the buckets' two host staging slots */
     o->host[ZRT_MEM_COMM] +=
-        2 * (uint64_t)zrt_layout_bucket_host_stage(pol, (int64_t)chunk, l->world) * cb;
+        2 * zrt_layout_host_stage_bytes(zrt_layout_bucket_host_stage(pol, (int64_t)chunk, l->world),
+                                        cb);
   o->model_states = o->device[ZRT_MEM_PARAMS16] + o->device[ZRT_MEM_GRADS] +
                     o->device[ZRT_MEM_MASTER32] + o->device[ZRT_MEM_OPTIM_STATE];
   for (int k = 0; k < ZRT_MEM_NCAT; k++) {

@@ -516,6 +516,35 @@ void zrt_hostpool_destroy(zrt_hostpool *hp) {
   free(hp);
 }
 
+zrt_status zrt_hostpool_stage_alloc(zrt_pool *pool, zrt_backend *be, int pinned, size_t bytes,
+                                    zrt_mem_category cat, void **out, int *registered) {
+  if (registered) *registered = 0;
+  ZRT_CHECK(zrt_pool_alloc(pool, bytes, cat, out));
+  long page = sysconf(_SC_PAGESIZE);
+  if (pinned || !be || !be->iface || !be->iface->host_register || page <= 0) return ZRT_OK;
+  if ((uintptr_t)*out % (uintptr_t)page || bytes % (size_t)page) {
+    zrt_log(ZRT_LOG_DEBUG,
+            "host staging of %zu bytes at %p not registered: not whole pages (copies into or "
+            "out of it block the host)",
+            bytes, *out);
+    return ZRT_OK;
+  }
+  zrt_status st = zrt_backend_host_register(be, *out, bytes);
+  if (st != ZRT_OK) {
+    zrt_pool_free(pool, *out);
+    *out = NULL;
+    return st;
+  }
+  if (registered) *registered = 1;
+  return ZRT_OK;
+}
+
+void zrt_hostpool_stage_free(zrt_pool *pool, zrt_backend *be, void *p, int registered) {
+  if (!p) return;
+  if (registered) zrt_backend_host_unregister(be, p);
+  zrt_pool_free(pool, p);
+}
+
 zrt_pool *zrt_hostpool_pool(zrt_hostpool *hp) { return hp ? hp->pool : NULL; }
 int zrt_hostpool_node(const zrt_hostpool *hp) { return hp ? hp->node : -1; }
 int zrt_hostpool_pinned(const zrt_hostpool *hp) { return hp ? hp->pinned : 0; }

@@ -35,6 +35,19 @@ void zrt_hostpool_destroy(zrt_hostpool *hp);
 zrt_pool *zrt_hostpool_pool(zrt_hostpool *hp);
 int zrt_hostpool_node(const zrt_hostpool *hp);   /* node pages are bound to, -1 = unbound */
 int zrt_hostpool_pinned(const zrt_hostpool *hp); /* 1 when pages are pinned */
+/* Host staging for asynchronous copies, from pool (any pool of host
+ * memory): where its pages are not pinned already (pinned 0) and the
+ * backend registers host memory (cuda, twin), the block is registered, so a
+ * copy into or out of it is asynchronous as from pinned memory and a
+ * stream-ordered user (the offload pipe, the buckets' host additions) need
+ * not wait for it on the host. Only whole pages are registered: a block the
+ * pool did not place at a page boundary, or bytes not a multiple of the
+ * page size, stays pageable. *registered (may be NULL) says which. The
+ * accounted bytes are exactly `bytes`. */
+zrt_status zrt_hostpool_stage_alloc(zrt_pool *pool, zrt_backend *be, int pinned, size_t bytes,
+                                    zrt_mem_category cat, void **out, int *registered);
+/* Unregisters (when it was registered) and frees a stage_alloc block; NULL ok. */
+void zrt_hostpool_stage_free(zrt_pool *pool, zrt_backend *be, void *p, int registered);
 /* Extents currently registered through the backend's host_register (each
  * is unregistered when jemalloc returns it, even after a pin fallback). */
 size_t zrt_hostpool_registered(zrt_hostpool *hp);

@@ -72,6 +72,7 @@ struct zrt_offload_pipe {
   size_t tile;
   int buffer_count;
   void *gstage[2], *pstage[2]; /* pinned staging, 4 bytes/elem each */
+  int greg[2], preg[2];        /* ... registered by the pipe (an unpinned host pool) */
   void *sraw[2][3];            /* NVMe state staging (raw pool pointers) */
   float *sbuf[2][3];           /* ... aligned to ZRT_NVME_ALIGN */
   zrt_stream s_d2h, s_h2d;
@@ -468,8 +469,8 @@ static void zrt_pipe_events(zrt_offload_pipe *p, zrt_event *evs[ZRT_PIPE_NEV]) {
 static void zrt_pipe_free_buffers(zrt_offload_pipe *p) {
   zrt_pool *pool = zrt_hostpool_pool(p->hpool);
   for (int b = 0; b < 2; b++) {
-    zrt_pool_free(pool, p->gstage[b]);
-    zrt_pool_free(pool, p->pstage[b]);
+    zrt_hostpool_stage_free(pool, p->be, p->gstage[b], p->greg[b]);
+    zrt_hostpool_stage_free(pool, p->be, p->pstage[b], p->preg[b]);
     p->gstage[b] = p->pstage[b] = NULL;
     for (int a = 0; a < 3; a++) {
       zrt_pool_free(pool, p->sraw[b][a]);
@@ -508,16 +509,26 @@ zrt_status zrt_offload_pipe_create(zrt_backend *be, zrt_hostpool *hp, const zrt_
     p->nvme = 1;
   }
   zrt_pool *pool = zrt_hostpool_pool(hp);
+  /* stream mode needs host functions that are stream ops and staging the
+   * backend copies asynchronously (registered: a copy from pageable memory
+   * would read pstage when queued, before the update wrote it). With an
+   * unpinned host pool (pin_memory false, the default) the pipe registers
+   * its own staging, so stream mode is what a user gets without flags; the
+   * masters and states stay pageable, touched only by the host functions. */
+  int want_async = !opts->blocking && zrt_backend_host_fn_async(be);
+  int pinned = zrt_hostpool_pinned(hp), staged = 1;
   for (int b = 0; b < 2; b++) {
-    ZRT_CHECK_GOTO(zrt_pool_alloc(pool, p->tile * 4, ZRT_MEM_COMM, &p->gstage[b]), st, fail);
-    ZRT_CHECK_GOTO(zrt_pool_alloc(pool, p->tile * 4, ZRT_MEM_COMM, &p->pstage[b]), st, fail);
+    ZRT_CHECK_GOTO(zrt_hostpool_stage_alloc(pool, be, pinned || !want_async, p->tile * 4,
+                                            ZRT_MEM_COMM, &p->gstage[b], &p->greg[b]),
+                   st, fail);
+    ZRT_CHECK_GOTO(zrt_hostpool_stage_alloc(pool, be, pinned || !want_async, p->tile * 4,
+                                            ZRT_MEM_COMM, &p->pstage[b], &p->preg[b]),
+                   st, fail);
+    staged = staged && (pinned || (p->greg[b] && p->preg[b]));
   }
   ZRT_CHECK_GOTO(zrt_backend_stream_create(be, &p->s_d2h), st, fail);
   ZRT_CHECK_GOTO(zrt_backend_stream_create(be, &p->s_h2d), st, fail);
-  /* stream mode needs host functions that are stream ops and staging the
-   * backend copies asynchronously (registered: a copy from pageable memory
-   * would read pstage when queued, before the update wrote it) */
-  p->async = !opts->blocking && zrt_backend_host_fn_async(be) && zrt_hostpool_pinned(hp);
+  p->async = want_async && staged;
   if (p->async) {
     ZRT_CHECK_GOTO(zrt_backend_stream_create(be, &p->s_upd), st, fail);
     zrt_event *evs[ZRT_PIPE_NEV];

@@ -127,7 +127,7 @@ static int zrt_bench_offload_step(const zrt_perf_args *a, cJSON *r) {
     s1[i] = s2[i] = 0;
   }
   ZRT_CHECK_GOTO(zrt_buckets_create(be, comm, ZRT_BF16, ZRT_BF16, chunk, &b), st, done);
-  ZRT_CHECK_GOTO(zrt_buckets_set_host(b, pool, chunk), st, done);
+  ZRT_CHECK_GOTO(zrt_buckets_set_host(b, pool, zrt_hostpool_pinned(hp), chunk), st, done);
   ZRT_CHECK_GOTO(zrt_offload_pipe_create(be, hp, &oo, &pipe), st, done);
   zrt_os_ctx c = {b, g16, acc, n, slice};
 

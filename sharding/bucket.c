@@ -28,6 +28,8 @@
 #include <stdlib.h>
 
 #include "cpu_optim.h"
+#include "hostpool.h"
+#include "layout.h"
 
 typedef struct zrt_bucket_slot {
   zrt_comm_req *req; /* NULL when idle or complete */
@@ -40,6 +42,7 @@ typedef struct zrt_bucket_slot {
   int host;          /* dst is host memory: the host thread accumulates it */
   int copying;       /* handed to the host thread, device staging not yet copied */
   void *hstage;      /* host staging of the comm dtype (host accumulators) */
+  int hreg;          /* hstage registered by the buckets (an unpinned host pool) */
   zrt_event copied;  /* async: recorded on the host stream after the slot's copy */
 } zrt_bucket_slot;
 
@@ -218,7 +221,7 @@ void zrt_buckets_destroy(zrt_buckets *b) {
     zrt_bucket_slot *s = &b->slots[i];
     zrt_comm_buf_free(b->comm, b->be, s->send);
     zrt_comm_buf_free(b->comm, b->be, s->recv);
-    if (b->hpool && s->hstage) zrt_pool_free(b->hpool, s->hstage);
+    if (b->hpool) zrt_hostpool_stage_free(b->hpool, b->be, s->hstage, s->hreg);
     zrt_backend_event_destroy(b->be, s->copied);
   }
   zrt_backend_event_destroy(b->be, b->hdone);
@@ -231,7 +234,7 @@ void zrt_buckets_destroy(zrt_buckets *b) {
 
 int64_t zrt_buckets_chunk(const zrt_buckets *b) { return b->chunk; }
 
-zrt_status zrt_buckets_set_host(zrt_buckets *b, zrt_pool *host, int64_t stage_elems) {
+zrt_status zrt_buckets_set_host(zrt_buckets *b, zrt_pool *host, int pinned, int64_t stage_elems) {
   if (!b || !host || stage_elems < b->chunk)
     return zrt_error(ZRT_ERR_INVALID_ARG,
                      "zrt_buckets_set_host: need buckets, a host pool and at least one chunk "
@@ -241,11 +244,14 @@ zrt_status zrt_buckets_set_host(zrt_buckets *b, zrt_pool *host, int64_t stage_el
     return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_buckets_set_host: host staging already set");
   b->hpool = host;
   b->hstage_elems = stage_elems;
-  size_t bytes = (size_t)stage_elems * zrt_dtype_size(b->comm_dtype);
-  for (int i = 0; i < 2; i++)
-    ZRT_CHECK(zrt_pool_alloc(host, bytes, ZRT_MEM_COMM, &b->slots[i].hstage));
-  ZRT_CHECK(zrt_backend_stream_create(b->be, &b->hstream));
+  size_t bytes = (size_t)zrt_layout_host_stage_bytes(stage_elems, zrt_dtype_size(b->comm_dtype));
   b->async = zrt_backend_host_fn_async(b->be);
+  /* async: the staging registered where the pool is not pinned, so the copy
+   * into it is queued too and the host thread waits for nothing */
+  for (int i = 0; i < 2; i++)
+    ZRT_CHECK(zrt_hostpool_stage_alloc(host, b->be, pinned || !b->async, bytes, ZRT_MEM_COMM,
+                                       &b->slots[i].hstage, &b->slots[i].hreg));
+  ZRT_CHECK(zrt_backend_stream_create(b->be, &b->hstream));
   if (b->async) {
     ZRT_CHECK(zrt_backend_event_create(b->be, &b->hdone));
     for (int i = 0; i < 2; i++) ZRT_CHECK(zrt_backend_event_create(b->be, &b->slots[i].copied));

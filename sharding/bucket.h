@@ -24,7 +24,7 @@
  * while the program goes on with its backward. The thread takes the
  * buckets in the order they were issued, so every element gets its
  * additions in the same order as the device path, and the same bits.
- * Where host functions are stream ops (the twin) neither thread waits: the
+ * Where host functions are stream ops (cuda, the twin) neither thread waits: the
  * copy and the addition are queued on the host stream, and the drain
  * orders the backend's stream after them.
  */
@@ -42,10 +42,12 @@ zrt_status zrt_buckets_create(zrt_backend *be, zrt_comm *comm, zrt_dtype dtype,
 void zrt_buckets_destroy(zrt_buckets *b);
 int64_t zrt_buckets_chunk(const zrt_buckets *b);
 
-/* Enables host accumulators: two pinned staging slots of stage_elems
- * elements of the comm dtype (zrt_layout_bucket_host_stage) in `host`
- * (ZRT_MEM_COMM of the host pool), a copy stream and the host thread. */
-zrt_status zrt_buckets_set_host(zrt_buckets *b, zrt_pool *host, int64_t stage_elems);
+/* Enables host accumulators: two staging slots of stage_elems elements of
+ * the comm dtype (zrt_layout_bucket_host_stage) in `host` (ZRT_MEM_COMM of
+ * the host pool; pinned: its pages are pinned already, else the slots are
+ * registered with the backend where host functions are stream ops,
+ * zrt_hostpool_stage_alloc), a copy stream and the host thread. */
+zrt_status zrt_buckets_set_host(zrt_buckets *b, zrt_pool *host, int pinned, int64_t stage_elems);
 
 /* The dtype of the host accumulators of later reductions: ZRT_F32 (the
  * default) or ZRT_BF16 (bf16.bf16_master_weights_and_grads: the gradient

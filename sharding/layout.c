@@ -70,6 +70,11 @@ int64_t zrt_layout_bucket_host_stage(const zrt_stage_policy *pol, int64_t chunk,
   return pol->reduce_all_reduce ? chunk * (int64_t)world : chunk;
 }
 
+uint64_t zrt_layout_host_stage_bytes(int64_t elems, uint64_t elem_bytes) {
+  uint64_t b = (uint64_t)elems * elem_bytes;
+  return (b + ZRT_LAYOUT_HOST_PAGE - 1) / ZRT_LAYOUT_HOST_PAGE * ZRT_LAYOUT_HOST_PAGE;
+}
+
 int64_t zrt_layout_bucket_chunk_capped(int64_t reduce_bucket_size, int world, int64_t max_part,
                                        int comm_bytes, uint64_t capacity) {
   int64_t chunk = zrt_layout_bucket_chunk(reduce_bucket_size, world, max_part);

@@ -71,6 +71,12 @@ int zrt_layout_grad_acc_host(int offload_optimizer);
  * buckets when the accumulator is on the host: one reduced bucket, i.e.
  * world * chunk for an all-reduce (stage 0), chunk for a reduce-scatter. */
 int64_t zrt_layout_bucket_host_stage(const zrt_stage_policy *pol, int64_t chunk, int world);
+/* Bytes each such slot takes: `elems` of `elem_bytes` rounded up to whole
+ * ZRT_LAYOUT_HOST_PAGE pages, so the buckets can register it with the
+ * backend where the host pool is not pinned (zrt_hostpool_stage_alloc);
+ * the memory model counts the same. */
+#define ZRT_LAYOUT_HOST_PAGE 4096
+uint64_t zrt_layout_host_stage_bytes(int64_t elems, uint64_t elem_bytes);
 
 /* DeepSpeed's Twin-Flow placement (offload_optimizer.ratio, stage 3;
  * stage3.py _create_fp16_sub_groups and _create_fp32_partitions). The n

@@ -64,9 +64,9 @@ static void run(zrt_dtype dt, zrt_dtype cdt, int all_reduce, int async, int host
              ZRT_ERR_INVALID_ARG); /* no host staging yet */
     const zrt_stage_policy *pol = zrt_stage_policy_of(all_reduce ? 0 : 2);
     int64_t hs = zrt_layout_bucket_host_stage(pol, chunk, 1);
-    ZT_OK(zrt_buckets_set_host(b, hp, hs));
+    ZT_OK(zrt_buckets_set_host(b, hp, 0, hs));
     zrt_pool_stats(hp, &ms);
-    ZT_CHECK(ms.current[ZRT_MEM_COMM] == 2 * (size_t)hs * cs);
+    ZT_CHECK(ms.current[ZRT_MEM_COMM] == 2 * zrt_layout_host_stage_bytes(hs, cs));
     ZT_OK(zrt_pool_alloc(hp, (size_t)padded * 4, ZRT_MEM_GRADS, (void **)&acc));
   } else {
     ZT_OK(zrt_backend_alloc(be, (size_t)padded * 4, ZRT_MEM_GRADS, (void **)&acc));
