@@ -3,11 +3,10 @@
  *
  * A private jemalloc arena (mallctl "arenas.create" with our extent hooks)
  * serves every allocation with mallocx(MALLOCX_ARENA | MALLOCX_TCACHE_NONE |
- * MALLOCX_ALIGN(64)); an accounted zrt_pool sits in front of it so bytes show
- * up per category. The extent alloc hook is where pages get their
- * properties: mmap, mbind(MPOL_BIND) to the chosen node before first touch,
- * then pin (the backend's host_register — cudaHostRegister — when it has
- * one, else mlock, which also faults the pages in on that node). The
+ * MALLOCX_ALIGN(64), or the page for whole pages); an accounted zrt_pool sits in front of it so
+ * bytes show up per category. The extent alloc hook is where pages get their properties: mmap,
+ * mbind(MPOL_BIND) to the chosen node before first touch, then pin (the backend's host_register —
+ * cudaHostRegister — when it has one, else mlock, which also faults the pages in on that node). The
  * dalloc/destroy hooks undo both. mlock/munlock are issued as raw syscalls:
  * AddressSanitizer intercepts the libc wrappers and turns them into no-ops
  * that return 0 ("AddressSanitizer ignores mlock/mlockall/munlock/
@@ -342,10 +341,15 @@ static zrt_status zrt_hp_raw_alloc(void *ctx, size_t bytes, void **out) {
   hp->hook_err[0] = 0;
   hp->hook_st = ZRT_OK;
   pthread_mutex_unlock(&hp->mu);
+  /* whole pages at a page boundary (jemalloc's cache-oblivious offset
+   * would move a large block off it), so staging can be registered by
+   * itself (zrt_hostpool_stage_alloc) */
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  size_t align = bytes && bytes % page == 0 ? page : 64;
   void *p = zrt_hp_direct(bytes)
                 ? zrt_hp_map(hp, zrt_hp_page_round(bytes), 0)
                 : mallocx(bytes ? bytes : 1,
-                          MALLOCX_ARENA(hp->arena) | MALLOCX_TCACHE_NONE | MALLOCX_ALIGN(64));
+                          MALLOCX_ARENA(hp->arena) | MALLOCX_TCACHE_NONE | MALLOCX_ALIGN(align));
   if (p) {
     *out = p;
     return ZRT_OK;
