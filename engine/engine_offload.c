@@ -88,7 +88,14 @@ zrt_status zrt_engine_host16_from_master(zrt_engine *eng, const float *master, v
   /* transient staging of one chunk, not model state */
   float *tmp = malloc((size_t)ZRT_MAX(ZRT_MIN(chunk, n), (int64_t)1) * sizeof(float));
   if (!tmp) return zrt_error(ZRT_ERR_OOM, "engine: out of host memory writing a host 16-bit shard");
-  zrt_status st = zrt_backend_synchronize(eng->backend, NULL); /* the step's writes */
+  /* each D2H copy is queued on the backend's stream behind the step's
+   * writes of the masters (device optimizer steps run there; an offload
+   * pipe orders that stream after its run) and returns complete (pageable
+   * destination); the first one also finds done every earlier read of
+   * dst16 that compute consumed (a fetch's H2D copy is waited for on that
+   * stream before its module's compute): no synchronize first (the mutation
+   * run found the one here surviving; docs/engine.md, "Mutation run") */
+  zrt_status st = ZRT_OK;
   for (int64_t t0 = 0; t0 < n && st == ZRT_OK; t0 += chunk) {
     int64_t k = ZRT_MIN(chunk, n - t0);
     st = zrt_backend_memcpy(eng->backend, tmp, master + t0, (size_t)k * 4, ZRT_COPY_D2H, NULL);
