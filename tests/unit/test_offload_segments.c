@@ -22,6 +22,11 @@
  * files still hold the previous step, bitwise.
  * The swap directory is a mkdtemp under $ZRT_BUILD_DIR (a real disk, so
  * O_DIRECT is used) or $TMPDIR / /tmp; buffered fallback is fine too.
+ * ZRT_TEST_BACKEND=twin runs the steps on the twin (ctest's
+ * unit.test_offload_segments.twin_sync, with ZRT_TWIN_HOST_FN=sync and
+ * jitter: the blocking copy thread's device copies of the segments'
+ * gradients and parameters, each on its stream, which the engine's NVMe
+ * runs never make with device gradients).
  */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -179,7 +184,8 @@ done:
 
 static int child(const char *dir) {
   zrt_backend *be = NULL;
-  ZT_OK(zrt_backend_create("cpu", 0, 0, &be));
+  const char *bname = getenv("ZRT_TEST_BACKEND");
+  ZT_OK(zrt_backend_create(bname && *bname ? bname : "cpu", 0, 0, &be));
   zrt_hostpool_opts ho = {.numa_node = -1, .pin = 1, .allow_fallback = 1};
   zrt_hostpool *hp = NULL;
   ZT_OK(zrt_hostpool_create(&ho, be, &hp));
