@@ -210,7 +210,7 @@ zrt_status zrt_engine_offload_setup(zrt_engine *eng) {
     ZRT_CHECK(zrt_offload_pipe_set_state_dtypes(eng->offload, eng->master_dtype, eng->state_dtype));
   }
   /* offload_param cpu: the shards the optimizer writes are host memory */
-  zrt_offload_pipe_set_param16_host(eng->offload, op && !pnvme);
+  ZRT_CHECK(zrt_offload_pipe_set_param16_host(eng->offload, op && !pnvme));
   int64_t total = 0, pieces = 0;
   int split = zrt_engine_twin_split(eng); /* Twin-Flow: modules before it stay on the device */
   for (int m = 0; m < eng->nmodules; m++) {

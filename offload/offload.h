@@ -75,8 +75,10 @@ zrt_status zrt_offload_pipe_sync(zrt_offload_pipe *p);
  * cpu: the 16-bit shards live in the host pool): the optimizer writes them
  * in place and no host->device copy is issued (a "H2D" copy into host
  * memory would only cost a pass and a stream). 0 (the default): backend
- * memory, copied from pinned staging on the pipe's H2D stream. */
-void zrt_offload_pipe_set_param16_host(zrt_offload_pipe *p, int host);
+ * memory, copied from pinned staging on the pipe's H2D stream. 1 with an
+ * unpinned host pool turns stream mode off: device copies of the shard
+ * (pageable: read when queued) would not wait for the updates. */
+zrt_status zrt_offload_pipe_set_param16_host(zrt_offload_pipe *p, int host);
 
 /* The dtypes of the host-memory master and optimizer states that later
  * plain steps (zrt_offload_pipe_step, _step_host_grad) read and write:

@@ -85,6 +85,7 @@ struct zrt_offload_pipe {
   double run_copy_s, run_upd_s; /* the running step's host-function times (NVMe I/O on
                                    s_d2h, updates on s_upd: one writer each) */
   int param16_host;   /* param16 destinations are host memory: written in place, no copy */
+  int pool_pinned;    /* the host pool's pages are pinned (zrt_hostpool_pinned) */
   zrt_dtype mdt, sdt; /* host-memory master / state dtypes of plain steps (fp32 or bf16) */
   zrt_nvme *nv;
   size_t nv_n;
@@ -528,6 +529,7 @@ zrt_status zrt_offload_pipe_create(zrt_backend *be, zrt_hostpool *hp, const zrt_
   }
   ZRT_CHECK_GOTO(zrt_backend_stream_create(be, &p->s_d2h), st, fail);
   ZRT_CHECK_GOTO(zrt_backend_stream_create(be, &p->s_h2d), st, fail);
+  p->pool_pinned = pinned;
   p->async = want_async && staged;
   if (p->async) {
     ZRT_CHECK_GOTO(zrt_backend_stream_create(be, &p->s_upd), st, fail);
@@ -707,8 +709,22 @@ zrt_status zrt_offload_pipe_step_host_grad(zrt_offload_pipe *p, const zrt_optim_
   return zrt_pipe_step(p, hp, master, s1, s2, grad_host, 1, gdt, param16_dev, pdt, n);
 }
 
-void zrt_offload_pipe_set_param16_host(zrt_offload_pipe *p, int host) {
-  if (p) p->param16_host = host;
+zrt_status zrt_offload_pipe_set_param16_host(zrt_offload_pipe *p, int host) {
+  if (!p) return ZRT_OK;
+  p->param16_host = host;
+  /* In stream mode a host function writes the 16-bit host shard, and a copy
+   * from pageable memory to the device reads its source when it is queued
+   * (CUDA stages it then, the twin alike), before that function ran: with
+   * an unpinned host pool the pipe steps blocking instead (ThreadSanitizer
+   * on the twin: a stage-3 gather at world 1 read the shard while the
+   * update wrote it). */
+  if (!host || !p->async || p->pool_pinned || p->thr_ok) return ZRT_OK;
+  ZRT_CHECK(zrt_offload_pipe_sync(p));
+  if (pthread_create(&p->thr, NULL, zrt_pipe_thread, p) != 0)
+    return zrt_error(ZRT_ERR_INTERNAL, "offload pipe: cannot start the copy thread");
+  p->thr_ok = 1;
+  p->async = 0;
+  return ZRT_OK;
 }
 
 zrt_status zrt_offload_pipe_set_state_dtypes(zrt_offload_pipe *p, zrt_dtype master,
