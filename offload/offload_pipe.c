@@ -11,12 +11,13 @@
  *   grad staging  [k%2]  written by the copy thread at k-1, read by the update at k
  *   param staging [k%2]  written by the update at k, read by the copy thread at k+1
  *   state staging [k%2]  (NVMe) filled at k-1, updated at k, written back at k+1
- * On CUDA the copy thread issues each copy on its own stream and
- * synchronizes that stream, so a copy is complete when its job is; both
- * streams first join every backend stream (zrt_backend_stream_join), so the
- * grads the compute stream produced are complete before they are read and
- * the params it still reads are not overwritten early; on the
- * CPU backend copies are plain memcpys of accounted host memory. The update
+ * Where copies are asynchronous the copy thread issues each copy on its
+ * own stream and synchronizes that stream, so a copy is complete when its
+ * job is; the D2H stream first joins every backend stream
+ * (zrt_backend_stream_join) and the prologue synchronizes it, so the grads
+ * the compute stream produced are complete before they are read and the
+ * params it still reads are not overwritten early; on the CPU backend
+ * copies are plain memcpys of accounted host memory. The update
  * is zrt_cpu_optim_step on the same bytes, so the pipe's results are bitwise
  * those of one zrt_cpu_optim_step over the whole shard.
  *
@@ -246,10 +247,11 @@ static zrt_status zrt_pipe_run(zrt_offload_pipe *p, zrt_pipe_job *j, zrt_pipe_up
   size_t n = j->n, tiles = zrt_pipe_tiles(p, n);
   j->k = -1;
   /* The grads were produced, and the params are still read, by work queued
-   * on the backend's other streams (the compute stream): both copy streams
-   * start after it (events, no host wait). */
+   * on the backend's other streams (the compute stream): the D2H stream
+   * starts after it (events, no host wait), and the prologue's synchronize
+   * of that stream returns after it, so every H2D copy, issued later, comes
+   * after it too (the H2D stream's own join was idle: the mutation run) */
   ZRT_CHECK(zrt_backend_stream_join(p->be, p->s_d2h));
-  ZRT_CHECK(zrt_backend_stream_join(p->be, p->s_h2d));
   zrt_pipe_post(p, j); /* prologue: tile 0 in */
   ZRT_CHECK(zrt_pipe_wait(p, &copy_s));
   for (size_t k = 0; k < tiles; k++) {
