@@ -142,15 +142,8 @@ int zrt_comm_poll(zrt_status (*done)(void *arg, int *flag), void *arg, double ti
 zrt_status zrt_comm_fin_run(zrt_backend *be, const zrt_comm_fin *f, zrt_copy_kind kind) {
   if (!f->n || !f->dst) return ZRT_OK;
   size_t bytes = f->n * zrt_dtype_size(f->dst_dt);
-  if (kind == ZRT_COPY_D2D) {
-    if (f->src_dt != f->dst_dt)
-      ZRT_CHECK(zrt_backend_convert(be, f->dst, f->dst_dt, f->src, f->src_dt, f->n, NULL));
-    else
-      ZRT_CHECK(zrt_backend_memcpy(be, f->dst, f->src, bytes, ZRT_COPY_D2D, NULL));
-    return zrt_backend_synchronize(be, NULL);
-  }
   if (kind != ZRT_COPY_H2D && kind != ZRT_COPY_H2H)
-    return zrt_error(ZRT_ERR_INTERNAL, "zrt_comm_fin_run: copy kind %d is not D2D, H2D or H2H",
+    return zrt_error(ZRT_ERR_INTERNAL, "zrt_comm_fin_run: copy kind %d is not H2D or H2H",
                      (int)kind);
   if (f->src_dt != f->dst_dt) {
     /* In place in the staging buffer: only a narrowing fits there. */
