@@ -395,12 +395,10 @@ static zrt_status mpi_broadcast(void *ctx, void *buf, size_t count, zrt_dtype dt
     MPI_TRY_GOTO(MPI_Ibcast(buf, (int)count, T, root, m->world, &r->mr), "MPI_Ibcast", st, fail);
   } else {
     ZRT_CHECK_GOTO(stage_alloc(m, count * es, &r->stage[0]), st, fail);
-    if (m->rank == root && count) {
-      ZRT_CHECK_GOTO(
-          zrt_backend_memcpy(m->backend, r->stage[0], buf, count * es, ZRT_COPY_D2H, NULL), st,
-          fail);
-      ZRT_CHECK_GOTO(zrt_backend_synchronize(m->backend, NULL), st, fail);
-    }
+    /* the root stages like every other input: after all queued work (an
+     * input written on another stream was sent stale before:
+     * mpi.test_comm_staged) */
+    if (m->rank == root) ZRT_CHECK_GOTO(load_stage(m, r->stage[0], buf, dt, count), st, fail);
     MPI_TRY_GOTO(MPI_Ibcast(r->stage[0], (int)count, T, root, m->world, &r->mr), "MPI_Ibcast", st,
                  fail);
     if (m->rank != root) {
