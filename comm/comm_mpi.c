@@ -95,12 +95,13 @@ static void stage_free(mpi_ctx *m, void *p) {
 /* stage (host) <- the caller's device buffer, n elements of dt. The copy
  * runs on the backend's stream after every backend stream's queued work
  * (stream_join: events, so an input produced on an offload or comm stream
- * is complete), then the host waits for it. */
+ * is complete); the staging is pageable (host_raw_alloc), so the copy has
+ * completed when it returns (CUDA and twin alike: no synchronize, which
+ * the mutation run found idle). */
 static zrt_status load_stage(mpi_ctx *m, void *stage, const void *src, zrt_dtype dt, size_t n) {
   if (!n) return ZRT_OK;
   ZRT_CHECK(zrt_backend_stream_join(m->backend, NULL));
-  ZRT_CHECK(zrt_backend_memcpy(m->backend, stage, src, n * zrt_dtype_size(dt), ZRT_COPY_D2H, NULL));
-  return zrt_backend_synchronize(m->backend, NULL);
+  return zrt_backend_memcpy(m->backend, stage, src, n * zrt_dtype_size(dt), ZRT_COPY_D2H, NULL);
 }
 
 /* Completion: the caller's dst <- the request's host result. */
