@@ -512,9 +512,13 @@ zrt_status zrt_backend_launch_host(zrt_backend *b, zrt_host_fn fn, const void *a
   return zrt_backend_launch_host_named(b, fn, args, bytes, s, "host function");
 }
 
-/* fn(copy of args) at once on the calling thread, after s's queued work. */
-static zrt_status zrt_backend_host_now(zrt_backend *b, zrt_host_fn fn, const void *args,
-                                       size_t bytes, zrt_stream s) {
+zrt_status zrt_backend_launch_host_named(zrt_backend *b, zrt_host_fn fn, const void *args,
+                                         size_t bytes, zrt_stream s, const char *what) {
+  ZRT_BACKEND_NN(b, "launch_host");
+  ZRT_CHECK(zrt_backend_check_ptr("launch_host", "fn", (const void *)fn));
+  if (bytes) ZRT_CHECK(zrt_backend_check_ptr("launch_host", "args", args));
+  if (b->iface->launch_host)
+    return b->iface->launch_host(b->ctx, fn, args, bytes, s, what ? what : "host function");
   ZRT_CHECK(zrt_backend_synchronize(b, s));
   /* fn may write its copy: give it one, as the asynchronous slot does */
   unsigned char small[256];
@@ -526,26 +530,14 @@ static zrt_status zrt_backend_host_now(zrt_backend *b, zrt_host_fn fn, const voi
   return st;
 }
 
-zrt_status zrt_backend_launch_host_named(zrt_backend *b, zrt_host_fn fn, const void *args,
-                                         size_t bytes, zrt_stream s, const char *what) {
-  ZRT_BACKEND_NN(b, "launch_host");
-  ZRT_CHECK(zrt_backend_check_ptr("launch_host", "fn", (const void *)fn));
-  if (bytes) ZRT_CHECK(zrt_backend_check_ptr("launch_host", "args", args));
-  if (b->iface->launch_host)
-    return b->iface->launch_host(b->ctx, fn, args, bytes, s, what ? what : "host function");
-  return zrt_backend_host_now(b, fn, args, bytes, s);
-}
-
 zrt_status zrt_backend_enqueue_host_named(zrt_backend *b, zrt_host_fn fn, const void *args,
                                           size_t bytes, zrt_stream s, const char *what) {
   ZRT_BACKEND_NN(b, "enqueue_host");
+  /* without the slot: launch_host (the twin queues, others run at once) */
+  if (!b->iface->enqueue_host) return zrt_backend_launch_host_named(b, fn, args, bytes, s, what);
   ZRT_CHECK(zrt_backend_check_ptr("enqueue_host", "fn", (const void *)fn));
   if (bytes) ZRT_CHECK(zrt_backend_check_ptr("enqueue_host", "args", args));
-  if (b->iface->enqueue_host)
-    return b->iface->enqueue_host(b->ctx, fn, args, bytes, s, what ? what : "host function");
-  if (b->iface->launch_host)
-    return b->iface->launch_host(b->ctx, fn, args, bytes, s, what ? what : "host function");
-  return zrt_backend_host_now(b, fn, args, bytes, s);
+  return b->iface->enqueue_host(b->ctx, fn, args, bytes, s, what ? what : "host function");
 }
 
 int zrt_backend_host_fn_async(const zrt_backend *b) {

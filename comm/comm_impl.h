@@ -33,8 +33,7 @@ int zrt_comm_poll(zrt_status (*done)(void *arg, int *flag), void *arg, double ti
 /* The completion epilogue of a staged collective (the MPI comm's):
  * n elements of the staging result src (dtype src_dt) go into
  * the caller's dst (dtype dst_dt) — converted when the dtypes differ,
- * copied otherwise. Where the buffers live is the copy kind (a D2D kind,
- * which no comm used, went with the mutation run of issue 22):
+ * copied otherwise. Where the buffers live is the copy kind:
  *   ZRT_COPY_H2D  src in host staging, dst on the device: a conversion runs
  *                 on the host in place in src (narrowing only), then one
  *                 copy to the device and a synchronise;

@@ -138,7 +138,6 @@ void zrt_engine_team_step(zrt_engine *eng, double step_s) {
     if (n != t->size) {
       t->prev = t->size;
       t->cur = t->size = n;
-      t->last_probe_med = t->cur_med = step_s;
       changed = 1;
     }
   } else {

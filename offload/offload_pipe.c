@@ -483,6 +483,14 @@ static void zrt_pipe_free_buffers(zrt_offload_pipe *p) {
   }
 }
 
+/* The blocking mode's copy thread. */
+static zrt_status zrt_pipe_start_thread(zrt_offload_pipe *p) {
+  if (pthread_create(&p->thr, NULL, zrt_pipe_thread, p) != 0)
+    return zrt_error(ZRT_ERR_INTERNAL, "offload pipe: cannot start the copy thread");
+  p->thr_ok = 1;
+  return ZRT_OK;
+}
+
 zrt_status zrt_offload_pipe_create(zrt_backend *be, zrt_hostpool *hp, const zrt_offload_opts *opts,
                                    zrt_offload_pipe **out) {
   zrt_status st = ZRT_OK;
@@ -542,11 +550,7 @@ zrt_status zrt_offload_pipe_create(zrt_backend *be, zrt_hostpool *hp, const zrt_
     *out = p;
     return ZRT_OK;
   }
-  if (pthread_create(&p->thr, NULL, zrt_pipe_thread, p) != 0) {
-    st = zrt_error(ZRT_ERR_INTERNAL, "offload pipe: cannot start the copy thread");
-    goto fail;
-  }
-  p->thr_ok = 1;
+  ZRT_CHECK_GOTO(zrt_pipe_start_thread(p), st, fail);
   *out = p;
   return ZRT_OK;
 fail:
@@ -722,9 +726,7 @@ zrt_status zrt_offload_pipe_set_param16_host(zrt_offload_pipe *p, int host) {
    * update wrote it). */
   if (!host || !p->async || p->pool_pinned || p->thr_ok) return ZRT_OK;
   ZRT_CHECK(zrt_offload_pipe_sync(p));
-  if (pthread_create(&p->thr, NULL, zrt_pipe_thread, p) != 0)
-    return zrt_error(ZRT_ERR_INTERNAL, "offload pipe: cannot start the copy thread");
-  p->thr_ok = 1;
+  ZRT_CHECK(zrt_pipe_start_thread(p));
   p->async = 0;
   return ZRT_OK;
 }

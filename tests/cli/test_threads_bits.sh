@@ -31,6 +31,13 @@ PY
 same() {
   cmp -s "$D/$1.bits" "$D/$2.bits" || { diff "$D/$1.bits" "$D/$2.bits" | head; fail "$1 and $2 differ"; }
 }
+# a malformed schedule is refused at engine creation, by name
+if ZRT_TEST_HOOKS=1 ZRT_TEST_TEAM_FLIP=0 "$EXE" --model tiny --data "$D/corpus.txt" --steps 1 \
+  >"$D/flip0.out" 2>&1; then
+  fail "ZRT_TEST_TEAM_FLIP=0 was accepted"
+fi
+grep -q "ZRT_TEST_TEAM_FLIP='0': expected optimizer steps from 1 to 1000000" "$D/flip0.out" ||
+  { cat "$D/flip0.out"; fail "ZRT_TEST_TEAM_FLIP=0: no message naming it"; }
 [ "$cores" -ge 2 ] || { echo "SKIP: one core: no team to change"; exit 77; }
 for prec in fp32 bf16; do
   ARGS=()

@@ -319,6 +319,39 @@ static void test_jitter_env(void) {
   /* slow side streams: a copy on another stream lands late, so a read that
    * no event orders after it sees the allocation's poison; with the event,
    * the copy */
+  /* one slow kind of op: LABEL:US, each malformed value named */
+  const char *bad_slow[] = {"update",    "update:",   ":3000",
+                            "update:3x", "update:-1", "update:20000000"};
+  for (size_t i = 0; i < sizeof bad_slow / sizeof *bad_slow; i++) {
+    setenv("ZRT_TWIN_SLOW_OP", bad_slow[i], 1);
+    ZT_CHECK(zrt_backend_create("twin", 0, 0, &b) == ZRT_ERR_CONFIG);
+    ZT_CONTAINS(zrt_last_error(), "ZRT_TWIN_SLOW_OP=\"");
+    ZT_CONTAINS(zrt_last_error(), bad_slow[i]);
+    ZT_CONTAINS(zrt_last_error(), "expected LABEL:MICROSECONDS");
+  }
+  setenv("ZRT_TWIN_SLOW_OP", "offload optimizer update:3000", 1);
+  ZT_OK(zrt_backend_create("twin", 0, 0, &b));
+  ZT_CONTAINS(b->description, "slow ops");
+  zrt_backend_destroy(b);
+  unsetenv("ZRT_TWIN_SLOW_OP");
+  /* the host-function shapes: what the engine is told in each mode */
+  setenv("ZRT_TWIN_HOST_FN", "async", 1);
+  ZT_CHECK(zrt_backend_create("twin", 0, 0, &b) == ZRT_ERR_CONFIG);
+  ZT_CONTAINS(zrt_last_error(), "ZRT_TWIN_HOST_FN=\"async\": expected stream");
+  const char *modes[] = {"stream", "cuda", "sync"};
+  const int want[3][3] = {{1, 1, 1}, {1, 1, 0}, {0, 0, 0}}; /* async, device, kernels */
+  for (int i = 0; i < 3; i++) {
+    setenv("ZRT_TWIN_HOST_FN", modes[i], 1);
+    ZT_OK(zrt_backend_create("twin", 0, 0, &b));
+    printf("twin ZRT_TWIN_HOST_FN=%s: host_fn async %d device %d kernels %d\n", modes[i],
+           zrt_backend_host_fn_async(b), zrt_backend_host_fn_device(b),
+           zrt_backend_host_fn_kernels(b));
+    ZT_CHECK(zrt_backend_host_fn_async(b) == want[i][0] &&
+             zrt_backend_host_fn_device(b) == want[i][1] &&
+             zrt_backend_host_fn_kernels(b) == want[i][2]);
+    zrt_backend_destroy(b);
+  }
+  unsetenv("ZRT_TWIN_HOST_FN");
   setenv("ZRT_TWIN_SIDE_DELAY_US", "-3", 1);
   ZT_CHECK(zrt_backend_create("twin", 0, 0, &b) == ZRT_ERR_CONFIG);
   ZT_CONTAINS(zrt_last_error(), "ZRT_TWIN_SIDE_DELAY_US=\"-3\"");

@@ -97,18 +97,21 @@ static void run_case(zrt_backend *be, zrt_offload_pipe *pipe, zrt_optim_hparams 
  * backend's stream: a producer there that is still running (a host function
  * that sleeps 50 ms, then writes the grads) must be waited for, so the
  * masters equal the reference computed from those grads (bitwise). */
-typedef struct slow_fill_args {
+/* A slow op on the backend's stream: 50 ms, then one copy (a producer of
+ * device memory, or a consumer reading it back). */
+typedef struct slow_copy_args {
   zrt_backend *be;
-  void *dev;
+  void *dst;
   const void *src;
   size_t bytes;
-} slow_fill_args;
+  zrt_copy_kind kind;
+} slow_copy_args;
 
-static zrt_status slow_fill(void *arg) {
-  const slow_fill_args *a = arg;
+static zrt_status slow_copy(void *arg) {
+  const slow_copy_args *a = arg;
   struct timespec ts = {0, 50 * 1000 * 1000};
   nanosleep(&ts, NULL);
-  return zrt_backend_memcpy(a->be, a->dev, a->src, a->bytes, ZRT_COPY_H2D, NULL);
+  return zrt_backend_memcpy(a->be, a->dst, a->src, a->bytes, a->kind, NULL);
 }
 
 static void check_after_producer(zrt_backend *be, zrt_offload_pipe *pipe) {
@@ -124,8 +127,8 @@ static void check_after_producer(zrt_backend *be, zrt_offload_pipe *pipe) {
   ZT_OK(zrt_backend_memset(be, gdev, 0, n * 4, NULL));
   zrt_optim_hparams h = zt_adam_step1(ZRT_OPTIM_ADAMW, 1e-2f);
   ZT_OK(zrt_cpu_optim_step(&h, mref, aref, bref, g, ZRT_F32, NULL, ZRT_BF16, n));
-  slow_fill_args fa = {be, gdev, g, n * 4};
-  ZT_OK(zrt_backend_launch_host_named(be, slow_fill, &fa, sizeof fa, NULL, "slow producer"));
+  slow_copy_args fa = {be, gdev, g, n * 4, ZRT_COPY_H2D};
+  ZT_OK(zrt_backend_launch_host_named(be, slow_copy, &fa, sizeof fa, NULL, "slow producer"));
   ZT_OK(zrt_offload_pipe_step(pipe, &h, m, a, b, gdev, ZRT_F32, NULL, ZRT_BF16, n));
   ZT_OK(zrt_offload_pipe_sync(pipe));
   int same = !memcmp(m, mref, n * 4) && !memcmp(a, aref, n * 4) && !memcmp(b, bref, n * 4);
@@ -147,20 +150,6 @@ static void check_after_producer(zrt_backend *be, zrt_offload_pipe *pipe) {
  * the backend's stream, 50 ms) sees the params from before the step: the
  * pipe's H2D copies start after it (the blocking mode's join of its H2D
  * stream; stream mode's one join, which the write-back follows). */
-typedef struct slow_read_args {
-  zrt_backend *be;
-  void *host;
-  const void *dev;
-  size_t bytes;
-} slow_read_args;
-
-static zrt_status slow_read(void *arg) {
-  const slow_read_args *a = arg;
-  struct timespec ts = {0, 50 * 1000 * 1000};
-  nanosleep(&ts, NULL);
-  return zrt_backend_memcpy(a->be, a->host, a->dev, a->bytes, ZRT_COPY_D2H, NULL);
-}
-
 static void check_reader_before_step(zrt_backend *be, zrt_offload_pipe *pipe) {
   size_t n = 2 * 4096 + 5;
   float *m = malloc(n * 4), *a = calloc(n, 4), *b = calloc(n, 4), *g = malloc(n * 4);
@@ -174,8 +163,8 @@ static void check_reader_before_step(zrt_backend *be, zrt_offload_pipe *pipe) {
   ZT_OK(zrt_backend_alloc(be, n * 2, ZRT_MEM_PARAMS16, &pdev));
   ZT_OK(zrt_backend_memcpy(be, pdev, old, n * 2, ZRT_COPY_H2D, NULL));
   zrt_optim_hparams h = zt_adam_step1(ZRT_OPTIM_ADAMW, 1e-2f);
-  slow_read_args ra = {be, seen, pdev, n * 2};
-  ZT_OK(zrt_backend_launch_host_named(be, slow_read, &ra, sizeof ra, NULL, "slow reader"));
+  slow_copy_args ra = {be, seen, pdev, n * 2, ZRT_COPY_D2H};
+  ZT_OK(zrt_backend_launch_host_named(be, slow_copy, &ra, sizeof ra, NULL, "slow reader"));
   ZT_OK(zrt_offload_pipe_step_host_grad(pipe, &h, m, a, b, g, ZRT_F32, pdev, ZRT_BF16, n));
   ZT_OK(zrt_offload_pipe_sync(pipe));
   ZT_OK(zrt_backend_synchronize(be, NULL));
