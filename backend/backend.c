@@ -337,6 +337,35 @@ zrt_status zrt_backend_scale_check(zrt_backend *b, const void *x, zrt_dtype dt, 
   return b->iface->scale_check(b->ctx, x, dt, n, scale, sumsq, nonfinite, s);
 }
 
+zrt_status zrt_backend_scale_check_list(zrt_backend *b, const void *const *x, const size_t *n,
+                                        int k, zrt_dtype dt, float scale, double *sumsq,
+                                        int *nonfinite, zrt_stream s) {
+  ZRT_BACKEND_NN(b, "scale_check_list");
+  ZRT_CHECK(zrt_backend_check_dtype("scale_check_list", "input", dt));
+  ZRT_CHECK(zrt_backend_check_ptr("scale_check_list", "sumsq", sumsq));
+  ZRT_CHECK(zrt_backend_check_ptr("scale_check_list", "nonfinite", nonfinite));
+  if (k < 0)
+    return zrt_error(ZRT_ERR_INVALID_ARG, "scale_check_list: %d buffers (expected 0 or more)", k);
+  if (k == 0) return ZRT_OK;
+  ZRT_CHECK(zrt_backend_check_ptr("scale_check_list", "x", x));
+  ZRT_CHECK(zrt_backend_check_ptr("scale_check_list", "n", n));
+  int live = 0;
+  for (int i = 0; i < k; i++) {
+    if (!n[i]) continue;
+    if (!x[i])
+      return zrt_error(ZRT_ERR_INVALID_ARG,
+                       "scale_check_list: buffer %d of %d is NULL (%zu elements)", i, k, n[i]);
+    live++;
+  }
+  if (!live) return ZRT_OK;
+  if (!b->iface->scale_check_list) {
+    for (int i = 0; i < k; i++)
+      ZRT_CHECK(zrt_backend_scale_check(b, x[i], dt, n[i], scale, sumsq, nonfinite, s));
+    return ZRT_OK;
+  }
+  return b->iface->scale_check_list(b->ctx, x, n, k, dt, scale, sumsq, nonfinite, s);
+}
+
 zrt_status zrt_backend_gemm(zrt_backend *b, int trans_a, int trans_b, int64_t m, int64_t n,
                             int64_t k, float alpha, const void *a, int64_t lda, const void *bm,
                             int64_t ldb, zrt_dtype ab_dt, float beta, void *c, int64_t ldc,

@@ -51,6 +51,13 @@ typedef struct zrt_backend_iface {
    * non-finite x. Results are host values, complete on return (syncs). */
   zrt_status (*scale_check)(void *ctx, const void *x, zrt_dtype dt, size_t n, float scale,
                             double *sumsq, int *nonfinite, zrt_stream s);
+  /* scale_check over k buffers in order with one host wait for all: for
+   * i = 0..k-1, *sumsq += (buffer i's sum, formed as scale_check forms it),
+   * *nonfinite |= its flag; the same bits as k scale_check calls. Entries
+   * with n[i] == 0 are skipped. Optional (NULL: scale_check per buffer). */
+  zrt_status (*scale_check_list)(void *ctx, const void *const *x, const size_t *n, int k,
+                                 zrt_dtype dt, float scale, double *sumsq, int *nonfinite,
+                                 zrt_stream s);
   /* Row-major GEMM with fp32 accumulation, C = alpha op(A) op(B) + beta C. */
   zrt_status (*gemm)(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                      float alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
@@ -198,6 +205,9 @@ zrt_status zrt_backend_accumulate(zrt_backend *b, float *dst, const void *src, z
                                   float alpha, size_t n, zrt_stream s);
 zrt_status zrt_backend_scale_check(zrt_backend *b, const void *x, zrt_dtype dt, size_t n,
                                    float scale, double *sumsq, int *nonfinite, zrt_stream s);
+zrt_status zrt_backend_scale_check_list(zrt_backend *b, const void *const *x, const size_t *n,
+                                        int k, zrt_dtype dt, float scale, double *sumsq,
+                                        int *nonfinite, zrt_stream s);
 zrt_status zrt_backend_gemm(zrt_backend *b, int trans_a, int trans_b, int64_t m, int64_t n,
                             int64_t k, float alpha, const void *a, int64_t lda, const void *bm,
                             int64_t ldb, zrt_dtype ab_dt, float beta, void *c, int64_t ldc,

@@ -223,6 +223,8 @@ static zrt_status zrt_cuda_scale_check_locked(zrt_cuda_ctx *c, const void *x, zr
   ZRT_CUDA_CHECK(
       cudaMemcpyAsync(c->h_result, out, sizeof(double) + sizeof(int), cudaMemcpyDeviceToHost, st));
   ZRT_CUDA_CHECK(cudaStreamSynchronize(st));
+  ZRT_BACKEND_COUNT(c->b, host_waits);
+  ZRT_BACKEND_COUNT(c->b, d2h_reads);
   double r;
   int f;
   memcpy(&r, c->h_result, sizeof r);
@@ -230,6 +232,56 @@ static zrt_status zrt_cuda_scale_check_locked(zrt_cuda_ctx *c, const void *x, zr
   *sumsq += r;
   *nonfinite |= f;
   return ZRT_OK;
+}
+
+/* The list: per buffer the partial pass and a fold that adds into one
+ * device record (started from the caller's *sumsq), then one copy back and
+ * one wait for all of them. */
+static zrt_status zrt_cuda_scale_check_list_locked(zrt_cuda_ctx *c, const void *const *x,
+                                                   const size_t *n, int k, zrt_dtype dt,
+                                                   float scale, double *sumsq, int *nonfinite,
+                                                   cudaStream_t st) {
+  double *partial = (double *)c->d_scratch;
+  int *flags = (int *)(partial + ZRT_CUDA_RED_BLOCKS);
+  double *out = partial + ZRT_CUDA_RED_BLOCKS + ZRT_CUDA_RED_BLOCKS / 2;
+  int *out_flag = (int *)(out + 1);
+  int first = 1;
+  for (int i = 0; i < k; i++) {
+    if (!n[i]) continue;
+    unsigned g = zrt_cuda_blocks(c, n[i]);
+    if (g > ZRT_CUDA_RED_BLOCKS) g = ZRT_CUDA_RED_BLOCKS;
+    ZRT_DT_SWITCH(dt, S,
+                  zrt_k_sumsq_partial<S>
+                  <<<g, ZRT_CUDA_THREADS, 0, st>>>(x[i], n[i], scale, partial, flags));
+    ZRT_CUDA_LAUNCHED("scale_check_list kernel");
+    zrt_k_sumsq_fold_add<<<1, ZRT_CUDA_THREADS, 0, st>>>(partial, flags, (int)g, out, out_flag,
+                                                         first, *sumsq);
+    ZRT_CUDA_LAUNCHED("scale_check_list fold kernel");
+    first = 0;
+  }
+  if (first) return ZRT_OK; /* every buffer empty */
+  ZRT_CUDA_CHECK(
+      cudaMemcpyAsync(c->h_result, out, sizeof(double) + sizeof(int), cudaMemcpyDeviceToHost, st));
+  ZRT_CUDA_CHECK(cudaStreamSynchronize(st));
+  ZRT_BACKEND_COUNT(c->b, host_waits);
+  ZRT_BACKEND_COUNT(c->b, d2h_reads);
+  int f;
+  memcpy(sumsq, c->h_result, sizeof *sumsq);
+  memcpy(&f, (char *)c->h_result + sizeof(double), sizeof f);
+  *nonfinite |= f;
+  return ZRT_OK;
+}
+
+static zrt_status zrt_cuda_scale_check_list(void *ctx, const void *const *x, const size_t *n, int k,
+                                            zrt_dtype dt, float scale, double *sumsq,
+                                            int *nonfinite, zrt_stream s) {
+  zrt_cuda_ctx *c = (zrt_cuda_ctx *)ctx;
+  ZRT_CUDA_CHECK(cudaSetDevice(c->device));
+  pthread_mutex_lock(&c->mu);
+  zrt_status st = zrt_cuda_scale_check_list_locked(c, x, n, k, dt, scale, sumsq, nonfinite,
+                                                   zrt_cuda_stream(c, s));
+  pthread_mutex_unlock(&c->mu);
+  return st;
 }
 
 static zrt_status zrt_cuda_scale_check(void *ctx, const void *x, zrt_dtype dt, size_t n,
@@ -694,6 +746,7 @@ static zrt_backend_iface zrt_cuda_make_iface(void) {
   f.convert = zrt_cuda_convert;
   f.accumulate = zrt_cuda_accumulate;
   f.scale_check = zrt_cuda_scale_check;
+  f.scale_check_list = zrt_cuda_scale_check_list;
   f.gemm = zrt_cuda_gemm;
   f.optim_step = zrt_cuda_optim_step;
   f.stream_create = zrt_cuda_stream_create;

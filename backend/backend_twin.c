@@ -680,6 +680,45 @@ static zrt_status twin_scale_check(void *ctx, const void *x, zrt_dtype dt, size_
 }
 
 typedef struct {
+  const void *const *x; /* the caller's arrays: it waits for the op, or */
+  const size_t *n;      /* runs it in place (on the stream's own worker) */
+  int k;
+  zrt_dtype dt;
+  float scale;
+  double *sumsq;
+  int *nonfinite;
+} twin_check_list_args;
+
+static zrt_status twin_run_check_list(twin_ctx *c, void *a) {
+  twin_check_list_args m;
+  memcpy(&m, a, sizeof m);
+  for (int i = 0; i < m.k; i++)
+    if (m.n[i])
+      ZRT_CHECK(c->cpu.iface->scale_check(c->b, zrt_twin_dev(c, m.x[i]), m.dt, m.n[i], m.scale,
+                                          zrt_twin_dev(c, m.sumsq), zrt_twin_dev(c, m.nonfinite),
+                                          NULL));
+  return ZRT_OK;
+}
+
+/* One op for the whole list, one host wait (the CUDA backend's one copy
+ * back). */
+static zrt_status twin_scale_check_list(void *ctx, const void *const *x, const size_t *n, int k,
+                                        zrt_dtype dt, float scale, double *sumsq, int *nonfinite,
+                                        zrt_stream s) {
+  twin_ctx *c = ctx;
+  for (int i = 0; i < k; i++)
+    if (n[i])
+      ZRT_CHECK(zrt_twin_operand(c, "scale_check_list", "x", x[i], n[i] * zrt_dtype_size(dt)));
+  twin_stream *ts = twin_stream_of(c, s);
+  twin_check_list_args m = {x, n, k, dt, scale, sumsq, nonfinite};
+  ZRT_CHECK(twin_enqueue(c, ts, twin_run_check_list, "scale_check_list", &m, sizeof m));
+  if (twin_cur == ts) return ZRT_OK;
+  ZRT_BACKEND_COUNT(c->b, host_waits);
+  ZRT_BACKEND_COUNT(c->b, d2h_reads);
+  return twin_wait_done(ts, twin_enq_of(ts));
+}
+
+typedef struct {
   int ta, tb;
   int64_t m, n, k;
   float alpha;
@@ -974,6 +1013,7 @@ static const zrt_backend_iface zrt_twin_iface = {
     .convert = twin_convert,
     .accumulate = twin_accumulate,
     .scale_check = twin_scale_check,
+    .scale_check_list = twin_scale_check_list,
     .gemm = twin_gemm,
     .optim_step = twin_optim,
     .stream_create = twin_stream_create,

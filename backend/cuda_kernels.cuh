@@ -121,6 +121,24 @@ __global__ void zrt_k_sumsq_fold(const double *partial, const int *flags, int nb
   }
 }
 
+/* Pass 2 of one buffer of a list (scale_check_list): the same fold, then
+ * out = init + sum for the first buffer and out = out + sum after it, the
+ * order of the host's `*sumsq += sum` per buffer, so the bits match. */
+__global__ void zrt_k_sumsq_fold_add(const double *partial, const int *flags, int nblocks,
+                                     double *out, int *out_flag, int first, double init) {
+  double acc = 0.0;
+  int bad = 0;
+  for (int i = threadIdx.x; i < nblocks; i += blockDim.x) {
+    acc += partial[i];
+    bad |= flags[i];
+  }
+  zrt_d_block_sum(&acc, &bad);
+  if (threadIdx.x == 0) {
+    *out = (first ? init : *out) + acc;
+    *out_flag = first ? bad : (*out_flag | bad);
+  }
+}
+
 typedef struct zrt_d_optim {
   int type;
   float lr, b1, b2, eps, wd, momentum, mul;

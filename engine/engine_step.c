@@ -35,22 +35,39 @@ static int zrt_engine_inject_now(const zrt_engine *eng) {
   return 0;
 }
 
+/* Device shards whose statistics one scale_check_list call takes. */
+#define ZRT_STATS_BATCH 64
+
 /* One pass over the rank's owned gradients: sum of squares of grad*inv and
  * the non-finite flag. At stage 0 the accumulator is replicated, so each
- * rank only looks at its own slice to keep the all-reduced sum exact. */
+ * rank only looks at its own slice to keep the all-reduced sum exact. The
+ * device shards go to the backend in runs (scale_check_list: one host wait
+ * per run of up to ZRT_STATS_BATCH modules, not one per module), in module
+ * order with the host shards, so the sum's order, hence its bits, is the
+ * per-module one. */
 static zrt_status zrt_engine_grad_stats(zrt_engine *eng, float inv, double *sumsq, int *nonfinite) {
   *sumsq = 0;
   *nonfinite = 0;
-  for (int m = 0; m < eng->nmodules; m++) {
-    zrt_module_entry *me = &eng->modules[m];
+  const void *xs[ZRT_STATS_BATCH];
+  size_t ns[ZRT_STATS_BATCH];
+  int k = 0;
+  for (int m = 0; m <= eng->nmodules; m++) {
+    zrt_module_entry *me = m < eng->nmodules ? &eng->modules[m] : NULL;
+    if (k && (!me || me->grad_host || k == ZRT_STATS_BATCH)) {
+      ZRT_CHECK(zrt_backend_scale_check_list(eng->backend, xs, ns, k, eng->master_dtype, inv, sumsq,
+                                             nonfinite, NULL));
+      k = 0;
+    }
+    if (!me) break;
     const void *g =
         zrt_engine_at(me->grad_acc, eng->policy->shard_optimizer ? 0 : (size_t)eng->rank * me->part,
                       eng->master_dtype);
-    if (me->grad_host) /* the host shard: the CPU kernel the CPU backend's slot runs */
+    if (me->grad_host) { /* the host shard: the CPU kernel the CPU backend's slot runs */
       zrt_cpu_sumsq_check(g, eng->master_dtype, (size_t)me->part, inv, sumsq, nonfinite);
-    else
-      ZRT_CHECK(zrt_backend_scale_check(eng->backend, g, eng->master_dtype, (size_t)me->part, inv,
-                                        sumsq, nonfinite, NULL));
+    } else {
+      xs[k] = g;
+      ns[k++] = (size_t)me->part;
+    }
   }
   return ZRT_OK;
 }

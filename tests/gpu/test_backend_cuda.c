@@ -18,6 +18,8 @@
  *   memcpy / memset / convert: exact (the kernels are amp/dtype.h bit for bit);
  *   accumulate: 2 fp32 roundings of the magnitude (4 * 2^-24 * |x|max);
  *   scale_check: 1e-12 relative (double sums in different orders);
+ *     scale_check_list: bit for bit the backend's own per-buffer calls,
+ *     with one host wait for the list;
  *   GEMM: 2 * K * 2^-24 * |alpha| (fp32 accumulation, both sides) plus one
  *     ulp of the output dtype times max|C| (each side rounds once);
  *   optim_step: 1e-6 absolute vs the CPU backend after 3 steps (values ~1),
@@ -247,6 +249,64 @@ static void test_scale_check(void) {
       zrt_backend_free(cpu, c);
       free(h);
     }
+}
+
+/* The list (engine_step.c's one statistics pass): the same bits as the
+ * backend's per-buffer calls in order, empty entries skipped, the flag of
+ * any buffer kept, one host wait and one scalar read for the whole list. */
+static void test_scale_check_list(void) {
+  enum { K = 5 };
+  const size_t sizes[K] = {4097, 0, 1, 300007, 255};
+  for (int t = 0; t < 3; t++) {
+    void *h[K], *d[K];
+    for (int i = 0; i < K; i++) {
+      size_t bytes = (sizes[i] ? sizes[i] : 1) * zrt_dtype_size(dts[t]);
+      h[i] = malloc(bytes);
+      for (size_t j = 0; j < sizes[i]; j++) zrt_store_f(h[i], dts[t], j, 4.0f * srand1());
+      d[i] = sizes[i] ? upload(gpu, h[i], bytes) : NULL;
+    }
+    double one = 0.75, all = 0.75;
+    int f1 = 0, fa = 0;
+    for (int i = 0; i < K; i++)
+      ZT_OK(zrt_backend_scale_check(gpu, d[i], dts[t], sizes[i], 0.5f, &one, &f1, NULL));
+    uint64_t w0 = ZRT_BACKEND_COUNTER(gpu, host_waits), r0 = ZRT_BACKEND_COUNTER(gpu, d2h_reads);
+    ZT_OK(zrt_backend_scale_check_list(gpu, (const void *const *)d, sizes, K, dts[t], 0.5f, &all,
+                                       &fa, NULL));
+    uint64_t waits = ZRT_BACKEND_COUNTER(gpu, host_waits) - w0,
+             reads = ZRT_BACKEND_COUNTER(gpu, d2h_reads) - r0;
+    printf("scale_check_list %s: %.17g, per buffer %.17g; %llu host wait(s), %llu read(s)\n",
+           zrt_dtype_name(dts[t]), all, one, (unsigned long long)waits, (unsigned long long)reads);
+    ZT_CHECK(memcmp(&all, &one, sizeof all) == 0);
+    ZT_CHECK(fa == 0 && f1 == 0);
+    ZT_CHECK(waits == 1 && reads == 1);
+    /* a NaN in the fourth buffer: the flag comes back; a set flag stays set */
+    zrt_store_f(h[3], dts[t], 17, NAN);
+    ZT_OK(
+        zrt_backend_memcpy(gpu, d[3], h[3], sizes[3] * zrt_dtype_size(dts[t]), ZRT_COPY_H2D, NULL));
+    fa = 0;
+    ZT_OK(zrt_backend_scale_check_list(gpu, (const void *const *)d, sizes, K, dts[t], 0.5f, &all,
+                                       &fa, NULL));
+    ZT_CHECK(fa == 1);
+    ZT_OK(zrt_backend_scale_check_list(gpu, (const void *const *)d, sizes, 1, dts[t], 0.5f, &all,
+                                       &fa, NULL));
+    ZT_CHECK(fa == 1);
+    for (int i = 0; i < K; i++) {
+      if (d[i]) zrt_backend_free(gpu, d[i]);
+      free(h[i]);
+    }
+  }
+  /* bad arguments: messages that name the buffer */
+  double s = 0;
+  int f = 0;
+  const void *nul[2] = {NULL, NULL};
+  size_t two[2] = {0, 8};
+  ZT_CHECK(zrt_backend_scale_check_list(gpu, nul, two, 2, ZRT_F32, 1.0f, &s, &f, NULL) ==
+           ZRT_ERR_INVALID_ARG);
+  ZT_CONTAINS(zrt_last_error(), "buffer 1 of 2 is NULL");
+  ZT_CHECK(zrt_backend_scale_check_list(gpu, nul, two, -1, ZRT_F32, 1.0f, &s, &f, NULL) ==
+           ZRT_ERR_INVALID_ARG);
+  ZT_CONTAINS(zrt_last_error(), "-1 buffers");
+  ZT_OK(zrt_backend_scale_check_list(gpu, nul, two, 1, ZRT_F32, 1.0f, &s, &f, NULL)); /* empty */
 }
 
 static double out_ulp(zrt_dtype dt) {
@@ -587,6 +647,7 @@ int main(void) {
   test_convert();
   test_accumulate();
   test_scale_check();
+  test_scale_check_list();
   test_gemm();
   test_optim();
   test_streams();
