@@ -222,6 +222,7 @@ void zrt_engine_destroy(zrt_engine *eng) {
   if (eng->metrics) fclose(eng->metrics);
   if (eng->ckpt_lock.fd >= 0) close(eng->ckpt_lock.fd); /* releases the flock */
   zrt_monitor_destroy(eng->monitor);
+  if (eng->backend) zrt_engine_host_free_all(eng); /* before the host pool goes */
   zrt_engine_offload_teardown(eng);
   zrt_comm_destroy(eng->comm);
   zrt_backend_destroy(eng->backend);

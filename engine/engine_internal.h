@@ -155,13 +155,23 @@ typedef struct zrt_engine_phase_acc {
   double busy0, wait0; /* comm->busy_s / wait_s at window start */
 } zrt_engine_phase_acc;
 
+/* A block of zrt_engine_host_alloc: its accounted (whole-page) bytes and
+ * whether zrt_hostpool_stage_alloc registered it. */
+typedef struct zrt_engine_hostbuf {
+  void *ptr;
+  size_t bytes;
+  int registered;
+} zrt_engine_hostbuf;
+
 struct zrt_engine {
   zrt_config *config; /* private resolved copy */
   const zrt_cfg *cfg; /* zrt_config_values(config) */
   zrt_backend *backend;
   zrt_comm *comm;
-  zrt_hostpool *hostpool;    /* NULL unless some offload is on */
+  zrt_hostpool *hostpool;    /* NULL unless some offload, cpu checkpoints or host_alloc is on */
   zrt_pool *host_pool;       /* zrt_hostpool_pool(hostpool), or NULL */
+  zrt_engine_hostbuf *hbufs; /* the program's zrt_engine_host_alloc blocks (engine_hostmem.c) */
+  int nhbufs, caphbufs;
   zrt_offload_pipe *offload; /* NULL unless offload_optimizer is cpu/nvme */
   int rank, world;
   zrt_dtype dtype;      /* working precision */
@@ -414,6 +424,9 @@ void zrt_engine_offload_free(zrt_engine *eng, void *host_ptr);
  * may still use dst), at once elsewhere. */
 zrt_status zrt_engine_host_set(zrt_engine *eng, void *dst, const void *val, size_t bytes);
 void zrt_engine_offload_teardown(zrt_engine *eng);
+/* engine_hostmem.c: returns every zrt_engine_host_alloc block the program
+ * still holds (after the queued work), before the host pool goes. */
+void zrt_engine_host_free_all(zrt_engine *eng);
 /* offload_optimizer nvme: the whole optimizer step of every module in one
  * segmented pipe step (one commit), NO_DECAY pieces with weight_decay 0. */
 zrt_status zrt_engine_offload_step_nvme(zrt_engine *eng, const zrt_optim_hparams *hp);

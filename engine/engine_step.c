@@ -38,6 +38,15 @@ static int zrt_engine_inject_now(const zrt_engine *eng) {
 /* Device shards whose statistics one scale_check_list call takes. */
 #define ZRT_STATS_BATCH 64
 
+/* 1 when some module's gradient accumulator lives in the host pool (the
+ * host pool itself may hold only other things: the program's host memory,
+ * cpu checkpoints, 16-bit shards). */
+static int zrt_engine_any_grad_host(const zrt_engine *eng) {
+  for (int m = 0; m < eng->nmodules; m++)
+    if (eng->modules[m].grad_host) return 1;
+  return 0;
+}
+
 /* One pass over the rank's owned gradients: sum of squares of grad*inv and
  * the non-finite flag. At stage 0 the accumulator is replicated, so each
  * rank only looks at its own slice to keep the all-reduced sum exact. The
@@ -118,7 +127,7 @@ static zrt_status zrt_engine_agree_stats(zrt_engine *eng, float inv) {
      * additions (host functions on their stream where those are queued:
      * cuda) may still be writing; the drain ordered the backend's stream
      * after them */
-    if (zrt_backend_host_fn_async(eng->backend) && eng->host_pool)
+    if (zrt_backend_host_fn_async(eng->backend) && zrt_engine_any_grad_host(eng))
       ZRT_CHECK(zrt_backend_synchronize(eng->backend, NULL));
     double sumsq = 0;
     int nonfinite = 0;

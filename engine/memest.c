@@ -114,7 +114,7 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
     uint64_t ad, ah;
     zrt_memest_actckpt(l->actckpt_blocks, l->actckpt_bytes, l->actckpt_cpu, &ad, &ah);
     o->device[ZRT_MEM_ACTIVATIONS] += ad;
-    o->host[ZRT_MEM_ACTIVATIONS] += ah;
+    o->host[ZRT_MEM_ACTIVATIONS] += ah + l->program_host_bytes;
   }
   if (l->offload_optimizer) o->host[ZRT_MEM_COMM] = 4 * 4 * (uint64_t)zrt_memest_offload_tile(l);
   if (grad_host) /* the buckets' two host staging slots */

@@ -43,6 +43,9 @@ typedef struct zrt_memest_layout {
                                  the modules whose optimizer stays on the device (those before
                                  zrt_layout_twin_split); 0 = every module offloaded */
   uint64_t activation_bytes;
+  /* host memory the program allocates with zrt_engine_host_alloc (whole
+   * pages), counted with the host pool's activations */
+  uint64_t program_host_bytes;
   /* activation checkpoints (zrt_actckpt_declare): checkpointed blocks, bytes
    * each, 1 when they live in host memory (cpu_checkpointing) */
   int64_t actckpt_blocks;

@@ -367,6 +367,46 @@ ZRT_API zrt_status zrt_engine_alloc(zrt_engine *eng, size_t bytes, zrt_mem_categ
                                     void **ptr);
 ZRT_API void zrt_engine_free(zrt_engine *eng, void *ptr);
 
+/* Host memory for the program's copies to and from backend memory (a
+ * token batch uploaded every step) that the backend copies asynchronously:
+ * `bytes` rounded up to whole pages, page-aligned, registered with the
+ * backend (cudaHostRegister on cuda, the twin's registration; the cpu
+ * backend copies synchronously and has nothing to register: plain memory)
+ * and accounted under `cat` in the engine's host pool, whole pages and all
+ * (zrt_engine_memory(ZRT_MEM_HOST_PINNED); the pool the offload or cpu
+ * checkpoints use when build made one, else one made on first use). Its
+ * first contents are unspecified. After zrt_engine_build; not from inside
+ * a launched host function.
+ *
+ * The contract (zrt_engine_memcpy on the engine's stream, cuda and twin):
+ *  - H2D from it returns once queued, no host wait; the copy reads the
+ *    buffer when it runs. The host may rewrite the bytes it copies only
+ *    after a later host wait that covers the copy: zrt_engine_synchronize,
+ *    or a D2H zrt_engine_memcpy into memory NOT from this call (which
+ *    returns when it, and everything queued before it on the engine's
+ *    stream, is done). A program that uploads each micro-batch and reads
+ *    the loss back once per step keeps one slice per micro-batch of the
+ *    window (examples/gpt2/train_gpt2.c); the twin backend runs the copy
+ *    late under ZRT_TWIN_JITTER / ZRT_TWIN_SLOW_OP=memcpy:US, so a rewrite
+ *    made too early shows as different results there.
+ *  - D2H into it returns once queued; its bytes are the copy's only after
+ *    such a later host wait; neither read nor write them before.
+ * On cpu every copy is done when zrt_engine_memcpy returns.
+ * Errors (*ptr NULL, zrt_last_error says which): ZRT_ERR_INVALID_ARG for a
+ * NULL engine or ptr, 0 bytes, a bad category, a call before build;
+ * ZRT_ERR_OOM when the host refuses the pages (the bytes asked for and
+ * what the pool holds); the backend's registration error (ZRT_ERR_CUDA). */
+ZRT_API zrt_status zrt_engine_host_alloc(zrt_engine *eng, size_t bytes, zrt_mem_category cat,
+                                         void **ptr);
+/* Returns a zrt_engine_host_alloc block: waits first for the work queued on
+ * the backend (as zrt_engine_synchronize: a copy may still use the block,
+ * so not a call for the step path; nothing to wait for on cpu), then
+ * unregisters it and returns its pages to the host pool. NULL: ZRT_OK,
+ * nothing done. A pointer this engine's zrt_engine_host_alloc did not
+ * return, or one freed already: ZRT_ERR_INVALID_ARG, nothing is freed.
+ * zrt_engine_destroy returns the blocks still held. */
+ZRT_API zrt_status zrt_engine_host_free(zrt_engine *eng, void *ptr);
+
 /* Backend compute helpers for programs written only against this header. */
 typedef enum zrt_copy_kind {
   ZRT_COPY_H2D = 0,
@@ -374,6 +414,14 @@ typedef enum zrt_copy_kind {
   ZRT_COPY_D2D,
   ZRT_COPY_H2H
 } zrt_copy_kind;
+/* Copies bytes on the engine's stream, after the work queued on it (the
+ * direction comes from where the pointers live: cudaMemcpyDefault's rule).
+ * Host memory from zrt_engine_host_alloc: asynchronous, see its contract.
+ * Other host memory: H2D takes the bytes before it returns (the host may
+ * reuse the buffer at once; on cuda a copy from pageable memory may make
+ * the host wait), D2H returns when the copy and the work before it are
+ * done (a host wait: how the program reads results back). Device to
+ * device: queued. cpu: done on return. */
 ZRT_API zrt_status zrt_engine_memcpy(zrt_engine *eng, void *dst, const void *src, size_t bytes,
                                      zrt_copy_kind kind);
 /* C = alpha * op(A) op(B) + beta * C, row-major, fp32 accumulation; A, B in

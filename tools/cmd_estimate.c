@@ -3,7 +3,8 @@
  * every ZeRO stage x offload choice x world size, from engine/memest.c (the
  * same model stage "auto" and the OOM hint use, checked against measured
  * pool peaks by tests/mpi/test_engine_memory.c). A model is either a GPT
- * preset of examples/gpt2 (--model, activations included) or a bare
+ * preset of examples/gpt2 (--model: its activations, and its token
+ * buffers in the host pool, zrt_model_gpt_host_bytes, included) or a bare
  * parameter count (--params, one module of --largest_module elements
  * bounds the stage-2/3 transient terms; activations only with
  * --activation_bytes). With --offload_device nvme the optimizer-offload
@@ -426,6 +427,7 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       lay.offload_param_nvme = pnvme && cand[k].op;
       lay.param_buffer_count = pbufs;
       lay.activation_bytes = acts;
+      if (g) lay.program_host_bytes = zrt_model_gpt_host_bytes(batch, seq, accum);
       if (ackn) {
         lay.actckpt_blocks = ackn;
         lay.actckpt_bytes = 4 * (uint64_t)batch * (uint64_t)seq * (uint64_t)g->d_model;

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "safe_file.h"
@@ -116,6 +117,12 @@ uint64_t zrt_model_gpt_activations(const zrt_model_gpt *g, int64_t B, int64_t T,
     floats += 2 * big + wte;
   }
   return 4 * floats + 8 * N;
+}
+
+uint64_t zrt_model_gpt_host_bytes(int64_t B, int64_t T, int64_t grad_accum) {
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  uint64_t bytes = (uint64_t)ZRT_MAX(grad_accum, (int64_t)1) * 2 * (uint64_t)B * (uint64_t)T * 4;
+  return (bytes + page - 1) / page * page;
 }
 
 int64_t zrt_model_gpt_largest_leaf(const zrt_model_gpt *g) {

@@ -55,6 +55,11 @@ int zrt_model_gpt_program(const zrt_model_gpt *g, int grad_accum, zrt_model_prog
 uint64_t zrt_model_gpt_activations(const zrt_model_gpt *g, int64_t batch, int64_t seq,
                                    int dtype_bytes, int64_t nckpt, int64_t grad_accum);
 
+/* Bytes train_gpt2 allocates with zrt_engine_host_alloc (ZRT_MEM_ACTIVATIONS,
+ * in the host pool): the token/target ints of every micro-batch of the
+ * window (the uploads' sources), rounded up to whole pages of this host. */
+uint64_t zrt_model_gpt_host_bytes(int64_t batch, int64_t seq, int64_t grad_accum);
+
 /* DeepSpeed's largest_layer_params for g: the largest of HF GPT-2's leaves
  * (wte V C, wpe T C, c_attn 3C^2 + 3C, c_fc 4C^2 + 4C). */
 int64_t zrt_model_gpt_largest_leaf(const zrt_model_gpt *g);

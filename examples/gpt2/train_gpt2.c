@@ -312,6 +312,11 @@ typedef struct trainer {
   void *scratch; /* the CUDA ops' scratch (gpt2_cuda_scratch_bytes) */
   float *acts, *wstage, *gstage, *wte_stage, *dwte;
   int *d_tok, *d_tgt;
+  /* The token batches in host memory the engine copies asynchronously
+   * (zrt_engine_host_alloc): one slice of 2*B*T ints (tokens, then
+   * targets) per micro-batch of the accumulation window. h_tok / h_tgt
+   * point into the slice of the current micro-batch (use_slice). */
+  int *h_tokens;
   int *h_tok, *h_tgt;
   float *h_losses, *h_logits;
   /* With gradient accumulation, the window's per-position losses, one row
@@ -475,6 +480,19 @@ static zrt_status launch(trainer *tr, const gpt2_task *t) {
   return zrt_engine_launch(tr->eng, task_run, t, sizeof *t);
 }
 
+/* Points h_tok / h_tgt at slice k. An upload from a slice reads it when the
+ * copy runs on the stream, not when upload_batch returns, so the host
+ * refills a slice only after a host wait that covers its last upload (the
+ * contract of zrt_engine_host_alloc): training fills slice ai for
+ * micro-batch ai of a window, so no slice is refilled before the window's
+ * one loss read-back (read_window_losses); evaluation and sampling use
+ * slice 0 and read every batch's losses back before the next fill. */
+static void use_slice(trainer *tr, int64_t k) {
+  size_t N = (size_t)tr->B * (size_t)tr->cfg.seq_len;
+  tr->h_tok = tr->h_tokens + (size_t)k * 2 * N;
+  tr->h_tgt = tr->h_tok + N;
+}
+
 static zrt_status upload_batch(trainer *tr) {
   size_t bytes = (size_t)tr->B * tr->cfg.seq_len * sizeof(int);
   zrt_status st = zrt_engine_memcpy(tr->eng, tr->d_tok, tr->h_tok, bytes, ZRT_COPY_H2D);
@@ -606,6 +624,7 @@ static zrt_status read_window_losses(trainer *tr, int64_t n, float *sum) {
 static zrt_status evaluate(trainer *tr, const split *sp, int stride, int nbatches, double *mean) {
   int T = tr->cfg.seq_len, B = tr->B;
   float tot[2] = {0, 0};
+  use_slice(tr, 0);
   for (int i = 0; i < nbatches; i++) {
     for (int b = 0; b < B; b++) {
       int64_t row = ((int64_t)i * tr->info.world_size + tr->info.rank) * B + b;
@@ -642,6 +661,7 @@ static zrt_status sample_text(trainer *tr, const split *val, int n, double temp,
   gpt2_data_read(val->d, val->lo, plen, ctx);
   int len = plen;
   zrt_status st = ZRT_OK;
+  use_slice(tr, 0);
   for (int k = 0; k < n; k++) {
     int from = len > T ? len - T : 0, m = len - from;
     for (int b = 0; b < tr->B; b++)
@@ -1355,11 +1375,16 @@ int main(int argc, char **argv) {
     gpt2_cuda_gemm_setup(tr.info.dtype, tr.scratch, scratch_bytes);
 #endif
   }
-  tr.h_tok = malloc(2 * N * sizeof(int));
+  /* the uploads' source: no host wait per upload on cuda (pinned) */
+  CHECK(zrt_engine_host_alloc(tr.eng, (size_t)tr.accum * 2 * N * sizeof(int), ZRT_MEM_ACTIVATIONS,
+                              (void **)&tr.h_tokens));
+  use_slice(&tr, 0);
+  /* the read-backs' destinations stay pageable: a copy into them is the
+   * host wait that returns the data (into zrt_engine_host_alloc memory it
+   * would be queued, and the host would have to wait apart) */
   tr.h_losses = malloc((size_t)tr.accum * N * sizeof(float));
   tr.h_logits = malloc((size_t)tr.cfg.vocab * sizeof(float));
-  if (!tr.h_tok || !tr.h_losses || !tr.h_logits) goto fail;
-  tr.h_tgt = tr.h_tok + N;
+  if (!tr.h_losses || !tr.h_logits) goto fail;
 
   uint64_t rng = a.seed ? a.seed : 1;
   int64_t start_step = 0, start_row = 0;
@@ -1462,6 +1487,7 @@ int main(int argc, char **argv) {
   for (; step < a.steps; step++) {
     zrt_step_info si = {0};
     for (int64_t ai = 0; ai < accum; ai++) {
+      use_slice(&tr, ai); /* refilled after the last window's read-back */
       for (int b = 0; b < tr.B; b++) {
         int64_t row = start_row + (step - start_step) * rows_per_step +
                       ((ai * tr.info.world_size) + tr.info.rank) * tr.B + b;
@@ -1546,6 +1572,8 @@ done:
                     tr.gstage, tr.wte_stage, tr.scratch, tr.loss_win};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
       if (bufs[i]) zrt_engine_free(tr.eng, bufs[i]);
+    if (tr.h_tokens && zrt_engine_host_free(tr.eng, tr.h_tokens) != ZRT_OK)
+      fprintf(stderr, "train_gpt2: zrt_engine_host_free: %s\n", zrt_last_error());
   }
   zrt_engine_destroy(tr.eng);
   zrt_config_destroy(zc);
@@ -1554,7 +1582,6 @@ done:
   free(tr.mod_id);
   free(tr.pid);
   free(tr.numel);
-  free(tr.h_tok);
   free(tr.h_losses);
   free(tr.h_logits);
   gpt2_data_close(&data);
