@@ -43,8 +43,10 @@
  * the worker does; zrt asks for it when it starts MPI) and says so when MPI
  * gives less. A collective that fails or times out there makes the comm
  * stream's error sticky: the next wait, or any stream ordered after it,
- * reports it (the watchdog's message included). Elsewhere (cpu, cuda with
- * nccl) collectives run on the calling thread as before.
+ * reports it (the watchdog's message included). Elsewhere (cpu, cuda)
+ * collectives are issued on the calling thread; nccl and the self comm on a
+ * device backend run them on a stream of their own, and their wait_on slot
+ * lets zrt_comm_wait_on order a stream after a request without a host wait.
  */
 #ifndef ZRT_COMM_H
 #define ZRT_COMM_H
