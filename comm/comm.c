@@ -26,8 +26,8 @@
  *
  * Comms with the iface's wait_on (self on a device, nccl): zrt_comm_wait_on
  * makes the caller's stream wait for the request's event and keeps the
- * request on the comm's `ordered` list; the next issue, wait or test tests
- * each one without waiting and counts the done ones as completed (as a wait
+ * request on the comm's `ordered` list; the next issue, wait, test or
+ * barrier tests each one without waiting and counts the done ones as completed (as a wait
  * would: busy_s until then, last_op), and the destroy waits for the rest
  * (their events and bounces are the implementation's until then) before the
  * implementation goes.
@@ -923,6 +923,7 @@ zrt_status zrt_comm_barrier(zrt_comm *c) {
     comm_call k = {.kind = COMM_BARRIER};
     return issue(c, &k, "barrier", 0, 0, NULL);
   }
+  if (full_of(c)->ordered) (void)ordered_retire(c, 0); /* as in wait_req */
   /* The iface's barrier is blocking and bounded by c->timeout_s itself
    * (implementations read it through the comm they were initialised on);
    * a COMM failure that took the whole timeout is the watchdog's case. */
