@@ -488,6 +488,14 @@ zrt_status zrt_backend_event_synchronize(zrt_backend *b, zrt_event e) {
   return b->iface->event_synchronize(b->ctx, e);
 }
 
+zrt_status zrt_backend_event_query(zrt_backend *b, zrt_event e, int *done) {
+  ZRT_BACKEND_NN(b, "event_query");
+  ZRT_CHECK(zrt_backend_check_ptr("event_query", "done", done));
+  *done = 1;
+  if (!b->iface->event_query || !e) return ZRT_OK;
+  return b->iface->event_query(b->ctx, e, done);
+}
+
 zrt_status zrt_backend_event_create_timed(zrt_backend *b, zrt_event *out) {
   ZRT_BACKEND_NN(b, "event_create_timed");
   ZRT_CHECK(zrt_backend_check_ptr("event_create_timed", "out", out));

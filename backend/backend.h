@@ -83,6 +83,11 @@ typedef struct zrt_backend_iface {
   /* Host waits until the work before the event's last record is done.
    * Optional: a no-op where streams are synchronous. */
   zrt_status (*event_synchronize)(void *ctx, zrt_event e);
+  /* *done = 1 when the work before e's last record is done (an event never
+   * recorded: 1), else 0; never waits (cudaEventQuery). A failure of that
+   * work is returned, as event_synchronize returns it. Optional: NULL = 1
+   * (streams synchronous). */
+  zrt_status (*event_query)(void *ctx, zrt_event e, int *done);
   /* Timing (cudaEventElapsedTime's idea). event_create_timed: an event whose
    * records carry the time the stream reached them. event_elapsed: *ready = 1
    * when both events' last records are done, and then *seconds = end's time
@@ -230,6 +235,10 @@ zrt_status zrt_backend_stream_wait_event(zrt_backend *b, zrt_stream s, zrt_event
 zrt_status zrt_backend_stream_join(zrt_backend *b, zrt_stream s);
 /* The host waits for e's last record (an event never recorded: at once). */
 zrt_status zrt_backend_event_synchronize(zrt_backend *b, zrt_event e);
+/* Whether e's last record is reached, without waiting (iface event_query):
+ * *done = 1 when it is, or e was never recorded, or e is NULL. Not a host
+ * wait (the comms' non-blocking tests poll it). */
+zrt_status zrt_backend_event_query(zrt_backend *b, zrt_event e, int *done);
 /* A timing event (see the iface); ZRT_ERR_UNSUPPORTED on backends that
  * cannot time their streams (cpu: every op completes before it returns). */
 zrt_status zrt_backend_event_create_timed(zrt_backend *b, zrt_event *out);

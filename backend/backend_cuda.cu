@@ -625,6 +625,20 @@ static zrt_status zrt_cuda_event_synchronize(void *ctx, zrt_event e) {
   return zrt_cuda_host_status(c);
 }
 
+static zrt_status zrt_cuda_event_query(void *ctx, zrt_event e, int *done) {
+  zrt_cuda_ctx *c = (zrt_cuda_ctx *)ctx;
+  *done = 0;
+  ZRT_CUDA_CHECK(cudaSetDevice(c->device));
+  cudaError_t q = cudaEventQuery((cudaEvent_t)e);
+  if (q == cudaErrorNotReady) {
+    (void)cudaGetLastError(); /* not an error: cleared so the next call does not see it */
+    return ZRT_OK;
+  }
+  if (q != cudaSuccess) return zrt_cuda_status(q, "cudaEventQuery (event_query)");
+  *done = 1;
+  return zrt_cuda_host_status(c);
+}
+
 static zrt_status zrt_cuda_synchronize(void *ctx, zrt_stream s) {
   zrt_cuda_ctx *c = (zrt_cuda_ctx *)ctx;
   ZRT_CUDA_CHECK(cudaSetDevice(c->device));
@@ -758,6 +772,7 @@ static zrt_backend_iface zrt_cuda_make_iface(void) {
   f.synchronize = zrt_cuda_synchronize;
   f.stream_join = zrt_cuda_stream_join;
   f.event_synchronize = zrt_cuda_event_synchronize;
+  f.event_query = zrt_cuda_event_query;
   f.event_create_timed = zrt_cuda_event_create_timed;
   f.event_elapsed = zrt_cuda_event_elapsed;
   f.host_register = zrt_cuda_host_register;

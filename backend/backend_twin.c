@@ -962,6 +962,20 @@ static zrt_status twin_event_synchronize(void *ctx, zrt_event ev) {
   return twin_wait_done(w.s, w.target);
 }
 
+static zrt_status twin_event_query(void *ctx, zrt_event ev, int *done) {
+  twin_ctx *c = ctx;
+  twin_wait_args w;
+  twin_event_get(c, ev, &w);
+  *done = 1;
+  if (!w.s) return ZRT_OK;
+  pthread_mutex_lock(&w.s->mu);
+  /* a failed stream never reaches the record: its error, as a wait gives it */
+  zrt_status st = twin_sticky(w.s);
+  if (st == ZRT_OK) *done = w.s->done >= w.target;
+  pthread_mutex_unlock(&w.s->mu);
+  return st;
+}
+
 static zrt_status twin_stream_join(void *ctx, zrt_stream s) {
   twin_ctx *c = ctx;
   twin_stream *to = twin_stream_of(c, s), *all[ZRT_TWIN_MAX_STREAMS];
@@ -1025,6 +1039,7 @@ static const zrt_backend_iface zrt_twin_iface = {
     .synchronize = twin_synchronize,
     .stream_join = twin_stream_join,
     .event_synchronize = twin_event_synchronize,
+    .event_query = twin_event_query,
     .event_create_timed = twin_event_create, /* every twin event carries its time */
     .event_elapsed = twin_event_elapsed,
     .host_register = zrt_twin_host_register,

@@ -23,6 +23,14 @@
  * `pending` list until the caller released them and the worker is done, and
  * are counted as completed (busy_s, last_op) when they leave it; the destroy
  * drains the stream first.
+ *
+ * Comms with the iface's wait_on (self on a device, nccl): zrt_comm_wait_on
+ * makes the caller's stream wait for the request's event and keeps the
+ * request on the comm's `ordered` list; the next issue, wait, test or
+ * barrier tests each one without waiting and counts the done ones as completed (as a wait
+ * would: busy_s until then, last_op), and the destroy waits for the rest
+ * (their events and bounces are the implementation's until then) before the
+ * implementation goes.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -50,6 +58,9 @@ typedef struct comm_full {
    * requests not yet retired (host thread only) */
   zrt_backend *sbe;
   struct comm_sreq *pending;
+  /* requests ordered with the iface's wait_on, not yet found complete
+   * (host thread; linked through next_ordered, newest first) */
+  zrt_comm_req *ordered;
 } comm_full;
 
 static comm_full *full_of(zrt_comm *c) { return (comm_full *)c; }
@@ -432,9 +443,13 @@ fail_boot:
 }
 
 static void stream_retire(zrt_comm *c, int all);
+static zrt_status ordered_retire(zrt_comm *c, int all);
 
 void zrt_comm_destroy(zrt_comm *c) {
   if (!c) return;
+  /* requests ordered with wait_on: the host waits for them (their events
+   * live until then) before the implementation goes */
+  (void)ordered_retire(c, 1);
   if (c->stream) {
     /* the worker finishes what was queued (the destroy waits for it; a
      * failed collective's error was the caller's to see) before the
@@ -657,6 +672,9 @@ static zrt_status stream_wait_host(zrt_comm *c, comm_sreq *r) {
 
 static zrt_status wait_req(zrt_comm *c, zrt_comm_req *req, int blocking) {
   if (c->stream) return stream_wait_host(c, (comm_sreq *)req);
+  /* the watchdog's "last completed" counts what wait_on ordered and is done
+   * (a failure there has broken the comm: this wait reports it) */
+  if (full_of(c)->ordered) (void)ordered_retire(c, 0);
   uint64_t seq = req->seq;
   const char *op = req->op;
   size_t bytes = req->bytes;
@@ -677,6 +695,50 @@ static zrt_status wait_req(zrt_comm *c, zrt_comm_req *req, int blocking) {
     return st; /* the implementation freed req and set the message */
   if (blocking) full_of(c)->stuck++;
   return watchdog_fail(c, seq, op, bytes);
+}
+
+/* ---------------------------------------- requests ordered with wait_on */
+
+/* Completes the requests ordered with the iface's wait_on that are done
+ * now (the iface's test: no wait), each counted as completed as a wait
+ * would count it (busy_s from issue until the host found it done); all:
+ * the host waits for every one (the destroy; one that times out stays in
+ * flight, counted as stuck, as a blocking collective abandoned after a
+ * timeout is). Returns the first failure (that request is gone, as after a
+ * failed wait). Host thread. */
+static zrt_status ordered_retire(zrt_comm *c, int all) {
+  comm_full *f = full_of(c);
+  zrt_status first = ZRT_OK;
+  zrt_comm_req **pp = &f->ordered;
+  while (*pp) {
+    zrt_comm_req *r = *pp, *next = r->next_ordered;
+    uint64_t seq = r->seq;
+    const char *op = r->op;
+    size_t bytes = r->bytes;
+    double t_issue = r->t_issue, t0 = zrt_now_s();
+    int done = 0;
+    zrt_status st;
+    if (all) {
+      r->timed_out = 0;
+      st = c->iface->wait(c->ctx, r, c->timeout_s);
+      done = 1;
+      /* read only after a wait that ran its whole time (wait_req's rule) */
+      if (st != ZRT_OK && c->timeout_s > 0 && zrt_now_s() - t0 >= c->timeout_s && r->timed_out)
+        f->stuck++;
+    } else {
+      st = c->iface->test(c->ctx, r, &done);
+    }
+    if (st == ZRT_OK && done) {
+      c->busy_s += zrt_now_s() - t_issue;
+      mark_completed(c, seq, op, bytes);
+    }
+    if (st != ZRT_OK && first == ZRT_OK) first = st;
+    if (done || st != ZRT_OK)
+      *pp = next;
+    else
+      pp = &r->next_ordered;
+  }
+  return first;
 }
 
 /* -------------------------------------------------------- dispatch */
@@ -712,10 +774,15 @@ static zrt_status issue(zrt_comm *c, const comm_call *k, const char *op, size_t 
                         uint64_t moved, zrt_comm_req **req) {
   zrt_comm_req *r = NULL;
   double t0 = zrt_now_s();
-  if (c->stream)
+  if (c->stream) {
     ZRT_CHECK(stream_issue(c, k, op, bytes, &r));
-  else
+  } else {
+    /* a failure found among the ordered requests fails this call before
+     * it issues anything (the comm is broken: an aborted nccl, a failed
+     * comm stream) */
+    if (full_of(c)->ordered) ZRT_CHECK(ordered_retire(c, 0));
     ZRT_CHECK(comm_call_issue(c, k, &r));
+  }
   return finish_issue(c, r, op, bytes, moved, t0, req);
 }
 
@@ -856,6 +923,7 @@ zrt_status zrt_comm_barrier(zrt_comm *c) {
     comm_call k = {.kind = COMM_BARRIER};
     return issue(c, &k, "barrier", 0, 0, NULL);
   }
+  if (full_of(c)->ordered) (void)ordered_retire(c, 0); /* as in wait_req */
   /* The iface's barrier is blocking and bounded by c->timeout_s itself
    * (implementations read it through the comm they were initialised on);
    * a COMM failure that took the whole timeout is the watchdog's case. */
@@ -899,6 +967,7 @@ zrt_status zrt_comm_test(zrt_comm *c, zrt_comm_req *req, int *done) {
     stream_retire(c, 0);
     return st;
   }
+  if (full_of(c)->ordered) (void)ordered_retire(c, 0); /* as in wait_req */
   uint64_t seq = req->seq;
   const char *op = req->op;
   size_t bytes = req->bytes;
@@ -916,7 +985,19 @@ zrt_status zrt_comm_test(zrt_comm *c, zrt_comm_req *req, int *done) {
 zrt_status zrt_comm_wait_on(zrt_comm *c, zrt_comm_req *req, zrt_stream s) {
   if (!req) return ZRT_OK;
   ZRT_CHECK(check_comm(c, "zrt_comm_wait_on"));
-  if (!c->stream) return zrt_comm_wait(c, req);
+  if (!c->stream) {
+    if (!c->iface->wait_on) return zrt_comm_wait(c, req);
+    int ordered = 0;
+    double t0 = zrt_now_s();
+    zrt_status st = c->iface->wait_on(c->ctx, req, s, &ordered);
+    c->wait_s += zrt_now_s() - t0;
+    if (st != ZRT_OK) return st; /* req is gone, as after a failed wait */
+    if (!ordered) return zrt_comm_wait(c, req);
+    /* the comm's until a later call finds it done (counted completed then) */
+    req->next_ordered = full_of(c)->ordered;
+    full_of(c)->ordered = req;
+    return ordered_retire(c, 0);
+  }
   comm_sreq *r = (comm_sreq *)req;
   double t0 = zrt_now_s();
   zrt_status st = zrt_backend_stream_wait_event(full_of(c)->sbe, s, r->ev);

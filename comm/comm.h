@@ -43,8 +43,10 @@
  * the worker does; zrt asks for it when it starts MPI) and says so when MPI
  * gives less. A collective that fails or times out there makes the comm
  * stream's error sticky: the next wait, or any stream ordered after it,
- * reports it (the watchdog's message included). Elsewhere (cpu, cuda with
- * nccl) collectives run on the calling thread as before.
+ * reports it (the watchdog's message included). Elsewhere (cpu, cuda)
+ * collectives are issued on the calling thread; nccl and the self comm on a
+ * device backend run them on a stream of their own, and their wait_on slot
+ * lets zrt_comm_wait_on order a stream after a request without a host wait.
  */
 #ifndef ZRT_COMM_H
 #define ZRT_COMM_H
@@ -77,6 +79,15 @@ typedef struct zrt_comm_iface {
   zrt_status (*wait)(void *ctx, zrt_comm_req *req, double timeout_s);
   /* Non-blocking completion test: *done = 1 when complete (req then freed). */
   zrt_status (*test)(void *ctx, zrt_comm_req *req, int *done);
+  /* Optional (NULL: zrt_comm_wait_on waits on the host): orders stream s
+   * (NULL = the backend's stream) after req's collective without a host
+   * wait, *ordered = 1; req then stays valid and comm.c completes it later
+   * with test (or wait, at the comm's destroy), so the implementation frees
+   * nothing still in use. *ordered = 0 and nothing done where this request
+   * needs the host to complete it (the nccl comm's copy out of its pinned
+   * bounce into the caller's host buffer): comm.c waits on it. Any failure
+   * frees req, as wait's do. */
+  zrt_status (*wait_on)(void *ctx, zrt_comm_req *req, zrt_stream s, int *ordered);
   void (*destroy)(void *ctx);
   /* Optional (NULL: zrt_comm_mem_alloc's plain host memory): buffers for
    * collectives that the comm can reach on every rank without a copy (the
@@ -168,9 +179,14 @@ zrt_status zrt_comm_barrier(zrt_comm *c);
 zrt_status zrt_comm_wait(zrt_comm *c, zrt_comm_req *req);
 zrt_status zrt_comm_test(zrt_comm *c, zrt_comm_req *req, int *done);
 /* Orders stream s (NULL = the backend's stream) after req's collective and
- * frees req (NULL ok): on a stream-ordered comm a stream wait, no host wait
- * (a failure reaches s as the comm stream's sticky error); elsewhere
- * zrt_comm_wait. For results that only device work reads. */
+ * releases req (NULL ok): no host wait on a stream-ordered comm (a stream
+ * wait; a failure reaches s as the comm stream's sticky error) nor on a comm
+ * with the iface's wait_on (the self comm on a device backend, nccl: a wait
+ * on the request's event); elsewhere, and for an nccl request whose result
+ * goes to host memory, zrt_comm_wait. A released request counts as completed
+ * (completed, last_op, busy_s) when a later comm call finds it done, or at
+ * the comm's destroy, which waits for it. For results that only device work
+ * reads. */
 zrt_status zrt_comm_wait_on(zrt_comm *c, zrt_comm_req *req, zrt_stream s);
 
 /* Collective buffers (like MPI_Win_allocate_shared): every rank calls it

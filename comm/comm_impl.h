@@ -21,6 +21,9 @@ struct zrt_comm_req {
   size_t bytes;   /* this rank's payload in the caller's dtype */
   int timed_out;  /* set by wait() when it gave up: request still valid */
   double t_issue; /* zrt_now_s() before the implementation's issue call */
+  /* comm.c: the requests ordered with the iface's wait_on that it has not
+   * yet found complete, oldest first */
+  zrt_comm_req *next_ordered;
 };
 
 /* Polls done(arg) with short sleeps until it reports completion or

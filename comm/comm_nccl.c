@@ -2,7 +2,8 @@
  * comm_nccl.c — the NCCL comm for device buffers (built only with CUDA and
  * NCCL: the *_nccl.c suffix). Bootstrap through bootstrap.h; collectives on
  * the comm's own stream, ordered after the backend's streams by events;
- * each request a cudaEvent polled so waits can time out; host buffers
+ * each request a cudaEvent polled so waits can time out, and waited on by
+ * a stream (cudaStreamWaitEvent) for zrt_comm_wait_on; host buffers
  * staged through device scratch and a pinned host bounce (nccl_rules.h:
  * no cudaMemcpyAsync ever touches pageable memory, so issuing never blocks
  * on the collective; results reach the caller's host buffer when its wait
@@ -248,6 +249,32 @@ static zrt_status nccl_test(void *ctx, zrt_comm_req *req, int *done) {
     return st;
   }
   return req_complete(r);
+}
+
+/* Orders stream s after the request's event (cudaStreamWaitEvent through
+ * the backend, whose NULL stream is its own): no host wait; the request stays
+ * valid, and comm.c completes it later with nccl_test (or nccl_wait at its
+ * destroy), which frees the event and the bounce. A request whose result goes
+ * to the caller's host buffer (out_bytes: copied out of the pinned bounce by
+ * the host once the event fired, req_complete) cannot be ordered on a
+ * stream: *ordered = 0, and comm.c waits on it on the host. */
+static zrt_status nccl_wait_on(void *ctx, zrt_comm_req *req, zrt_stream s, int *ordered) {
+  nccl_ctx *n = ctx;
+  nccl_req *r = (nccl_req *)req;
+  *ordered = 0;
+  if (n->aborted) {
+    req_free(r);
+    return check_live(n);
+  }
+  if (r->out_bytes) return ZRT_OK;
+  zrt_status st = zrt_backend_stream_wait_event(n->backend, s, (zrt_event)r->ev);
+  if (st != ZRT_OK) {
+    abort_comm(n, zrt_last_error());
+    req_free(r);
+    return st;
+  }
+  *ordered = 1;
+  return ZRT_OK;
 }
 
 /* Records the completion event after the enqueued work and hands the
@@ -569,6 +596,7 @@ static const zrt_comm_iface nccl_iface = {
     .barrier = nccl_barrier,
     .wait = nccl_wait,
     .test = nccl_test,
+    .wait_on = nccl_wait_on,
     .destroy = nccl_destroy,
 };
 

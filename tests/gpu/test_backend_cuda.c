@@ -506,7 +506,14 @@ static void test_streams(void) {
   ZT_OK(zrt_backend_event_record(gpu, e, s1));
   ZT_OK(zrt_backend_stream_wait_event(gpu, s2, e));
   ZT_OK(zrt_backend_convert(gpu, y, ZRT_BF16, x, ZRT_F32, n, s2));
+  /* a query never waits (not a host wait); done once the host waited */
+  int qdone = -1;
+  uint64_t hw = ZRT_BACKEND_COUNTER(gpu, host_waits);
+  ZT_OK(zrt_backend_event_query(gpu, e, &qdone));
+  ZT_CHECK((qdone == 0 || qdone == 1) && ZRT_BACKEND_COUNTER(gpu, host_waits) == hw);
   ZT_OK(zrt_backend_synchronize(gpu, s2));
+  ZT_OK(zrt_backend_event_query(gpu, e, &qdone));
+  ZT_CHECK(qdone == 1);
   uint16_t *hy = malloc(n * 2);
   ZT_OK(zrt_backend_memcpy(gpu, hy, y, n * 2, ZRT_COPY_D2H, s2));
   ZT_OK(zrt_backend_synchronize(gpu, s2));

@@ -3,13 +3,18 @@
  * MPI comm on device buffers (its host-staging path), against references
  * computed on the host in double: all_reduce SUM/MAX (out of place, in
  * place), reduce_scatter, all_gather (even; in place), broadcast × fp32 /
- * fp16 / bf16 × blocking / async. With one rank every reduction is the
+ * fp16 / bf16 × blocking / async (completed by a wait, or by
+ * zrt_comm_wait_on: the backend's stream waits for the collective's event,
+ * and the result is read on that stream). The same suite on the self comm
+ * with the cuda backend (its copies on a stream of its own, an event per
+ * request). With one rank every reduction is the
  * identity, so results must equal the inputs exactly (tolerance 0; half
  * types reduce natively). Host buffers — the engine's agreement triple on
  * the stack and a calloc'd all-gather, as engine_step.c passes them — are
  * staged through the comm's device scratch (accounted as ZRT_MEM_COMM) and
  * a pinned bounce; results reach host buffers when the wait or test sees
- * the collective's event (blocking, async with wait, async with test). The
+ * the collective's event (blocking, async with wait, async with test; with
+ * wait_on too, which waits on the host for those). The
  * scratch grows and is kept until the comm is destroyed (issue 23: checked
  * after the destroy, so ZRT_MEM_COMM == 0 then, and the MPI suite runs with
  * no NCCL comm holding scratch). Last, a collective that cannot end (the
@@ -61,7 +66,14 @@ static void check_dev(const char *what, const void *dev, zrt_dtype dt, const dou
   free(h), free(g);
 }
 
-static void finish(zrt_comm *c, zrt_comm_req *req) { ZT_OK(zrt_comm_wait(c, req)); }
+/* async 2: the backend's stream waits for the request (no host wait on
+ * nccl and self: check_dev reads the result on that stream) */
+static void finish(zrt_comm *c, zrt_comm_req *req, int async) {
+  if (async == 2)
+    ZT_OK(zrt_comm_wait_on(c, req, NULL));
+  else
+    ZT_OK(zrt_comm_wait(c, req));
+}
 
 /* Host buffers as the engine passes them (engine_step.c): in place on the
  * stack, and from calloc'd memory into calloc'd memory. */
@@ -102,6 +114,15 @@ static void host_buffers(zrt_comm *c) {
   for (int i = 0; i < 5; i++) gw[i] = w[i];
   snprintf(what, sizeof what, "%s async all_reduce host -> host, test", c->iface->name);
   ZT_CLOSE_ARRAY(what, gw, wv, 5, 0.0);
+  /* wait_on: a result for a host buffer needs the host (nccl's bounce), so
+   * it is there when the call returns */
+  memset(w, 0, sizeof w);
+  ZT_OK(zrt_comm_all_reduce(c, v, w, 5, ZRT_F32, ZRT_RED_SUM, &req));
+  ZT_OK(zrt_comm_wait_on(c, req, NULL));
+  if (strcmp(c->iface->name, "nccl")) ZT_OK(zrt_backend_synchronize(B, NULL)); /* self: a copy */
+  for (int i = 0; i < 5; i++) gw[i] = w[i];
+  snprintf(what, sizeof what, "%s async all_reduce host -> host, wait_on", c->iface->name);
+  ZT_CLOSE_ARRAY(what, gw, wv, 5, 0.0);
   free(mine), free(all);
 }
 
@@ -117,45 +138,56 @@ static void run_suite(zrt_comm *c) {
     for (size_t i = 0; i < n; i++)
       zrt_store_f(h, dt, i, (float)((int)(i * 7919u % 2001u) - 1000) / 64.0f + 0.001f * (float)d);
     to_double(h, dt, n, ref);
-    for (int async = 0; async < 2; async++) {
+    for (int async = 0; async < 3; async++) {
       char what[160];
       zrt_comm_req *req = NULL, **rp = async ? &req : NULL;
       void *src = dev_from_host(h, n * es), *dst = dev_from_host(h, n * es);
       ZT_OK(zrt_backend_memset(B, dst, 0, n * es, NULL));
 
       ZT_OK(zrt_comm_all_reduce(c, src, dst, n, dt, ZRT_RED_SUM, rp));
-      finish(c, req);
+      finish(c, req, async);
       snprintf(what, sizeof what, "%s all_reduce sum %s %s", c->iface->name, zrt_dtype_name(dt),
-               async ? "async" : "blocking");
+               async == 2 ? "wait_on"
+               : async    ? "async"
+                          : "blocking");
       check_dev(what, dst, dt, ref, n);
 
       ZT_OK(zrt_comm_all_reduce(c, src, src, n, dt, ZRT_RED_MAX, rp));
-      finish(c, req);
+      finish(c, req, async);
       snprintf(what, sizeof what, "%s all_reduce max in place %s %s", c->iface->name,
-               zrt_dtype_name(dt), async ? "async" : "blocking");
+               zrt_dtype_name(dt),
+               async == 2 ? "wait_on"
+               : async    ? "async"
+                          : "blocking");
       check_dev(what, src, dt, ref, n);
 
       size_t counts[1] = {n};
       ZT_OK(zrt_backend_memset(B, dst, 0, n * es, NULL));
       ZT_OK(zrt_comm_reduce_scatter(c, src, dst, counts, dt, ZRT_RED_SUM, rp));
-      finish(c, req);
+      finish(c, req, async);
       snprintf(what, sizeof what, "%s reduce_scatter %s %s", c->iface->name, zrt_dtype_name(dt),
-               async ? "async" : "blocking");
+               async == 2 ? "wait_on"
+               : async    ? "async"
+                          : "blocking");
       check_dev(what, dst, dt, ref, n);
 
       ZT_OK(zrt_backend_memset(B, dst, 0, n * es, NULL));
       ZT_OK(zrt_comm_all_gather(c, src, dst, counts, dt, rp));
-      finish(c, req);
+      finish(c, req, async);
       ZT_OK(zrt_comm_all_gather(c, dst, dst, counts, dt, rp)); /* in place */
-      finish(c, req);
+      finish(c, req, async);
       snprintf(what, sizeof what, "%s all_gather %s %s", c->iface->name, zrt_dtype_name(dt),
-               async ? "async" : "blocking");
+               async == 2 ? "wait_on"
+               : async    ? "async"
+                          : "blocking");
       check_dev(what, dst, dt, ref, n);
 
       ZT_OK(zrt_comm_broadcast(c, dst, n, dt, 0, rp));
-      finish(c, req);
+      finish(c, req, async);
       snprintf(what, sizeof what, "%s broadcast %s %s", c->iface->name, zrt_dtype_name(dt),
-               async ? "async" : "blocking");
+               async == 2 ? "wait_on"
+               : async    ? "async"
+                          : "blocking");
       check_dev(what, dst, dt, ref, n);
       zrt_backend_free(B, src);
       zrt_backend_free(B, dst);
@@ -248,6 +280,15 @@ int main(void) {
   ZT_CHECK(!strcmp(nc->iface->name, "nccl") && nc->world == 1 && nc->rank == 0);
   run_suite(nc);
   ZT_CHECK(comm_bytes() > 0); /* the scratch is kept while the comm lives */
+  /* the self comm on the GPU: its copies on its own stream */
+  zrt_comm *sc = NULL;
+  ZT_OK(zrt_comm_create("self", B, 60.0, &sc));
+  ZT_CHECK(!strcmp(sc->iface->name, "self") && sc->stream == NULL);
+  uint64_t hw = ZRT_BACKEND_COUNTER(B, host_waits);
+  run_suite(sc);
+  printf("self comm on the GPU: %llu host waits in its suite\n",
+         (unsigned long long)(ZRT_BACKEND_COUNTER(B, host_waits) - hw));
+  zrt_comm_destroy(sc);
   /* The MPI comm is created before the NCCL comm goes: destroying the last
    * MPI user finalizes MPI. */
   ZT_OK(zrt_comm_create("mpi", B, 60.0, &mc));

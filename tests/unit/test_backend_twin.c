@@ -177,6 +177,21 @@ static void test_events(void) {
   ZT_OK(zrt_backend_event_synchronize(b, e));
   ZT_CHECK(peek(b, x) == 9.0f);
 
+  /* a query never waits: pending while the slow producer runs, done after
+   * (not a host wait); a failed stream's error comes back from it */
+  int done = -1;
+  ZT_OK(zrt_backend_synchronize(b, sa));
+  ZT_OK(zrt_backend_launch_host(b, slow_write, &w, sizeof w, sa));
+  ZT_OK(zrt_backend_event_record(b, e, sa));
+  uint64_t hw = ZRT_BACKEND_COUNTER(b, host_waits);
+  ZT_OK(zrt_backend_event_query(b, e, &done));
+  ZT_CHECK(done == 0 && ZRT_BACKEND_COUNTER(b, host_waits) == hw);
+  ZT_OK(zrt_backend_synchronize(b, sa));
+  ZT_OK(zrt_backend_event_query(b, e, &done));
+  ZT_CHECK(done == 1);
+  ZT_OK(zrt_backend_event_query(b, NULL, &done));
+  ZT_CHECK(done == 1);
+
   /* join: B after everything queued on every stream */
   w.value = 13.0f;
   ZT_OK(zrt_backend_launch_host(b, slow_write, &w, sizeof w, sa));
@@ -184,7 +199,7 @@ static void test_events(void) {
   ZT_OK(zrt_backend_memcpy(b, y, x, 4, ZRT_COPY_D2D, sb));
   ZT_OK(zrt_backend_synchronize(b, sb));
   ZT_CHECK(peek(b, y) == 13.0f);
-  printf("twin events: wait orders, its absence shows, record captures queued work, join"
+  printf("twin events: wait orders, its absence shows, record captures queued work, query, join"
          "\n");
 
   zrt_backend_free(b, x);
@@ -300,7 +315,15 @@ static void test_host_fn_and_errors(void) {
   ZT_CHECK(zrt_backend_synchronize(b, NULL) == ZRT_ERR_INTERNAL);
   ZT_CONTAINS(zrt_last_error(), "fails on purpose");
   ZT_CONTAINS(zrt_last_error(), "host function");
-  printf("twin host functions: on a worker; errors sticky, reported by the next wait"
+  /* and by a query of an event recorded after it */
+  zrt_event e = NULL;
+  int done = -1;
+  ZT_OK(zrt_backend_event_create(b, &e));
+  ZT_OK(zrt_backend_event_record(b, e, NULL));
+  ZT_CHECK(zrt_backend_event_query(b, e, &done) == ZRT_ERR_INTERNAL);
+  ZT_CONTAINS(zrt_last_error(), "fails on purpose");
+  zrt_backend_event_destroy(b, e);
+  printf("twin host functions: on a worker; errors sticky, reported by the next wait or query"
          "\n");
   zrt_backend_free(b, x);
   zrt_backend_destroy(b);
