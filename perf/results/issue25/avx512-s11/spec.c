@@ -11,7 +11,9 @@
  * AFF=1 (6th argument) keeps the helper off the master's current CPU
  * (pthread_setaffinity_np, re-checked per region with sched_getcpu), so
  * the scheduler moves the master to the free core and the helper shares
- * the busy one. Usage: spec MODE NCH WORK R [SPIN [AFF]]; prints us/region.
+ * the busy one. Mode 4 is mode 3 where a master that took a chunk back
+ * then waits until the helper has left it (so that no helper reads the
+ * inputs after the region returns). Usage: spec MODE NCH WORK R [SPIN [AFF]]; prints us/region.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -30,11 +32,11 @@ static int NCH=8; static long WORK=20000; static int SPIN=200000; static int MOD
 #define OUTN 256
 static float out[64][OUTN]; static float scratch[OUTN];
 static void chunk(int i, float *o){ float x=i; for(long k=0;k<WORK;k++) x=x*1.0000001f+0.5f; for(int j=0;j<OUTN;j++) o[j]=x+j; }
-static atomic_int gen, nextc, doneN; static atomic_int state[64]; static int total;
+static atomic_int gen, nextc, doneN, inchunk; static atomic_int state[64]; static int total;
 static void helper_region(void){
   if(MODE==2){ int c; while((c=atomic_fetch_add(&nextc,1))<total){ chunk(c,out[c]); atomic_fetch_add(&doneN,1);} return; }
   for(int c=0;c<total;c++){ int z=0; if(!atomic_compare_exchange_strong(&state[c],&z,1)) continue;
-    chunk(c,scratch); int one=1; if(atomic_compare_exchange_strong(&state[c],&one,2)){ memcpy(out[c],scratch,sizeof scratch); atomic_store(&state[c],3);} }
+    atomic_store(&inchunk,1); chunk(c,scratch); atomic_store(&inchunk,0); int one=1; if(atomic_compare_exchange_strong(&state[c],&one,2)){ memcpy(out[c],scratch,sizeof scratch); atomic_store(&state[c],3);} }
 }
 static void *helper(void*a){ int seen=0; for(;;){ int g; int spins=0; while((g=atomic_load(&gen))==seen){ if(++spins>SPIN){ syscall(SYS_futex,&gen,FUTEX_WAIT_PRIVATE,seen,NULL,NULL,0); spins=0;} }
   seen=g; helper_region(); } return 0; }
@@ -44,7 +46,8 @@ static void region(){ place(); total=NCH; if(MODE==2){atomic_store(&nextc,0); at
   atomic_fetch_add(&gen,1); syscall(SYS_futex,&gen,FUTEX_WAKE_PRIVATE,1,NULL,NULL,0);
   if(MODE==2){ int c; while((c=atomic_fetch_add(&nextc,1))<total){chunk(c,out[c]); atomic_fetch_add(&doneN,1);} while(atomic_load(&doneN)<total); return; }
   for(int c=NCH-1;c>=0;c--){ int z=0; if(atomic_compare_exchange_strong(&state[c],&z,4)) chunk(c,out[c]); }
-  for(int c=0;c<NCH;c++){ for(;;){ int s=atomic_load(&state[c]); if(s==3||s==4||s==5) break; if(s==1){ if(atomic_compare_exchange_strong(&state[c],&s,5)){ stolen++; chunk(c,out[c]); break;} } } }
+  int st=0; for(int c=0;c<NCH;c++){ for(;;){ int s=atomic_load(&state[c]); if(s==3||s==4||s==5) break; if(s==1){ if(atomic_compare_exchange_strong(&state[c],&s,5)){ stolen++; st=1; chunk(c,out[c]); break;} } } }
+  if(MODE==4 && st) while(atomic_load(&inchunk)) __builtin_ia32_pause();
 }
 int main(int argc,char**argv){ MODE=atoi(argv[1]); NCH=atoi(argv[2]); WORK=atol(argv[3]); int R=atoi(argv[4]); if(argc>5) SPIN=atoi(argv[5]);
   if(argc>6) AFF=atoi(argv[6]); if(MODE>=2) pthread_create(&helper_t,0,helper,0);
