@@ -130,7 +130,7 @@ fi
 targets="test_backend_cuda test_engine_equiv test_checkpoint_resume test_engine_memory
   test_engine_twin_flow test_engine_offload_grads test_engine_nvme test_engine_nvme_param
   test_engine_comm_bytes test_engine_timing test_actckpt_api test_offload test_offload_segments
-  test_comm_staged train_gpt2 train_mlp"
+  test_comm_staged test_comm_self_device test_engine_hostmem train_gpt2 train_mlp"
 cmake -S . -B $bdir -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZRT_CUDA=OFF -DZRT_WERROR=OFF \
   -DZRT_TWIN_TEST_TIMEOUT="$timeout_s" >/dev/null
 build() { cmake --build $bdir -j"$jobs" --target $targets >"$bdir/mutant-build.log" 2>&1; }
