@@ -206,37 +206,10 @@ static zrt_status zrt_cuda_accumulate(void *ctx, float *dst, const void *src, zr
   return ZRT_OK;
 }
 
-static zrt_status zrt_cuda_scale_check_locked(zrt_cuda_ctx *c, const void *x, zrt_dtype dt,
-                                              size_t n, float scale, double *sumsq, int *nonfinite,
-                                              cudaStream_t st) {
-  double *partial = (double *)c->d_scratch;
-  int *flags = (int *)(partial + ZRT_CUDA_RED_BLOCKS);
-  double *out = partial + ZRT_CUDA_RED_BLOCKS + ZRT_CUDA_RED_BLOCKS / 2; /* after the flags */
-  int *out_flag = (int *)(out + 1);
-  unsigned g = zrt_cuda_blocks(c, n);
-  if (g > ZRT_CUDA_RED_BLOCKS) g = ZRT_CUDA_RED_BLOCKS;
-  ZRT_DT_SWITCH(
-      dt, S, zrt_k_sumsq_partial<S><<<g, ZRT_CUDA_THREADS, 0, st>>>(x, n, scale, partial, flags));
-  ZRT_CUDA_LAUNCHED("scale_check kernel");
-  zrt_k_sumsq_fold<<<1, ZRT_CUDA_THREADS, 0, st>>>(partial, flags, (int)g, out, out_flag);
-  ZRT_CUDA_LAUNCHED("scale_check fold kernel");
-  ZRT_CUDA_CHECK(
-      cudaMemcpyAsync(c->h_result, out, sizeof(double) + sizeof(int), cudaMemcpyDeviceToHost, st));
-  ZRT_CUDA_CHECK(cudaStreamSynchronize(st));
-  ZRT_BACKEND_COUNT(c->b, host_waits);
-  ZRT_BACKEND_COUNT(c->b, d2h_reads);
-  double r;
-  int f;
-  memcpy(&r, c->h_result, sizeof r);
-  memcpy(&f, (char *)c->h_result + sizeof(double), sizeof f);
-  *sumsq += r;
-  *nonfinite |= f;
-  return ZRT_OK;
-}
-
-/* The list: per buffer the partial pass and a fold that adds into one
- * device record (started from the caller's *sumsq), then one copy back and
- * one wait for all of them. */
+/* scale_check over a list: per buffer the partial pass and a fold that adds
+ * into one device record (started from the caller's *sumsq, as the host's
+ * `*sumsq +=` would), then one copy back and one wait for all of them.
+ * scale_check is the list of one. */
 static zrt_status zrt_cuda_scale_check_list_locked(zrt_cuda_ctx *c, const void *const *x,
                                                    const size_t *n, int k, zrt_dtype dt,
                                                    float scale, double *sumsq, int *nonfinite,
@@ -253,10 +226,10 @@ static zrt_status zrt_cuda_scale_check_list_locked(zrt_cuda_ctx *c, const void *
     ZRT_DT_SWITCH(dt, S,
                   zrt_k_sumsq_partial<S>
                   <<<g, ZRT_CUDA_THREADS, 0, st>>>(x[i], n[i], scale, partial, flags));
-    ZRT_CUDA_LAUNCHED("scale_check_list kernel");
-    zrt_k_sumsq_fold_add<<<1, ZRT_CUDA_THREADS, 0, st>>>(partial, flags, (int)g, out, out_flag,
-                                                         first, *sumsq);
-    ZRT_CUDA_LAUNCHED("scale_check_list fold kernel");
+    ZRT_CUDA_LAUNCHED("scale_check kernel");
+    zrt_k_sumsq_fold<<<1, ZRT_CUDA_THREADS, 0, st>>>(partial, flags, (int)g, out, out_flag, first,
+                                                     *sumsq);
+    ZRT_CUDA_LAUNCHED("scale_check fold kernel");
     first = 0;
   }
   if (first) return ZRT_OK; /* every buffer empty */
@@ -289,8 +262,8 @@ static zrt_status zrt_cuda_scale_check(void *ctx, const void *x, zrt_dtype dt, s
   zrt_cuda_ctx *c = (zrt_cuda_ctx *)ctx;
   ZRT_CUDA_CHECK(cudaSetDevice(c->device));
   pthread_mutex_lock(&c->mu);
-  zrt_status st =
-      zrt_cuda_scale_check_locked(c, x, dt, n, scale, sumsq, nonfinite, zrt_cuda_stream(c, s));
+  zrt_status st = zrt_cuda_scale_check_list_locked(c, &x, &n, 1, dt, scale, sumsq, nonfinite,
+                                                   zrt_cuda_stream(c, s));
   pthread_mutex_unlock(&c->mu);
   return st;
 }

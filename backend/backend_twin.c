@@ -649,37 +649,6 @@ static zrt_status twin_accumulate(void *ctx, float *dst, const void *src, zrt_dt
 }
 
 typedef struct {
-  const void *x;
-  zrt_dtype dt;
-  size_t n;
-  float scale;
-  double *sumsq;
-  int *nonfinite;
-} twin_check_args;
-
-static zrt_status twin_run_check(twin_ctx *c, void *a) {
-  twin_check_args m;
-  memcpy(&m, a, sizeof m);
-  return c->cpu.iface->scale_check(c->b, zrt_twin_dev(c, m.x), m.dt, m.n, m.scale,
-                                   zrt_twin_dev(c, m.sumsq), zrt_twin_dev(c, m.nonfinite), NULL);
-}
-
-/* Results are host values (backend.h): the host waits, as the CUDA
- * backend's copy back does. */
-static zrt_status twin_scale_check(void *ctx, const void *x, zrt_dtype dt, size_t n, float scale,
-                                   double *sumsq, int *nonfinite, zrt_stream s) {
-  twin_ctx *c = ctx;
-  ZRT_CHECK(zrt_twin_operand(c, "scale_check", "x", x, n * zrt_dtype_size(dt)));
-  twin_stream *ts = twin_stream_of(c, s);
-  twin_check_args m = {x, dt, n, scale, sumsq, nonfinite};
-  ZRT_CHECK(twin_enqueue(c, ts, twin_run_check, "scale_check", &m, sizeof m));
-  if (twin_cur == ts) return ZRT_OK;
-  ZRT_BACKEND_COUNT(c->b, host_waits);
-  ZRT_BACKEND_COUNT(c->b, d2h_reads);
-  return twin_wait_done(ts, twin_enq_of(ts));
-}
-
-typedef struct {
   const void *const *x; /* the caller's arrays: it waits for the op, or */
   const size_t *n;      /* runs it in place (on the stream's own worker) */
   int k;
@@ -700,22 +669,32 @@ static zrt_status twin_run_check_list(twin_ctx *c, void *a) {
   return ZRT_OK;
 }
 
-/* One op for the whole list, one host wait (the CUDA backend's one copy
- * back). */
-static zrt_status twin_scale_check_list(void *ctx, const void *const *x, const size_t *n, int k,
-                                        zrt_dtype dt, float scale, double *sumsq, int *nonfinite,
-                                        zrt_stream s) {
-  twin_ctx *c = ctx;
+/* One op for the whole list (named `op`: its label for ZRT_TWIN_SLOW_OP and
+ * the trace), one host wait (the CUDA backend's one copy back): results are
+ * host values (backend.h). scale_check is the list of one. */
+static zrt_status twin_check_list(twin_ctx *c, const char *op, const void *const *x,
+                                  const size_t *n, int k, zrt_dtype dt, float scale, double *sumsq,
+                                  int *nonfinite, zrt_stream s) {
   for (int i = 0; i < k; i++)
-    if (n[i])
-      ZRT_CHECK(zrt_twin_operand(c, "scale_check_list", "x", x[i], n[i] * zrt_dtype_size(dt)));
+    if (n[i]) ZRT_CHECK(zrt_twin_operand(c, op, "x", x[i], n[i] * zrt_dtype_size(dt)));
   twin_stream *ts = twin_stream_of(c, s);
   twin_check_list_args m = {x, n, k, dt, scale, sumsq, nonfinite};
-  ZRT_CHECK(twin_enqueue(c, ts, twin_run_check_list, "scale_check_list", &m, sizeof m));
+  ZRT_CHECK(twin_enqueue(c, ts, twin_run_check_list, op, &m, sizeof m));
   if (twin_cur == ts) return ZRT_OK;
   ZRT_BACKEND_COUNT(c->b, host_waits);
   ZRT_BACKEND_COUNT(c->b, d2h_reads);
   return twin_wait_done(ts, twin_enq_of(ts));
+}
+
+static zrt_status twin_scale_check_list(void *ctx, const void *const *x, const size_t *n, int k,
+                                        zrt_dtype dt, float scale, double *sumsq, int *nonfinite,
+                                        zrt_stream s) {
+  return twin_check_list(ctx, "scale_check_list", x, n, k, dt, scale, sumsq, nonfinite, s);
+}
+
+static zrt_status twin_scale_check(void *ctx, const void *x, zrt_dtype dt, size_t n, float scale,
+                                   double *sumsq, int *nonfinite, zrt_stream s) {
+  return twin_check_list(ctx, "scale_check", &x, &n, 1, dt, scale, sumsq, nonfinite, s);
 }
 
 typedef struct {

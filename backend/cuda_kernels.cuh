@@ -105,27 +105,12 @@ __global__ void zrt_k_sumsq_partial(const void *x, size_t n, float scale, double
   }
 }
 
-/* Pass 2 (one block): fold the partials in a fixed order. */
+/* Pass 2 (one block) for one buffer of a scale_check list: fold the
+ * partials in a fixed order, then out = init + sum for the first buffer and
+ * out = out + sum after it, the order of the host's `*sumsq += sum` per
+ * buffer, so the bits match per-buffer calls. */
 __global__ void zrt_k_sumsq_fold(const double *partial, const int *flags, int nblocks, double *out,
-                                 int *out_flag) {
-  double acc = 0.0;
-  int bad = 0;
-  for (int i = threadIdx.x; i < nblocks; i += blockDim.x) {
-    acc += partial[i];
-    bad |= flags[i];
-  }
-  zrt_d_block_sum(&acc, &bad);
-  if (threadIdx.x == 0) {
-    *out = acc;
-    *out_flag = bad;
-  }
-}
-
-/* Pass 2 of one buffer of a list (scale_check_list): the same fold, then
- * out = init + sum for the first buffer and out = out + sum after it, the
- * order of the host's `*sumsq += sum` per buffer, so the bits match. */
-__global__ void zrt_k_sumsq_fold_add(const double *partial, const int *flags, int nblocks,
-                                     double *out, int *out_flag, int first, double init) {
+                                 int *out_flag, int first, double init) {
   double acc = 0.0;
   int bad = 0;
   for (int i = threadIdx.x; i < nblocks; i += blockDim.x) {

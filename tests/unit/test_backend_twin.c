@@ -339,9 +339,6 @@ static void test_jitter_env(void) {
   ZT_CONTAINS(b->description, "jitter");
   zrt_backend_destroy(b);
   unsetenv("ZRT_TWIN_JITTER");
-  /* slow side streams: a copy on another stream lands late, so a read that
-   * no event orders after it sees the allocation's poison; with the event,
-   * the copy */
   /* one slow kind of op: LABEL:US, each malformed value named */
   const char *bad_slow[] = {"update",    "update:",   ":3000",
                             "update:3x", "update:-1", "update:20000000"};
@@ -375,6 +372,9 @@ static void test_jitter_env(void) {
     zrt_backend_destroy(b);
   }
   unsetenv("ZRT_TWIN_HOST_FN");
+  /* slow side streams: a copy on another stream lands late, so a read that
+   * no event orders after it sees the allocation's poison; with the event,
+   * the copy */
   setenv("ZRT_TWIN_SIDE_DELAY_US", "-3", 1);
   ZT_CHECK(zrt_backend_create("twin", 0, 0, &b) == ZRT_ERR_CONFIG);
   ZT_CONTAINS(zrt_last_error(), "ZRT_TWIN_SIDE_DELAY_US=\"-3\"");
