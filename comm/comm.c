@@ -352,9 +352,17 @@ zrt_status zrt_comm_create(const char *want, zrt_backend *backend, double timeou
   c->timeout_s = timeout_s;
   /* Stream-ordered (comm.h): the implementation runs inside a host
    * function, where the device buffers are reachable in place, so it is
-   * made as for host memory (no staging, no backend calls of its own). */
+   * made as for host memory (no staging, no backend calls of its own).
+   * Not nccl (its kernels are on its stream already), and not the self comm
+   * where the engine's statistics run on the host (the twin's cuda mode):
+   * it keeps its device path there (comm_self.c: copies on a stream of its
+   * own, an event per request), the one CUDA runs at world size 1. Only
+   * where the statistics are stream ops (the twin's default mode) does it
+   * ride the comm stream, which orders their record's fill before the
+   * all-reduce (engine_step.c). */
   int streamed = backend && backend->device_id >= 0 && zrt_backend_host_fn_device(backend) &&
-                 strcmp(pick, "nccl") != 0;
+                 strcmp(pick, "nccl") != 0 &&
+                 (strcmp(pick, "self") != 0 || zrt_backend_host_fn_kernels(backend));
   zrt_backend *ibe = streamed ? NULL : backend;
   if (!strcmp(pick, "self")) {
     ZRT_CHECK_GOTO(zrt_comm_self_init(c, ibe), st, fail);

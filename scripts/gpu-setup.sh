@@ -18,6 +18,15 @@
 #       attn     the fused attention's kernels, and against PyTorch SDPA (docs/perf.md)
 #       perf     GPT-2 124M bf16: zrt vs PyTorch eager / torch.compile, pinned copies,
 #                share hidden: $OUT/perf_gpu.json, logs in $OUT/perf_logs.tar.gz
+#   scripts/gpu-setup.sh steps A,B,... [DIR] # there: those steps in order in one
+#                                        # device command, under one deadline
+#                                        # (ZRT_STEPS_S, default 580 s): each step gets
+#                                        # what is left, one with under ZRT_STEP_MIN_S
+#                                        # (default 45) left is skipped, a failed build
+#                                        # ends the run; $OUT/steps.txt says what ran,
+#                                        # how long and how it ended. Without mpi, cli
+#                                        # or unit in the list the build makes only what
+#                                        # the gpu, attn, sanitize and perf steps run
 #   scripts/gpu-setup.sh run CMD...      # there: CMD with the environment set
 #   scripts/gpu-setup.sh env             # print the environment (to eval)
 #   scripts/gpu-setup.sh check [DIR]     # here: `step build` then the test steps'
@@ -161,6 +170,50 @@ need_build() {
   eval "$(env_lines)"
 }
 
+# What the gpu, attn, sanitize and perf steps run: the library, the commands
+# and examples, every gpu-label test (check adds a CPU subset to it).
+gpu_targets() {
+  local f
+  printf '%s ' zrt_cli zrt_perf rank_probe train_gpt2 train_mlp gpu_probe
+  for f in tests/gpu/test_*.c; do printf '%s ' "$(basename "$f" .c)"; done
+}
+
+# Steps in order under one deadline (see the usage above).
+steps() {
+  local list=$1 dir=$2 n left t0 rc=0 src
+  local end=$(($(date +%s) + ${ZRT_STEPS_S:-580}))
+  mkdir -p "$OUT"
+  : >"$OUT/steps.txt"
+  case ",$list," in
+  *,mpi,* | *,cli,* | *,unit,*) ;;
+  *) [ -n "${ZRT_BUILD_TARGETS:-}" ] || export ZRT_BUILD_TARGETS="$(gpu_targets)" ;;
+  esac
+  IFS=, read -ra names <<<"$list"
+  for n in "${names[@]}"; do
+    left=$((end - $(date +%s)))
+    if [ "$left" -lt "${ZRT_STEP_MIN_S:-45}" ]; then
+      echo "gpu-setup: step $n skipped: ${left} s left of the run's ${ZRT_STEPS_S:-580} s" |
+        tee "$OUT/$n.log" | tee -a "$OUT/steps.txt"
+      rc=1
+      continue
+    fi
+    t0=$(date +%s)
+    # not `step || src=$?`: inside a || list bash ignores set -e, the step's
+    # subshell included, and a failed command would not end the step; and in
+    # a subshell of its own, since step turns set -e back on before returning
+    set +e
+    (ZRT_STEP_S=$left step "$n" "$dir")
+    src=$?
+    set -e
+    echo "$n exit $src in $(($(date +%s) - t0)) s" >>"$OUT/steps.txt"
+    [ "$src" = 0 ] || rc=1
+    [ "$src" = 0 ] || [ "$n" != build ] || break
+  done
+  echo "== gpu-setup steps $list"
+  cat "$OUT/steps.txt"
+  return $rc
+}
+
 # One step with its log in $OUT/<name>.log; at most ZRT_STEP_S seconds
 # (570 by default: the GPU machine's commands end at 600).
 step() {
@@ -278,8 +331,8 @@ check() {
     export OUT='"$OUT"' ZRT_ALLOW_NO_NCCL='"${ZRT_ALLOW_NO_NCCL:-0}"'
     # what the steps below run: the library, the commands and examples, every
     # gpu-label test, and the unit/mpi/cli subset (not the whole suite: CI time)
-    gpu_tests=$(for f in tests/gpu/test_*.c; do basename "$f" .c; done)
-    export ZRT_BUILD_TARGETS="zrt_cli zrt_perf rank_probe train_gpt2 train_mlp gpu_probe $gpu_tests test_dtype test_config test_comm_collectives test_engine_equiv"
+    source <(sed -n "/^gpu_targets()/,/^}/p" "$0")
+    export ZRT_BUILD_TARGETS="$(gpu_targets) test_dtype test_config test_comm_collectives test_engine_equiv"
     "$0" step build "$1"
     ZRT_REQUIRE_GPU=0 "$0" step gpu "$1"
     ZRT_STEP_S=900 "$0" run bash -c "cd \"$1\" && ctest --output-on-failure -R \"^(unit.test_dtype|unit.test_config|mpi.test_comm_collectives.np2|mpi.test_engine_equiv.np2|cli.test_launch)$\""
@@ -307,6 +360,10 @@ env)
 build) # the old name of `step build`, without a log file
   step_build "${2:-build-gpu}"
   ;;
+steps)
+  [ -n "${2:-}" ] || { echo "gpu-setup: steps needs a comma-separated list (build,gpu,attn,perf)" >&2; exit 2; }
+  steps "$2" "${3:-build-gpu}"
+  ;;
 step)
   [ -n "${2:-}" ] || { echo "gpu-setup: step needs a name (build, gpu, mpi, cli, unit, sanitize, attn, perf)" >&2; exit 2; }
   step "$2" "${3:-build-gpu}"
@@ -321,7 +378,7 @@ run)
   exec "$@"
   ;;
 *)
-  sed -n '2,41p' "$0"
+  sed -n '2,/^set -euo/{/^set -euo/!p}' "$0"
   exit 2
   ;;
 esac

@@ -1,11 +1,11 @@
 /*
  * test_comm_self_device.c — the world-size-1 comm on a device backend with
  * no host wait per collective (comm/comm_self.c, docs/comms.md "The self
- * comm"), on the twin in two shapes: ZRT_TWIN_HOST_FN=sync, CUDA's (comms
- * are not stream-ordered there, so the self comm gets the backend and runs
- * its copies on a stream of its own), and ZRT_TWIN_HOST_FN=cuda, CUDA with
- * NCCL's (the stream-ordered comm of comm/comm.c): the same contract in
- * both. Every op of a stream other than the default one is slowed
+ * comm"), on the twin in three shapes: ZRT_TWIN_HOST_FN=sync and cuda,
+ * CUDA's (the self comm gets the backend and runs its copies on a stream of
+ * its own: comm.c streams no self comm where the statistics run on the
+ * host), and the default stream mode (the stream-ordered comm of
+ * comm/comm.c, as NCCL's kernels are ordered): the same contract in all. Every op of a stream other than the default one is slowed
  * (ZRT_TWIN_SIDE_DELAY_US: the comm stream's copy lands late), and so is
  * every memset, the producers here (ZRT_TWIN_SLOW_OP), so a missing order
  * shows as a stale read:
@@ -96,9 +96,10 @@ static void run(const char *mode) {
   ZT_OK(zrt_backend_create("twin", 0, 0, &b));
   ZT_OK(zrt_comm_create("auto", b, 30.0, &c));
   ZT_CHECK(!strcmp(c->iface->name, "self"));
-  /* sync: the self comm's own stream (comm.c gave it the backend); cuda:
-   * stream-ordered through host functions on comm.c's stream */
-  ZT_CHECK(!strcmp(mode, "sync") ? c->stream == NULL : c->stream != NULL);
+  /* sync and cuda: the self comm's own stream (comm.c gave it the
+   * backend); stream: stream-ordered through host functions on comm.c's
+   * stream */
+  ZT_CHECK(strcmp(mode, "stream") ? c->stream == NULL : c->stream != NULL);
   printf("ZRT_TWIN_HOST_FN=%s: %s\n", mode, b->description);
   float *x = dalloc(b), *y = dalloc(b), *z = dalloc(b), *z2 = dalloc(b);
   zrt_stream ps = NULL; /* a producer's stream other than the compute stream */
@@ -223,5 +224,6 @@ int main(void) {
   setenv("ZRT_TWIN_JITTER", "31", 0); /* ctest's seed, where it gives one */
   run("sync");
   run("cuda");
+  run("stream");
   ZT_DONE();
 }
