@@ -5,10 +5,10 @@
  * CUDA's (the self comm gets the backend and runs its copies on a stream of
  * its own: comm.c streams no self comm where the statistics run on the
  * host), and the default stream mode (the stream-ordered comm of
- * comm/comm.c, as NCCL's kernels are ordered): the same contract in all. Every op of a stream other than the default one is slowed
- * (ZRT_TWIN_SIDE_DELAY_US: the comm stream's copy lands late), and so is
- * every memset, the producers here (ZRT_TWIN_SLOW_OP), so a missing order
- * shows as a stale read:
+ * comm/comm.c, as NCCL's kernels are ordered): the same contract in all. Every op of a stream other
+ * than the default one is slowed (ZRT_TWIN_SIDE_DELAY_US: the comm stream's copy lands late), and
+ * so is every memset, the producers here (ZRT_TWIN_SLOW_OP), so a missing order shows as a stale
+ * read:
  *  - a collective reads what a slow producer on the compute stream wrote
  *    (the comm stream joins every stream), and a consumer on the compute
  *    stream ordered with zrt_comm_wait_on reads its result; the backend's
