@@ -184,6 +184,10 @@ static zrt_status poll_once(void *arg, int *flag) {
   int ev = e == cudaSuccess         ? ZRT_NCCL_EV_DONE
            : e == cudaErrorNotReady ? ZRT_NCCL_EV_NOT_READY
                                     : ZRT_NCCL_EV_ERROR;
+  /* not an error, but the runtime keeps it as this thread's last error:
+   * cleared, or the thread's next launch check (cudaGetLastError) fails */
+  if (ev == ZRT_NCCL_EV_NOT_READY && cudaPeekAtLastError() == cudaErrorNotReady)
+    (void)cudaGetLastError();
   ncclResult_t async_err = ncclSuccess;
   if (ev == ZRT_NCCL_EV_NOT_READY && ncclCommGetAsyncError(n->nc, &async_err) != ncclSuccess)
     async_err = ncclSuccess; /* no verdict from a failed query; the event and the clock decide */

@@ -22,7 +22,10 @@
  * NCCL kernel): issuing it on host buffers returns at once, and its wait
  * fails after comm_timeout_s naming the collective and the timeout, with
  * the communicator aborted (issue 23: the stage-out copy into pageable
- * memory used to block inside the issue call, forever). Exits 77 without
+ * memory used to block inside the issue call, forever). Before that, a
+ * test that finds a collective pending, then a kernel launch on the same
+ * thread, which must not report the test's "not ready" as its failure
+ * (cudaEventQuery leaves it as the thread's last error). Exits 77 without
  * CUDA, NCCL or a GPU (fails instead under ZRT_REQUIRE_GPU=1).
  */
 #include <pthread.h>
@@ -254,6 +257,40 @@ static void dead_peer(zrt_comm *c) {
   ZT_OK(zrt_backend_synchronize(B, NULL));
 }
 
+/* A test that finds a collective pending (the backend's stream held, so
+ * cudaEventQuery says not ready), then a kernel launch on the same thread:
+ * the launch's check (cudaGetLastError) must not take the query's "not
+ * ready" for its own failure. */
+static void pending_then_launch(zrt_comm *c) {
+  static double hold_s = 20.0;
+  const size_t n = 1024;
+  void *src = NULL, *x = NULL, *y = NULL;
+  ZT_OK(zrt_backend_alloc(B, n * 4, ZRT_MEM_OTHER, &src));
+  ZT_OK(zrt_backend_alloc(B, n * 4, ZRT_MEM_OTHER, &x));
+  ZT_OK(zrt_backend_alloc(B, n * 2, ZRT_MEM_OTHER, &y));
+  ZT_OK(zrt_backend_memset(B, src, 0, n * 4, NULL));
+  ZT_OK(zrt_backend_memset(B, x, 0, n * 4, NULL));
+  ZT_OK(zrt_backend_synchronize(B, NULL));
+  __atomic_store_n(&hold_release, 0, __ATOMIC_RELEASE);
+  ZT_CHECK(cudaLaunchHostFunc((cudaStream_t)B->native_stream, hold_stream, &hold_s) == cudaSuccess);
+  zrt_comm_req *req = NULL;
+  ZT_OK(zrt_comm_all_reduce(c, src, src, n, ZRT_F32, ZRT_RED_SUM, &req));
+  int done = 1;
+  ZT_OK(zrt_comm_test(c, req, &done));
+  ZT_CHECK(done == 0); /* behind the held stream */
+  zrt_status st = zrt_backend_convert(B, y, ZRT_BF16, x, ZRT_F32, n, NULL);
+  printf("%s: a kernel launch after a test that found the collective pending: %s\n", c->iface->name,
+         st == ZRT_OK ? "ok" : zrt_last_error());
+  ZT_OK(st);
+  __atomic_store_n(&hold_release, 1, __ATOMIC_RELEASE);
+  if (!done) ZT_OK(zrt_comm_wait(c, req)); /* a done test already completed it */
+  ZT_OK(zrt_backend_synchronize(B, NULL));
+  __atomic_store_n(&hold_release, 0, __ATOMIC_RELEASE); /* the held function has returned */
+  zrt_backend_free(B, src);
+  zrt_backend_free(B, x);
+  zrt_backend_free(B, y);
+}
+
 #endif
 
 int main(void) {
@@ -279,6 +316,7 @@ int main(void) {
   ZT_OK(zrt_comm_create("nccl", B, 60.0, &nc));
   ZT_CHECK(!strcmp(nc->iface->name, "nccl") && nc->world == 1 && nc->rank == 0);
   run_suite(nc);
+  pending_then_launch(nc);
   ZT_CHECK(comm_bytes() > 0); /* the scratch is kept while the comm lives */
   /* the self comm on the GPU: its copies on its own stream */
   zrt_comm *sc = NULL;

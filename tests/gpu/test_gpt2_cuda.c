@@ -8,7 +8,9 @@
  *     operands activations, beta 1), against double loops on the same
  *     rounded inputs (round-to-nearest-even, as the kernel's conversion):
  *     only the fp32 accumulation order differs, within 1e-4 absolute
- *     (entries are sums of <= 256 products of magnitude <= 1);
+ *     (entries are sums of <= 256 products of magnitude <= 1), and one in
+ *     a scratch of exactly gpt2_cuda_scratch_bytes (the tiny preset's
+ *     weight-gradient GEMM at an odd B*T);
  *   - the fused attention forward and backward (gpt2_flash_attn.h) against
  *     plain causal attention in double: GPT-2 124M's head shape (12 heads of
  *     64) at T = 1024, and T = 100 (a ragged last tile), batch 2, and the
@@ -235,6 +237,14 @@ int main(void) {
         gemm_case(dts[d], ta, tb, 72, 130, 256, 0, 1.0f); /* dW += x^T dy */
       }
   }
+  /* the scratch as gpt2_cuda_scratch_bytes sizes it, for the block
+   * backward's dW_fc = ln2^T d4C (an N x C operand first, then N x 4C): the
+   * tiny preset's shape at an odd N = B*T = 33, where the first operand's
+   * 256-byte rounding counts */
+  gpt2_config tiny = {0};
+  tiny.n_embd = 64, tiny.n_head = 2, tiny.vocab = 256, tiny.seq_len = 33;
+  gpt2_cuda_gemm_setup(ZRT_BF16, scratch, gpt2_cuda_scratch_bytes(&tiny, 1, ZRT_BF16));
+  gemm_case(ZRT_BF16, 1, 0, 64, 256, 33, 0, 1.0f);
   gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb); /* attention needs only the scratch */
   attention_case(2, 100, 12, 64);
   attention_case(2, 1024, 12, 64);
