@@ -160,12 +160,37 @@ static zrt_cuda_stream_rec *zrt_cuda_rec(zrt_cuda_ctx *c, cudaStream_t st) {
   return NULL;
 }
 
+/* Where p lives: cudaMemoryTypeUnregistered for pageable host memory (a
+ * pointer the runtime cannot place counts as pageable; its error is not
+ * sticky and is cleared). */
+static cudaMemoryType zrt_cuda_mem_type(const void *p) {
+  cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cudaMemoryTypeUnregistered;
+  }
+  return a.type;
+}
+
+/* A copy from device memory into pageable host memory has completed when
+ * this returns (zrt.h's contract, and the twin's rule): the runtime's API
+ * synchronization notes say only that cudaMemcpyAsync between device and
+ * pageable memory "might be synchronous", so the stream is synchronized
+ * after it (a host wait, counted as the twin counts that copy; free where
+ * the driver already waited). Copies from pageable memory to the device
+ * are left asynchronous: the driver stages their bytes before returning. */
 static zrt_status zrt_cuda_memcpy(void *ctx, void *dst, const void *src, size_t bytes,
                                   zrt_copy_kind kind, zrt_stream s) {
   zrt_cuda_ctx *c = (zrt_cuda_ctx *)ctx;
   (void)kind; /* unified addressing knows where each pointer lives */
   ZRT_CUDA_CHECK(cudaSetDevice(c->device));
-  ZRT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, zrt_cuda_stream(c, s)));
+  cudaStream_t st = zrt_cuda_stream(c, s);
+  ZRT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, st));
+  if (zrt_cuda_mem_type(dst) == cudaMemoryTypeUnregistered &&
+      zrt_cuda_mem_type(src) == cudaMemoryTypeDevice) {
+    ZRT_CUDA_CHECK(cudaStreamSynchronize(st));
+    ZRT_BACKEND_COUNT(c->b, host_waits);
+  }
   return ZRT_OK;
 }
 
