@@ -13,11 +13,14 @@
  * Attention is fused (gpt2_flash_attn.h: online softmax over shared-memory
  * tiles, backward without atomics); its `att` buffer keeps only the
  * per-row logsumexp (the first B*NH*T floats), and the backward's D rows
- * live in the scratch. Other kernels favour obviously-correct indexing over
- * speed: one thread per output row or element, warp reductions for
- * LayerNorm; embedding and LayerNorm weight gradients use atomicAdd, which
- * keeps the backward's ADD contract. All launches go to the engine's
- * stream.
+ * live in the scratch. The cross-entropy and the column sums (the biases'
+ * gradients, the LayerNorms' weight and bias gradients) are block
+ * reductions from gpt2_rows.h (coalesced, deterministic, no atomics; also
+ * emulated on the CPU by test_gpt2_rows_emu). Other kernels favour
+ * obviously-correct indexing over speed: one thread per element, a warp
+ * per row for LayerNorm; the embedding's gradients use atomicAdd (tokens
+ * repeat), which keeps the backward's ADD contract. All launches go to the
+ * engine's stream.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -26,6 +29,7 @@
 
 #include "gpt2_cuda.h"
 #include "gpt2_flash_attn.h"
+#include "gpt2_rows.h"
 
 #define GELU_S 0.7978845608028654f
 
@@ -77,9 +81,10 @@ __global__ void k_layernorm_forward(float *out, float *mean, float *rstd, const 
   }
 }
 
-__global__ void k_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
-                                     const float *inp, const float *w, const float *mean,
-                                     const float *rstd, int N, int C) {
+/* dinp only (the weights' gradients: k_colsum). */
+__global__ void k_layernorm_backward(float *dinp, const float *dout, const float *inp,
+                                     const float *w, const float *mean, const float *rstd, int N,
+                                     int C) {
   int row = (int)((blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
   if (row >= N) return;
   const float *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
@@ -95,22 +100,21 @@ __global__ void k_layernorm_backward(float *dinp, float *dw, float *db, const fl
   for (int c = lane; c < C; c += 32) {
     float norm = (x[c] - m) * r;
     di[c] += (w[c] * d[c] - a - norm * bsum) * r;
-    atomicAdd(&dw[c], norm * d[c]);
-    atomicAdd(&db[c], d[c]);
   }
+}
+
+/* dw, db of the LayerNorm and db of a bias: gpt2_rows.h's column sums
+ * (inp NULL: the bias). */
+__global__ void __launch_bounds__(RW_COL_NT)
+    k_colsum(float *dw, float *db, const float *dout, const float *inp, const float *mean,
+             const float *rstd, int N, int OC) {
+  __shared__ rw_col_smem sm;
+  rw_colsum_block(dw, db, dout, inp, mean, rstd, N, OC, (int)blockIdx.x, &sm);
 }
 
 __global__ void k_bias_add(float *out, const float *bias, int N, int OC) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < (size_t)N * OC) out[i] += bias[i % OC];
-}
-
-__global__ void k_bias_backward(float *db, const float *dout, int N, int OC) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= OC) return;
-  float s = 0;
-  for (int i = 0; i < N; i++) s += dout[(size_t)i * OC + c];
-  db[c] += s;
 }
 
 __global__ void __launch_bounds__(FA_NT)
@@ -182,18 +186,11 @@ __global__ void k_residual(float *out, const float *a, const float *b, size_t n)
   if (i < n) out[i] = a[i] + b[i];
 }
 
-__global__ void k_crossentropy(float *losses, float *logits, const int *targets, int N, int V,
-                               float dloss) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= N) return;
-  float *l = logits + (size_t)i * V, mx = l[0], sum = 0;
-  for (int v = 1; v < V; v++) mx = fmaxf(mx, l[v]);
-  for (int v = 0; v < V; v++) sum += expf(l[v] - mx);
-  losses[i] = logf(sum) + mx - l[targets[i]];
-  if (dloss != 0.0f) {
-    for (int v = 0; v < V; v++) l[v] = expf(l[v] - mx) / sum * dloss;
-    l[targets[i]] -= dloss;
-  }
+/* One block per row (gpt2_rows.h). */
+__global__ void __launch_bounds__(RW_CE_NT)
+    k_crossentropy(float *losses, float *logits, const int *targets, int V, float dloss) {
+  __shared__ rw_ce_smem sm;
+  rw_crossentropy_block(losses, logits, targets, V, dloss, (int)blockIdx.x, &sm);
 }
 
 __global__ void k_to_f32(float *dst, const void *src, int dt, int64_t n) {
@@ -306,14 +303,17 @@ static void cu_layernorm_forward(float *out, float *mean, float *rstd, const flo
 static void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                                   const float *inp, const float *w, const float *mean,
                                   const float *rstd, int N, int C) {
-  k_layernorm_backward<<<nblocks((size_t)N * 32, TPB), TPB, 0, g_stream>>>(dinp, dw, db, dout, inp,
-                                                                           w, mean, rstd, N, C);
+  k_layernorm_backward<<<nblocks((size_t)N * 32, TPB), TPB, 0, g_stream>>>(dinp, dout, inp, w, mean,
+                                                                           rstd, N, C);
+  k_colsum<<<nblocks((size_t)C, RW_COLS), RW_COL_NT, 0, g_stream>>>(dw, db, dout, inp, mean, rstd,
+                                                                    N, C);
 }
 static void cu_bias_add(float *out, const float *bias, int N, int OC) {
   k_bias_add<<<nblocks((size_t)N * OC, TPB), TPB, 0, g_stream>>>(out, bias, N, OC);
 }
 static void cu_bias_backward(float *db, const float *dout, int N, int OC) {
-  k_bias_backward<<<nblocks((size_t)OC, TPB), TPB, 0, g_stream>>>(db, dout, N, OC);
+  k_colsum<<<nblocks((size_t)OC, RW_COLS), RW_COL_NT, 0, g_stream>>>(NULL, db, dout, NULL, NULL,
+                                                                     NULL, N, OC);
 }
 static zrt_status fa_shape_ok(int B, int T, int C, int NH) {
   (void)T;
@@ -362,8 +362,8 @@ static void cu_residual(float *out, const float *a, const float *b, size_t n) {
 }
 static void cu_crossentropy(float *losses, float *logits, const int *targets, int N, int V,
                             float dloss) {
-  k_crossentropy<<<nblocks((size_t)N, 128), 128, 0, g_stream>>>(losses, logits, targets, N, V,
-                                                                dloss);
+  if (N > 0)
+    k_crossentropy<<<(unsigned)N, RW_CE_NT, 0, g_stream>>>(losses, logits, targets, V, dloss);
 }
 static zrt_status cu_check(void) {
   cudaError_t e = cudaGetLastError();

@@ -20,9 +20,18 @@
  * With ZRT_ATTN_DUMP=DIR the T = 1024 case also writes its inputs and
  * results (raw float32: qkv, dout, dqkv0, out, dqkv) and shape.json there for
  * scripts/check_attention_torch.py (PyTorch's scaled_dot_product_attention).
- * The CPU emulation of the same attention code is checked in
- * test_gpt2_flash_emu (unit). Skips (77) without a GPU, fails under
- * ZRT_REQUIRE_GPU=1.
+ *   - every other op of the CUDA table (encoder, LayerNorm, bias, GELU,
+ *     residual, cross-entropy; forward and backward) against the CPU ops
+ *     table on the same inputs, the backward ones ADDING onto non-zero
+ *     outputs: N = B*T = 200 rows (ragged against every block), C = 768,
+ *     the MLP's 3072 for the biases, a 1000-token embedding, and the
+ *     cross-entropy over GPT-2's 50257 logits on 37 rows, with and
+ *     without its gradient. Tolerances absolute, from the magnitudes:
+ *     1e-5 elementwise, 1e-4 for sums over the 200 rows and the losses,
+ *     1e-6 for the cross-entropy's gradient (entries <= 1/37).
+ * The CPU emulations of the same attention, cross-entropy and column-sum
+ * code are checked in test_gpt2_flash_emu and test_gpt2_rows_emu (unit). Skips (77) without a GPU,
+ * fails under ZRT_REQUIRE_GPU=1.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -217,6 +226,114 @@ static void attention_case(int B, int T, int NH, int HS) {
   free(qkv), free(dout), free(out), free(dqkv), free(rout), free(rdqkv);
 }
 
+static void fill(float *x, size_t n, float scale, uint64_t *s) {
+  for (size_t i = 0; i < n; i++) x[i] = scale * frand(s);
+}
+
+/* One op's output on the GPU (device d, n floats) against the CPU's (want). */
+static void check_op(const char *what, const void *d, const float *want, size_t n, double tol) {
+  float *got = malloc(n * sizeof *got);
+  ZT_OK(gpt2_cuda_ops_f32.check());
+  ZT_OK(zrt_engine_memcpy(eng, got, d, n * sizeof *got, ZRT_COPY_D2H));
+  ZT_CLOSE_ARRAY(what, got, want, n, tol);
+  free(got);
+}
+
+/* The non-GEMM, non-attention ops against gpt2_cpu_ops_f32 (see the top). */
+static void ops_case(void) {
+  const gpt2_ops_f32 *G = &gpt2_cuda_ops_f32, *H = &gpt2_cpu_ops_f32;
+  enum { B = 2, T = 100, N = B * T, C = 768, OC = 4 * C, V = 1000, NCE = 37, VCE = 50257 };
+  uint64_t s = 4242;
+  size_t nc = (size_t)N * C, noc = (size_t)N * OC, nce = (size_t)NCE * VCE;
+  float *x = malloc(noc * 4), *y = malloc(noc * 4), *z = malloc(noc * 4), *o = malloc(noc * 4);
+  float *w = malloc((size_t)V * C * 4), *w2 = malloc((size_t)T * C * 4);
+  float *m = malloc(N * 4), *r = malloc(N * 4), *bo = malloc(OC * 4), *bo2 = malloc(OC * 4);
+  int *tok = malloc(N * sizeof *tok), *tgt = malloc(NCE * sizeof *tgt);
+  for (int i = 0; i < N; i++) tok[i] = (int)((frand(&s) * 0.5f + 0.5f) * V) % V;
+  for (int i = 0; i < NCE; i++) tgt[i] = (int)((frand(&s) * 0.5f + 0.5f) * VCE) % VCE;
+  int *dtok = dev(N * sizeof *tok, tok), *dtgt = dev(NCE * sizeof *tgt, tgt);
+
+  /* encoder forward and backward (ADD into dwte, dwpe) */
+  fill(w, (size_t)V * C, 1.0f, &s), fill(w2, (size_t)T * C, 1.0f, &s);
+  float *dw = dev((size_t)V * C * 4, w), *dw2 = dev((size_t)T * C * 4, w2),
+        *dout = dev(nc * 4, NULL);
+  G->encoder_forward(dout, dtok, dw, dw2, B, T, C);
+  H->encoder_forward(o, tok, w, w2, B, T, C);
+  check_op("encoder_forward", dout, o, nc, 1e-5);
+  fill(x, nc, 1.0f, &s);
+  float *dx = dev(nc * 4, x);
+  G->encoder_backward(dw, dw2, dx, dtok, B, T, C);
+  H->encoder_backward(w, w2, x, tok, B, T, C);
+  check_op("encoder_backward dwte", dw, w, (size_t)V * C, 1e-4);
+  check_op("encoder_backward dwpe", dw2, w2, (size_t)T * C, 1e-4);
+
+  /* LayerNorm forward, backward (ADD into dinp, dw, db) */
+  fill(x, nc, 2.0f, &s), fill(bo, C, 1.0f, &s), fill(bo2, C, 1.0f, &s);
+  float *dxin = dev(nc * 4, x), *dlw = dev(C * 4, bo), *dlb = dev(C * 4, bo2);
+  float *dm = dev(N * 4, NULL), *dr = dev(N * 4, NULL);
+  G->layernorm_forward(dout, dm, dr, dxin, dlw, dlb, N, C);
+  H->layernorm_forward(o, m, r, x, bo, bo2, N, C);
+  check_op("layernorm_forward out", dout, o, nc, 1e-5);
+  check_op("layernorm_forward mean", dm, m, N, 1e-5);
+  check_op("layernorm_forward rstd", dr, r, N, 1e-5);
+  fill(y, nc, 1.0f, &s), fill(z, nc, 1.0f, &s);
+  float *dy = dev(nc * 4, y), *dz = dev(nc * 4, z);
+  float *gw = malloc(C * 4), *gb = malloc(C * 4);
+  fill(gw, C, 1.0f, &s), fill(gb, C, 1.0f, &s);
+  float *dgw = dev(C * 4, gw), *dgb = dev(C * 4, gb);
+  G->layernorm_backward(dz, dgw, dgb, dy, dxin, dlw, dm, dr, N, C);
+  H->layernorm_backward(z, gw, gb, y, x, bo, m, r, N, C);
+  check_op("layernorm_backward dinp", dz, z, nc, 1e-5);
+  check_op("layernorm_backward dw", dgw, gw, C, 1e-4);
+  check_op("layernorm_backward db", dgb, gb, C, 1e-4);
+
+  /* bias add and backward (ADD into db), at the MLP's width */
+  fill(x, noc, 1.0f, &s), fill(bo, OC, 1.0f, &s), fill(bo2, OC, 1.0f, &s);
+  float *dbig = dev(noc * 4, x), *dbias = dev(OC * 4, bo), *ddb = dev(OC * 4, bo2);
+  G->bias_add(dbig, dbias, N, OC);
+  memcpy(o, x, noc * 4);
+  H->bias_add(o, bo, N, OC);
+  check_op("bias_add", dbig, o, noc, 1e-5);
+  G->bias_backward(ddb, dbig, N, OC);
+  H->bias_backward(bo2, o, N, OC);
+  check_op("bias_backward", ddb, bo2, OC, 1e-4);
+
+  /* GELU forward and backward (not aliased), residual */
+  fill(x, noc, 3.0f, &s), fill(y, noc, 1.0f, &s);
+  float *dg = dev(noc * 4, x), *dgo = dev(noc * 4, y), *dgi = dev(noc * 4, NULL);
+  G->gelu_forward(dgi, dg, noc);
+  H->gelu_forward(o, x, noc);
+  check_op("gelu_forward", dgi, o, noc, 1e-5);
+  G->gelu_backward(dgi, dg, dgo, noc);
+  H->gelu_backward(o, x, y, noc);
+  check_op("gelu_backward", dgi, o, noc, 1e-5);
+  G->residual_forward(dgi, dg, dgo, noc);
+  H->residual_forward(o, x, y, noc);
+  check_op("residual_forward", dgi, o, noc, 1e-5);
+
+  /* cross-entropy over GPT-2's vocabulary: loss only, then with the gradient */
+  float *lg = malloc(nce * 4), *lg2 = malloc(nce * 4), *loss = malloc(NCE * 4);
+  fill(lg, nce, 6.0f, &s);
+  for (int i = 0; i < NCE; i++) lg[(size_t)i * VCE] += 20.0f; /* a large max: subtracted */
+  float *dlg = dev(nce * 4, lg), *dloss = dev(NCE * 4, NULL);
+  memcpy(lg2, lg, nce * 4);
+  G->crossentropy(dloss, dlg, dtgt, NCE, VCE, 0.0f);
+  H->crossentropy(loss, lg2, tgt, NCE, VCE, 0.0f);
+  check_op("crossentropy loss (dloss 0)", dloss, loss, NCE, 1e-4);
+  check_op("crossentropy logits untouched (dloss 0)", dlg, lg, nce, 0.0);
+  G->crossentropy(dloss, dlg, dtgt, NCE, VCE, 1.0f / NCE);
+  H->crossentropy(loss, lg2, tgt, NCE, VCE, 1.0f / NCE);
+  check_op("crossentropy loss", dloss, loss, NCE, 1e-4);
+  check_op("crossentropy dlogits", dlg, lg2, nce, 1e-6);
+
+  void *dev_bufs[] = {dtok, dtgt, dw,  dw2,  dout,  dx,  dxin, dlw, dlb, dm,  dr,   dy,
+                      dz,   dgw,  dgb, dbig, dbias, ddb, dg,   dgo, dgi, dlg, dloss};
+  for (size_t i = 0; i < sizeof dev_bufs / sizeof dev_bufs[0]; i++)
+    zrt_engine_free(eng, dev_bufs[i]);
+  free(x), free(y), free(z), free(o), free(w), free(w2), free(m), free(r), free(bo), free(bo2);
+  free(tok), free(tgt), free(gw), free(gb), free(lg), free(lg2), free(loss);
+}
+
 int main(void) {
   zt_gpu_or_skip();
   zrt_config *zc = NULL;
@@ -249,6 +366,7 @@ int main(void) {
   attention_case(2, 100, 12, 64);
   attention_case(2, 1024, 12, 64);
   attention_case(2, 64, 2, 32); /* the tiny preset's heads (zero-padded tiles) */
+  ops_case();
   zrt_engine_free(eng, scratch);
   zrt_engine_destroy(eng);
   zrt_config_destroy(zc);

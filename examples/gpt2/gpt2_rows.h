@@ -1,0 +1,150 @@
+/*
+ * gpt2_rows.h — the row and column reductions of the GPT example's CUDA
+ * path, written once for two compilers as gpt2_flash_attn.h is: nvcc builds
+ * the kernels from it (gpt2_cuda.cu), and a C compiler builds an emulation
+ * that runs the same block functions on the CPU, the threads of a block one
+ * after the other between barriers (tests/unit/test_gpt2_rows_emu.c checks
+ * it against double references, so the algorithm is tested where no GPU is).
+ *
+ *   cross-entropy: one block of RW_CE_NT threads per row of logits [N, V]:
+ *     the row's max, then the sum of exp(l - max), each a strided pass whose
+ *     per-thread partials are folded by a tree in shared memory; the loss,
+ *     then (dloss != 0) the row overwritten by its gradient. Coalesced: the
+ *     kernel it replaced ran one thread per row, each walking its own row
+ *     of up to 50257 floats, on N / 128 blocks.
+ *   column sums: db[c] += sum_i dout[i, c] (the bias's gradient), and with
+ *     inp, dw[c] += sum_i (inp[i, c] - mean[i]) rstd[i] dout[i, c] (the
+ *     LayerNorm's weight gradient beside its bias's): one block per group
+ *     of RW_COLS columns, RW_ROWS row lanes each walking every RW_ROWS-th
+ *     row with RW_UNROLL loads in flight, the lanes' partials folded in lane
+ *     order. Deterministic and without atomics (the LayerNorm's used two
+ *     same-address atomicAdd per element, N-way contended; the bias's ran
+ *     one thread per column on OC / 256 blocks).
+ * Every output has one writer; both ADD into their outputs (the ops
+ * contract). Invariants: a barrier separates a phase that writes shared
+ * memory from one that reads it; control flow around barriers depends only
+ * on the block's arguments; the sums' order is fixed by the shapes alone.
+ */
+#ifndef GPT2_ROWS_H
+#define GPT2_ROWS_H
+
+#include <math.h>
+#include <stddef.h>
+
+#define RW_CE_NT 256 /* threads per cross-entropy block (a power of two) */
+#define RW_COLS 32   /* columns per column-sum block: one warp's 128-byte row segment */
+#define RW_ROWS 32   /* row lanes per column-sum block */
+#define RW_COL_NT (RW_COLS * RW_ROWS)
+#define RW_UNROLL 4 /* rows each lane loads before it adds */
+
+#ifdef __CUDACC__
+#define RW_DEV __device__ __forceinline__
+#define RW_SYNC() __syncthreads()
+#define RW_THREADS(tid, n)                                                                         \
+  {                                                                                                \
+    const int tid = (int)threadIdx.x;
+#define RW_END }
+#else
+#define RW_DEV static inline
+#define RW_SYNC() ((void)0)
+#define RW_THREADS(tid, n) for (int tid = 0; tid < (n); tid++) {
+#define RW_END }
+#endif
+
+typedef struct rw_ce_smem {
+  float mx[RW_CE_NT];  /* per-thread maxima, folded into mx[0] */
+  float sum[RW_CE_NT]; /* per-thread sums of exp(l - max), folded into sum[0] */
+} rw_ce_smem;
+
+/* Folds a[0..RW_CE_NT) into a[0] (max when is_max, else sum), by halves. */
+#define RW_TREE(a, is_max)                                                                         \
+  for (int s_ = RW_CE_NT / 2; s_ > 0; s_ >>= 1) {                                                  \
+    RW_THREADS(tid, RW_CE_NT)                                                                      \
+    if (tid < s_) (a)[tid] = (is_max) ? fmaxf((a)[tid], (a)[tid + s_]) : (a)[tid] + (a)[tid + s_]; \
+    RW_END                                                                                         \
+    RW_SYNC();                                                                                     \
+  }
+
+/* Row `row` of logits [., V]: losses[row] = logsumexp - logit of the
+ * target; when dloss != 0 the row becomes (softmax - onehot(target)) *
+ * dloss. */
+RW_DEV void rw_crossentropy_block(float *losses, float *logits, const int *targets, int V,
+                                  float dloss, int row, rw_ce_smem *sm) {
+  float *l = logits + (size_t)row * (size_t)V;
+  RW_THREADS(tid, RW_CE_NT)
+  float m = -INFINITY;
+  for (int v = tid; v < V; v += RW_CE_NT) m = fmaxf(m, l[v]);
+  sm->mx[tid] = m;
+  RW_END
+  RW_SYNC();
+  RW_TREE(sm->mx, 1)
+  RW_THREADS(tid, RW_CE_NT)
+  const float mx = sm->mx[0];
+  float a = 0.0f;
+  for (int v = tid; v < V; v += RW_CE_NT) a += expf(l[v] - mx);
+  sm->sum[tid] = a;
+  RW_END
+  RW_SYNC();
+  RW_TREE(sm->sum, 0)
+  RW_THREADS(tid, RW_CE_NT)
+  if (tid == 0) losses[row] = logf(sm->sum[0]) + sm->mx[0] - l[targets[row]];
+  RW_END
+  if (dloss != 0.0f) {
+    RW_SYNC(); /* the loss read the target's logit before it is overwritten */
+    RW_THREADS(tid, RW_CE_NT)
+    const float mx = sm->mx[0], k = dloss / sm->sum[0]; /* the CPU op's k */
+    const int tg = targets[row];
+    for (int v = tid; v < V; v += RW_CE_NT) {
+      float p = expf(l[v] - mx) * k;
+      l[v] = v == tg ? p - dloss : p;
+    }
+    RW_END
+  }
+}
+
+typedef struct rw_col_smem {
+  float a[RW_ROWS][RW_COLS + 1]; /* the lanes' dw partials (+1: no bank conflicts) */
+  float b[RW_ROWS][RW_COLS + 1]; /* the lanes' db partials */
+} rw_col_smem;
+
+/* Columns [grp * RW_COLS, +RW_COLS) of the [N, OC] matrices: db[c] +=
+ * sum_i dout[i, c]; with inp (then dw, mean and rstd too), dw[c] += sum_i
+ * (inp[i, c] - mean[i]) * rstd[i] * dout[i, c]. */
+RW_DEV void rw_colsum_block(float *dw, float *db, const float *dout, const float *inp,
+                            const float *mean, const float *rstd, int N, int OC, int grp,
+                            rw_col_smem *sm) {
+  RW_THREADS(tid, RW_COL_NT)
+  const int col = tid % RW_COLS, lane = tid / RW_COLS, c = grp * RW_COLS + col;
+  float a = 0.0f, b = 0.0f;
+  if (c < OC)
+    for (int i0 = lane; i0 < N; i0 += RW_UNROLL * RW_ROWS) {
+      float d[RW_UNROLL], x[RW_UNROLL];
+      for (int k = 0; k < RW_UNROLL; k++) { /* the loads first: RW_UNROLL in flight */
+        const int i = i0 + k * RW_ROWS;
+        d[k] = i < N ? dout[(size_t)i * (size_t)OC + (size_t)c] : 0.0f;
+        x[k] = inp && i < N ? (inp[(size_t)i * (size_t)OC + (size_t)c] - mean[i]) * rstd[i] : 0.0f;
+      }
+      for (int k = 0; k < RW_UNROLL; k++) {
+        b += d[k];
+        a += x[k] * d[k];
+      }
+    }
+  sm->a[lane][col] = a;
+  sm->b[lane][col] = b;
+  RW_END
+  RW_SYNC();
+  RW_THREADS(tid, RW_COL_NT)
+  const int c = grp * RW_COLS + tid;
+  if (tid < RW_COLS && c < OC) {
+    float a = 0.0f, b = 0.0f;
+    for (int r = 0; r < RW_ROWS; r++) {
+      a += sm->a[r][tid];
+      b += sm->b[r][tid];
+    }
+    if (inp) dw[c] += a;
+    db[c] += b;
+  }
+  RW_END
+}
+
+#endif

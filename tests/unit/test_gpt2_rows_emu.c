@@ -1,0 +1,163 @@
+/*
+ * test_gpt2_rows_emu.c — the cross-entropy and column-sum kernels of the GPT
+ * example's CUDA path (examples/gpt2/gpt2_rows.h), run here through their C
+ * emulation: the same block functions, strided passes, shared-memory trees
+ * and row lanes the kernels use, with the threads of a block run one after
+ * the other between barriers. Checked against double references of the
+ * CPU ops' contract (gpt2_ops_impl.h):
+ *   - cross-entropy: loss = logsumexp(row) - row[target], and with dloss the
+ *     row overwritten by (softmax - onehot(target)) * dloss; V = 1, 7, 255,
+ *     256, 257 (a vocabulary shorter than, equal to and just past the
+ *     block's 256 threads), 1000 and GPT-2's 50257, logits spread over
+ *     [-8, 8] around offsets up to 30 (the max subtraction matters), dloss 0
+ *     (the row must be left as it was) and 1/N. Tolerance: 1e-5 absolute
+ *     on the loss (magnitudes <= ~40), 1e-6 * dloss on the gradient;
+ *   - column sums, ADDED onto non-zero outputs: the bias's db (inp NULL; dw
+ *     then untouched) and the LayerNorm's dw and db, at N = 1, 7, 33, 100,
+ *     129, 1000, 8192 rows (the lanes' stride of 32 rows times 4 unrolled
+ *     loads: ragged tails) and OC = 1, 31, 32, 33, 65, 768 columns (groups
+ *     of 32: a ragged last group). Tolerance: 4e-7 * N + 1e-6 absolute
+ *     (sums of N terms of magnitude <= ~2).
+ * The kernels compile from the same text (gpt2_cuda.cu); test_gpt2_cuda
+ * (gpu label) runs them against the CPU ops on a GPU.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../examples/gpt2/gpt2_rows.h"
+#include "ztest.h"
+
+static float frand(uint64_t *s) { /* uniform in [-1, 1) */
+  *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (float)((*s >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+/* the CUDA grids, block by block */
+static void emu_crossentropy(float *losses, float *logits, const int *targets, int N, int V,
+                             float dloss) {
+  static rw_ce_smem sm;
+  for (int row = 0; row < N; row++)
+    rw_crossentropy_block(losses, logits, targets, V, dloss, row, &sm);
+}
+
+static void emu_colsum(float *dw, float *db, const float *dout, const float *inp, const float *mean,
+                       const float *rstd, int N, int OC) {
+  static rw_col_smem sm;
+  for (int g = 0; g < (OC + RW_COLS - 1) / RW_COLS; g++)
+    rw_colsum_block(dw, db, dout, inp, mean, rstd, N, OC, g, &sm);
+}
+
+static double worst_ce = 0, worst_grad = 0, worst_col = 0;
+
+static void ce_case(int N, int V, int with_grad, uint64_t seed) {
+  uint64_t s = seed;
+  size_t n = (size_t)N * V;
+  float *l = malloc(n * sizeof *l), *l0 = malloc(n * sizeof *l0), *loss = malloc(N * sizeof *loss);
+  int *tg = malloc(N * sizeof *tg);
+  for (int i = 0; i < N; i++) {
+    float off = 30.0f * frand(&s);
+    for (int v = 0; v < V; v++) l0[(size_t)i * V + v] = off + 8.0f * frand(&s);
+    tg[i] = (int)((frand(&s) * 0.5f + 0.5f) * (float)V) % V;
+  }
+  tg[N - 1] = V - 1; /* the last column as a target */
+  memcpy(l, l0, n * sizeof *l);
+  float dloss = with_grad ? 1.0f / (float)N : 0.0f;
+  emu_crossentropy(loss, l, tg, N, V, dloss);
+  int ok = 1;
+  for (int i = 0; i < N && ok; i++) {
+    const float *r = l0 + (size_t)i * V;
+    double mx = r[0], sum = 0;
+    for (int v = 1; v < V; v++) mx = r[v] > mx ? r[v] : mx;
+    for (int v = 0; v < V; v++) sum += exp((double)r[v] - mx);
+    double want = log(sum) + mx - r[tg[i]], e = fabs(loss[i] - want);
+    if (e > worst_ce) worst_ce = e;
+    if (e > 1e-5) {
+      printf("  cross-entropy N %d V %d row %d: loss %.9g, want %.9g\n", N, V, i, loss[i], want);
+      ok = 0;
+    }
+    for (int v = 0; v < V && ok; v++) {
+      double g = with_grad ? (exp((double)r[v] - mx) / sum - (v == tg[i])) * dloss : r[v];
+      double eg = fabs(l[(size_t)i * V + v] - g);
+      if (with_grad && eg > worst_grad) worst_grad = eg;
+      if (eg > (with_grad ? 1e-6 * dloss : 0.0)) {
+        printf("  cross-entropy N %d V %d row %d col %d: %s %.9g, want %.9g\n", N, V, i, v,
+               with_grad ? "grad" : "logit (dloss 0: untouched)", l[(size_t)i * V + v], g);
+        ok = 0;
+      }
+    }
+  }
+  ZT_CHECK(ok);
+  free(l);
+  free(l0);
+  free(loss);
+  free(tg);
+}
+
+static void col_case(int N, int OC, int ln, uint64_t seed) {
+  uint64_t s = seed;
+  size_t n = (size_t)N * OC;
+  float *dout = malloc(n * sizeof *dout), *inp = malloc(n * sizeof *inp);
+  float *mean = malloc(N * sizeof *mean), *rstd = malloc(N * sizeof *rstd);
+  float *dw = malloc(OC * sizeof *dw), *db = malloc(OC * sizeof *db);
+  float *dw0 = malloc(OC * sizeof *dw0), *db0 = malloc(OC * sizeof *db0);
+  for (size_t i = 0; i < n; i++) {
+    dout[i] = frand(&s);
+    inp[i] = 1.5f * frand(&s);
+  }
+  for (int i = 0; i < N; i++) {
+    mean[i] = 0.2f * frand(&s);
+    rstd[i] = 1.0f + 0.3f * frand(&s);
+  }
+  for (int c = 0; c < OC; c++) {
+    dw0[c] = dw[c] = frand(&s);
+    db0[c] = db[c] = frand(&s);
+  }
+  emu_colsum(ln ? dw : NULL, db, dout, ln ? inp : NULL, ln ? mean : NULL, ln ? rstd : NULL, N, OC);
+  double tol = 4e-7 * N + 1e-6;
+  int ok = 1;
+  for (int c = 0; c < OC && ok; c++) {
+    double sw = dw0[c], sb = db0[c];
+    for (int i = 0; i < N; i++) {
+      size_t k = (size_t)i * OC + c;
+      sb += dout[k];
+      sw += ((double)inp[k] - mean[i]) * rstd[i] * dout[k];
+    }
+    double eb = fabs(db[c] - sb), ew = ln ? fabs(dw[c] - sw) : fabs(dw[c] - dw0[c]);
+    if (eb > worst_col) worst_col = eb;
+    if (ln && ew > worst_col) worst_col = ew;
+    if (eb > tol || ew > (ln ? tol : 0.0)) {
+      printf("  column sums (%s) N %d OC %d col %d: db %.9g want %.9g, dw %.9g want %.9g\n",
+             ln ? "layernorm" : "bias", N, OC, c, db[c], sb, dw[c], ln ? sw : dw0[c]);
+      ok = 0;
+    }
+  }
+  ZT_CHECK(ok);
+  free(dout);
+  free(inp);
+  free(mean);
+  free(rstd);
+  free(dw);
+  free(db);
+  free(dw0);
+  free(db0);
+}
+
+int main(void) {
+  static const int Vs[] = {1, 7, 255, 256, 257, 1000, 50257};
+  for (size_t k = 0; k < sizeof Vs / sizeof Vs[0]; k++)
+    for (int g = 0; g < 2; g++) ce_case(Vs[k] > 1000 ? 3 : 5, Vs[k], g, 1000 + 7 * k + (size_t)g);
+  printf("cross-entropy: worst loss error %.3g, worst gradient error %.3g\n", worst_ce, worst_grad);
+  static const int Ns[] = {1, 7, 33, 100, 129, 1000, 8192};
+  static const int OCs[] = {1, 31, 32, 33, 65, 768};
+  for (size_t i = 0; i < sizeof Ns / sizeof Ns[0]; i++)
+    for (size_t j = 0; j < sizeof OCs / sizeof OCs[0]; j++) {
+      if (Ns[i] == 8192 && OCs[j] != 768) continue; /* the large N at GPT-2's width only */
+      for (int ln = 0; ln < 2; ln++) col_case(Ns[i], OCs[j], ln, 77 + 13 * i + 5 * j + (size_t)ln);
+    }
+  printf("column sums: worst error %.3g (bias and layernorm, ADD onto non-zero outputs)\n",
+         worst_col);
+  ZT_DONE();
+}
