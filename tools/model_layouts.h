@@ -48,7 +48,8 @@ int zrt_model_gpt_program(const zrt_model_gpt *g, int grad_accum, zrt_model_prog
  * (grad_accum rows of batch * seq floats when grad_accum > 1), and for
  * a 16-bit working dtype the fp32 staging of the largest module twice plus
  * wte (the CPU backend's figure: on CUDA the example adds its GEMM scratch,
- * gpt2_cuda_scratch_bytes, and drops the wte staging).
+ * gpt2_cuda_scratch_bytes, drops the wte staging, and keeps batch * heads *
+ * seq floats per layer for the attention instead of batch * heads * seq^2).
  * nckpt: blocks checkpointed (train_gpt2 --activation_checkpointing), which
  * share one per-layer slot; their inputs are the engine's (actckpt_* of the
  * layout: nckpt blocks of 4 * batch * seq * d_model bytes). */

@@ -317,7 +317,8 @@ int gpt2_acts_layer_slots(const gpt2_config *cfg, int nckpt) {
   return cfg->n_layer - nckpt + (nckpt > 0);
 }
 
-void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, int nckpt) {
+void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, int nckpt,
+                           int lse_only) {
   size_t T = (size_t)cfg->seq_len, C = (size_t)cfg->n_embd, NH = (size_t)cfg->n_head;
   size_t N = (size_t)B * T, off = 0;
   memset(L, 0, sizeof *L);
@@ -333,7 +334,7 @@ void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, i
   TAKE(ln1_mean, N);
   TAKE(ln1_rstd, N);
   TAKE(qkv, 3 * N * C);
-  TAKE(att, (size_t)B * NH * T * T);
+  TAKE(att, (size_t)B * NH * T * (lse_only ? 1 : T));
   TAKE(atty, N * C);
   TAKE(res2, N * C);
   TAKE(ln2, N * C);

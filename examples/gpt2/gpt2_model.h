@@ -108,7 +108,11 @@ typedef struct gpt2_acts_layout {
   size_t dres, dC, d4C; /* backward scratch (dC and d4C also forward temporaries) */
   size_t total;
 } gpt2_acts_layout;
-void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, int nckpt);
+/* lse_only: the layer's att slot holds B * n_head * T floats (the fused
+ * CUDA attention keeps only each row's logsumexp there) instead of the CPU
+ * attention's B * n_head * T * T softmax. */
+void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, int nckpt,
+                           int lse_only);
 /* Element offset of layer's input in the layout (where its forward reads it). */
 size_t gpt2_acts_block_input(const gpt2_acts_layout *L, int layer);
 /* Per-layer slots of the layout: n_layer - nckpt, plus the shared one. */

@@ -1317,7 +1317,8 @@ int main(int argc, char **argv) {
   /* Activations and workspaces: one accounted allocation each, up front
    * after build; declared first so that stage "auto" counts them (the
    * checkpoints are the engine's own and it counts them itself). */
-  gpt2_acts_layout_init(&tr.L, &tr.cfg, tr.B, tr.nckpt);
+  /* on CUDA the fused attention keeps only each row's logsumexp */
+  gpt2_acts_layout_init(&tr.L, &tr.cfg, tr.B, tr.nckpt, !strcmp(tr.info.backend, "cuda"));
   /* the CUDA ops' scratch: 16-bit GEMM operands, attention statistics */
   size_t scratch_bytes = 0;
 #ifdef GPT2_HAVE_CUDA

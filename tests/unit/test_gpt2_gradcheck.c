@@ -120,7 +120,7 @@ int main(void) {
   ZT_CHECK(gpt2_num_params(&pre) == 85056000LL + 256LL * 768 + 1024LL * 768);
   ZT_CHECK(gpt2_config_preset("gpt3", &pre) != 0);
 
-  gpt2_acts_layout_init(&L, &cfg, B, 0);
+  gpt2_acts_layout_init(&L, &cfg, B, 0, 0);
   nmod = cfg.n_layer + 2;
   int64_t nparams = 0;
   for (int m = 0; m < nmod; m++) {
