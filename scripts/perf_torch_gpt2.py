@@ -164,12 +164,12 @@ def main():
         peak = 2.0 * n ** 3 * reps / (time.perf_counter() - t0)
         tps = a.batch_size * T / med[best]
         extra = {"device": torch.cuda.get_device_name(dev), "dtype": a.dtype,
-                 "compile": a.compile, "gemm_peak_flops": peak,
+                 "gemm_peak_flops": peak,
                  "mfu": 6.0 * nparams * tps / peak}
     print(json.dumps({"tokens_per_s": a.batch_size * T / med[best], "step_s": med[best],
                       "threads": best,
                       "by_threads": {str(m): a.batch_size * T / med[m] for m in modes},
-                      "params": nparams,
+                      "params": nparams, "compile": a.compile,
                       "loss": float(loss.detach()), "torch": torch.__version__, **extra}))
 
 
