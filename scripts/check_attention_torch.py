@@ -6,7 +6,9 @@ the tensors test_gpt2_cuda writes (B=2, T=1024, 12 heads of 64):
     ZRT_ATTN_DUMP=/tmp/attn build-gpu/tests/test_gpt2_cuda
     python3 scripts/check_attention_torch.py /tmp/attn
 
-PyTorch runs in float64 (on the GPU when there is one): out must match within
+PyTorch runs in float64 (on the GPU when there is one; before torch 2.0,
+which has no scaled_dot_product_attention, the same causal softmax attention
+written out): out must match within
 1e-4 and dqkv (zrt ADDs into the dqkv0 it was given) within 1e-3 absolute,
 the tolerances test_gpt2_cuda uses against its own double reference. Prints
 one JSON line with the max differences; exit 1 when over tolerance, 77 when
@@ -40,14 +42,20 @@ def main():
     dqkv0, out, dqkv = load("dqkv0", B, T, 3 * C), load("out", B, T, C), load("dqkv", B, T, 3 * C)
     x = qkv.clone().requires_grad_(True)
     q, k, v = (t.view(B, T, NH, HS).transpose(1, 2) for t in x.split(C, dim=2))
-    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if hasattr(F, "scaled_dot_product_attention"):  # torch >= 2.0
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    else:  # Debian 12's torch 1.13: the same causal attention written out
+        att = (q @ k.transpose(-2, -1)) / (HS ** 0.5)
+        mask = torch.ones(T, T, dtype=torch.bool, device=dev).tril()
+        y = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1) @ v
     y = y.transpose(1, 2).reshape(B, T, C)
     y.backward(dout)
     d_out = (out - y.detach()).abs().max().item()
     d_dqkv = (dqkv - (dqkv0 + x.grad)).abs().max().item()
     ok = d_out <= 1e-4 and d_dqkv <= 1e-3
     print(json.dumps({"max_diff_out": d_out, "max_diff_dqkv": d_dqkv, "tol_out": 1e-4,
-                      "tol_dqkv": 1e-3, "ok": ok, "torch": torch.__version__, "device": dev}))
+                      "tol_dqkv": 1e-3, "ok": ok, "torch": torch.__version__, "device": dev,
+                      "sdpa": hasattr(F, "scaled_dot_product_attention")}))
     sys.exit(0 if ok else 1)
 
 

@@ -174,7 +174,7 @@ need_build() {
 # and examples, every gpu-label test (check adds a CPU subset to it).
 gpu_targets() {
   local f
-  printf '%s ' zrt_cli zrt_perf rank_probe train_gpt2 train_mlp gpu_probe
+  printf '%s ' zrt_cli zrt_perf rank_probe train_gpt2 train_mlp gpu_probe test_gpt2_flash_emu test_gpt2_rows_emu
   for f in tests/gpu/test_*.c; do printf '%s ' "$(basename "$f" .c)"; done
 }
 
@@ -247,6 +247,8 @@ step() {
       ZRT_REQUIRE_GPU=1 ZRT_ATTN_DUMP="$OUT/attn" timeout $((lim / 2)) "$dir/tests/test_gpt2_cuda"
       timeout $((lim / 2)) python3 scripts/check_attention_torch.py "$OUT/attn" | tee "$OUT/attn.json"
       rm -f "$OUT"/attn/*.f32
+      # the kernels' C emulation against the same PyTorch (cli.test_attention_torch_emu)
+      ZRT_BIN="$dir/bin" ZRT_TESTS="$dir/tests" timeout 60 bash tests/cli/test_attention_torch_emu.sh
       ;;
     perf) # docs/perf.md "On a lent GPU": zrt vs PyTorch on this card, pinned copies
       need_build "$dir"

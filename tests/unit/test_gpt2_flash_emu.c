@@ -10,12 +10,16 @@
  * columns (zero-padded): 32 (the tiny preset's, T = 64 and 33) and 48
  * (T = 100). Tolerance: 2e-5 absolute on out (entries
  * are averages of values in [-1, 1]) and on lse, 1e-4 on dqkv (entries of
- * size <= ~5). The kernels compile from the same text (gpt2_cuda.cu);
+ * size <= ~5). With ZRT_ATTN_DUMP=DIR the B = 2, T = 100, 3 heads of 64
+ * case writes its tensors there for scripts/check_attention_torch.py
+ * (cli.test_attention_torch_emu: PyTorch's SDPA against this emulation).
+ * The kernels compile from the same text (gpt2_cuda.cu);
  * test_gpt2_cuda (gpu label) runs them against the CPU ops.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../../examples/gpt2/gpt2_flash_attn.h"
 #include "ztest.h"
@@ -96,6 +100,37 @@ static void ref_attention(const float *qkv, const float *dout, double *out, doub
   free(dp);
 }
 
+/* ZRT_ATTN_DUMP=DIR: the inputs and results of one case, as test_gpt2_cuda
+ * writes its GPU case, for scripts/check_attention_torch.py (PyTorch's
+ * scaled_dot_product_attention against this emulation of the kernels). */
+static void dump_case(const char *dir, const float *qkv, const float *dout, const float *dqkv0,
+                      const float *out, const float *dqkv, int B, int T, int NH, int hs) {
+  size_t nqkv = (size_t)B * T * 3 * NH * hs, nout = (size_t)B * T * NH * hs;
+  const struct {
+    const char *name;
+    const float *p;
+    size_t n;
+  } f[] = {{"qkv", qkv, nqkv},
+           {"dout", dout, nout},
+           {"dqkv0", dqkv0, nqkv},
+           {"out", out, nout},
+           {"dqkv", dqkv, nqkv}};
+  char path[4096];
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s.f32", dir, f[i].name);
+    FILE *fp = fopen(path, "wb");
+    ZT_CHECK(fp && fwrite(f[i].p, 4, f[i].n, fp) == f[i].n);
+    if (fp) fclose(fp);
+  }
+  snprintf(path, sizeof path, "%s/shape.json", dir);
+  FILE *fp = fopen(path, "w");
+  ZT_CHECK(fp != NULL);
+  if (fp) {
+    fprintf(fp, "{\"B\": %d, \"T\": %d, \"NH\": %d, \"HS\": %d}\n", B, T, NH, hs);
+    fclose(fp);
+  }
+}
+
 static void one_case(int B, int T, int NH, int hs) {
   int C = NH * hs;
   size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nst = (size_t)B * NH * T;
@@ -107,8 +142,14 @@ static void one_case(int B, int T, int NH, int hs) {
   for (size_t i = 0; i < nout; i++) dout[i] = frand(&s);
   for (size_t i = 0; i < nqkv; i++) rdqkv[i] = dqkv[i] = 0.25f * frand(&s); /* added into */
   for (size_t i = 0; i < nout; i++) out[i] = NAN;                           /* every row written */
+  float *dqkv0 = malloc(nqkv * 4);
+  memcpy(dqkv0, dqkv, nqkv * 4);
   emu_forward(qkv, out, lse, B, T, C, NH);
   emu_backward(dqkv, dstat, dout, qkv, lse, B, T, C, NH);
+  const char *dump = getenv("ZRT_ATTN_DUMP");
+  if (dump && *dump && T == 100 && hs == FA_HS)
+    dump_case(dump, qkv, dout, dqkv0, out, dqkv, B, T, NH, hs);
+  free(dqkv0);
   ref_attention(qkv, dout, rout, rlse, rdqkv, B, T, C, NH);
   char what[96];
   snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d out", B, T, NH, hs);

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# test_attention_torch_emu.sh — the fused attention of the GPT example's
+# CUDA path against PyTorch's scaled_dot_product_attention (causal, float64),
+# forward and backward, where no GPU is: unit.test_gpt2_flash_emu runs the
+# kernels' own block functions through their C emulation and dumps its
+# B = 2, T = 100 (a ragged last tile), 3 heads of 64 case (ZRT_ATTN_DUMP);
+# scripts/check_attention_torch.py compares, within the tolerances
+# test_gpt2_cuda uses (out 1e-4, dqkv 1e-3 absolute; dqkv ADDED onto a
+# non-zero dqkv0). The same script checks the GPU's kernels on a lent GPU
+# (scripts/gpu-setup.sh step attn). Skips (77) when no Python here imports
+# torch (set ZRT_PYTHON to one that does).
+set -euo pipefail
+BIN=${ZRT_BIN:-build/bin}
+TESTS=${ZRT_TESTS:-$BIN/../tests}
+SRC=${ZRT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+EMU=$TESTS/test_gpt2_flash_emu
+[ -x "$EMU" ] || { echo "SKIP: $EMU not built"; exit 77; }
+PY=""
+for c in "${ZRT_PYTHON:-}" python3 /usr/bin/python3; do
+  if [ -n "$c" ] && "$c" -c "import torch, numpy" 2>/dev/null; then PY=$c; break; fi
+done
+if [ -z "$PY" ]; then
+  echo "SKIP: no Python that imports torch and numpy (set ZRT_PYTHON)"
+  exit 77
+fi
+D=$(mktemp -d "${TMPDIR:-/tmp}/zrt_attn_emu.XXXXXX")
+trap 'rm -rf "$D"' EXIT
+ZRT_ATTN_DUMP=$D "$EMU" >"$D/emu.log" 2>&1 || { cat "$D/emu.log"; echo "FAIL: the emulation's own checks failed"; exit 1; }
+[ -s "$D/shape.json" ] || { echo "FAIL: the emulation wrote no dump"; exit 1; }
+echo "shape: $(cat "$D/shape.json")"
+"$PY" "$SRC/scripts/check_attention_torch.py" "$D"
