@@ -9,6 +9,13 @@
  * validation, and the guard: in a child process, a kernel op and a host
  * function on device memory work and a host thread's read of it dies with
  * the handler's message naming the address, the category and the thread.
+ * The copy guard (ZRT_TWIN_COPY_GUARD): in a child process, a host write to
+ * a queued H2D's pinned source dies with its message (behind a slowed op and
+ * behind a launched host function), and lives after a synchronize, behind a
+ * host-side function that writes the source in stream order, through a
+ * D2H-then-H2D round trip and with the guard off; a queued D2H's pinned
+ * destination reads 0xFF bytes until the synchronize (only outside the
+ * source for an overlapping host copy), its old bytes with the guard off.
  * Slow producers are host functions that sleep
  * ZT_TWIN_SLOW_MS, far longer than the consumer needs to run.
  */
@@ -473,22 +480,19 @@ static void test_guard(void) {
 /* ---- the copy guard (ZRT_TWIN_COPY_GUARD) ----
  * Rule (a): a queued copy from registered host memory whose source bytes
  * change before it runs dies with a message. Rule (b): a queued copy into
- * registered host memory leaves 0xFF bytes there until it runs. The copy is
- * made late by ZRT_TWIN_SLOW_OP=memcpy (the sleep comes when the worker
- * takes the copy) or by a kernel-like host function ahead of it (a
- * launch_host function, which may read registered memory but not write it,
- * so the copy is armed at once); a host-side function (enqueue_host) ahead
- * of it may write the source in stream order, so the copy is armed when
- * that function ends. */
+ * registered host memory leaves 0xFF bytes there until it runs. The copy
+ * runs late behind a device memset slowed by ZRT_TWIN_SLOW_OP (an op with
+ * no footprint on host memory: the copy is armed when queued), or behind a
+ * kernel-like host function (launch_host: it may read registered memory,
+ * not write it, so the copy is armed at once too); a host-side function
+ * (enqueue_host) ahead of it may write the source in stream order, so the
+ * copy is armed when that function ends. The host's accesses that race the
+ * copy are ordered before the worker takes the copy (the worker takes its
+ * stream's lock after the slow op, the host took it after the access), so
+ * the cases run clean under ThreadSanitizer. */
 
-#define GUARD_SLOW "memcpy:150000" /* 150 ms: far longer than the host's write after the call */
+#define GUARD_SLOW "memset:150000" /* 150 ms: far longer than the host's accesses */
 #define GUARD_BYTES 4096
-
-typedef struct {
-  int mode;          /* see guard_child */
-  const char *guard; /* ZRT_TWIN_COPY_GUARD in the child, or NULL */
-  char ptr[32];      /* the child prints the source's address here (stderr) */
-} guard_case;
 
 /* Host-side work that rewrites the pinned buffer, 50 ms late: still running
  * when the copy after it is queued. */
@@ -501,56 +505,61 @@ static zrt_status fill_fn(void *a) {
   return ZRT_OK;
 }
 
-/* Modes: 0 = H2D from pinned memory behind ZRT_TWIN_SLOW_OP, the host
- * rewrites the buffer at once (must die); 1 = the same write after a
- * synchronize (must live, the copy sends the first bytes); 2 = H2D queued
- * behind a 150 ms kernel-like host function, rewritten at once (must die);
- * 3 = a host-side function queued before the copy fills the buffer in
- * stream order while the copy is queued (must live, the copy sends the
- * function's bytes); 4 = a slowed D2H into the buffer and an H2D from it
- * on one stream (must live: the round trip's bytes). Exit 0: lived and
- * every value was right. */
+/* arg: the mode (an int), and ZRT_TWIN_COPY_GUARD=0 when mode >= 10.
+ * 0 = H2D from pinned memory behind a slowed op, the host rewrites the
+ * buffer at once (must die); 1 = the same write after a synchronize (must
+ * live, the copy sends the first bytes); 2 = H2D queued behind a 150 ms
+ * kernel-like host function, rewritten at once (must die); 3 = a host-side
+ * function queued before the copy fills the buffer in stream order while
+ * the copy is queued (must live, the copy sends the function's bytes); 4 = a
+ * D2H into the buffer and an H2D from it queued behind a slowed op (must
+ * live: the round trip's bytes). Exit 0: lived and every value was right. */
 static int copy_guard_child(void *arg) {
-  guard_case *k = arg;
-  if (k->guard) setenv("ZRT_TWIN_COPY_GUARD", k->guard, 1);
-  if (k->mode != 2) setenv("ZRT_TWIN_SLOW_OP", GUARD_SLOW, 1);
+  int mode = *(int *)arg, off = mode >= 10;
+  mode %= 10;
+  if (off) setenv("ZRT_TWIN_COPY_GUARD", "0", 1);
+  setenv("ZRT_TWIN_SLOW_OP", GUARD_SLOW, 1);
   zrt_backend *b = NULL;
   if (zrt_backend_create("twin", 0, 0, &b) != ZRT_OK) return 10;
   int *pinned = aligned_alloc(4096, GUARD_BYTES), *back = malloc(GUARD_BYTES);
-  int *dev = NULL;
+  int *dev = NULL, *busy = NULL;
   if (zrt_backend_alloc(b, GUARD_BYTES, ZRT_MEM_ACTIVATIONS, (void **)&dev) != ZRT_OK) return 11;
+  if (zrt_backend_alloc(b, 256, ZRT_MEM_ACTIVATIONS, (void **)&busy) != ZRT_OK) return 11;
   if (zrt_backend_host_register(b, pinned, GUARD_BYTES) != ZRT_OK) return 12;
   for (int i = 0; i < GUARD_BYTES / 4; i++) pinned[i] = i;
-  if (zrt_backend_synchronize(b, NULL) != ZRT_OK) return 13;
+  if (zrt_backend_synchronize(b, NULL) != ZRT_OK) return 13; /* the allocations' fills */
   fprintf(stderr, "source %p\n", (void *)pinned);
-  int want0 = 0; /* back[0] after the copy */
-  if (k->mode == 2) {
-    write_args w = {(float *)dev + 1, 1.0f, 150, NULL}; /* a busy stream */
+  int want0 = off && mode == 0 ? -5 : 0; /* back[0] after the copy */
+  if (mode == 2) {
+    write_args w = {(float *)busy, 1.0f, 150, NULL};
     if (zrt_backend_launch_host(b, slow_write, &w, sizeof w, NULL) != ZRT_OK) return 14;
+  } else if (zrt_backend_memset(b, busy, 0, 256, NULL) != ZRT_OK) { /* 150 ms */
+    return 14;
   }
-  if (k->mode == 3) {
+  if (mode == 3) {
     if (zrt_backend_enqueue_host_named(b, fill_fn, &pinned, sizeof pinned, NULL, "fill") != ZRT_OK)
       return 15;
     want0 = 1000;
   }
-  if (k->mode == 4) { /* the device's bytes into the buffer, then back out of it */
+  if (mode == 4) { /* the device's bytes into the buffer, then back out of it */
     for (int i = 0; i < GUARD_BYTES / 4; i++) back[i] = 7 * i;
     if (zrt_backend_memcpy(b, dev, back, GUARD_BYTES, ZRT_COPY_H2D, NULL) != ZRT_OK) return 16;
     if (zrt_backend_memcpy(b, pinned, dev, GUARD_BYTES, ZRT_COPY_D2H, NULL) != ZRT_OK) return 17;
   }
   if (zrt_backend_memcpy(b, dev, pinned, GUARD_BYTES, ZRT_COPY_H2D, NULL) != ZRT_OK) return 18;
-  if (k->mode == 1 && zrt_backend_synchronize(b, NULL) != ZRT_OK) return 19;
-  if (k->mode < 3) pinned[0] = -5; /* the host's write: too early unless synchronized */
+  if (mode == 1 && zrt_backend_synchronize(b, NULL) != ZRT_OK) return 19;
+  if (mode < 3) pinned[0] = -5; /* the host's write: too early unless synchronized */
   if (zrt_backend_memcpy(b, back, dev, GUARD_BYTES, ZRT_COPY_D2H, NULL) != ZRT_OK) return 20;
   fprintf(stderr, "lived: the device got %d\n", back[0]);
-  if (k->mode == 4) {
+  if (mode == 4) {
     for (int i = 0; i < GUARD_BYTES / 4; i++)
       if (back[i] != 7 * i || pinned[i] != 7 * i) return 21;
-  } else if (back[0] != (k->guard && !strcmp(k->guard, "0") && k->mode != 1 ? -5 : want0)) {
+  } else if (back[0] != want0) {
     return 22;
   }
   zrt_backend_host_unregister(b, pinned);
   zrt_backend_free(b, dev);
+  zrt_backend_free(b, busy);
   zrt_backend_destroy(b);
   free(pinned);
   free(back);
@@ -561,11 +570,9 @@ static void test_copy_guard(void) {
   char out[4096];
   /* rule (a): the write after the queued copy dies, naming the source, the
    * bytes, the op and what to do */
-  const int die[] = {0, 2};
-  for (int i = 0; i < 2; i++) {
-    guard_case k = {die[i], NULL, ""};
-    int rc = zt_in_child(copy_guard_child, &k, out, sizeof out);
-    printf("copy guard, mode %d (must die): rc %d: %s", die[i], rc, out);
+  for (int mode = 0; mode <= 2; mode += 2) {
+    int rc = zt_in_child(copy_guard_child, &mode, out, sizeof out);
+    printf("copy guard, mode %d (must die): rc %d: %s", mode, rc, out);
     ZT_CHECK(rc == 100);
     ZT_CONTAINS(out, "zrt twin: a queued copy (op \"memcpy\" on twin stream");
     ZT_CONTAINS(out, "reads 4096 bytes of registered host memory at ");
@@ -581,19 +588,12 @@ static void test_copy_guard(void) {
     ZT_CHECK(strstr(out, "lived") == NULL);
   }
   /* no false alarm: after a synchronize, behind a host-side function that
-   * writes the source in stream order, and a round trip through the buffer */
-  const int live[] = {1, 3, 4};
-  for (int i = 0; i < 3; i++) {
-    guard_case k = {live[i], NULL, ""};
-    int rc = zt_in_child(copy_guard_child, &k, out, sizeof out);
+   * writes the source in stream order, a round trip through the buffer;
+   * and with ZRT_TWIN_COPY_GUARD=0 the too-early write goes through unseen */
+  const int live[] = {1, 3, 4, 10};
+  for (int i = 0; i < 4; i++) {
+    int rc = zt_in_child(copy_guard_child, (void *)&live[i], out, sizeof out);
     printf("copy guard, mode %d (must live): rc %d: %s", live[i], rc, out);
-    ZT_CHECK(rc == 0);
-  }
-  /* ZRT_TWIN_COPY_GUARD=0: the too-early write goes through, unseen */
-  {
-    guard_case k = {0, "0", ""};
-    int rc = zt_in_child(copy_guard_child, &k, out, sizeof out);
-    printf("copy guard off, mode 0: rc %d: %s", rc, out);
     ZT_CHECK(rc == 0);
   }
   zrt_backend *b = NULL;
@@ -615,13 +615,14 @@ static void test_copy_guard(void) {
     ZT_OK(zrt_backend_create("twin", 0, 0, &b));
     unsetenv("ZRT_TWIN_SLOW_OP");
     unsetenv("ZRT_TWIN_COPY_GUARD");
-    float *x = balloc(b, GUARD_BYTES), *h = aligned_alloc(4096, 2 * GUARD_BYTES);
-    float src[GUARD_BYTES / 4];
+    float *x = balloc(b, GUARD_BYTES), *busy = balloc(b, 256);
+    float *h = aligned_alloc(4096, 2 * GUARD_BYTES), src[GUARD_BYTES / 4];
     for (int i = 0; i < GUARD_BYTES / 4; i++) src[i] = (float)i + 0.5f;
     ZT_OK(zrt_backend_memcpy(b, x, src, GUARD_BYTES, ZRT_COPY_H2D, NULL));
     ZT_OK(zrt_backend_host_register(b, h, 2 * GUARD_BYTES));
     for (int i = 0; i < 2 * GUARD_BYTES / 4; i++) h[i] = -1.0f;
     ZT_OK(zrt_backend_synchronize(b, NULL));
+    ZT_OK(zrt_backend_memset(b, busy, 0, 256, NULL)); /* 150 ms */
     ZT_OK(zrt_backend_memcpy(b, h, x, GUARD_BYTES, ZRT_COPY_D2H, NULL));
     uint32_t early[2];
     memcpy(early, h, 4);
@@ -638,20 +639,20 @@ static void test_copy_guard(void) {
     else
       ZT_CHECK(early[0] == 0xFFFFFFFFu && early[1] == 0xFFFFFFFFu);
     /* registered to registered, overlapping: h[0..1024) onto h[512..1536) */
+    ZT_OK(zrt_backend_memset(b, busy, 0, 256, NULL));
     ZT_OK(zrt_backend_memcpy(b, h + 512, h, GUARD_BYTES, ZRT_COPY_H2H, NULL));
-    if (!off) {
-      uint32_t in_src, past_src;
-      memcpy(&in_src, h + 1000, 4);   /* source and destination: untouched */
-      memcpy(&past_src, h + 1100, 4); /* destination only: poisoned */
-      printf("copy guard: overlapping host copy, queued: in the source %g, past it 0x%08x\n",
-             (double)h[1000], past_src);
-      ZT_CHECK(in_src == 0x447A2000u); /* 1000.5f */
-      ZT_CHECK(past_src == 0xFFFFFFFFu);
-    }
+    uint32_t in_src, past_src;
+    memcpy(&in_src, h + 1000, 4);   /* source and destination: untouched */
+    memcpy(&past_src, h + 1100, 4); /* destination only: poisoned */
+    printf("copy guard %s: overlapping host copy, queued: in the source 0x%08x, past it 0x%08x\n",
+           off ? "off" : "on", in_src, past_src);
+    ZT_CHECK(in_src == 0x447A2000u); /* 1000.5f */
+    ZT_CHECK(past_src == (off ? 0xBF800000u : 0xFFFFFFFFu));
     ZT_OK(zrt_backend_synchronize(b, NULL));
     zrt_backend_host_unregister(b, h);
     free(h);
     zrt_backend_free(b, x);
+    zrt_backend_free(b, busy);
     zrt_backend_destroy(b);
   }
 }
