@@ -61,6 +61,24 @@
  * freed under a copy in flight) dies with a message. scale_check returns host
  * values, so it is a host wait and a device-to-host read.
  *
+ * Copy guard (ZRT_TWIN_COPY_GUARD, on unless 0): a queued copy on registered
+ * host memory is armed when no op queued before it that may write its
+ * source, or read or write its destination, is unfinished (at once, or when
+ * the last such op ends, before its stream counts it done): then its
+ * source's hash is taken and its destination, outside the source's bytes,
+ * filled with 0xFF. When it runs, a source that hashes otherwise was
+ * rewritten by the host while the copy was in flight: the process dies with
+ * a message (on a GPU the copy would send the rewrite, silently); a host
+ * read of the destination before the copy ran sees NaN, not stale values.
+ * What an op may touch there (its footprint, kept in queueing order): a
+ * copy its registered range(s); a kernel with a registered operand, and an
+ * enqueue_host function (host-side work), any registered memory; a
+ * launch_host function (the program's compute, a comm, the statistics: a
+ * kernel's work) may read any of it but writes none. A copy run in place
+ * (issued by its own stream's op) is part of that op, and unguarded; one
+ * that starts before it was armed (behind an op on a stream it is not
+ * ordered after) is not checked.
+ *
  * Op trace (ZRT_TWIN_TRACE=DIR, off by default): each worker records every
  * op it runs from its queue (label, start, end; ops run in place inside a
  * host function belong to that function's interval) in its own stream's
