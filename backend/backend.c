@@ -570,7 +570,7 @@ zrt_status zrt_backend_launch_host_named(zrt_backend *b, zrt_host_fn fn, const v
 zrt_status zrt_backend_enqueue_host_named(zrt_backend *b, zrt_host_fn fn, const void *args,
                                           size_t bytes, zrt_stream s, const char *what) {
   ZRT_BACKEND_NN(b, "enqueue_host");
-  /* without the slot: launch_host (the twin queues, others run at once) */
+  /* without the slot (cpu): launch_host, which runs it at once */
   if (!b->iface->enqueue_host) return zrt_backend_launch_host_named(b, fn, args, bytes, s, what);
   ZRT_CHECK(zrt_backend_check_ptr("enqueue_host", "fn", (const void *)fn));
   if (bytes) ZRT_CHECK(zrt_backend_check_ptr("enqueue_host", "args", args));

@@ -114,7 +114,10 @@ typedef struct zrt_backend_iface {
    * work on host memory only (cudaLaunchHostFunc's rules: fn touches no
    * device memory and issues no backend op); fn's error is sticky and comes
    * back from the next synchronize or event_synchronize. Optional: NULL =
-   * launch_host (the twin), else synchronize s and run fn at once. */
+   * launch_host, where it is missing too synchronize s and run fn at once
+   * (cpu). The twin queues both; its copy guard takes an enqueue_host
+   * function for one that may write registered host memory, a launch_host
+   * one for one that may read it. */
   zrt_status (*enqueue_host)(void *ctx, zrt_host_fn fn, const void *args, size_t bytes,
                              zrt_stream s, const char *what);
 

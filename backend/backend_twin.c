@@ -61,6 +61,24 @@
  * freed under a copy in flight) dies with a message. scale_check returns host
  * values, so it is a host wait and a device-to-host read.
  *
+ * Copy guard (ZRT_TWIN_COPY_GUARD, on unless 0): a queued copy on registered
+ * host memory is armed when no op queued before it that may write its
+ * source, or read or write its destination, is unfinished (at once, or when
+ * the last such op ends, before its stream counts it done): then its
+ * source's hash is taken and its destination, outside the source's bytes,
+ * filled with 0xFF. When it runs, a source that hashes otherwise was
+ * rewritten by the host while the copy was in flight: the process dies with
+ * a message (on a GPU the copy would send the rewrite, silently); a host
+ * read of the destination before the copy ran sees NaN, not stale values.
+ * What an op may touch there (its footprint, kept in queueing order): a
+ * copy its registered range(s); a kernel with a registered operand, and an
+ * enqueue_host function (host-side work), any registered memory; a
+ * launch_host function (the program's compute, a comm, the statistics: a
+ * kernel's work) may read any of it but writes none. A copy run in place
+ * (issued by its own stream's op) is part of that op, and unguarded; one
+ * that starts before it was armed (behind an op on a stream it is not
+ * ordered after) is not checked.
+ *
  * Op trace (ZRT_TWIN_TRACE=DIR, off by default): each worker records every
  * op it runs from its queue (label, start, end; ops run in place inside a
  * host function belong to that function's interval) in its own stream's
@@ -100,11 +118,39 @@
 
 typedef zrt_status (*twin_run_fn)(twin_ctx *c, void *args);
 
+/* Copy guard: the rules a guarded copy's footprint carries. SRC: it reads
+ * registered host memory, whose bytes must not change until it runs; DST: it
+ * writes registered host memory, poisoned until it runs. */
+#define TWIN_GUARD_SRC 1
+#define TWIN_GUARD_DST 2
+/* A guarded copy's state. */
+enum { TWIN_GUARD_WAITING = 0, TWIN_GUARD_ARMED, TWIN_GUARD_RUN };
+
+/* A queued op's footprint on registered host memory (ZRT_TWIN_COPY_GUARD):
+ * what it may read and write there while it is queued or running, so that a
+ * guarded copy is armed only once no op queued before it that may write its
+ * source, or touch its destination, is still unfinished. */
+struct twin_fp {
+  twin_fp *prev, *next;   /* c->fps, in queueing order */
+  twin_fp *gprev, *gnext; /* c->guards (waiting guarded copies) */
+  uint64_t seq;           /* queueing order; 0 = not a footprint */
+  const char *what;       /* the op's label */
+  int stream;             /* its stream's index */
+  int any_r, any_w;       /* may read / write any registered memory (host functions) */
+  uintptr_t rlo, rhi;     /* the registered bytes a copy reads (empty: rlo == rhi) */
+  uintptr_t wlo, whi;     /* ... and writes */
+  int guard;              /* TWIN_GUARD_SRC | TWIN_GUARD_DST; 0 = not a guarded copy */
+  int state;              /* TWIN_GUARD_* */
+  size_t nconf;           /* unfinished ops queued before it that keep it from being armed */
+  uint64_t hash;          /* the source's bytes when armed */
+};
+
 typedef struct twin_op {
   struct twin_op *next;
   twin_run_fn run;
   const char *what;
   double t_enq;                      /* when it was queued (the timeline's earliest start) */
+  twin_fp fp;                        /* fp.seq != 0: linked into the copy guard's lists */
   _Alignas(16) unsigned char args[]; /* the arguments, copied at enqueue */
 } twin_op;
 
@@ -146,6 +192,9 @@ static _Thread_local twin_stream *twin_cur;
 static _Thread_local int twin_in_kernel;
 /* Set by a wait op: its producer's finish on the timeline (-1: not a wait). */
 static _Thread_local double twin_wait_vt = -1;
+/* The footprint of the queued op this worker runs now (NULL: none, or an op
+ * run in place, which belongs to the running op's footprint). */
+static _Thread_local twin_fp *twin_run_fp;
 
 /* Runs one op on the calling worker. */
 static zrt_status twin_call(twin_ctx *c, twin_run_fn run, void *args) {
@@ -209,6 +258,193 @@ static void twin_trace_write(twin_ctx *c) {
   if (fclose(f) != 0) zrt_log(ZRT_LOG_WARN, "twin: writing the op trace %s failed", path);
 }
 
+/* ---------------------------------------------------------- copy guard */
+
+/* 64-bit FNV-1a over 8-byte words in four lanes, the tail bytewise, the
+ * lanes folded the same way: each step (h ^ w) * prime is a bijection of h,
+ * so one changed word always changes the hash. Memory speed: a test backend
+ * can afford it twice per guarded copy. */
+static uint64_t twin_hash(const void *p, size_t n) {
+  const uint64_t prime = 0x100000001b3ull;
+  uint64_t h[4] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull, 0x9e3779b97f4a7c15ull,
+                   0xd1b54a32d192ed03ull};
+  const unsigned char *b = p;
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int k = 0; k < 4; k++) {
+      uint64_t w;
+      memcpy(&w, b + i + 8 * k, sizeof w);
+      h[k] = (h[k] ^ w) * prime;
+    }
+  for (; i < n; i++) h[0] = (h[0] ^ b[i]) * prime;
+  uint64_t r = (uint64_t)n;
+  for (int k = 0; k < 4; k++) {
+    r = (r ^ h[k]) * prime;
+    r ^= r >> 31;
+  }
+  return r;
+}
+
+static int twin_overlap(uintptr_t alo, uintptr_t ahi, uintptr_t blo, uintptr_t bhi) {
+  return alo < ahi && blo < bhi && alo < bhi && blo < ahi;
+}
+
+/* 1 when e, queued before the guarded copy g and unfinished, keeps g from
+ * being armed: e may write g's source, or touch g's destination (which the
+ * poison would change under it). */
+static int twin_fp_conflicts(const twin_fp *e, const twin_fp *g) {
+  if ((g->guard & TWIN_GUARD_SRC) && (e->any_w || twin_overlap(e->wlo, e->whi, g->rlo, g->rhi)))
+    return 1;
+  if ((g->guard & TWIN_GUARD_DST) &&
+      (e->any_r || e->any_w || twin_overlap(e->rlo, e->rhi, g->wlo, g->whi) ||
+       twin_overlap(e->wlo, e->whi, g->wlo, g->whi)))
+    return 1;
+  return 0;
+}
+
+static void twin_poison(uintptr_t lo, uintptr_t hi) {
+  if (lo < hi) memset((void *)lo, 0xFF, hi - lo);
+}
+
+/* Arms g (caller holds fp_mu; no op queued before g may still change its
+ * source or use its destination): the source's hash, the destination's
+ * poison (0xFF: NaN in every float type) outside the source's bytes. A range
+ * unregistered meanwhile is left alone: the copy's run dies with the
+ * registration's message. */
+static void twin_guard_arm(twin_ctx *c, twin_fp *g) {
+  g->state = TWIN_GUARD_ARMED;
+  if (g->guard & TWIN_GUARD_SRC) {
+    if (zrt_twin_is_reg(c, (const void *)g->rlo, g->rhi - g->rlo))
+      g->hash = twin_hash((const void *)g->rlo, g->rhi - g->rlo);
+    else
+      g->guard &= ~TWIN_GUARD_SRC;
+  }
+  if (g->guard & TWIN_GUARD_DST) {
+    if (!zrt_twin_is_reg(c, (const void *)g->wlo, g->whi - g->wlo)) {
+      g->guard &= ~TWIN_GUARD_DST;
+    } else if (!twin_overlap(g->wlo, g->whi, g->rlo, g->rhi)) {
+      twin_poison(g->wlo, g->whi);
+    } else { /* a host-to-host copy onto its own source: the bytes around the source */
+      twin_poison(g->wlo, g->rlo);
+      twin_poison(g->rhi, g->whi);
+    }
+  }
+}
+
+/* A footprint joins the queue (caller holds its stream's mu, so the queueing
+ * order of a stream's ops is their seq order): a guarded copy is armed now
+ * when nothing queued before it conflicts, else when the last of those ends. */
+static void twin_fp_add(twin_ctx *c, twin_fp *f) {
+  pthread_mutex_lock(&c->fp_mu);
+  f->seq = ++c->fp_seq;
+  f->nconf = 0;
+  if (f->guard)
+    for (twin_fp *e = c->fps; e; e = e->next) f->nconf += (size_t)twin_fp_conflicts(e, f);
+  f->prev = c->fps_tail;
+  f->next = NULL;
+  if (c->fps_tail)
+    c->fps_tail->next = f;
+  else
+    c->fps = f;
+  c->fps_tail = f;
+  if (f->guard) {
+    f->state = TWIN_GUARD_WAITING;
+    if (!f->nconf) {
+      twin_guard_arm(c, f);
+    } else {
+      f->gprev = NULL;
+      f->gnext = c->guards;
+      if (c->guards) c->guards->gprev = f;
+      c->guards = f;
+    }
+  }
+  pthread_mutex_unlock(&c->fp_mu);
+}
+
+static void twin_guard_unlink(twin_ctx *c, twin_fp *g) {
+  /* caller holds fp_mu; g is waiting */
+  if (g->gprev)
+    g->gprev->gnext = g->gnext;
+  else
+    c->guards = g->gnext;
+  if (g->gnext) g->gnext->gprev = g->gprev;
+}
+
+/* An op with a footprint ended (ran, failed or was skipped): it leaves the
+ * queue, and the guarded copies queued after it that waited only for it are
+ * armed (before its stream counts it done, so a copy ordered after it is
+ * armed before it can start). */
+static void twin_fp_done(twin_ctx *c, twin_fp *f) {
+  pthread_mutex_lock(&c->fp_mu);
+  if (f->prev)
+    f->prev->next = f->next;
+  else
+    c->fps = f->next;
+  if (f->next)
+    f->next->prev = f->prev;
+  else
+    c->fps_tail = f->prev;
+  if (f->guard && f->state == TWIN_GUARD_WAITING) twin_guard_unlink(c, f);
+  for (twin_fp *g = c->guards, *n; g; g = n) {
+    n = g->gnext;
+    if (g->seq > f->seq && twin_fp_conflicts(f, g) && --g->nconf == 0) {
+      twin_guard_unlink(c, g);
+      twin_guard_arm(c, g);
+    }
+  }
+  pthread_mutex_unlock(&c->fp_mu);
+}
+
+/* Rule (a) fired: the source of an armed copy changed before the copy ran.
+ * On a GPU the copy would send the new bytes (or a mix), silently: the
+ * program's bug, and a sticky error would surface far from it, if at all
+ * (a wrong number is no error), so die here, as twin_copy_unregistered. */
+static void twin_copy_rewritten(const twin_fp *g) {
+  char msg[1024];
+  int n = snprintf(
+      msg, sizeof msg,
+      "zrt twin: a queued copy (op \"%s\" on twin stream %d) reads %zu bytes of registered host "
+      "memory at %p, and those bytes changed after the copy was queued and before it ran: the "
+      "host rewrote the copy's source while the copy was in flight (on a GPU the copy sends the "
+      "rewrite, or a mix, silently). Rewrite a buffer an asynchronous copy reads only after a "
+      "host wait that covers the copy: synchronize the copy's stream (zrt_engine_synchronize), "
+      "or wait for an event recorded after it (zrt.h, the contract of zrt_engine_host_alloc); "
+      "ZRT_TWIN_COPY_GUARD=0 turns this check off\n",
+      g->what, g->stream, (size_t)(g->rhi - g->rlo), (void *)g->rlo);
+  if (n > 0) {
+    ssize_t w = write(2, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1));
+    (void)w;
+  }
+  abort();
+}
+
+/* A guarded copy starts (on its worker, after any delay): an armed source
+ * must hash as it did when armed. A copy that starts before it was armed (an
+ * op queued before it on a stream it is not ordered after is still running)
+ * is not checked. */
+static void twin_guard_run(twin_ctx *c, twin_fp *g) {
+  pthread_mutex_lock(&c->fp_mu);
+  int check = g->state == TWIN_GUARD_ARMED && (g->guard & TWIN_GUARD_SRC);
+  if (g->state == TWIN_GUARD_WAITING) twin_guard_unlink(c, g);
+  g->state = TWIN_GUARD_RUN;
+  pthread_mutex_unlock(&c->fp_mu);
+  if (check && twin_hash((const void *)g->rlo, g->rhi - g->rlo) != g->hash) twin_copy_rewritten(g);
+}
+
+/* A kernel's footprint: any registered operand (the operand checks passed,
+ * so an operand that is not device memory is registered) makes it a reader
+ * and writer of registered memory; NULL when it touches device memory only. */
+static const twin_fp *twin_kernel_fp(twin_ctx *c, twin_fp *fp, const void *const *p, int n) {
+  if (!c->copy_guard) return NULL;
+  for (int i = 0; i < n; i++)
+    if (p[i] && !zrt_twin_is_dev(c, p[i])) {
+      memset(fp, 0, sizeof *fp);
+      fp->any_r = fp->any_w = 1;
+      return fp;
+    }
+  return NULL;
+}
+
 static void *twin_worker(void *arg) {
   twin_stream *s = arg;
   twin_ctx *c = s->c;
@@ -236,10 +472,13 @@ static void *twin_worker(void *arg) {
         struct timespec ts = {us / 1000000, us % 1000000 * 1000L};
         nanosleep(&ts, NULL);
       }
+      twin_run_fp = op->fp.seq ? &op->fp : NULL;
       st = twin_call(c, op->run, op->args);
+      twin_run_fp = NULL;
       tb = zrt_now_s();
       if (c->trace_dir[0]) twin_trace_add(s, op->what, ta, tb);
     }
+    if (op->fp.seq) twin_fp_done(c, &op->fp);
     pthread_mutex_lock(&s->mu);
     if (st != ZRT_OK && s->err == ZRT_OK) {
       s->err = st;
@@ -266,9 +505,10 @@ static twin_stream *twin_stream_of(twin_ctx *c, zrt_stream s) {
 }
 
 /* Queues run(args) on s; runs it at once when called from s's own worker
- * (an op or a host function issuing work on its own stream). */
-static zrt_status twin_enqueue(twin_ctx *c, twin_stream *s, twin_run_fn run, const char *what,
-                               const void *args, size_t bytes) {
+ * (an op or a host function issuing work on its own stream). fp: the op's
+ * footprint on registered host memory (copy guard on), or NULL. */
+static zrt_status twin_enqueue_fp(twin_ctx *c, twin_stream *s, twin_run_fn run, const char *what,
+                                  const void *args, size_t bytes, const twin_fp *fp) {
   /* From s's own worker, or from the OpenMP team of a host function s is
    * running (a team thread has no twin_cur: OpenMP's pool threads are not
    * the worker), the op runs in place, as the function's own work. A host
@@ -278,11 +518,14 @@ static zrt_status twin_enqueue(twin_ctx *c, twin_stream *s, twin_run_fn run, con
     unsigned char copy[bytes ? bytes : 1];
     memcpy(copy, args, bytes);
     twin_stream *was = twin_cur;
-    double vt = twin_wait_vt; /* an in-place wait is part of the running op */
+    double vt = twin_wait_vt;  /* an in-place wait is part of the running op */
+    twin_fp *rf = twin_run_fp; /* and so are its reads and writes: no guard */
     twin_cur = s;
+    twin_run_fp = NULL;
     zrt_status st = twin_call(c, run, copy);
     twin_cur = was;
     twin_wait_vt = vt;
+    twin_run_fp = rf;
     return st;
   }
   twin_op *op = malloc(sizeof *op + bytes);
@@ -291,6 +534,7 @@ static zrt_status twin_enqueue(twin_ctx *c, twin_stream *s, twin_run_fn run, con
   op->run = run;
   op->what = what;
   op->t_enq = zrt_now_s();
+  memset(&op->fp, 0, sizeof op->fp);
   memcpy(op->args, args, bytes);
   pthread_mutex_lock(&s->mu);
   zrt_status st = twin_sticky(s);
@@ -298,6 +542,12 @@ static zrt_status twin_enqueue(twin_ctx *c, twin_stream *s, twin_run_fn run, con
     pthread_mutex_unlock(&s->mu);
     free(op);
     return st;
+  }
+  if (fp) { /* before the worker can see the op: a guarded copy is armed first */
+    op->fp = *fp;
+    op->fp.what = what;
+    op->fp.stream = s->index;
+    twin_fp_add(c, &op->fp);
   }
   if (s->tail)
     s->tail->next = op;
@@ -308,6 +558,11 @@ static zrt_status twin_enqueue(twin_ctx *c, twin_stream *s, twin_run_fn run, con
   pthread_cond_signal(&s->work);
   pthread_mutex_unlock(&s->mu);
   return ZRT_OK;
+}
+
+static zrt_status twin_enqueue(twin_ctx *c, twin_stream *s, twin_run_fn run, const char *what,
+                               const void *args, size_t bytes) {
+  return twin_enqueue_fp(c, s, run, what, args, bytes, NULL);
 }
 
 /* Host: waits until s finished its first `target` ops. */
@@ -535,6 +790,7 @@ static zrt_status twin_run_copy(twin_ctx *c, void *a) {
   memcpy(&m, a, sizeof m);
   if (m.reg_dst && !zrt_twin_is_reg(c, m.dst, m.bytes)) twin_copy_unregistered(&m, "destination");
   if (m.reg_src && !zrt_twin_is_reg(c, m.src, m.bytes)) twin_copy_unregistered(&m, "source");
+  if (twin_run_fp && twin_run_fp->guard) twin_guard_run(c, twin_run_fp);
   return c->cpu.iface->memcpy(c->b, zrt_twin_dev(c, m.dst), zrt_twin_dev(c, m.src), m.bytes,
                               ZRT_COPY_D2D, NULL);
 }
@@ -549,6 +805,7 @@ typedef struct {
 static zrt_status twin_run_staged_copy(twin_ctx *c, void *a) {
   twin_staged_copy_hdr h;
   memcpy(&h, a, sizeof h);
+  if (twin_run_fp && twin_run_fp->guard) twin_guard_run(c, twin_run_fp);
   return c->cpu.iface->memcpy(c->b, zrt_twin_dev(c, h.dst), (unsigned char *)a + sizeof h, h.bytes,
                               ZRT_COPY_D2D, NULL);
 }
@@ -575,14 +832,37 @@ static zrt_status twin_memcpy(void *ctx, void *dst, const void *src, size_t byte
     twin_staged_copy_hdr h = {dst, bytes};
     memcpy(op, &h, hb);
     memcpy(op + hb, src, bytes);
-    zrt_status st = twin_enqueue(c, ts, twin_run_staged_copy, "memcpy (staged from pageable host)",
-                                 op, hb + bytes);
+    /* into registered memory: poisoned until it runs (rule b) */
+    twin_fp fp = {0};
+    if (c->copy_guard && bytes && !zrt_twin_is_dev(c, dst)) {
+      fp.wlo = (uintptr_t)dst;
+      fp.whi = fp.wlo + bytes;
+      fp.guard = TWIN_GUARD_DST;
+    }
+    zrt_status st =
+        twin_enqueue_fp(c, ts, twin_run_staged_copy, "memcpy (staged from pageable host)", op,
+                        hb + bytes, fp.guard ? &fp : NULL);
     free(op);
     return st;
   }
   twin_copy_args m = {dst, src, bytes, !dst_pageable && !zrt_twin_is_dev(c, dst),
                       !src_pageable && !zrt_twin_is_dev(c, src)};
-  ZRT_CHECK(twin_enqueue(c, ts, twin_run_copy, "memcpy", &m, sizeof m));
+  /* The copy guard: a registered source must keep its bytes until the copy
+   * runs (rule a), a registered destination is poisoned until then (rule b) */
+  twin_fp fp = {0};
+  if (c->copy_guard && bytes && (m.reg_src || m.reg_dst)) {
+    if (m.reg_src) {
+      fp.rlo = (uintptr_t)src;
+      fp.rhi = fp.rlo + bytes;
+      fp.guard |= TWIN_GUARD_SRC;
+    }
+    if (m.reg_dst) {
+      fp.wlo = (uintptr_t)dst;
+      fp.whi = fp.wlo + bytes;
+      fp.guard |= TWIN_GUARD_DST;
+    }
+  }
+  ZRT_CHECK(twin_enqueue_fp(c, ts, twin_run_copy, "memcpy", &m, sizeof m, fp.guard ? &fp : NULL));
   /* CUDA: a copy to pageable host memory (or between two pageable buffers)
    * returns when it is done */
   int blocking = src_pageable || dst_pageable;
@@ -595,7 +875,10 @@ static zrt_status twin_memset(void *ctx, void *dst, int value, size_t bytes, zrt
   twin_ctx *c = ctx;
   ZRT_CHECK(zrt_twin_operand(c, "memset", "dst", dst, bytes));
   twin_memset_args m = {dst, value, bytes};
-  return twin_enqueue(c, twin_stream_of(c, s), twin_run_memset, "memset", &m, sizeof m);
+  const void *ops[] = {dst};
+  twin_fp fp;
+  return twin_enqueue_fp(c, twin_stream_of(c, s), twin_run_memset, "memset", &m, sizeof m,
+                         twin_kernel_fp(c, &fp, ops, 1));
 }
 
 /* ------------------------------------------------------------ kernels */
@@ -621,7 +904,10 @@ static zrt_status twin_convert(void *ctx, void *dst, zrt_dtype dst_dt, const voi
   ZRT_CHECK(zrt_twin_operand(c, "convert", "dst", dst, n * zrt_dtype_size(dst_dt)));
   ZRT_CHECK(zrt_twin_operand(c, "convert", "src", src, n * zrt_dtype_size(src_dt)));
   twin_convert_args m = {dst, dst_dt, src, src_dt, n};
-  return twin_enqueue(c, twin_stream_of(c, s), twin_run_convert, "convert", &m, sizeof m);
+  const void *ops[] = {dst, src};
+  twin_fp fp;
+  return twin_enqueue_fp(c, twin_stream_of(c, s), twin_run_convert, "convert", &m, sizeof m,
+                         twin_kernel_fp(c, &fp, ops, 2));
 }
 
 typedef struct {
@@ -645,7 +931,10 @@ static zrt_status twin_accumulate(void *ctx, float *dst, const void *src, zrt_dt
   ZRT_CHECK(zrt_twin_operand(c, "accumulate", "dst", dst, n * sizeof(float)));
   ZRT_CHECK(zrt_twin_operand(c, "accumulate", "src", src, n * zrt_dtype_size(src_dt)));
   twin_acc_args m = {dst, src, src_dt, alpha, n};
-  return twin_enqueue(c, twin_stream_of(c, s), twin_run_acc, "accumulate", &m, sizeof m);
+  const void *ops[] = {dst, src};
+  twin_fp fp;
+  return twin_enqueue_fp(c, twin_stream_of(c, s), twin_run_acc, "accumulate", &m, sizeof m,
+                         twin_kernel_fp(c, &fp, ops, 2));
 }
 
 typedef struct {
@@ -679,7 +968,11 @@ static zrt_status twin_check_list(twin_ctx *c, const char *op, const void *const
     if (n[i]) ZRT_CHECK(zrt_twin_operand(c, op, "x", x[i], n[i] * zrt_dtype_size(dt)));
   twin_stream *ts = twin_stream_of(c, s);
   twin_check_list_args m = {x, n, k, dt, scale, sumsq, nonfinite};
-  ZRT_CHECK(twin_enqueue(c, ts, twin_run_check_list, op, &m, sizeof m));
+  twin_fp fp;
+  const twin_fp *fpp = NULL;
+  for (int i = 0; i < k && !fpp; i++)
+    if (n[i]) fpp = twin_kernel_fp(c, &fp, &x[i], 1);
+  ZRT_CHECK(twin_enqueue_fp(c, ts, twin_run_check_list, op, &m, sizeof m, fpp));
   if (twin_cur == ts) return ZRT_OK;
   ZRT_BACKEND_COUNT(c->b, host_waits);
   ZRT_BACKEND_COUNT(c->b, d2h_reads);
@@ -730,7 +1023,10 @@ static zrt_status twin_gemm(void *ctx, int trans_a, int trans_b, int64_t m, int6
   ZRT_CHECK(zrt_twin_operand(c, "gemm", "C", cm, 1));
   twin_gemm_args g = {trans_a, trans_b, m,     n,    k,  alpha, a,   lda,
                       bm,      ldb,     ab_dt, beta, cm, ldc,   c_dt};
-  return twin_enqueue(c, twin_stream_of(c, s), twin_run_gemm, "gemm", &g, sizeof g);
+  const void *ops[] = {a, bm, cm};
+  twin_fp fp;
+  return twin_enqueue_fp(c, twin_stream_of(c, s), twin_run_gemm, "gemm", &g, sizeof g,
+                         twin_kernel_fp(c, &fp, ops, 3));
 }
 
 typedef struct {
@@ -761,7 +1057,10 @@ static zrt_status twin_optim(void *ctx, const zrt_optim_hparams *hp, float *mast
   ZRT_CHECK(zrt_twin_operand(c, "optim_step", "grad", grad, n * zrt_dtype_size(gdt)));
   ZRT_CHECK(zrt_twin_operand(c, "optim_step", "param16", param16, n * zrt_dtype_size(pdt)));
   twin_optim_args o = {*hp, master, s1, s2, grad, gdt, param16, pdt, n};
-  return twin_enqueue(c, twin_stream_of(c, s), twin_run_optim, "optim_step", &o, sizeof o);
+  const void *ops[] = {master, s1, s2, grad, param16};
+  twin_fp fp;
+  return twin_enqueue_fp(c, twin_stream_of(c, s), twin_run_optim, "optim_step", &o, sizeof o,
+                         twin_kernel_fp(c, &fp, ops, 5));
 }
 
 typedef struct {
@@ -788,9 +1087,15 @@ static zrt_status twin_run_host(twin_ctx *c, void *a) {
   return st;
 }
 
-static zrt_status twin_launch_host(void *ctx, zrt_host_fn fn, const void *args, size_t bytes,
-                                   zrt_stream s, const char *what) {
-  twin_ctx *c = ctx;
+/* host_work: queued by enqueue_host (cudaLaunchHostFunc: host-side work,
+ * which may read and write any host memory, registered included), else by
+ * launch_host (the program's compute, a comm, the statistics: kernels that
+ * may read registered memory but write device memory). The difference is
+ * the copy guard's: a copy queued behind a host-side function that may
+ * still write its source or touch its destination is armed when the
+ * function ends. */
+static zrt_status twin_host_fn(twin_ctx *c, zrt_host_fn fn, const void *args, size_t bytes,
+                               zrt_stream s, const char *what, int host_work) {
   twin_host_args h;
   memset(&h, 0, sizeof h);
   h.fn = fn;
@@ -806,10 +1111,24 @@ static zrt_status twin_launch_host(void *ctx, zrt_host_fn fn, const void *args, 
   /* a host thread's call (not one from a worker or a host function's team,
    * which run in place or on a stream) waits in sync mode */
   int wait = c->host_fn_sync && !twin_cur && !(atomic_load(&ts->in_host_fn) && omp_in_parallel());
-  zrt_status st = twin_enqueue(c, ts, twin_run_host, what, &h, sizeof h);
+  twin_fp fp = {0};
+  fp.any_r = 1;
+  fp.any_w = host_work;
+  zrt_status st =
+      twin_enqueue_fp(c, ts, twin_run_host, what, &h, sizeof h, c->copy_guard ? &fp : NULL);
   if (st != ZRT_OK && twin_cur != ts) free(h.heap);
   if (st == ZRT_OK && wait) st = zrt_backend_synchronize(c->b, s);
   return st;
+}
+
+static zrt_status twin_launch_host(void *ctx, zrt_host_fn fn, const void *args, size_t bytes,
+                                   zrt_stream s, const char *what) {
+  return twin_host_fn(ctx, fn, args, bytes, s, what, 0);
+}
+
+static zrt_status twin_enqueue_host(void *ctx, zrt_host_fn fn, const void *args, size_t bytes,
+                                    zrt_stream s, const char *what) {
+  return twin_host_fn(ctx, fn, args, bytes, s, what, 1);
 }
 
 /* ---------------------------------------------------- streams and events */
@@ -993,6 +1312,7 @@ static void twin_destroy(void *ctx) {
   }
   zrt_twin_mem_destroy(c);
   pthread_mutex_destroy(&c->mu);
+  pthread_mutex_destroy(&c->fp_mu);
   free(c);
 }
 
@@ -1024,6 +1344,7 @@ static const zrt_backend_iface zrt_twin_iface = {
     .host_register = zrt_twin_host_register,
     .host_unregister = zrt_twin_host_unregister,
     .launch_host = twin_launch_host,
+    .enqueue_host = twin_enqueue_host,
     .destroy = twin_destroy,
 };
 
@@ -1119,6 +1440,22 @@ static zrt_status twin_host_fn_env(twin_ctx *c) {
                    v);
 }
 
+/* ZRT_TWIN_COPY_GUARD: unset, "" or "1" = on (the default); "0" = off. */
+static zrt_status twin_copy_guard_env(twin_ctx *c) {
+  const char *v = zrt_env("ZRT_TWIN_COPY_GUARD");
+  c->copy_guard = 1;
+  if (!v || !*v || !strcmp(v, "1")) return ZRT_OK;
+  if (!strcmp(v, "0")) {
+    c->copy_guard = 0;
+    return ZRT_OK;
+  }
+  return zrt_error(ZRT_ERR_CONFIG,
+                   "ZRT_TWIN_COPY_GUARD=\"%s\": expected 1 (the default: a copy's registered "
+                   "host source must not change until the copy runs, its registered host "
+                   "destination reads 0xFF bytes until then) or 0 (neither check)",
+                   v);
+}
+
 zrt_status zrt_backend_twin_init(zrt_backend *b, size_t device_memory_limit) {
   if (!b) return zrt_error(ZRT_ERR_INVALID_ARG, "zrt_backend_twin_init: b is NULL");
   zrt_status st = ZRT_OK;
@@ -1129,18 +1466,20 @@ zrt_status zrt_backend_twin_init(zrt_backend *b, size_t device_memory_limit) {
   c->pkey = -1;
   pthread_mutex_init(&c->mu, NULL);
   pthread_mutex_init(&c->guard_mu, NULL);
+  pthread_mutex_init(&c->fp_mu, NULL);
   ZRT_CHECK_GOTO(zrt_backend_cpu_init(&c->cpu), st, fail);
   ZRT_CHECK_GOTO(twin_jitter_env(c), st, fail);
   ZRT_CHECK_GOTO(twin_trace_env(c), st, fail);
   ZRT_CHECK_GOTO(twin_side_delay_env(c), st, fail);
   ZRT_CHECK_GOTO(twin_slow_op_env(c), st, fail);
   ZRT_CHECK_GOTO(twin_host_fn_env(c), st, fail);
+  ZRT_CHECK_GOTO(twin_copy_guard_env(c), st, fail);
   ZRT_CHECK_GOTO(zrt_twin_mem_init(c, device_memory_limit), st, fail);
   ZRT_CHECK_GOTO(twin_stream_new(c, &c->def), st, fail);
   {
     char sz[32];
     snprintf(b->description, sizeof b->description,
-             "GPU twin on the host CPU (%s device mapping, %s%s%s%s%s)",
+             "GPU twin on the host CPU (%s device mapping, %s%s%s%s%s%s)",
              zrt_format_size(c->size, sz, sizeof sz),
              c->guard == ZRT_TWIN_GUARD_PKU        ? "PKU-guarded"
              : c->guard == ZRT_TWIN_GUARD_MPROTECT ? "mprotect-guarded"
@@ -1149,7 +1488,8 @@ zrt_status zrt_backend_twin_init(zrt_backend *b, size_t device_memory_limit) {
              c->slow_op_us ? ", slow ops" : "",
              c->host_fn_sync   ? ", synchronous host functions"
              : c->host_fn_cuda ? ", CUDA's host functions"
-                               : "");
+                               : "",
+             c->copy_guard ? "" : ", no copy guard");
   }
   b->device_id = 0;
   b->numa_node = -1;

@@ -29,6 +29,7 @@
 #define ZRT_TWIN_MAX_STREAMS 64
 
 typedef struct twin_stream twin_stream;
+typedef struct twin_fp twin_fp;
 
 typedef enum zrt_twin_guard {
   ZRT_TWIN_GUARD_NONE = 0, /* operand checks at op boundaries only */
@@ -83,6 +84,14 @@ typedef struct twin_ctx {
    * are stream ops, comms on the comm stream as NCCL's, the statistics on
    * the host, as on CUDA) */
   int host_fn_sync, host_fn_cuda;
+  /* ZRT_TWIN_COPY_GUARD (on unless 0; backend_twin.c, "copy guard"): the
+   * footprints on registered host memory of the ops queued and not yet
+   * finished (fps, in queueing order, seq numbering them), and the guarded
+   * copies among them still waiting for earlier ones before they are armed */
+  int copy_guard;
+  pthread_mutex_t fp_mu; /* fps, guards, fp_seq; taken after a stream's mu, before mu */
+  twin_fp *fps, *fps_tail, *guards;
+  uint64_t fp_seq;
 } twin_ctx;
 
 /* The device mapping and its guard (PKU where the CPU has it, else the

@@ -49,6 +49,11 @@ static const zrt_env_param zrt_env_table[] = {
    "through host memory (CUDA with mpi); cuda: host functions are stream ops (bucket additions "
    "and the offload pipe in stream mode, comms on their stream as NCCL's) but the statistics "
    "run on the host, as on CUDA"},
+  {"ZRT_TWIN_COPY_GUARD", "0|1", ZRT_ENV_KNOB, "1",
+   "each twin backend's creation",
+   "1: a copy the twin queues from registered (pinned) host memory dies with a message when the "
+   "source's bytes change before it runs (the host rewrote it too early), and one into registered "
+   "host memory fills the destination with 0xFF bytes (NaN) until it runs; 0: neither"},
   {"ZRT_TWIN_TRACE", "path", ZRT_ENV_KNOB, "no trace",
    "the twin backend",
    "an existing directory: the twin writes each stream's ops with start and end times to "

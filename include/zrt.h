@@ -386,11 +386,15 @@ ZRT_API void zrt_engine_free(zrt_engine *eng, void *ptr);
  *    returns when it, and everything queued before it on the engine's
  *    stream, is done). A program that uploads each micro-batch and reads
  *    the loss back once per step keeps one slice per micro-batch of the
- *    window (examples/gpt2/train_gpt2.c); the twin backend runs the copy
- *    late under ZRT_TWIN_JITTER / ZRT_TWIN_SLOW_OP=memcpy:US, so a rewrite
- *    made too early shows as different results there.
+ *    window (examples/gpt2/train_gpt2.c). The twin backend catches a
+ *    rewrite made before the copy ran, as it does when the copy waits
+ *    behind other work (ZRT_TWIN_SLOW_OP=memcpy:US makes it wait): the
+ *    process dies with a message naming the buffer (its copy guard,
+ *    ZRT_TWIN_COPY_GUARD).
  *  - D2H into it returns once queued; its bytes are the copy's only after
- *    such a later host wait; neither read nor write them before.
+ *    such a later host wait; neither read nor write them before (the twin
+ *    fills them with 0xFF bytes, NaN, until the copy runs, from when the
+ *    work queued before the copy that may read them is done).
  * On cpu every copy is done when zrt_engine_memcpy returns.
  * Errors (*ptr NULL, zrt_last_error says which): ZRT_ERR_INVALID_ARG for a
  * NULL engine or ptr, 0 bytes, a bad category, a call before build;

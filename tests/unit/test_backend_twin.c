@@ -9,6 +9,13 @@
  * validation, and the guard: in a child process, a kernel op and a host
  * function on device memory work and a host thread's read of it dies with
  * the handler's message naming the address, the category and the thread.
+ * The copy guard (ZRT_TWIN_COPY_GUARD): in a child process, a host write to
+ * a queued H2D's pinned source dies with its message (behind a slowed op and
+ * behind a launched host function), and lives after a synchronize, behind a
+ * host-side function that writes the source in stream order, through a
+ * D2H-then-H2D round trip and with the guard off; a queued D2H's pinned
+ * destination reads 0xFF bytes until the synchronize (only outside the
+ * source for an overlapping host copy), its old bytes with the guard off.
  * Slow producers are host functions that sleep
  * ZT_TWIN_SLOW_MS, far longer than the consumer needs to run.
  */
@@ -24,6 +31,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "zt_child.h"
 #include "ztest.h"
 
 #define ZT_TWIN_SLOW_MS 60
@@ -469,6 +477,186 @@ static void test_guard(void) {
          "thread\n");
 }
 
+/* ---- the copy guard (ZRT_TWIN_COPY_GUARD) ----
+ * Rule (a): a queued copy from registered host memory whose source bytes
+ * change before it runs dies with a message. Rule (b): a queued copy into
+ * registered host memory leaves 0xFF bytes there until it runs. The copy
+ * runs late behind a device memset slowed by ZRT_TWIN_SLOW_OP (an op with
+ * no footprint on host memory: the copy is armed when queued), or behind a
+ * kernel-like host function (launch_host: it may read registered memory,
+ * not write it, so the copy is armed at once too); a host-side function
+ * (enqueue_host) ahead of it may write the source in stream order, so the
+ * copy is armed when that function ends. The host's accesses that race the
+ * copy are ordered before the worker takes the copy (the worker takes its
+ * stream's lock after the slow op, the host took it after the access), so
+ * the cases run clean under ThreadSanitizer. */
+
+#define GUARD_SLOW "memset:150000" /* 150 ms: far longer than the host's accesses */
+#define GUARD_BYTES 4096
+
+/* Host-side work that rewrites the pinned buffer, 50 ms late: still running
+ * when the copy after it is queued. */
+static zrt_status fill_fn(void *a) {
+  int *p;
+  memcpy(&p, a, sizeof p);
+  struct timespec ts = {0, 50 * 1000000L};
+  nanosleep(&ts, NULL);
+  for (int i = 0; i < GUARD_BYTES / 4; i++) p[i] = 1000 + i;
+  return ZRT_OK;
+}
+
+/* arg: the mode (an int), and ZRT_TWIN_COPY_GUARD=0 when mode >= 10.
+ * 0 = H2D from pinned memory behind a slowed op, the host rewrites the
+ * buffer at once (must die); 1 = the same write after a synchronize (must
+ * live, the copy sends the first bytes); 2 = H2D queued behind a 150 ms
+ * kernel-like host function, rewritten at once (must die); 3 = a host-side
+ * function queued before the copy fills the buffer in stream order while
+ * the copy is queued (must live, the copy sends the function's bytes); 4 = a
+ * D2H into the buffer and an H2D from it queued behind a slowed op (must
+ * live: the round trip's bytes). Exit 0: lived and every value was right. */
+static int copy_guard_child(void *arg) {
+  int mode = *(int *)arg, off = mode >= 10;
+  mode %= 10;
+  if (off) setenv("ZRT_TWIN_COPY_GUARD", "0", 1);
+  setenv("ZRT_TWIN_SLOW_OP", GUARD_SLOW, 1);
+  zrt_backend *b = NULL;
+  if (zrt_backend_create("twin", 0, 0, &b) != ZRT_OK) return 10;
+  int *pinned = aligned_alloc(4096, GUARD_BYTES), *back = malloc(GUARD_BYTES);
+  int *dev = NULL, *busy = NULL;
+  if (zrt_backend_alloc(b, GUARD_BYTES, ZRT_MEM_ACTIVATIONS, (void **)&dev) != ZRT_OK) return 11;
+  if (zrt_backend_alloc(b, 256, ZRT_MEM_ACTIVATIONS, (void **)&busy) != ZRT_OK) return 11;
+  if (zrt_backend_host_register(b, pinned, GUARD_BYTES) != ZRT_OK) return 12;
+  for (int i = 0; i < GUARD_BYTES / 4; i++) pinned[i] = i;
+  if (zrt_backend_synchronize(b, NULL) != ZRT_OK) return 13; /* the allocations' fills */
+  fprintf(stderr, "source %p\n", (void *)pinned);
+  int want0 = off && mode == 0 ? -5 : 0; /* back[0] after the copy */
+  if (mode == 2) {
+    write_args w = {(float *)busy, 1.0f, 150, NULL};
+    if (zrt_backend_launch_host(b, slow_write, &w, sizeof w, NULL) != ZRT_OK) return 14;
+  } else if (zrt_backend_memset(b, busy, 0, 256, NULL) != ZRT_OK) { /* 150 ms */
+    return 14;
+  }
+  if (mode == 3) {
+    if (zrt_backend_enqueue_host_named(b, fill_fn, &pinned, sizeof pinned, NULL, "fill") != ZRT_OK)
+      return 15;
+    want0 = 1000;
+  }
+  if (mode == 4) { /* the device's bytes into the buffer, then back out of it */
+    for (int i = 0; i < GUARD_BYTES / 4; i++) back[i] = 7 * i;
+    if (zrt_backend_memcpy(b, dev, back, GUARD_BYTES, ZRT_COPY_H2D, NULL) != ZRT_OK) return 16;
+    if (zrt_backend_memcpy(b, pinned, dev, GUARD_BYTES, ZRT_COPY_D2H, NULL) != ZRT_OK) return 17;
+  }
+  if (zrt_backend_memcpy(b, dev, pinned, GUARD_BYTES, ZRT_COPY_H2D, NULL) != ZRT_OK) return 18;
+  if (mode == 1 && zrt_backend_synchronize(b, NULL) != ZRT_OK) return 19;
+  if (mode < 3) pinned[0] = -5; /* the host's write: too early unless synchronized */
+  if (zrt_backend_memcpy(b, back, dev, GUARD_BYTES, ZRT_COPY_D2H, NULL) != ZRT_OK) return 20;
+  fprintf(stderr, "lived: the device got %d\n", back[0]);
+  if (mode == 4) {
+    for (int i = 0; i < GUARD_BYTES / 4; i++)
+      if (back[i] != 7 * i || pinned[i] != 7 * i) return 21;
+  } else if (back[0] != want0) {
+    return 22;
+  }
+  zrt_backend_host_unregister(b, pinned);
+  zrt_backend_free(b, dev);
+  zrt_backend_free(b, busy);
+  zrt_backend_destroy(b);
+  free(pinned);
+  free(back);
+  return 0;
+}
+
+static void test_copy_guard(void) {
+  char out[4096];
+  /* rule (a): the write after the queued copy dies, naming the source, the
+   * bytes, the op and what to do */
+  for (int mode = 0; mode <= 2; mode += 2) {
+    int rc = zt_in_child(copy_guard_child, &mode, out, sizeof out);
+    printf("copy guard, mode %d (must die): rc %d: %s", mode, rc, out);
+    ZT_CHECK(rc == 100);
+    ZT_CONTAINS(out, "zrt twin: a queued copy (op \"memcpy\" on twin stream");
+    ZT_CONTAINS(out, "reads 4096 bytes of registered host memory at ");
+    ZT_CONTAINS(out, "changed after the copy was queued and before it ran");
+    ZT_CONTAINS(out, "zrt_engine_host_alloc");
+    ZT_CONTAINS(out, "ZRT_TWIN_COPY_GUARD=0");
+    const char *a = strstr(out, "source ");
+    char addr[32] = "";
+    if (a) sscanf(a + strlen("source "), "%31s", addr);
+    ZT_CHECK(addr[0] != 0);
+    const char *m = strstr(out, "registered host memory at ");
+    ZT_CONTAINS(m ? m : "", addr);
+    ZT_CHECK(strstr(out, "lived") == NULL);
+  }
+  /* no false alarm: after a synchronize, behind a host-side function that
+   * writes the source in stream order, a round trip through the buffer;
+   * and with ZRT_TWIN_COPY_GUARD=0 the too-early write goes through unseen */
+  const int live[] = {1, 3, 4, 10};
+  for (int i = 0; i < 4; i++) {
+    int rc = zt_in_child(copy_guard_child, (void *)&live[i], out, sizeof out);
+    printf("copy guard, mode %d (must live): rc %d: %s", live[i], rc, out);
+    ZT_CHECK(rc == 0);
+  }
+  zrt_backend *b = NULL;
+  setenv("ZRT_TWIN_COPY_GUARD", "yes", 1);
+  ZT_CHECK(zrt_backend_create("twin", 0, 0, &b) == ZRT_ERR_CONFIG);
+  ZT_CONTAINS(zrt_last_error(), "ZRT_TWIN_COPY_GUARD=\"yes\": expected 1 (the default");
+  setenv("ZRT_TWIN_COPY_GUARD", "0", 1);
+  ZT_OK(zrt_backend_create("twin", 0, 0, &b));
+  ZT_CONTAINS(b->description, "no copy guard");
+  zrt_backend_destroy(b);
+  unsetenv("ZRT_TWIN_COPY_GUARD");
+
+  /* rule (b): a queued D2H into registered memory leaves NaN bytes there
+   * until it runs, the data after the synchronize; a host-to-host copy onto
+   * part of its own source poisons only the bytes outside the source */
+  for (int off = 0; off < 2; off++) {
+    setenv("ZRT_TWIN_SLOW_OP", GUARD_SLOW, 1);
+    if (off) setenv("ZRT_TWIN_COPY_GUARD", "0", 1);
+    ZT_OK(zrt_backend_create("twin", 0, 0, &b));
+    unsetenv("ZRT_TWIN_SLOW_OP");
+    unsetenv("ZRT_TWIN_COPY_GUARD");
+    float *x = balloc(b, GUARD_BYTES), *busy = balloc(b, 256);
+    float *h = aligned_alloc(4096, 2 * GUARD_BYTES), src[GUARD_BYTES / 4];
+    for (int i = 0; i < GUARD_BYTES / 4; i++) src[i] = (float)i + 0.5f;
+    ZT_OK(zrt_backend_memcpy(b, x, src, GUARD_BYTES, ZRT_COPY_H2D, NULL));
+    ZT_OK(zrt_backend_host_register(b, h, 2 * GUARD_BYTES));
+    for (int i = 0; i < 2 * GUARD_BYTES / 4; i++) h[i] = -1.0f;
+    ZT_OK(zrt_backend_synchronize(b, NULL));
+    ZT_OK(zrt_backend_memset(b, busy, 0, 256, NULL)); /* 150 ms */
+    ZT_OK(zrt_backend_memcpy(b, h, x, GUARD_BYTES, ZRT_COPY_D2H, NULL));
+    uint32_t early[2];
+    memcpy(early, h, 4);
+    memcpy(early + 1, h + GUARD_BYTES / 4 - 1, 4);
+    ZT_OK(zrt_backend_synchronize(b, NULL));
+    int ok = 1;
+    for (int i = 0; i < GUARD_BYTES / 4; i++) ok &= h[i] == (float)i + 0.5f;
+    printf("copy guard %s: a D2H's destination read before the synchronize: 0x%08x 0x%08x; "
+           "after: %s\n",
+           off ? "off" : "on", early[0], early[1], ok ? "the data" : "WRONG");
+    ZT_CHECK(ok);
+    if (off)
+      ZT_CHECK(early[0] == 0xBF800000u && early[1] == 0xBF800000u); /* the old -1.0f */
+    else
+      ZT_CHECK(early[0] == 0xFFFFFFFFu && early[1] == 0xFFFFFFFFu);
+    /* registered to registered, overlapping: h[0..1024) onto h[512..1536) */
+    ZT_OK(zrt_backend_memset(b, busy, 0, 256, NULL));
+    ZT_OK(zrt_backend_memcpy(b, h + 512, h, GUARD_BYTES, ZRT_COPY_H2H, NULL));
+    uint32_t in_src, past_src;
+    memcpy(&in_src, h + 1000, 4);   /* source and destination: untouched */
+    memcpy(&past_src, h + 1100, 4); /* destination only: poisoned */
+    printf("copy guard %s: overlapping host copy, queued: in the source 0x%08x, past it 0x%08x\n",
+           off ? "off" : "on", in_src, past_src);
+    ZT_CHECK(in_src == 0x447A2000u); /* 1000.5f */
+    ZT_CHECK(past_src == (off ? 0xBF800000u : 0xFFFFFFFFu));
+    ZT_OK(zrt_backend_synchronize(b, NULL));
+    zrt_backend_host_unregister(b, h);
+    free(h);
+    zrt_backend_free(b, x);
+    zrt_backend_free(b, busy);
+    zrt_backend_destroy(b);
+  }
+}
+
 /* A host function that holds its stream until the test lets it go
  * (gate[1]); gate[0] says it started. */
 static zrt_status hold(void *a) {
@@ -559,5 +747,6 @@ int main(void) {
   test_host_fn_and_errors();
   test_jitter_env();
   test_guard();
+  test_copy_guard();
   ZT_DONE();
 }

@@ -16,12 +16,13 @@
  *    is accepted while it lives and refused once it was freed;
  *  - copies: an H2D from the block is no host wait on the twin, and the copy
  *    reads the block when it runs: behind a 50 ms host function the host's
- *    rewrite right after zrt_engine_memcpy is what arrives (the contract's
- *    "too early", visible on the twin), while after a host wait (a D2H into
- *    pageable memory) the rewrite no longer reaches the copy; a pageable
- *    source is captured at the call; on cpu every copy is done on return. A
- *    D2H into the block is no host wait on the twin and its bytes are there
- *    after zrt_engine_synchronize;
+ *    rewrite right after zrt_engine_memcpy (the contract's "too early")
+ *    kills the process with the twin's copy guard message (in a child), and
+ *    with ZRT_TWIN_COPY_GUARD=0 is what arrives, while after a host wait (a
+ *    D2H into pageable memory) the rewrite no longer reaches the copy; a
+ *    pageable source is captured at the call; on cpu every copy is done on
+ *    return. A D2H into the block is no host wait on the twin and its bytes
+ *    are there after zrt_engine_synchronize;
  *  - free and destroy with a copy from the block still queued: both wait for
  *    it (the twin dies when a queued copy's registered source is
  *    unregistered under it);
@@ -34,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "zt_child.h"
 #include "zt_engine.h"
 #include "ztest.h"
 
@@ -199,7 +201,11 @@ static void accounting(const char *backend, const char *offload) {
   zrt_engine_destroy(eng);
 }
 
-static void copies(const char *backend) {
+/* H2D from a block behind a busy stream, then the host rewrites it at once:
+ * too early. Returns 1 when the device got the rewrite (the copy ran late,
+ * reading the block then), 0 for the original; on the twin with its copy
+ * guard on (ZRT_TWIN_COPY_GUARD unset) the process dies instead. */
+static int too_early(const char *backend) {
   int twin = !strcmp(backend, "twin");
   zrt_engine *eng = engine(backend, NULL, 1);
   size_t bytes = NTOK * sizeof(int);
@@ -207,10 +213,6 @@ static void copies(const char *backend) {
   ZT_OK(zrt_engine_host_alloc(eng, bytes, ZRT_MEM_OTHER, (void **)&h));
   ZT_OK(zrt_engine_alloc(eng, bytes, ZRT_MEM_ACTIVATIONS, (void **)&d));
   for (int i = 0; i < NTOK; i++) h[i] = i;
-
-  /* H2D from the block behind a busy stream, then the host rewrites it at
-   * once: too early; on the twin the copy reads the rewrite (it runs late,
-   * reading the block then), on cpu it was done on return */
   ZT_OK(zrt_engine_synchronize(eng));
   if (twin) busy(eng, 50);
   uint64_t hw = host_waits(eng);
@@ -228,7 +230,42 @@ static void copies(const char *backend) {
          rewrite    ? "rewrite (the copy ran late)"
          : original ? "original"
                     : "a mix");
-  ZT_CHECK(twin ? rewrite : original);
+  ZT_CHECK(rewrite || original);
+  zrt_engine_destroy(eng);
+  return rewrite;
+}
+
+static int too_early_child(void *arg) {
+  (void)arg;
+  too_early("twin");
+  return 3; /* lived */
+}
+
+static void copies(const char *backend) {
+  int twin = !strcmp(backend, "twin");
+  /* too early: on cpu the copy was done on return; on the twin the copy
+   * guard catches the rewrite (in a child: it aborts), and without it the
+   * copy reads the rewrite */
+  if (!twin) {
+    ZT_CHECK(too_early(backend) == 0);
+  } else {
+    char out[8192];
+    int rc = zt_in_child(too_early_child, NULL, out, sizeof out);
+    printf("twin, copy guard on: rc %d (100: killed)\n%s", rc, out);
+    ZT_CHECK(rc == 100);
+    ZT_CONTAINS(out, "reads 4000 bytes of registered host memory at ");
+    ZT_CONTAINS(out, "changed after the copy was queued and before it ran");
+    setenv("ZRT_TWIN_COPY_GUARD", "0", 1);
+    ZT_CHECK(too_early(backend) == 1);
+    unsetenv("ZRT_TWIN_COPY_GUARD");
+  }
+
+  zrt_engine *eng = engine(backend, NULL, 1);
+  size_t bytes = NTOK * sizeof(int);
+  int *h, *d, back[NTOK];
+  uint64_t hw;
+  ZT_OK(zrt_engine_host_alloc(eng, bytes, ZRT_MEM_OTHER, (void **)&h));
+  ZT_OK(zrt_engine_alloc(eng, bytes, ZRT_MEM_ACTIVATIONS, (void **)&d));
 
   /* the contract: rewrite only after a host wait that covers the copy */
   for (int i = 0; i < NTOK; i++) h[i] = 7 * i;
@@ -256,14 +293,15 @@ static void copies(const char *backend) {
   free(pageable);
 
   /* D2H into the block: queued (no host wait on the twin), there after a
-   * synchronize */
-  for (int i = 0; i < NTOK; i++) h[i] = -1;
+   * synchronize; before it, the old bytes (the copy guard's poison waits for
+   * the launched function ahead of the copy, which may read the block) */
+  for (int i = 0; i < NTOK; i++) h[i] = -2;
   if (twin) busy(eng, 50);
   hw = host_waits(eng);
   ZT_OK(zrt_engine_memcpy(eng, h, d, bytes, ZRT_COPY_D2H));
   if (twin) {
     ZT_CHECK(host_waits(eng) == hw);
-    ZT_CHECK(__atomic_load_n(&h[NTOK - 1], __ATOMIC_ACQUIRE) == -1); /* not yet */
+    ZT_CHECK(__atomic_load_n(&h[NTOK - 1], __ATOMIC_ACQUIRE) == -2); /* not yet */
   }
   ZT_OK(zrt_engine_synchronize(eng));
   ok = 1;
