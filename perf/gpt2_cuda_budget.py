@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""gpt2_cuda_budget.py — the physical floor of one training step of the GPT
+example on CUDA, kernel by kernel, from the sequence of ops the passes issue
+(examples/gpt2/gpt2_ops_impl.h, gpt2_cuda.cu), before any GPU measured it:
+
+  - a GEMM costs its 2mnk FLOPs on tensor cores (bf16 in, fp32 accumulate)
+    plus its bytes: each fp32 activation operand rounded into the scratch
+    (read 4 B, write 2 B per element: cu_gemm's to16), its 16-bit operands
+    read once, C written in fp32 (and read too when beta is 1);
+  - every other kernel costs the bytes it must move at least once (fp32
+    activations: 4 B per element read or written);
+  - the fused attention (gpt2_flash_attn.h) costs its fused multiply-adds on
+    the CUDA cores in fp32 (forward: q.k and p v, 2 per head element of each
+    visible (query, key) pair; backward: dq's two passes 5, dk/dv's 4) plus
+    reading qkv and writing its outputs.
+
+Each class is timed at its peak (tensor bf16 dense, fp32 CUDA-core FMA, HBM
+bandwidth; H100 SXM datasheet figures by default) and the classes are summed
+(no overlap between kernels of one stream): the step cannot run faster, so
+zrt's MFU (gpt2_flops_per_token over the bf16 GEMM peak, train_gpt2's
+convention) cannot exceed flops / (peak * floor). The same floor is given for
+the shape PyTorch's eager bf16 run takes (autocast: 16-bit activations
+between the kernels, attention on tensor cores), as the peer's bound.
+Prints one JSON object; --table adds a readable table on stderr.
+
+Usage: perf/gpt2_cuda_budget.py [--batch 8] [--seq 1024] [--tensor_tflops 989]
+       [--fp32_tflops 67] [--hbm_tbs 3.35] [--table]
+"""
+import argparse
+import json
+import sys
+
+
+def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor):
+    """Per-class totals of one step (forward + backward, embedding to head)."""
+    N = B * T
+    hs = C // NH
+    k = {"gemm_flops": 0.0, "gemm_bytes": 0.0, "elem_bytes": 0.0, "attn_fma": 0.0,
+         "attn_tensor_flops": 0.0, "attn_bytes": 0.0}
+    a = act_bytes  # bytes per activation element between kernels
+
+    def gemm(m, n, kk, a_act, b_act, beta=0):
+        """m x k times k x n; a_act / b_act: the operand is an fp32 activation."""
+        k["gemm_flops"] += 2.0 * m * n * kk
+        for act, cnt in ((a_act, m * kk), (b_act, kk * n)):
+            if act and a == 4:
+                k["gemm_bytes"] += cnt * (4 + 2)  # to16: read fp32, write bf16
+            k["gemm_bytes"] += cnt * 2  # the GEMM reads the 16-bit operand
+        k["gemm_bytes"] += m * n * a * (2 if beta else 1)
+
+    def elem(n_read, n_write):
+        k["elem_bytes"] += (n_read + n_write) * a
+
+    pairs = B * NH * T * (T + 1) / 2  # visible (query, key) pairs of the causal mask
+
+    def attention(fwd):
+        fma = (2 if fwd else 9) * pairs * hs
+        if attn_tensor:
+            k["attn_tensor_flops"] += 2.0 * fma
+        else:
+            k["attn_fma"] += fma
+        # qkv read; forward writes out, backward reads dout and adds into dqkv
+        k["attn_bytes"] += (3 * N * C + N * C) * a if fwd else (3 * N * C + N * C + 2 * 3 * N * C) * a
+
+    # forward
+    elem(N, N * C)  # encoder: tokens, wte/wpe rows (read N C each, counted once), out
+    for _ in range(L):
+        elem(N * C, N * C)  # ln1
+        gemm(N, 3 * C, C, 1, 0)  # qkv
+        elem(3 * N * C, 3 * N * C)  # bias
+        attention(True)
+        gemm(N, C, C, 1, 0)  # attn proj
+        elem(N * C, N * C)  # bias
+        elem(2 * N * C, N * C)  # residual
+        elem(N * C, N * C)  # ln2
+        gemm(N, 4 * C, C, 1, 0)  # fc
+        elem(4 * N * C, 4 * N * C)  # bias
+        elem(4 * N * C, 4 * N * C)  # gelu
+        gemm(N, C, 4 * C, 1, 0)  # fc proj
+        elem(N * C, N * C)  # bias
+        elem(2 * N * C, N * C)  # residual
+    elem(N * C, N * C)  # lnf
+    gemm(N, V, C, 1, 0)  # logits (wte is the 16-bit weight)
+    elem(N * V, N * V)  # cross-entropy: its passes read the row from L2 after the first
+    # backward: head
+    gemm(N, C, V, 1, 0)  # dlnf = dlogits wte
+    gemm(V, C, N, 1, 1, beta=1)  # dwte += dlogits^T lnf
+    elem(2 * N * C, N * C)  # lnf backward (dinp) ...
+    elem(2 * N * C, 0)  # ... and its column sums (dout, inp again)
+    for _ in range(L):
+        gemm(N, 4 * C, C, 1, 0)  # d4C = dres W_fcproj^T
+        gemm(4 * C, C, N, 1, 1, beta=1)  # dW_fcproj
+        elem(N * C, 0)  # bias backward
+        elem(2 * 4 * N * C, 4 * N * C)  # gelu backward
+        gemm(N, C, 4 * C, 1, 0)  # dC
+        gemm(C, 4 * C, N, 1, 1, beta=1)  # dW_fc
+        elem(4 * N * C, 0)  # bias backward
+        elem(3 * N * C, N * C)  # ln2 backward: dinp (read dout, inp, dinp; write dinp)
+        elem(2 * N * C, 0)  # its column sums
+        gemm(N, C, C, 1, 0)  # dC
+        gemm(C, C, N, 1, 1, beta=1)  # dW_attnproj
+        elem(N * C, 0)  # bias backward
+        elem(0, 3 * N * C)  # zero d4C (the dqkv the attention adds into)
+        attention(False)
+        gemm(N, C, 3 * C, 1, 0)  # dC
+        gemm(C, 3 * C, N, 1, 1, beta=1)  # dW_attn
+        elem(3 * N * C, 0)  # bias backward
+        elem(3 * N * C, N * C)  # ln1 backward
+        elem(2 * N * C, 0)  # its column sums
+    elem(N * C, 2 * N * C)  # encoder backward (atomics into dwte, dwpe)
+    return k
+
+
+def seconds(k, tensor, fp32, hbm):
+    return {
+        "gemm_tensor_s": k["gemm_flops"] / tensor,
+        "gemm_bytes_s": k["gemm_bytes"] / hbm,
+        "elementwise_s": k["elem_bytes"] / hbm,
+        "attention_compute_s": 2.0 * k["attn_fma"] / fp32 + k["attn_tensor_flops"] / tensor,
+        "attention_bytes_s": k["attn_bytes"] / hbm,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--embd", type=int, default=768)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--vocab", type=int, default=50257)
+    ap.add_argument("--tensor_tflops", type=float, default=989.0, help="bf16 dense peak")
+    ap.add_argument("--fp32_tflops", type=float, default=67.0, help="fp32 CUDA-core peak")
+    ap.add_argument("--hbm_tbs", type=float, default=3.35, help="HBM bandwidth, TB/s")
+    ap.add_argument("--table", action="store_true")
+    a = ap.parse_args()
+    B, T, C, L, NH, V = a.batch, a.seq, a.embd, a.layers, a.heads, a.vocab
+    tensor, fp32, hbm = a.tensor_tflops * 1e12, a.fp32_tflops * 1e12, a.hbm_tbs * 1e12
+    # train_gpt2's FLOPs per token (gpt2_model.c gpt2_flops_per_token), the MFU numerator
+    fpt = 6.0 * (L * 12.0 * C * C + V * C) + 6.0 * L * T * C
+    step_flops = fpt * B * T
+    out = {"shape": {"batch": B, "seq": T, "layers": L, "embd": C, "heads": NH, "vocab": V},
+           "peaks": {"tensor_bf16_flops": tensor, "fp32_flops": fp32, "hbm_bytes_per_s": hbm},
+           "flops_per_step": step_flops}
+    for name, act, tens in (("zrt_cuda_now", 4, False), ("bf16_activations_tensor_attention", 2, True)):
+        k = step_budget(B, T, C, L, NH, V, act, tens)
+        # the op list's GEMMs are the formula's non-attention FLOPs, exactly
+        gemm_want = 6.0 * (L * 12.0 * C * C + V * C) * B * T
+        if abs(k["gemm_flops"] - gemm_want) > 1e-9 * gemm_want:
+            sys.exit("gpt2_cuda_budget: the GEMMs listed give %.6g FLOPs, gpt2_flops_per_token's "
+                     "GEMM part %.6g: the op list is out of step with the model" % (k["gemm_flops"], gemm_want))
+        s = seconds(k, tensor, fp32, hbm)
+        floor = sum(s.values())
+        out[name] = {**{kk: round(v, 6) for kk, v in s.items()}, "floor_s": round(floor, 6),
+                     "max_tokens_per_s": round(B * T / floor), "max_mfu": round(step_flops / (tensor * floor), 4),
+                     "bytes": {kk: k[kk] for kk in ("gemm_bytes", "elem_bytes", "attn_bytes")},
+                     "attention_fma": k["attn_fma"]}
+    print(json.dumps(out, indent=1))
+    if a.table:
+        rows = ["gemm_tensor_s", "gemm_bytes_s", "elementwise_s", "attention_compute_s", "attention_bytes_s",
+                "floor_s", "max_mfu"]
+        print("%-22s %14s %14s" % ("ms per step (floor)", "zrt now", "bf16+TC attn"), file=sys.stderr)
+        for r in rows:
+            f = (lambda v: "%.3f" % v) if r == "max_mfu" else (lambda v: "%.2f" % (1e3 * v))
+            print("%-22s %14s %14s" % (r, f(out["zrt_cuda_now"][r]),
+                                        f(out["bf16_activations_tensor_attention"][r])), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

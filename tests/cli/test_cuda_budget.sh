@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# test_cuda_budget.sh — perf/gpt2_cuda_budget.py (the CUDA step's physical
+# floor, kernel by kernel) stays in step with the GPT example: its FLOPs per
+# step equal what train_gpt2 prints for the same shape (the banner's GFLOP
+# per rank per step, gpt2_flops_per_token), and the script's own check that
+# its GEMM list gives the formula's GEMM FLOPs passes at two shapes; the
+# floor with 16-bit activations and tensor-core attention is below the
+# current kernels' floor.
+set -euo pipefail
+. "$(dirname "$0")/gpt2_lib.sh" cuda_budget
+out=$("$EXE" --model tiny --batch_size 3 --steps 1 --data "$D/corpus.txt" 2>&1) || {
+  echo "$out"
+  fail "train_gpt2 failed"
+}
+gflop=$(echo "$out" | sed -n 's/.*params, \([0-9.]*\) GFLOP per rank per step.*/\1/p' | head -1)
+[ -n "$gflop" ] || { echo "$out"; fail "no GFLOP figure in train_gpt2's banner"; }
+json=$(python3 "$SRC/perf/gpt2_cuda_budget.py" --batch 3 --seq 64 --layers 2 --embd 64 --heads 2 --vocab 256)
+python3 - "$json" "$gflop" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1]); want = float(sys.argv[2])
+got = r["flops_per_step"] / 1e9
+print(f"FLOPs per step: budget {got:.4g} GFLOP, train_gpt2 {want:.4g} GFLOP")
+assert abs(got - want) <= 0.01 * want, "the budget's FLOPs per step differ from train_gpt2's"
+now, best = r["zrt_cuda_now"]["floor_s"], r["bf16_activations_tensor_attention"]["floor_s"]
+assert 0 < best < now, (best, now)
+PY
+python3 "$SRC/perf/gpt2_cuda_budget.py" >/dev/null # GPT-2 124M: the GEMM list's own check
+echo "ok: the CUDA budget's FLOPs match train_gpt2's (tiny), its GEMM list matches the formula"
