@@ -336,7 +336,8 @@ check() {
     source <(sed -n "/^gpu_targets()/,/^}/p" "$0")
     export ZRT_BUILD_TARGETS="$(gpu_targets) test_dtype test_config test_comm_collectives test_engine_equiv"
     "$0" step build "$1"
-    ZRT_REQUIRE_GPU=0 "$0" step gpu "$1"
+    ZRT_REQUIRE_GPU=0 "$0" steps gpu "$1" # through `steps` (deadline, steps.txt)
+    grep -q "^gpu exit 0 in" "$OUT/steps.txt"
     ZRT_STEP_S=900 "$0" run bash -c "cd \"$1\" && ctest --output-on-failure -R \"^(unit.test_dtype|unit.test_config|mpi.test_comm_collectives.np2|mpi.test_engine_equiv.np2|cli.test_launch)$\""
   ' "$0" "$dir"
 }
