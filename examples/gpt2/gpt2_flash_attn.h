@@ -32,25 +32,21 @@
 
 #include <math.h>
 
+#include "gpt2_block.h"
+
 #define FA_HS 64
 #define FA_TILE 32
 #define FA_NT FA_TILE /* threads per block */
 
+/* the phases (gpt2_block.h): one phase, every thread runs the body once with its own tid */
+#define FA_DEV GB_DEV
+#define FA_SYNC() GB_SYNC()
+#define FA_THREADS(tid) GB_THREADS(tid, FA_NT)
+#define FA_END GB_END
 #ifdef __CUDACC__
-#define FA_DEV __device__ __forceinline__
-#define FA_SYNC() __syncthreads()
-/* one phase: every thread runs the body once with its own tid */
-#define FA_THREADS(tid)                                                                            \
-  {                                                                                                \
-    const int tid = (int)threadIdx.x;
-#define FA_END }
 #define FA_TS(ts, tid) ((ts)[0]) /* a thread's registers */
 #define FA_UNROLL _Pragma("unroll")
 #else
-#define FA_DEV static inline
-#define FA_SYNC() ((void)0)
-#define FA_THREADS(tid) for (int tid = 0; tid < FA_NT; tid++) {
-#define FA_END }
 #define FA_TS(ts, tid) ((ts)[tid]) /* the emulation keeps every thread's state */
 #define FA_UNROLL
 #endif

@@ -3,7 +3,8 @@
  * path, written once for two compilers as gpt2_flash_attn.h is: nvcc builds
  * the kernels from it (gpt2_cuda.cu), and a C compiler builds an emulation
  * that runs the same block functions on the CPU, the threads of a block one
- * after the other between barriers (tests/unit/test_gpt2_rows_emu.c checks
+ * after the other between barriers (gpt2_block.h's phases;
+ * tests/unit/test_gpt2_rows_emu.c checks
  * it against double references, so the algorithm is tested where no GPU is).
  *
  *   cross-entropy: one block of RW_CE_NT threads per row of logits [N, V]:
@@ -31,25 +32,13 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "gpt2_block.h"
+
 #define RW_CE_NT 256 /* threads per cross-entropy block (a power of two) */
 #define RW_COLS 32   /* columns per column-sum block: one warp's 128-byte row segment */
 #define RW_ROWS 32   /* row lanes per column-sum block */
 #define RW_COL_NT (RW_COLS * RW_ROWS)
 #define RW_UNROLL 4 /* rows each lane loads before it adds */
-
-#ifdef __CUDACC__
-#define RW_DEV __device__ __forceinline__
-#define RW_SYNC() __syncthreads()
-#define RW_THREADS(tid, n)                                                                         \
-  {                                                                                                \
-    const int tid = (int)threadIdx.x;
-#define RW_END }
-#else
-#define RW_DEV static inline
-#define RW_SYNC() ((void)0)
-#define RW_THREADS(tid, n) for (int tid = 0; tid < (n); tid++) {
-#define RW_END }
-#endif
 
 typedef struct rw_ce_smem {
   float mx[RW_CE_NT];  /* per-thread maxima, folded into mx[0] */
@@ -59,46 +48,46 @@ typedef struct rw_ce_smem {
 /* Folds a[0..RW_CE_NT) into a[0] (max when is_max, else sum), by halves. */
 #define RW_TREE(a, is_max)                                                                         \
   for (int s_ = RW_CE_NT / 2; s_ > 0; s_ >>= 1) {                                                  \
-    RW_THREADS(tid, RW_CE_NT)                                                                      \
+    GB_THREADS(tid, RW_CE_NT)                                                                      \
     if (tid < s_) (a)[tid] = (is_max) ? fmaxf((a)[tid], (a)[tid + s_]) : (a)[tid] + (a)[tid + s_]; \
-    RW_END                                                                                         \
-    RW_SYNC();                                                                                     \
+    GB_END                                                                                         \
+    GB_SYNC();                                                                                     \
   }
 
 /* Row `row` of logits [., V]: losses[row] = logsumexp - logit of the
  * target; when dloss != 0 the row becomes (softmax - onehot(target)) *
  * dloss. */
-RW_DEV void rw_crossentropy_block(float *losses, float *logits, const int *targets, int V,
+GB_DEV void rw_crossentropy_block(float *losses, float *logits, const int *targets, int V,
                                   float dloss, int row, rw_ce_smem *sm) {
   float *l = logits + (size_t)row * (size_t)V;
-  RW_THREADS(tid, RW_CE_NT)
+  GB_THREADS(tid, RW_CE_NT)
   float m = -INFINITY;
   for (int v = tid; v < V; v += RW_CE_NT) m = fmaxf(m, l[v]);
   sm->mx[tid] = m;
-  RW_END
-  RW_SYNC();
+  GB_END
+  GB_SYNC();
   RW_TREE(sm->mx, 1)
-  RW_THREADS(tid, RW_CE_NT)
+  GB_THREADS(tid, RW_CE_NT)
   const float mx = sm->mx[0];
   float a = 0.0f;
   for (int v = tid; v < V; v += RW_CE_NT) a += expf(l[v] - mx);
   sm->sum[tid] = a;
-  RW_END
-  RW_SYNC();
+  GB_END
+  GB_SYNC();
   RW_TREE(sm->sum, 0)
-  RW_THREADS(tid, RW_CE_NT)
+  GB_THREADS(tid, RW_CE_NT)
   if (tid == 0) losses[row] = logf(sm->sum[0]) + sm->mx[0] - l[targets[row]];
-  RW_END
+  GB_END
   if (dloss != 0.0f) {
-    RW_SYNC(); /* the loss read the target's logit before it is overwritten */
-    RW_THREADS(tid, RW_CE_NT)
+    GB_SYNC(); /* the loss read the target's logit before it is overwritten */
+    GB_THREADS(tid, RW_CE_NT)
     const float mx = sm->mx[0], k = dloss / sm->sum[0]; /* the CPU op's k */
     const int tg = targets[row];
     for (int v = tid; v < V; v += RW_CE_NT) {
       float p = expf(l[v] - mx) * k;
       l[v] = v == tg ? p - dloss : p;
     }
-    RW_END
+    GB_END
   }
 }
 
@@ -110,10 +99,10 @@ typedef struct rw_col_smem {
 /* Columns [grp * RW_COLS, +RW_COLS) of the [N, OC] matrices: db[c] +=
  * sum_i dout[i, c]; with inp (then dw, mean and rstd too), dw[c] += sum_i
  * (inp[i, c] - mean[i]) * rstd[i] * dout[i, c]. */
-RW_DEV void rw_colsum_block(float *dw, float *db, const float *dout, const float *inp,
+GB_DEV void rw_colsum_block(float *dw, float *db, const float *dout, const float *inp,
                             const float *mean, const float *rstd, int N, int OC, int grp,
                             rw_col_smem *sm) {
-  RW_THREADS(tid, RW_COL_NT)
+  GB_THREADS(tid, RW_COL_NT)
   const int col = tid % RW_COLS, lane = tid / RW_COLS, c = grp * RW_COLS + col;
   float a = 0.0f, b = 0.0f;
   if (c < OC)
@@ -131,9 +120,9 @@ RW_DEV void rw_colsum_block(float *dw, float *db, const float *dout, const float
     }
   sm->a[lane][col] = a;
   sm->b[lane][col] = b;
-  RW_END
-  RW_SYNC();
-  RW_THREADS(tid, RW_COL_NT)
+  GB_END
+  GB_SYNC();
+  GB_THREADS(tid, RW_COL_NT)
   const int c = grp * RW_COLS + tid;
   if (tid < RW_COLS && c < OC) {
     float a = 0.0f, b = 0.0f;
@@ -144,7 +133,7 @@ RW_DEV void rw_colsum_block(float *dw, float *db, const float *dout, const float
     if (inp) dw[c] += a;
     db[c] += b;
   }
-  RW_END
+  GB_END
 }
 
 #endif

@@ -1,0 +1,31 @@
+/*
+ * gpt2_block.h — the phase macros of the GPT example's CUDA kernels that are
+ * written once for two compilers (gpt2_flash_attn.h, gpt2_rows.h): nvcc
+ * builds them as kernels, a C compiler as an emulation that runs a block's
+ * threads one after the other, phase by phase, between barriers.
+ *   GB_DEV             a block function (__device__ inline / static inline)
+ *   GB_SYNC()          the block's barrier (__syncthreads / nothing: the
+ *                      emulation's phases already run one after the other)
+ *   GB_THREADS(tid, n) ... GB_END
+ *                      one phase: every thread of the block (n of them)
+ *                      runs the body once with its own tid (on CUDA n is
+ *                      the launch's block size)
+ */
+#ifndef GPT2_BLOCK_H
+#define GPT2_BLOCK_H
+
+#ifdef __CUDACC__
+#define GB_DEV __device__ __forceinline__
+#define GB_SYNC() __syncthreads()
+#define GB_THREADS(tid, n)                                                                         \
+  {                                                                                                \
+    const int tid = (int)threadIdx.x;
+#define GB_END }
+#else
+#define GB_DEV static inline
+#define GB_SYNC() ((void)0)
+#define GB_THREADS(tid, n) for (int tid = 0; tid < (n); tid++) {
+#define GB_END }
+#endif
+
+#endif
