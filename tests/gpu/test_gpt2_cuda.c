@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "zrt.h"
+#include "zt_attn_dump.h"
 #include "zt_gpu.h"
 
 #ifdef GPT2_HAVE_CUDA
@@ -190,29 +191,7 @@ static void attention_case(int B, int T, int NH, int HS) {
   ZT_OK(zrt_engine_memcpy(eng, dqkv, ddqkv, nqkv * 4, ZRT_COPY_D2H));
   const char *dump = getenv("ZRT_ATTN_DUMP");
   if (dump && *dump && T == 1024 && HS == 64) {
-    const struct {
-      const char *name;
-      const float *p;
-      size_t n;
-    } f[] = {{"qkv", qkv, nqkv},
-             {"dout", dout, nout},
-             {"dqkv0", dqkv0, nqkv},
-             {"out", out, nout},
-             {"dqkv", dqkv, nqkv}};
-    char path[4096];
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-      snprintf(path, sizeof path, "%s/%s.f32", dump, f[i].name);
-      FILE *fp = fopen(path, "wb");
-      ZT_CHECK(fp && fwrite(f[i].p, 4, f[i].n, fp) == f[i].n);
-      if (fp) fclose(fp);
-    }
-    snprintf(path, sizeof path, "%s/shape.json", dump);
-    FILE *fp = fopen(path, "w");
-    ZT_CHECK(fp != NULL);
-    if (fp) {
-      fprintf(fp, "{\"B\": %d, \"T\": %d, \"NH\": %d, \"HS\": 64}\n", B, T, NH);
-      fclose(fp);
-    }
+    zt_attn_dump(dump, qkv, dout, dqkv0, out, dqkv, B, T, NH, HS);
     printf("attention tensors written to %s\n", dump);
   }
   free(dqkv0);

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "../../examples/gpt2/gpt2_flash_attn.h"
+#include "zt_attn_dump.h"
 #include "ztest.h"
 
 static float frand(uint64_t *s) {
@@ -100,37 +101,6 @@ static void ref_attention(const float *qkv, const float *dout, double *out, doub
   free(dp);
 }
 
-/* ZRT_ATTN_DUMP=DIR: the inputs and results of one case, as test_gpt2_cuda
- * writes its GPU case, for scripts/check_attention_torch.py (PyTorch's
- * scaled_dot_product_attention against this emulation of the kernels). */
-static void dump_case(const char *dir, const float *qkv, const float *dout, const float *dqkv0,
-                      const float *out, const float *dqkv, int B, int T, int NH, int hs) {
-  size_t nqkv = (size_t)B * T * 3 * NH * hs, nout = (size_t)B * T * NH * hs;
-  const struct {
-    const char *name;
-    const float *p;
-    size_t n;
-  } f[] = {{"qkv", qkv, nqkv},
-           {"dout", dout, nout},
-           {"dqkv0", dqkv0, nqkv},
-           {"out", out, nout},
-           {"dqkv", dqkv, nqkv}};
-  char path[4096];
-  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-    snprintf(path, sizeof path, "%s/%s.f32", dir, f[i].name);
-    FILE *fp = fopen(path, "wb");
-    ZT_CHECK(fp && fwrite(f[i].p, 4, f[i].n, fp) == f[i].n);
-    if (fp) fclose(fp);
-  }
-  snprintf(path, sizeof path, "%s/shape.json", dir);
-  FILE *fp = fopen(path, "w");
-  ZT_CHECK(fp != NULL);
-  if (fp) {
-    fprintf(fp, "{\"B\": %d, \"T\": %d, \"NH\": %d, \"HS\": %d}\n", B, T, NH, hs);
-    fclose(fp);
-  }
-}
-
 static void one_case(int B, int T, int NH, int hs) {
   int C = NH * hs;
   size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nst = (size_t)B * NH * T;
@@ -148,7 +118,7 @@ static void one_case(int B, int T, int NH, int hs) {
   emu_backward(dqkv, dstat, dout, qkv, lse, B, T, C, NH);
   const char *dump = getenv("ZRT_ATTN_DUMP");
   if (dump && *dump && T == 100 && hs == FA_HS)
-    dump_case(dump, qkv, dout, dqkv0, out, dqkv, B, T, NH, hs);
+    zt_attn_dump(dump, qkv, dout, dqkv0, out, dqkv, B, T, NH, hs);
   free(dqkv0);
   ref_attention(qkv, dout, rout, rlse, rdqkv, B, T, C, NH);
   char what[96];
