@@ -22,6 +22,9 @@ try:
     import numpy as np
     import torch
     import torch.nn.functional as F
+
+    # SDPA, or before torch 2.0 the same causal attention written out
+    from perf_torch_gpt2 import attention
 except ImportError as e:  # no torch here: a skip, as ctest understands it
     print(f"check_attention_torch: skipped: {e}")
     sys.exit(77)
@@ -42,12 +45,7 @@ def main():
     dqkv0, out, dqkv = load("dqkv0", B, T, 3 * C), load("out", B, T, C), load("dqkv", B, T, 3 * C)
     x = qkv.clone().requires_grad_(True)
     q, k, v = (t.view(B, T, NH, HS).transpose(1, 2) for t in x.split(C, dim=2))
-    if hasattr(F, "scaled_dot_product_attention"):  # torch >= 2.0
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    else:  # Debian 12's torch 1.13: the same causal attention written out
-        att = (q @ k.transpose(-2, -1)) / (HS ** 0.5)
-        mask = torch.ones(T, T, dtype=torch.bool, device=dev).tril()
-        y = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1) @ v
+    y = attention(q, k, v)
     y = y.transpose(1, 2).reshape(B, T, C)
     y.backward(dout)
     d_out = (out - y.detach()).abs().max().item()

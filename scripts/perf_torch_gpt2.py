@@ -45,7 +45,7 @@ def attention(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     T = q.size(-2)
     att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     att = att.masked_fill(~mask, float("-inf"))
     return F.softmax(att, dim=-1) @ v
 

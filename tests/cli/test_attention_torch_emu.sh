@@ -15,14 +15,7 @@ TESTS=${ZRT_TESTS:-$BIN/../tests}
 SRC=${ZRT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 EMU=$TESTS/test_gpt2_flash_emu
 [ -x "$EMU" ] || { echo "SKIP: $EMU not built"; exit 77; }
-PY=""
-for c in "${ZRT_PYTHON:-}" python3 /usr/bin/python3; do
-  if [ -n "$c" ] && "$c" -c "import torch, numpy" 2>/dev/null; then PY=$c; break; fi
-done
-if [ -z "$PY" ]; then
-  echo "SKIP: no Python that imports torch and numpy (set ZRT_PYTHON)"
-  exit 77
-fi
+. "$(dirname "$0")/torch_py.sh" "torch, numpy" # PY: the interpreter with both
 D=$(mktemp -d "${TMPDIR:-/tmp}/zrt_attn_emu.XXXXXX")
 trap 'rm -rf "$D"' EXIT
 ZRT_ATTN_DUMP=$D "$EMU" >"$D/emu.log" 2>&1 || { cat "$D/emu.log"; echo "FAIL: the emulation's own checks failed"; exit 1; }

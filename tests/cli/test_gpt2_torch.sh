@@ -7,16 +7,7 @@
 set -euo pipefail
 BIN=${ZRT_BIN:-build/bin}
 SRC=${ZRT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-# the interpreter with torch: $ZRT_PYTHON, else python3 on PATH, else
-# Debian's /usr/bin/python3 (python3 on PATH may be another Python)
-PY=""
-for c in "${ZRT_PYTHON:-}" python3 /usr/bin/python3; do
-  if [ -n "$c" ] && "$c" -c "import torch" 2>/dev/null; then PY=$c; break; fi
-done
-if [ -z "$PY" ]; then
-  echo "SKIP: no Python that imports torch (apt-get install python3-torch, or set ZRT_PYTHON)"
-  exit 77
-fi
+. "$(dirname "$0")/torch_py.sh" torch # PY: the interpreter with torch
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bash "$SRC/examples/gpt2/make_corpus.sh" "$tmp/corpus.txt" >/dev/null
