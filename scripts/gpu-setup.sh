@@ -336,6 +336,9 @@ check() {
     source <(sed -n "/^gpu_targets()/,/^}/p" "$0")
     export ZRT_BUILD_TARGETS="$(gpu_targets) test_dtype test_config test_comm_collectives test_engine_equiv"
     "$0" step build "$1"
+    # steps without its list is refused with the usage
+    if "$0" steps 2>"$OUT/steps-usage.txt"; then echo "gpu-setup check: steps without a list passed" >&2; exit 1; fi
+    grep -q "steps needs a comma-separated list" "$OUT/steps-usage.txt"
     ZRT_REQUIRE_GPU=0 "$0" steps gpu "$1" # through `steps` (deadline, steps.txt)
     grep -q "^gpu exit 0 in" "$OUT/steps.txt"
     ZRT_STEP_S=900 "$0" run bash -c "cd \"$1\" && ctest --output-on-failure -R \"^(unit.test_dtype|unit.test_config|mpi.test_comm_collectives.np2|mpi.test_engine_equiv.np2|cli.test_launch)$\""
