@@ -39,11 +39,11 @@
 #include <string.h>
 
 #include "zrt.h"
-#include "zt_attn_dump.h"
 #include "zt_gpu.h"
 
 #ifdef GPT2_HAVE_CUDA
 #include "gpt2_cuda.h"
+#include "zt_attn_dump.h"
 
 static zrt_engine *eng;
 
