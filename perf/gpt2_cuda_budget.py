@@ -9,18 +9,25 @@ example on CUDA, kernel by kernel, from the sequence of ops the passes issue
     read once, C written in fp32 (and read too when beta is 1);
   - every other kernel costs the bytes it must move at least once (fp32
     activations: 4 B per element read or written);
-  - the fused attention (gpt2_flash_attn.h) costs its fused multiply-adds on
-    the CUDA cores in fp32 (forward: q.k and p v, 2 per head element of each
-    visible (query, key) pair; backward: dq's two passes 5, dk/dv's 4) plus
-    reading qkv and writing its outputs.
+  - the fused attention costs its multiply-adds per head element of each
+    visible (query, key) pair plus reading qkv and writing its outputs: in a
+    bf16 run (gpt2_flash_tc.h) on tensor cores, forward 2 (q.k, p v),
+    backward 7 (dq kernel: q.k, dO.v, dS k; dkv kernel: q.k, dO.v, P^T dO,
+    dS^T q; D = dO . out read from the forward's output); in an fp32 or fp16
+    run (gpt2_flash_attn.h) on the CUDA cores in fp32, forward 2, backward 9
+    (dq's two passes 5, dk/dv's 4).
 
 Each class is timed at its peak (tensor bf16 dense, fp32 CUDA-core FMA, HBM
 bandwidth; H100 SXM datasheet figures by default) and the classes are summed
 (no overlap between kernels of one stream): the step cannot run faster, so
 zrt's MFU (gpt2_flops_per_token over the bf16 GEMM peak, train_gpt2's
-convention) cannot exceed flops / (peak * floor). The same floor is given for
-the shape PyTorch's eager bf16 run takes (autocast: 16-bit activations
-between the kernels, attention on tensor cores), as the peer's bound.
+convention) cannot exceed flops / (peak * floor). Three shapes: zrt_cuda_now
+(a bf16 run today: fp32 activations between the kernels, tensor-core
+attention), fp32_core_attention (the same with the CUDA-core attention, as
+before the tensor-core kernels and in fp16 runs), and the shape PyTorch's
+eager bf16 run takes (autocast: 16-bit activations between the kernels,
+flash attention on tensor cores with its 5 backward products), as the
+peer's bound.
 Prints one JSON object; --table adds a readable table on stderr.
 
 Usage: perf/gpt2_cuda_budget.py [--batch 8] [--seq 1024] [--tensor_tflops 989]
@@ -31,7 +38,7 @@ import json
 import sys
 
 
-def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor):
+def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7):
     """Per-class totals of one step (forward + backward, embedding to head)."""
     N = B * T
     hs = C // NH
@@ -54,13 +61,14 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor):
     pairs = B * NH * T * (T + 1) / 2  # visible (query, key) pairs of the causal mask
 
     def attention(fwd):
-        fma = (2 if fwd else 9) * pairs * hs
         if attn_tensor:
-            k["attn_tensor_flops"] += 2.0 * fma
+            k["attn_tensor_flops"] += 2.0 * (2 if fwd else bwd_products) * pairs * hs
         else:
-            k["attn_fma"] += fma
-        # qkv read; forward writes out, backward reads dout and adds into dqkv
-        k["attn_bytes"] += (3 * N * C + N * C) * a if fwd else (3 * N * C + N * C + 2 * 3 * N * C) * a
+            k["attn_fma"] += (2 if fwd else 9) * pairs * hs
+        # qkv read; forward writes out, backward reads dout (and the tensor
+        # cores' kernels the forward's out, for D) and adds into dqkv
+        extra = N * C if attn_tensor and not fwd else 0
+        k["attn_bytes"] += (3 * N * C + N * C) * a if fwd else (3 * N * C + N * C + 2 * 3 * N * C + extra) * a
 
     # forward
     elem(N, N * C)  # encoder: tokens, wte/wpe rows (read N C each, counted once), out
@@ -142,8 +150,10 @@ def main():
     out = {"shape": {"batch": B, "seq": T, "layers": L, "embd": C, "heads": NH, "vocab": V},
            "peaks": {"tensor_bf16_flops": tensor, "fp32_flops": fp32, "hbm_bytes_per_s": hbm},
            "flops_per_step": step_flops}
-    for name, act, tens in (("zrt_cuda_now", 4, False), ("bf16_activations_tensor_attention", 2, True)):
-        k = step_budget(B, T, C, L, NH, V, act, tens)
+    shapes = (("zrt_cuda_now", 4, True, 7), ("fp32_core_attention", 4, False, 9),
+              ("bf16_activations_tensor_attention", 2, True, 5))
+    for name, act, tens, bwd in shapes:
+        k = step_budget(B, T, C, L, NH, V, act, tens, bwd)
         # the op list's GEMMs are the formula's non-attention FLOPs, exactly
         gemm_want = 6.0 * (L * 12.0 * C * C + V * C) * B * T
         if abs(k["gemm_flops"] - gemm_want) > 1e-9 * gemm_want:
@@ -159,11 +169,11 @@ def main():
     if a.table:
         rows = ["gemm_tensor_s", "gemm_bytes_s", "elementwise_s", "attention_compute_s", "attention_bytes_s",
                 "floor_s", "max_mfu"]
-        print("%-22s %14s %14s" % ("ms per step (floor)", "zrt now", "bf16+TC attn"), file=sys.stderr)
+        print("%-22s %14s %14s %14s" % ("ms per step (floor)", "zrt now", "fp32-core attn", "bf16 act+flash"),
+              file=sys.stderr)
         for r in rows:
             f = (lambda v: "%.3f" % v) if r == "max_mfu" else (lambda v: "%.2f" % (1e3 * v))
-            print("%-22s %14s %14s" % (r, f(out["zrt_cuda_now"][r]),
-                                        f(out["bf16_activations_tensor_attention"][r])), file=sys.stderr)
+            print("%-22s %14s %14s %14s" % (r, *(f(out[n][r]) for n, _, _, _ in shapes)), file=sys.stderr)
 
 
 if __name__ == "__main__":

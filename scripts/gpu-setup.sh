@@ -245,8 +245,11 @@ step() {
       need_build "$dir"
       mkdir -p "$OUT/attn"
       ZRT_REQUIRE_GPU=1 ZRT_ATTN_DUMP="$OUT/attn" timeout $((lim / 2)) "$dir/tests/test_gpt2_cuda"
-      timeout $((lim / 2)) python3 scripts/check_attention_torch.py "$OUT/attn" | tee "$OUT/attn.json"
-      rm -f "$OUT"/attn/*.f32
+      # the fp32 cores' kernels (DIR) and the tensor cores' (DIR/bf16), one JSON line each
+      for d in "$OUT/attn" "$OUT/attn/bf16"; do
+        timeout $((lim / 4)) python3 scripts/check_attention_torch.py "$d" | tee -a "$OUT/attn.json"
+      done
+      rm -f "$OUT"/attn/*.f32 "$OUT"/attn/bf16/*.f32
       # the kernels' C emulation against the same PyTorch (cli.test_attention_torch_emu)
       ZRT_BIN="$dir/bin" ZRT_TESTS="$dir/tests" timeout 60 bash tests/cli/test_attention_torch_emu.sh
       ;;

@@ -10,11 +10,12 @@
  * gpt2_cuda_weight16, no fp32 copy), fp32 activation operands are rounded
  * to the run's dtype into the scratch (as autocast does), C stays fp32.
  *
- * Attention is fused (gpt2_flash_attn.h: online softmax over shared-memory
- * tiles, backward without atomics); its `att` buffer keeps only the
- * per-row logsumexp (the first B*NH*T floats), and the backward's D rows
- * live in the scratch. The cross-entropy and the column sums (the biases'
- * gradients, the LayerNorms' weight and bias gradients) are block
+ * Attention is fused (online softmax over shared-memory tiles, backward
+ * without atomics): on tensor cores in a bf16 run (gpt2_flash_tc.h, warp
+ * MMAs on bf16 operands, fp32 softmax), on the CUDA cores in fp32 otherwise
+ * (gpt2_flash_attn.h); its `att` buffer keeps only the per-row logsumexp
+ * (the first B*NH*T floats), and the backward's D rows live in the scratch. The cross-entropy and
+ * the column sums (the biases' gradients, the LayerNorms' weight and bias gradients) are block
  * reductions from gpt2_rows.h (coalesced, deterministic, no atomics; also
  * emulated on the CPU by test_gpt2_rows_emu). Other kernels favour
  * obviously-correct indexing over speed: one thread per element, a warp
@@ -29,6 +30,9 @@
 
 #include "gpt2_cuda.h"
 #include "gpt2_flash_attn.h"
+#include "gpt2_flash_tc.h"
+
+static_assert(TC_HS == FA_HS, "one head-size limit (fa_shape_ok) for both attentions");
 #include "gpt2_rows.h"
 
 #define GELU_S 0.7978845608028654f
@@ -130,6 +134,31 @@ __global__ void __launch_bounds__(FA_NT)
   __shared__ fa_dq_smem sm;
   fa_dq_ts ts[1];
   fa_dq_block(dqkv, dstat, dout, qkv, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm, ts);
+}
+
+/* The tensor-core attention of bf16 runs (gpt2_flash_tc.h): 64 rows a block. */
+__global__ void __launch_bounds__(TC_NT)
+    k_tc_forward(float *out, float *lse, const float *qkv, int T, int C, int NH) {
+  __shared__ tc_fwd_smem sm;
+  tc_fwd_lane st[1];
+  tc_forward_block(qkv, out, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm, st);
+}
+
+__global__ void __launch_bounds__(TC_NT)
+    k_tc_dq(float *dqkv, float *dstat, const float *dout, const float *qkv, const float *out,
+            const float *lse, int T, int C, int NH) {
+  __shared__ tc_dq_smem sm;
+  tc_dq_lane st[1];
+  tc_dq_block(dqkv, dstat, dout, qkv, out, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm,
+              st);
+}
+
+__global__ void __launch_bounds__(TC_NT)
+    k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dstat,
+             int T, int C, int NH) {
+  __shared__ tc_dkv_smem sm;
+  tc_dkv_lane st[1];
+  tc_dkv_block(dqkv, dout, qkv, lse, dstat, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm, st);
 }
 
 __global__ void __launch_bounds__(FA_NT)
@@ -330,12 +359,18 @@ static zrt_status cu_attention_forward(void *ctx, float *out, float *att, const 
   (void)ctx;
   zrt_status st = fa_shape_ok(B, T, C, NH);
   if (st != ZRT_OK) return st;
+  if (g_gemm_dt == ZRT_BF16) { /* tensor cores, operands rounded as the GEMMs' */
+    dim3 grid((unsigned)((T + TC_ROWS - 1) / TC_ROWS), (unsigned)(B * NH));
+    k_tc_forward<<<grid, TC_NT, 0, g_stream>>>(out, att /* lse rows */, qkv, T, C, NH);
+    return ZRT_OK;
+  }
   dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * NH));
   k_fa_forward<<<grid, FA_NT, 0, g_stream>>>(out, att /* lse rows */, qkv, T, C, NH);
   return ZRT_OK; /* launch errors: the pass's check() */
 }
 static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                                        const float *att, int B, int T, int C, int NH) {
+                                        const float *out, const float *att, int B, int T, int C,
+                                        int NH) {
   (void)ctx;
   zrt_status st = fa_shape_ok(B, T, C, NH);
   if (st != ZRT_OK) return st;
@@ -346,6 +381,13 @@ static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dou
     return ZRT_ERR_INTERNAL;
   }
   float *dstat = (float *)g_scratch; /* free between GEMMs: stream order */
+  if (g_gemm_dt == ZRT_BF16) {
+    dim3 grid((unsigned)((T + TC_ROWS - 1) / TC_ROWS), (unsigned)(B * NH));
+    k_tc_dq<<<grid, TC_NT, 0, g_stream>>>(dqkv, dstat, dout, qkv, out, att, T, C, NH);
+    k_tc_dkv<<<grid, TC_NT, 0, g_stream>>>(dqkv, dout, qkv, att, dstat, T, C, NH);
+    return ZRT_OK;
+  }
+  (void)out; /* the fp32 kernels find D from P and dP */
   dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * NH));
   k_fa_dq<<<grid, FA_NT, 0, g_stream>>>(dqkv, dstat, dout, qkv, att, T, C, NH);
   k_fa_dkv<<<grid, FA_NT, 0, g_stream>>>(dqkv, dout, qkv, att, dstat, T, C, NH);

@@ -31,10 +31,11 @@ typedef struct GPT2_SFX(gpt2_ops) {
    * upper triangle is zero). ctx as for gemm. */
   zrt_status (*attention_forward)(void *ctx, GPT2_REAL *out, GPT2_REAL *att, const GPT2_REAL *qkv,
                                   int B, int T, int C, int NH);
-  /* ADDs into dqkv. */
+  /* ADDs into dqkv. out: the forward's output (the CUDA kernels take
+   * D_i = dO_i . out_i from it; the CPU's use att). */
   zrt_status (*attention_backward)(void *ctx, GPT2_REAL *dqkv, const GPT2_REAL *dout,
-                                   const GPT2_REAL *qkv, const GPT2_REAL *att, int B, int T, int C,
-                                   int NH);
+                                   const GPT2_REAL *qkv, const GPT2_REAL *out, const GPT2_REAL *att,
+                                   int B, int T, int C, int NH);
   void (*gelu_forward)(GPT2_REAL *out, const GPT2_REAL *inp, size_t n);
   /* dinp = dout * gelu'(inp) (writes, may alias dout). */
   void (*gelu_backward)(GPT2_REAL *dinp, const GPT2_REAL *inp, const GPT2_REAL *dout, size_t n);

@@ -268,7 +268,9 @@ static zrt_status S(cpu_attention_forward)(void *ctx, R *out, R *att, const R *q
 }
 
 static zrt_status S(cpu_attention_backward)(void *ctx, R *dqkv, const R *dout, const R *qkv,
-                                            const R *att, int B, int T, int C, int NH) {
+                                            const R *out, const R *att, int B, int T, int C,
+                                            int NH) {
+  (void)out; /* att keeps the whole softmax */
   int hs = C / NH;
   int64_t C3 = 3 * (int64_t)C;
   R scale = (R)1 / R_SQRT((R)hs);
@@ -490,7 +492,7 @@ zrt_status S(gpt2_block_backward)(const S(gpt2_ops) * ops, const gpt2_config *cf
   GPT2_PASS_CHECK(ops->gemm(x, 1, 0, C, C, N, 1, atty, C, dres, C, 1, g[GPT2_ATTNPROJ_W], C));
   ops->bias_backward(g[GPT2_ATTNPROJ_B], dres, N, C);
   ops->zero(d4C, (size_t)N * 3 * C);
-  GPT2_PASS_CHECK(ops->attention_backward(x, d4C, dC, qkv, base + L->att, B, T, C, NH));
+  GPT2_PASS_CHECK(ops->attention_backward(x, d4C, dC, qkv, atty, base + L->att, B, T, C, NH));
   GPT2_PASS_CHECK(ops->gemm(x, 0, 1, N, C, 3 * C, 1, d4C, 3 * C, w[GPT2_ATTN_W], 3 * C, 0, dC, C));
   GPT2_PASS_CHECK(ops->gemm(x, 1, 0, C, 3 * C, N, 1, ln1, C, d4C, 3 * C, 1, g[GPT2_ATTN_W], 3 * C));
   ops->bias_backward(g[GPT2_ATTN_B], d4C, N, 3 * C);

@@ -2,9 +2,11 @@
  * zt_attn_dump.h — writes one attention case's tensors for
  * scripts/check_attention_torch.py (PyTorch's causal attention against
  * zrt's): qkv, dout, dqkv0 (what the backward added onto), out and dqkv as
- * raw float32 (DIR/NAME.f32) and the shape as DIR/shape.json. Used by
- * test_gpt2_cuda (the GPU's kernels, ZRT_ATTN_DUMP) and test_gpt2_flash_emu
- * (their C emulation).
+ * raw float32 (DIR/NAME.f32) and the shape and the kernels' dtype ("f32":
+ * the fp32-core kernels; "bf16": the tensor-core ones, whose inputs are
+ * already bf16 values) as DIR/shape.json. Used by test_gpt2_cuda (the GPU's
+ * kernels, ZRT_ATTN_DUMP) and test_gpt2_flash_emu / test_gpt2_flash_tc_emu
+ * (their C emulations).
  */
 #ifndef ZT_ATTN_DUMP_H
 #define ZT_ATTN_DUMP_H
@@ -14,7 +16,8 @@
 #include "ztest.h"
 
 static void zt_attn_dump(const char *dir, const float *qkv, const float *dout, const float *dqkv0,
-                         const float *out, const float *dqkv, int B, int T, int NH, int hs) {
+                         const float *out, const float *dqkv, int B, int T, int NH, int hs,
+                         const char *dtype) {
   size_t nqkv = (size_t)B * T * 3 * NH * hs, nout = (size_t)B * T * NH * hs;
   const struct {
     const char *name;
@@ -36,7 +39,8 @@ static void zt_attn_dump(const char *dir, const float *qkv, const float *dout, c
   FILE *fp = fopen(path, "w");
   ZT_CHECK(fp != NULL);
   if (fp) {
-    fprintf(fp, "{\"B\": %d, \"T\": %d, \"NH\": %d, \"HS\": %d}\n", B, T, NH, hs);
+    fprintf(fp, "{\"B\": %d, \"T\": %d, \"NH\": %d, \"HS\": %d, \"dtype\": \"%s\"}\n", B, T, NH, hs,
+            dtype);
     fclose(fp);
   }
 }

@@ -11,14 +11,18 @@
  *     (entries are sums of <= 256 products of magnitude <= 1), and one in
  *     a scratch of exactly gpt2_cuda_scratch_bytes (the tiny preset's
  *     weight-gradient GEMM at an odd B*T);
- *   - the fused attention forward and backward (gpt2_flash_attn.h) against
- *     plain causal attention in double: GPT-2 124M's head shape (12 heads of
- *     64) at T = 1024, and T = 100 (a ragged last tile), batch 2, and the
- *     tiny preset's (2 heads of 32, T = 64: tiles zero-padded past the
- *     head); out within 1e-4 absolute, dqkv (added onto a non-zero dqkv)
- *     within 1e-3.
- * With ZRT_ATTN_DUMP=DIR the T = 1024 case also writes its inputs and
- * results (raw float32: qkv, dout, dqkv0, out, dqkv) and shape.json there for
+ *   - the fused attention forward and backward against plain causal
+ *     attention in double (zt_attn_ref.h), both kernels: the fp32 cores'
+ *     (gpt2_flash_attn.h, an fp32 run) and the tensor cores' (gpt2_flash_tc.h,
+ *     a bf16 run, on bf16 inputs): GPT-2 124M's head shape (12 heads of 64)
+ *     at T = 1024, and T = 100 (a ragged last tile), batch 2, and the tiny
+ *     preset's (2 heads of 32, T = 64: tiles zero-padded past the head); out
+ *     within 1e-4 absolute, dqkv (added onto a non-zero dqkv) within 1e-3
+ *     (fp32 cores), 4e-3 and 1e-2 (tensor cores: P and dS in bf16), the
+ *     tolerances of their emulations' tests.
+ * With ZRT_ATTN_DUMP=DIR the T = 1024 cases also write their inputs and
+ * results (raw float32: qkv, dout, dqkv0, out, dqkv) and shape.json to DIR
+ * (fp32 cores) and DIR/bf16 (tensor cores) for
  * scripts/check_attention_torch.py (PyTorch's scaled_dot_product_attention).
  *   - every other op of the CUDA table (encoder, LayerNorm, bias, GELU,
  *     residual, cross-entropy; forward and backward) against the CPU ops
@@ -30,13 +34,16 @@
  *     1e-5 elementwise, 1e-4 for sums over the 200 rows and the losses,
  *     1e-6 for the cross-entropy's gradient (entries <= 1/37).
  * The CPU emulations of the same attention, cross-entropy and column-sum
- * code are checked in test_gpt2_flash_emu and test_gpt2_rows_emu (unit). Skips (77) without a GPU,
+ * code are checked in test_gpt2_flash_emu, test_gpt2_flash_tc_emu and
+ * test_gpt2_rows_emu (unit). Skips (77) without a GPU,
  * fails under ZRT_REQUIRE_GPU=1.
  */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "zrt.h"
 #include "zt_gpu.h"
@@ -44,8 +51,11 @@
 #ifdef GPT2_HAVE_CUDA
 #include "gpt2_cuda.h"
 #include "zt_attn_dump.h"
+#include "zt_attn_ref.h"
 
 static zrt_engine *eng;
+static void *g_scratch; /* the attention's: gpt2_cuda_gemm_setup per case */
+static size_t g_scratch_bytes;
 
 static float frand(uint64_t *s) {
   *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -58,6 +68,7 @@ static uint16_t bf16_bits(float x) {
   return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* RNE; inputs are finite */
 }
 static float round_to(float x, zrt_dtype dt) {
+  if (dt == ZRT_F32) return x;
   if (dt == ZRT_F16) return (float)(_Float16)x;
   uint32_t u = (uint32_t)bf16_bits(x) << 16;
   float y;
@@ -122,84 +133,48 @@ static void gemm_case(zrt_dtype dt, int ta, int tb, int64_t m, int64_t n, int64_
   free(a), free(b), free(c), free(got), free(want), free(b16);
 }
 
-/* plain causal attention in double (as test_gpt2_flash_emu) */
-static void ref_attention(const float *qkv, const float *dout, double *out, double *dqkv, int B,
-                          int T, int C, int NH) {
-  int HS = C / NH, C3 = 3 * C;
-  double scale = 1.0 / sqrt((double)HS);
-  double *p = malloc(sizeof(double) * (size_t)T), *dp = malloc(sizeof(double) * (size_t)T);
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++)
-      for (int i = 0; i < T; i++) {
-        const float *q = qkv + ((size_t)b * T + i) * C3 + h * HS;
-        double mx = -INFINITY, sum = 0, dsum = 0;
-        for (int j = 0; j <= i; j++) {
-          const float *kk = qkv + ((size_t)b * T + j) * C3 + C + h * HS;
-          double sc = 0;
-          for (int d = 0; d < HS; d++) sc += (double)q[d] * kk[d];
-          p[j] = sc * scale;
-          if (p[j] > mx) mx = p[j];
-        }
-        for (int j = 0; j <= i; j++) sum += (p[j] = exp(p[j] - mx));
-        for (int j = 0; j <= i; j++) p[j] /= sum;
-        const float *dy = dout + ((size_t)b * T + i) * C + h * HS;
-        for (int d = 0; d < HS; d++) {
-          double acc = 0;
-          for (int j = 0; j <= i; j++)
-            acc += p[j] * qkv[((size_t)b * T + j) * C3 + 2 * C + h * HS + d];
-          out[((size_t)b * T + i) * C + h * HS + d] = acc;
-        }
-        for (int j = 0; j <= i; j++) {
-          const float *v = qkv + ((size_t)b * T + j) * C3 + 2 * C + h * HS;
-          dp[j] = 0;
-          for (int d = 0; d < HS; d++) dp[j] += (double)dy[d] * v[d];
-          dsum += p[j] * dp[j];
-        }
-        for (int j = 0; j <= i; j++) {
-          double ds = p[j] * (dp[j] - dsum) * scale;
-          size_t rj = ((size_t)b * T + j) * C3 + h * HS, ri = ((size_t)b * T + i) * C3 + h * HS;
-          for (int d = 0; d < HS; d++) {
-            dqkv[ri + d] += ds * qkv[rj + C + d];
-            dqkv[rj + C + d] += ds * q[d];
-            dqkv[rj + 2 * C + d] += p[j] * dy[d];
-          }
-        }
-      }
-  free(p);
-  free(dp);
-}
-
-static void attention_case(int B, int T, int NH, int HS) {
+/* dt: the run's GEMM dtype, which picks the kernels (ZRT_F32: the fp32
+ * cores', gpt2_flash_attn.h; ZRT_BF16: the tensor cores', gpt2_flash_tc.h,
+ * fed bf16 values so that the reference sees what the MMAs see) */
+static void attention_case(zrt_dtype dt, int B, int T, int NH, int HS) {
   int C = NH * HS;
   size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
   float *qkv = malloc(nqkv * 4), *dout = malloc(nout * 4), *out = malloc(nout * 4);
   float *dqkv = malloc(nqkv * 4);
   double *rout = malloc(nout * 8), *rdqkv = malloc(nqkv * 8);
   uint64_t s = 99u + (uint64_t)T;
-  for (size_t i = 0; i < nqkv; i++) qkv[i] = frand(&s);
-  for (size_t i = 0; i < nout; i++) dout[i] = frand(&s);
+  for (size_t i = 0; i < nqkv; i++) qkv[i] = round_to(frand(&s), dt);
+  for (size_t i = 0; i < nout; i++) dout[i] = round_to(frand(&s), dt);
   for (size_t i = 0; i < nqkv; i++) rdqkv[i] = dqkv[i] = 0.25f * frand(&s);
-  ref_attention(qkv, dout, rout, rdqkv, B, T, C, NH);
+  zt_attn_ref(qkv, dout, rout, NULL, rdqkv, B, T, C, NH);
+  gpt2_cuda_gemm_setup(dt, g_scratch, g_scratch_bytes);
   float *dq = dev(nqkv * 4, qkv), *ddo = dev(nout * 4, dout), *dout_ = dev(nout * 4, NULL);
   float *datt = dev(natt * 4, NULL), *ddqkv = dev(nqkv * 4, dqkv);
   ZT_OK(gpt2_cuda_ops_f32.attention_forward(eng, dout_, datt, dq, B, T, C, NH));
-  ZT_OK(gpt2_cuda_ops_f32.attention_backward(eng, ddqkv, ddo, dq, datt, B, T, C, NH));
+  ZT_OK(gpt2_cuda_ops_f32.attention_backward(eng, ddqkv, ddo, dq, dout_, datt, B, T, C, NH));
   ZT_OK(gpt2_cuda_ops_f32.check());
   float *dqkv0 = malloc(nqkv * 4);
   memcpy(dqkv0, dqkv, nqkv * 4);
   ZT_OK(zrt_engine_memcpy(eng, out, dout_, nout * 4, ZRT_COPY_D2H));
   ZT_OK(zrt_engine_memcpy(eng, dqkv, ddqkv, nqkv * 4, ZRT_COPY_D2H));
   const char *dump = getenv("ZRT_ATTN_DUMP");
-  if (dump && *dump && T == 1024 && HS == 64) {
-    zt_attn_dump(dump, qkv, dout, dqkv0, out, dqkv, B, T, NH, HS);
-    printf("attention tensors written to %s\n", dump);
+  if (dump && *dump && T == 1024 && HS == 64) { /* the bf16 case in DIR/bf16 */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s%s", dump, dt == ZRT_BF16 ? "/bf16" : "");
+    ZT_CHECK(dt != ZRT_BF16 || mkdir(dir, 0755) == 0 || errno == EEXIST);
+    zt_attn_dump(dir, qkv, dout, dqkv0, out, dqkv, B, T, NH, HS, zrt_dtype_name(dt));
+    printf("attention tensors written to %s\n", dir);
   }
   free(dqkv0);
-  char what[96];
-  snprintf(what, sizeof what, "fused attention B=%d T=%d NH=%d HS=%d out", B, T, NH, HS);
-  ZT_CLOSE_ARRAY(what, out, rout, nout, 1e-4);
-  snprintf(what, sizeof what, "fused attention B=%d T=%d NH=%d HS=%d dqkv", B, T, NH, HS);
-  ZT_CLOSE_ARRAY(what, dqkv, rdqkv, nqkv, 1e-3);
+  /* tolerances: the emulations' (test_gpt2_flash_emu, test_gpt2_flash_tc_emu) */
+  const int tc = dt == ZRT_BF16;
+  char what[112];
+  snprintf(what, sizeof what, "%s attention B=%d T=%d NH=%d HS=%d out",
+           tc ? "tensor-core" : "fused", B, T, NH, HS);
+  ZT_CLOSE_ARRAY(what, out, rout, nout, tc ? 4e-3 : 1e-4);
+  snprintf(what, sizeof what, "%s attention B=%d T=%d NH=%d HS=%d dqkv",
+           tc ? "tensor-core" : "fused", B, T, NH, HS);
+  ZT_CLOSE_ARRAY(what, dqkv, rdqkv, nqkv, tc ? 1e-2 : 1e-3);
   zrt_engine_free(eng, dq), zrt_engine_free(eng, ddo), zrt_engine_free(eng, dout_);
   zrt_engine_free(eng, datt), zrt_engine_free(eng, ddqkv);
   free(qkv), free(dout), free(out), free(dqkv), free(rout), free(rdqkv);
@@ -341,10 +316,14 @@ int main(void) {
   tiny.n_embd = 64, tiny.n_head = 2, tiny.vocab = 256, tiny.seq_len = 33;
   gpt2_cuda_gemm_setup(ZRT_BF16, scratch, gpt2_cuda_scratch_bytes(&tiny, 1, ZRT_BF16));
   gemm_case(ZRT_BF16, 1, 0, 64, 256, 33, 0, 1.0f);
-  gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb); /* attention needs only the scratch */
-  attention_case(2, 100, 12, 64);
-  attention_case(2, 1024, 12, 64);
-  attention_case(2, 64, 2, 32); /* the tiny preset's heads (zero-padded tiles) */
+  g_scratch = scratch, g_scratch_bytes = sb; /* attention needs only the scratch */
+  static const zrt_dtype adts[] = {ZRT_F32, ZRT_BF16};
+  for (int d = 0; d < 2; d++) {
+    attention_case(adts[d], 2, 100, 12, 64);
+    attention_case(adts[d], 2, 1024, 12, 64);
+    attention_case(adts[d], 2, 64, 2, 32); /* the tiny preset's heads (zero-padded tiles) */
+  }
+  gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb);
   ops_case();
   zrt_engine_free(eng, scratch);
   zrt_engine_destroy(eng);

@@ -123,9 +123,9 @@ static void check_attention(void *eng) {
   ref_attention(ro, ra, rq, q64, do64, AB, AT, AC, ANH);
 
   ZT_OK(gpt2_cpu_ops_f32.attention_forward(eng, o32, a32, q32, AB, AT, AC, ANH));
-  ZT_OK(gpt2_cpu_ops_f32.attention_backward(eng, dq32, do32, q32, a32, AB, AT, AC, ANH));
+  ZT_OK(gpt2_cpu_ops_f32.attention_backward(eng, dq32, do32, q32, o32, a32, AB, AT, AC, ANH));
   ZT_OK(gpt2_cpu_ops_f64.attention_forward(NULL, o64, a64, q64, AB, AT, AC, ANH));
-  ZT_OK(gpt2_cpu_ops_f64.attention_backward(NULL, dq64, do64, q64, a64, AB, AT, AC, ANH));
+  ZT_OK(gpt2_cpu_ops_f64.attention_backward(NULL, dq64, do64, q64, o64, a64, AB, AT, AC, ANH));
   double e32[3] = {0}, e64[3] = {0};
   int upper_zero = 1;
   for (size_t i = 0; i < na; i++) {

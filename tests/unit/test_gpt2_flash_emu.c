@@ -23,6 +23,7 @@
 
 #include "../../examples/gpt2/gpt2_flash_attn.h"
 #include "zt_attn_dump.h"
+#include "zt_attn_ref.h"
 #include "ztest.h"
 
 static float frand(uint64_t *s) {
@@ -53,54 +54,6 @@ static void emu_backward(float *dqkv, float *dstat, const float *dout, const flo
       fa_dkv_block(dqkv, dout, qkv, lse, dstat, T, C, NH, t, bh, &skv, tkv);
 }
 
-/* plain causal attention in double: out, lse, and dqkv += backward */
-static void ref_attention(const float *qkv, const float *dout, double *out, double *lse,
-                          double *dqkv, int B, int T, int C, int NH) {
-  int HS = C / NH, C3 = 3 * C;
-  double scale = 1.0 / sqrt((double)HS);
-  double *p = malloc(sizeof(double) * (size_t)T), *dp = malloc(sizeof(double) * (size_t)T);
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++)
-      for (int i = 0; i < T; i++) {
-        const float *q = qkv + ((size_t)b * T + i) * C3 + h * HS;
-        double mx = -INFINITY, sum = 0, dsum = 0;
-        for (int j = 0; j <= i; j++) {
-          const float *k = qkv + ((size_t)b * T + j) * C3 + C + h * HS;
-          double s = 0;
-          for (int d = 0; d < HS; d++) s += (double)q[d] * k[d];
-          p[j] = s * scale;
-          if (p[j] > mx) mx = p[j];
-        }
-        for (int j = 0; j <= i; j++) sum += (p[j] = exp(p[j] - mx));
-        for (int j = 0; j <= i; j++) p[j] /= sum;
-        lse[((size_t)b * NH + h) * T + i] = mx + log(sum);
-        const float *dy = dout + ((size_t)b * T + i) * C + h * HS;
-        for (int d = 0; d < HS; d++) {
-          double acc = 0;
-          for (int j = 0; j <= i; j++)
-            acc += p[j] * qkv[((size_t)b * T + j) * C3 + 2 * C + h * HS + d];
-          out[((size_t)b * T + i) * C + h * HS + d] = acc;
-        }
-        for (int j = 0; j <= i; j++) {
-          const float *v = qkv + ((size_t)b * T + j) * C3 + 2 * C + h * HS;
-          dp[j] = 0;
-          for (int d = 0; d < HS; d++) dp[j] += (double)dy[d] * v[d];
-          dsum += p[j] * dp[j];
-        }
-        for (int j = 0; j <= i; j++) {
-          double ds = p[j] * (dp[j] - dsum) * scale;
-          size_t rj = ((size_t)b * T + j) * C3 + h * HS, ri = ((size_t)b * T + i) * C3 + h * HS;
-          for (int d = 0; d < HS; d++) {
-            dqkv[ri + d] += ds * qkv[rj + C + d];
-            dqkv[rj + C + d] += ds * q[d];
-            dqkv[rj + 2 * C + d] += p[j] * dy[d];
-          }
-        }
-      }
-  free(p);
-  free(dp);
-}
-
 static void one_case(int B, int T, int NH, int hs) {
   int C = NH * hs;
   size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nst = (size_t)B * NH * T;
@@ -118,9 +71,9 @@ static void one_case(int B, int T, int NH, int hs) {
   emu_backward(dqkv, dstat, dout, qkv, lse, B, T, C, NH);
   const char *dump = getenv("ZRT_ATTN_DUMP");
   if (dump && *dump && T == 100 && hs == FA_HS)
-    zt_attn_dump(dump, qkv, dout, dqkv0, out, dqkv, B, T, NH, hs);
+    zt_attn_dump(dump, qkv, dout, dqkv0, out, dqkv, B, T, NH, hs, "f32");
   free(dqkv0);
-  ref_attention(qkv, dout, rout, rlse, rdqkv, B, T, C, NH);
+  zt_attn_ref(qkv, dout, rout, rlse, rdqkv, B, T, C, NH);
   char what[96];
   snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d out", B, T, NH, hs);
   ZT_CLOSE_ARRAY(what, out, rout, nout, 2e-5);

@@ -1,0 +1,612 @@
+/*
+ * gpt2_flash_tc.h — the fused causal attention of the GPT example's CUDA
+ * path on tensor cores (bf16 runs): the five products of flash attention
+ * (S = Q K^T, O = P V; backward dP = dO V^T, dQ = dS K, dK = dS^T Q,
+ * dV = P^T dO) as warp-level mma.sync m16n8k16 bf16 with fp32 accumulate,
+ * the softmax and its backward in fp32 registers. Written once for two
+ * compilers like gpt2_flash_attn.h: nvcc builds the kernels (gpt2_cuda.cu),
+ * a C compiler an emulation (tests/unit/test_gpt2_flash_tc_emu.c) in which
+ * a warp's 32 lanes are arrays and each warp-wide step (the MMA, a shuffle
+ * across a row's four lanes) is a function over all of them, following the
+ * fragment layouts of the PTX ISA ("Matrix Fragments for mma.m16n8k16 with
+ * floating point type"): with g = lane / 4 and t = lane % 4,
+ *   A (16 x 16, row): a0,a1 (row g, cols 2t, 2t+1), a2,a3 (row g+8),
+ *     a4..a7 the same 8 columns on; two elements per 32-bit register, the
+ *     lower index in the low half;
+ *   B (16 x 8, col): b0,b1 (rows 2t, 2t+1, col g), b2,b3 (rows + 8);
+ *   C/D (16 x 8, fp32): c0,c1 (row g, cols 2t, 2t+1), c2,c3 (row g+8).
+ * Two C tiles side by side (16 x 16) are, rounded to bf16, exactly an A
+ * fragment: P and dS go from one product into the next without shared
+ * memory.
+ *
+ * Blocks of TC_NT = 128 threads, 4 warps of 16 rows: 64 query rows
+ * (forward, dq) or 64 key rows (dkv) per block, against tiles of 64 keys
+ * (or queries) staged in shared memory as bf16 pairs (one uint32_t holds
+ * columns 2c, 2c+1; rows padded to TC_LDW words so a warp's fragment loads
+ * hit distinct banks). Head size hs = C / NH of at most 64; a smaller head
+ * is zero-padded (exact zeros in every product, never written back).
+ *   forward: grid (ceil(T/64), B*NH); online softmax per row (each lane
+ *     keeps its share of the row sum, the row max is a 4-lane shuffle);
+ *     writes out and lse = m + log(l).
+ *   backward, two kernels, no atomics: dq (per query tile; first stores
+ *     D_i = dO_i . O_i, which equals sum_j P_ij dP_ij, for dkv) and dkv (per
+ *     key tile, over the query tiles from the diagonal on); both ADD into
+ *     dqkv; every output element has exactly one writer.
+ * Precision: q, k, v, dO, P and dS are rounded to bf16 for the products
+ * (as a bf16 run's GEMMs round their operands), sums and the softmax are
+ * fp32. Invariants: a barrier separates a phase that writes shared memory
+ * from one that reads it; control flow around barriers and warp-wide steps
+ * depends only on the block and warp index; rows past T are loaded as
+ * zeros, see only finite scores and are never written; on the diagonal
+ * tile a warp skips the 8-column products its rows cannot see.
+ */
+#ifndef GPT2_FLASH_TC_H
+#define GPT2_FLASH_TC_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt2_block.h"
+
+#define TC_HS 64   /* head columns in a tile */
+#define TC_ROWS 64 /* rows of a block's own tile (queries, or keys for dkv) */
+#define TC_COLS 64 /* rows of the tile it walks (keys, or queries for dkv) */
+#define TC_WARPS 4 /* 16 rows each */
+#define TC_NT (32 * TC_WARPS)
+#define TC_LDW 36            /* 32-bit words per tile row: 32 pairs + 4 of padding */
+#define TC_KS (TC_HS / 16)   /* 16-column steps over the head */
+#define TC_NTS (TC_COLS / 8) /* 8-column accumulator tiles over the walked tile */
+#define TC_NTH (TC_HS / 8)   /* 8-column accumulator tiles over the head */
+
+typedef uint32_t tc_tile[TC_ROWS][TC_LDW];
+
+#ifdef __CUDACC__
+#define TC_UNROLL _Pragma("unroll")
+#define TC_WARP(w)                                                                                 \
+  {                                                                                                \
+    const int w = (int)(threadIdx.x >> 5);                                                         \
+    (void)w;
+#define TC_LANES(l)                                                                                \
+  {                                                                                                \
+    const int l = (int)(threadIdx.x & 31);                                                         \
+    (void)l;
+#define TC_L(W, l) ((W)[0]) /* a lane's registers: the thread's own */
+#define TC_WS(st, w) (st)   /* a warp's lanes: the thread's own */
+#else
+#define TC_UNROLL
+#define TC_WARP(w) for (int w = 0; w < TC_WARPS; w++) {
+#define TC_LANES(l) for (int l = 0; l < 32; l++) {
+#define TC_L(W, l) ((W)[l])
+#define TC_WS(st, w) ((st) + (size_t)(w)*32)
+#endif
+#define TC_END }
+/* A warp-wide MMA on fields of the lane structs W: W.d += W.a x W.b. */
+#define TC_MMA(W, d, a, b) tc_mma((W)[0].d, (W)[0].a, (W)[0].b, sizeof *(W))
+
+GB_DEV uint32_t tc_bf16(float x) {
+#ifdef __CUDACC__
+  return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(x));
+#else
+  union {
+    float f;
+    uint32_t u;
+  } v = {x};
+  if (isnan(x)) return 0x7fc0u;
+  return (v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16; /* round to nearest even */
+#endif
+}
+GB_DEV uint32_t tc_pack(float lo, float hi) { return tc_bf16(lo) | tc_bf16(hi) << 16; }
+/* element c (a column) of a tile row of pairs */
+GB_DEV uint32_t tc_elem(const uint32_t *row, int c) {
+  return (row[c >> 1] >> ((c & 1) * 16)) & 0xffffu;
+}
+
+/* d += a x b over one warp (m16n8k16, bf16 in, fp32 accumulate). On CUDA
+ * every thread passes its own fragments; the emulation passes lane 0's and
+ * finds lane l's l * stride bytes further on. */
+GB_DEV void tc_mma(float *d, const uint32_t *a, const uint32_t *b, size_t stride) {
+#ifdef __CUDACC__
+  (void)stride;
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  float A[16][16], Bm[16][8];
+  for (int l = 0; l < 32; l++) {
+    const uint32_t *al = (const uint32_t *)((const char *)a + (size_t)l * stride);
+    const uint32_t *bl = (const uint32_t *)((const char *)b + (size_t)l * stride);
+    int g = l >> 2, t = l & 3;
+    for (int i = 0; i < 8; i++) {
+      union {
+        uint32_t u;
+        float f;
+      } e = {((al[i >> 1] >> ((i & 1) * 16)) & 0xffffu) << 16};
+      A[g + 8 * ((i >> 1) & 1)][2 * t + (i & 1) + 8 * (i >> 2)] = e.f;
+    }
+    for (int i = 0; i < 4; i++) {
+      union {
+        uint32_t u;
+        float f;
+      } e = {((bl[i >> 1] >> ((i & 1) * 16)) & 0xffffu) << 16};
+      Bm[2 * t + (i & 1) + 8 * (i >> 1)][g] = e.f;
+    }
+  }
+  float D[16][8];
+  for (int l = 0; l < 32; l++) {
+    const float *dl = (const float *)((const char *)d + (size_t)l * stride);
+    for (int i = 0; i < 4; i++) D[(l >> 2) + 8 * (i >> 1)][2 * (l & 3) + (i & 1)] = dl[i];
+  }
+  for (int m = 0; m < 16; m++)
+    for (int n = 0; n < 8; n++) {
+      float acc = D[m][n];
+      for (int k = 0; k < 16; k++) acc += A[m][k] * Bm[k][n]; /* bf16 products are exact in fp32 */
+      D[m][n] = acc;
+    }
+  for (int l = 0; l < 32; l++) {
+    float *dl = (float *)((char *)d + (size_t)l * stride);
+    for (int i = 0; i < 4; i++) dl[i] = D[(l >> 2) + 8 * (i >> 1)][2 * (l & 3) + (i & 1)];
+  }
+#endif
+}
+
+/* x becomes the max (sum = 0) or sum (sum = 1) over its lane's quad: the
+ * four lanes 4g..4g+3 that hold one accumulator row. Butterfly order
+ * (xor 1, then xor 2) on both compilers. */
+GB_DEV void tc_quad(float *x, size_t stride, int sum) {
+#ifdef __CUDACC__
+  (void)stride;
+  float v = *x;
+  TC_UNROLL for (int o = 1; o <= 2; o <<= 1) {
+    float u = __shfl_xor_sync(0xffffffffu, v, o);
+    v = sum ? v + u : fmaxf(v, u);
+  }
+  *x = v;
+#else
+  float v[32], u[32];
+  for (int l = 0; l < 32; l++) v[l] = *(const float *)((const char *)x + (size_t)l * stride);
+  for (int o = 1; o <= 2; o <<= 1) {
+    for (int l = 0; l < 32; l++) u[l] = sum ? v[l] + v[l ^ o] : fmaxf(v[l], v[l ^ o]);
+    for (int l = 0; l < 32; l++) v[l] = u[l];
+  }
+  for (int l = 0; l < 32; l++) *(float *)((char *)x + (size_t)l * stride) = v[l];
+#endif
+}
+#define TC_QUAD(W, f, sum) tc_quad(&(W)[0].f, sizeof *(W), sum)
+
+/* Fragments from tiles of pairs. A (rows m0.., cols k0..) from a tile
+ * holding A's rows; B (k0.., n0..) from a tile holding B's columns as rows
+ * (_nk: K for Q K^T) or B's rows as rows (_kn: V for P V). */
+GB_DEV void tc_frag_a(uint32_t a[4], const tc_tile t, int m0, int k0, int l) {
+  int g = l >> 2, c = k0 / 2 + (l & 3);
+  a[0] = t[m0 + g][c];
+  a[1] = t[m0 + g + 8][c];
+  a[2] = t[m0 + g][c + 4];
+  a[3] = t[m0 + g + 8][c + 4];
+}
+GB_DEV void tc_frag_b_nk(uint32_t b[2], const tc_tile t, int k0, int n0, int l) {
+  int g = l >> 2, c = k0 / 2 + (l & 3);
+  b[0] = t[n0 + g][c];
+  b[1] = t[n0 + g][c + 4];
+}
+GB_DEV void tc_frag_b_kn(uint32_t b[2], const tc_tile t, int k0, int n0, int l) {
+  int k = k0 + 2 * (l & 3), n = n0 + (l >> 2);
+  b[0] = tc_elem(t[k], n) | tc_elem(t[k + 1], n) << 16;
+  b[1] = tc_elem(t[k + 8], n) | tc_elem(t[k + 9], n) << 16;
+}
+/* Accumulator tiles 2j, 2j+1 (16 x 16) rounded into an A fragment. */
+GB_DEV void tc_c_to_a(uint32_t a[4], const float (*c)[4], int j) {
+  a[0] = tc_pack(c[2 * j][0], c[2 * j][1]);
+  a[1] = tc_pack(c[2 * j][2], c[2 * j][3]);
+  a[2] = tc_pack(c[2 * j + 1][0], c[2 * j + 1][1]);
+  a[3] = tc_pack(c[2 * j + 1][2], c[2 * j + 1][3]);
+}
+
+/* Rows [r0, r0 + 64) of one head's slice (offset col in rows of ld floats,
+ * hs columns) as bf16 pairs; rows >= T and columns >= hs become zeros. */
+#define TC_LOAD_TILE(dst, src, ld, col, r0, T, hs, tid)                                            \
+  for (int e_ = (tid); e_ < TC_ROWS * (TC_HS / 2); e_ += TC_NT) {                                  \
+    int r_ = e_ / (TC_HS / 2), c_ = e_ % (TC_HS / 2), d_ = 2 * c_, row_ = (r0) + r_;               \
+    float x0_ = 0.0f, x1_ = 0.0f;                                                                  \
+    if (row_ < (T) && d_ < (hs)) {                                                                 \
+      const float *p_ = (src) + (size_t)row_ * (size_t)(ld) + (size_t)(col) + d_;                  \
+      x0_ = p_[0];                                                                                 \
+      x1_ = d_ + 1 < (hs) ? p_[1] : 0.0f;                                                          \
+    }                                                                                              \
+    (dst)[r_][c_] = tc_pack(x0_, x1_);                                                             \
+  }
+
+typedef struct tc_fwd_smem {
+  tc_tile q, k, v;
+} tc_fwd_smem;
+typedef struct tc_fwd_lane {
+  uint32_t qa[TC_KS][4]; /* the warp's 16 query rows as A fragments */
+  uint32_t b[2], pa[4];
+  float s[TC_NTS][4]; /* scores, then probabilities, of 16 rows x 64 keys */
+  float o[TC_NTH][4];
+  float m[2], sum[2], mt[2]; /* rows g, g+8: running max, this lane's share of the sum, tile max */
+} tc_fwd_lane;
+
+/* Forward of query tile qt (64 rows) of head bh. lse: [B*NH, T]. st: the
+ * lanes' registers (one on CUDA, TC_NT in the emulation). */
+GB_DEV void tc_forward_block(const float *qkv, float *out, float *lse, int T, int C, int NH, int qt,
+                             int bh, tc_fwd_smem *sm, tc_fwd_lane *st) {
+  const int b = bh / NH, h = bh % NH, C3 = 3 * C, q0 = qt * TC_ROWS, hs = C / NH;
+  const float scale = 1.0f / sqrtf((float)hs);
+  const float *base = qkv + (size_t)b * T * C3;
+  const int q_last = (q0 + TC_ROWS < T ? q0 + TC_ROWS : T) - 1;
+  GB_THREADS(tid, TC_NT)
+  TC_LOAD_TILE(sm->q, base, C3, h * hs, q0, T, hs, tid);
+  GB_END
+  GB_SYNC();
+  TC_WARP(w)
+  tc_fwd_lane *W = TC_WS(st, w);
+  TC_LANES(l)
+  tc_fwd_lane *me = &TC_L(W, l);
+  TC_UNROLL for (int ks = 0; ks < TC_KS; ks++) tc_frag_a(me->qa[ks], sm->q, 16 * w, 16 * ks, l);
+  TC_UNROLL for (int r = 0; r < 2; r++) {
+    me->m[r] = -INFINITY;
+    me->sum[r] = 0.0f;
+  }
+  TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) TC_UNROLL for (int i = 0; i < 4; i++) me->o[nt][i] =
+      0.0f;
+  TC_END
+  TC_END
+  for (int k0 = 0; k0 <= q_last; k0 += TC_COLS) {
+    GB_SYNC(); /* the previous tile's k, v are no longer read */
+    GB_THREADS(tid, TC_NT)
+    TC_LOAD_TILE(sm->k, base, C3, C + h * hs, k0, T, hs, tid);
+    TC_LOAD_TILE(sm->v, base, C3, 2 * C + h * hs, k0, T, hs, tid);
+    GB_END
+    GB_SYNC();
+    TC_WARP(w)
+    tc_fwd_lane *W = TC_WS(st, w);
+    /* on the diagonal tile (k0 == q0) rows 16w.. see keys < 16w + 16 only */
+    const int ncol = k0 == q0 ? 2 * w + 2 : TC_NTS, nks = ncol / 2;
+    TC_LANES(l)
+    TC_UNROLL for (int nt = 0; nt < TC_NTS; nt++) TC_UNROLL for (int i = 0; i < 4; i++) TC_L(W, l)
+        .s[nt][i] = 0.0f;
+    TC_END
+    TC_UNROLL for (int ks = 0; ks < TC_KS; ks++) TC_UNROLL for (int nt = 0; nt < TC_NTS; nt++) {
+      if (nt < ncol) {
+        TC_LANES(l)
+        tc_frag_b_nk(TC_L(W, l).b, sm->k, 16 * ks, 8 * nt, l);
+        TC_END
+        TC_MMA(W, s[nt], qa[ks], b);
+      }
+    }
+    TC_LANES(l)
+    tc_fwd_lane *me = &TC_L(W, l);
+    const int g = l >> 2, t = l & 3;
+    TC_UNROLL for (int r = 0; r < 2; r++) {
+      const int row = q0 + 16 * w + g + 8 * r;
+      float mt = -INFINITY;
+      TC_UNROLL for (int nt = 0; nt < TC_NTS; nt++) TC_UNROLL for (int c = 0; c < 2; c++) {
+        const int col = k0 + 8 * nt + 2 * t + c;
+        float x = col <= row ? me->s[nt][2 * r + c] * scale : -INFINITY; /* causal */
+        me->s[nt][2 * r + c] = x;
+        mt = fmaxf(mt, x);
+      }
+      me->mt[r] = mt;
+    }
+    TC_END
+    TC_QUAD(W, mt[0], 0);
+    TC_QUAD(W, mt[1], 0);
+    TC_LANES(l)
+    tc_fwd_lane *me = &TC_L(W, l);
+    TC_UNROLL for (int r = 0; r < 2; r++) {
+      /* every row sees key k0 of each tile it walks: mnew is finite */
+      const float mnew = fmaxf(me->m[r], me->mt[r]);
+      const float alpha = expf(me->m[r] - mnew); /* 0 on the first tile (m = -inf) */
+      float lsum = 0.0f;
+      TC_UNROLL for (int nt = 0; nt < TC_NTS; nt++) TC_UNROLL for (int c = 0; c < 2; c++) {
+        float p = expf(me->s[nt][2 * r + c] - mnew); /* masked: exp(-inf) = 0 */
+        me->s[nt][2 * r + c] = p;
+        lsum += p;
+      }
+      me->sum[r] = me->sum[r] * alpha + lsum;
+      me->m[r] = mnew;
+      TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) TC_UNROLL for (int c = 0; c < 2; c++)
+          me->o[nt][2 * r + c] *= alpha;
+    }
+    TC_END
+    TC_UNROLL for (int j = 0; j < TC_COLS / 16; j++) {
+      if (j < nks) {
+        TC_LANES(l)
+        tc_c_to_a(TC_L(W, l).pa, (const float(*)[4])TC_L(W, l).s, j);
+        TC_END
+        TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) {
+          TC_LANES(l)
+          tc_frag_b_kn(TC_L(W, l).b, sm->v, 16 * j, 8 * nt, l);
+          TC_END
+          TC_MMA(W, o[nt], pa, b);
+        }
+      }
+    }
+    TC_END
+  }
+  TC_WARP(w)
+  tc_fwd_lane *W = TC_WS(st, w);
+  TC_QUAD(W, sum[0], 1);
+  TC_QUAD(W, sum[1], 1);
+  TC_LANES(l)
+  tc_fwd_lane *me = &TC_L(W, l);
+  const int g = l >> 2, t = l & 3;
+  TC_UNROLL for (int r = 0; r < 2; r++) {
+    const int row = q0 + 16 * w + g + 8 * r;
+    if (row < T) {
+      const float inv = 1.0f / me->sum[r]; /* l >= 1: the row max's term is exp(0) */
+      float *o = out + ((size_t)b * T + row) * C + h * hs;
+      TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) TC_UNROLL for (int c = 0; c < 2; c++) {
+        const int d = 8 * nt + 2 * t + c;
+        if (d < hs) o[d] = me->o[nt][2 * r + c] * inv;
+      }
+      if (t == 0) lse[(size_t)bh * T + row] = me->m[r] + logf(me->sum[r]);
+    }
+  }
+  TC_END
+  TC_END
+}
+
+typedef struct tc_dq_smem {
+  tc_tile q, dout, k, v;
+  float d[TC_ROWS];
+} tc_dq_smem;
+typedef struct tc_dq_lane {
+  uint32_t qa[TC_KS][4], da[TC_KS][4]; /* the warp's 16 rows of q and dO */
+  uint32_t b[2], pa[4];
+  float s[TC_NTS][4], dp[TC_NTS][4]; /* S then dS, dO V^T */
+  float dq[TC_NTH][4];
+  float lse[2], d[2];
+} tc_dq_lane;
+
+/* dq of query tile qt of head bh, ADDed into dqkv's q part; stores
+ * D_i = dO_i . O_i (out: the forward's output) into dstat [B*NH, T] for
+ * tc_dkv_block. */
+GB_DEV void tc_dq_block(float *dqkv, float *dstat, const float *dout, const float *qkv,
+                        const float *out, const float *lse, int T, int C, int NH, int qt, int bh,
+                        tc_dq_smem *sm, tc_dq_lane *st) {
+  const int b = bh / NH, h = bh % NH, C3 = 3 * C, q0 = qt * TC_ROWS, hs = C / NH;
+  const float scale = 1.0f / sqrtf((float)hs);
+  const float *base = qkv + (size_t)b * T * C3, *dbase = dout + (size_t)b * T * C;
+  const int q_last = (q0 + TC_ROWS < T ? q0 + TC_ROWS : T) - 1;
+  GB_THREADS(tid, TC_NT)
+  TC_LOAD_TILE(sm->q, base, C3, h * hs, q0, T, hs, tid);
+  TC_LOAD_TILE(sm->dout, dbase, C, h * hs, q0, T, hs, tid);
+  if (tid < TC_ROWS) {
+    const int i = q0 + tid;
+    float acc = 0.0f;
+    if (i < T) {
+      const float *dy = dbase + (size_t)i * C + h * hs, *y = out + ((size_t)b * T + i) * C + h * hs;
+      for (int d = 0; d < hs; d++) acc += dy[d] * y[d];
+      dstat[(size_t)bh * T + i] = acc;
+    }
+    sm->d[tid] = acc;
+  }
+  GB_END
+  GB_SYNC();
+  TC_WARP(w)
+  tc_dq_lane *W = TC_WS(st, w);
+  TC_LANES(l)
+  tc_dq_lane *me = &TC_L(W, l);
+  TC_UNROLL for (int ks = 0; ks < TC_KS; ks++) {
+    tc_frag_a(me->qa[ks], sm->q, 16 * w, 16 * ks, l);
+    tc_frag_a(me->da[ks], sm->dout, 16 * w, 16 * ks, l);
+  }
+  TC_UNROLL for (int r = 0; r < 2; r++) {
+    const int lr = 16 * w + (l >> 2) + 8 * r, i = q0 + lr;
+    me->lse[r] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
+    me->d[r] = sm->d[lr];
+  }
+  TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) TC_UNROLL for (int i = 0; i < 4; i++)
+      me->dq[nt][i] = 0.0f;
+  TC_END
+  TC_END
+  for (int k0 = 0; k0 <= q_last; k0 += TC_COLS) {
+    GB_SYNC();
+    GB_THREADS(tid, TC_NT)
+    TC_LOAD_TILE(sm->k, base, C3, C + h * hs, k0, T, hs, tid);
+    TC_LOAD_TILE(sm->v, base, C3, 2 * C + h * hs, k0, T, hs, tid);
+    GB_END
+    GB_SYNC();
+    TC_WARP(w)
+    tc_dq_lane *W = TC_WS(st, w);
+    const int ncol = k0 == q0 ? 2 * w + 2 : TC_NTS, nks = ncol / 2;
+    TC_LANES(l)
+    TC_UNROLL for (int nt = 0; nt < TC_NTS; nt++) TC_UNROLL for (int i = 0; i < 4; i++) {
+      TC_L(W, l).s[nt][i] = 0.0f;
+      TC_L(W, l).dp[nt][i] = 0.0f;
+    }
+    TC_END
+    TC_UNROLL for (int ks = 0; ks < TC_KS; ks++) TC_UNROLL for (int nt = 0; nt < TC_NTS; nt++) {
+      if (nt < ncol) {
+        TC_LANES(l)
+        tc_frag_b_nk(TC_L(W, l).b, sm->k, 16 * ks, 8 * nt, l);
+        TC_END
+        TC_MMA(W, s[nt], qa[ks], b);
+        TC_LANES(l)
+        tc_frag_b_nk(TC_L(W, l).b, sm->v, 16 * ks, 8 * nt, l);
+        TC_END
+        TC_MMA(W, dp[nt], da[ks], b);
+      }
+    }
+    TC_LANES(l)
+    tc_dq_lane *me = &TC_L(W, l);
+    const int g = l >> 2, t = l & 3;
+    TC_UNROLL for (int r = 0; r < 2; r++) {
+      const int row = q0 + 16 * w + g + 8 * r;
+      TC_UNROLL for (int nt = 0; nt < TC_NTS; nt++) TC_UNROLL for (int c = 0; c < 2; c++) {
+        const int col = k0 + 8 * nt + 2 * t + c, e = 2 * r + c;
+        const float p = col <= row ? expf(me->s[nt][e] * scale - me->lse[r]) : 0.0f;
+        me->s[nt][e] = p * (me->dp[nt][e] - me->d[r]) * scale; /* dS, scaled for dq */
+      }
+    }
+    TC_END
+    TC_UNROLL for (int j = 0; j < TC_COLS / 16; j++) {
+      if (j < nks) {
+        TC_LANES(l)
+        tc_c_to_a(TC_L(W, l).pa, (const float(*)[4])TC_L(W, l).s, j);
+        TC_END
+        TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) {
+          TC_LANES(l)
+          tc_frag_b_kn(TC_L(W, l).b, sm->k, 16 * j, 8 * nt, l);
+          TC_END
+          TC_MMA(W, dq[nt], pa, b);
+        }
+      }
+    }
+    TC_END
+  }
+  TC_WARP(w)
+  tc_dq_lane *W = TC_WS(st, w);
+  TC_LANES(l)
+  tc_dq_lane *me = &TC_L(W, l);
+  const int g = l >> 2, t = l & 3;
+  TC_UNROLL for (int r = 0; r < 2; r++) {
+    const int row = q0 + 16 * w + g + 8 * r;
+    if (row < T) {
+      float *dq = dqkv + ((size_t)b * T + row) * C3 + h * hs;
+      TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) TC_UNROLL for (int c = 0; c < 2; c++) {
+        const int d = 8 * nt + 2 * t + c;
+        if (d < hs) dq[d] += me->dq[nt][2 * r + c];
+      }
+    }
+  }
+  TC_END
+  TC_END
+}
+
+typedef struct tc_dkv_smem {
+  tc_tile k, v, q, dout;
+  float lse[TC_COLS], d[TC_COLS];
+} tc_dkv_smem;
+typedef struct tc_dkv_lane {
+  uint32_t ka[TC_KS][4], va[TC_KS][4]; /* the warp's 16 key rows of k and v */
+  uint32_t b[2], pa[4];
+  float s[TC_NTS][4], dp[TC_NTS][4]; /* S^T then P^T, dO V^T transposed then dS^T */
+  float dk[TC_NTH][4], dv[TC_NTH][4];
+} tc_dkv_lane;
+
+/* dk, dv of key tile kt of head bh, ADDed into dqkv's k and v parts. Needs
+ * lse (forward) and dstat (tc_dq_block) of every query row. */
+GB_DEV void tc_dkv_block(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                         const float *dstat, int T, int C, int NH, int kt, int bh, tc_dkv_smem *sm,
+                         tc_dkv_lane *st) {
+  const int b = bh / NH, h = bh % NH, C3 = 3 * C, k0 = kt * TC_ROWS, hs = C / NH;
+  const float scale = 1.0f / sqrtf((float)hs);
+  const float *base = qkv + (size_t)b * T * C3, *dbase = dout + (size_t)b * T * C;
+  GB_THREADS(tid, TC_NT)
+  TC_LOAD_TILE(sm->k, base, C3, C + h * hs, k0, T, hs, tid);
+  TC_LOAD_TILE(sm->v, base, C3, 2 * C + h * hs, k0, T, hs, tid);
+  GB_END
+  GB_SYNC();
+  TC_WARP(w)
+  tc_dkv_lane *W = TC_WS(st, w);
+  TC_LANES(l)
+  tc_dkv_lane *me = &TC_L(W, l);
+  TC_UNROLL for (int ks = 0; ks < TC_KS; ks++) {
+    tc_frag_a(me->ka[ks], sm->k, 16 * w, 16 * ks, l);
+    tc_frag_a(me->va[ks], sm->v, 16 * w, 16 * ks, l);
+  }
+  TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) TC_UNROLL for (int i = 0; i < 4; i++) {
+    me->dk[nt][i] = 0.0f;
+    me->dv[nt][i] = 0.0f;
+  }
+  TC_END
+  TC_END
+  /* query rows i >= key j: query tiles from the diagonal on */
+  for (int q0 = k0; q0 < T; q0 += TC_COLS) {
+    GB_SYNC();
+    GB_THREADS(tid, TC_NT)
+    TC_LOAD_TILE(sm->q, base, C3, h * hs, q0, T, hs, tid);
+    TC_LOAD_TILE(sm->dout, dbase, C, h * hs, q0, T, hs, tid);
+    if (tid < TC_COLS) {
+      const int i = q0 + tid;
+      sm->lse[tid] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
+      sm->d[tid] = i < T ? dstat[(size_t)bh * T + i] : 0.0f;
+    }
+    GB_END
+    GB_SYNC();
+    TC_WARP(w)
+    tc_dkv_lane *W = TC_WS(st, w);
+    /* on the diagonal tile keys 16w.. are seen by queries >= 16w only */
+    const int nbeg = q0 == k0 ? 2 * w : 0, jbeg = nbeg / 2;
+    TC_LANES(l)
+    TC_UNROLL for (int nt = 0; nt < TC_NTS; nt++) TC_UNROLL for (int i = 0; i < 4; i++) {
+      TC_L(W, l).s[nt][i] = 0.0f;
+      TC_L(W, l).dp[nt][i] = 0.0f;
+    }
+    TC_END
+    TC_UNROLL for (int ks = 0; ks < TC_KS; ks++) TC_UNROLL for (int nt = 0; nt < TC_NTS; nt++) {
+      if (nt >= nbeg) {
+        TC_LANES(l)
+        tc_frag_b_nk(TC_L(W, l).b, sm->q, 16 * ks, 8 * nt, l);
+        TC_END
+        TC_MMA(W, s[nt], ka[ks], b);
+        TC_LANES(l)
+        tc_frag_b_nk(TC_L(W, l).b, sm->dout, 16 * ks, 8 * nt, l);
+        TC_END
+        TC_MMA(W, dp[nt], va[ks], b);
+      }
+    }
+    TC_LANES(l)
+    tc_dkv_lane *me = &TC_L(W, l);
+    const int g = l >> 2, t = l & 3;
+    TC_UNROLL for (int r = 0; r < 2; r++) {
+      const int key = k0 + 16 * w + g + 8 * r;
+      TC_UNROLL for (int nt = 0; nt < TC_NTS; nt++) TC_UNROLL for (int c = 0; c < 2; c++) {
+        const int li = 8 * nt + 2 * t + c, i = q0 + li, e = 2 * r + c;
+        const float p = i >= key && i < T ? expf(me->s[nt][e] * scale - sm->lse[li]) : 0.0f;
+        me->s[nt][e] = p;
+        me->dp[nt][e] = p * (me->dp[nt][e] - sm->d[li]) * scale;
+      }
+    }
+    TC_END
+    TC_UNROLL for (int j = 0; j < TC_COLS / 16; j++) {
+      if (j >= jbeg) {
+        TC_LANES(l)
+        tc_c_to_a(TC_L(W, l).pa, (const float(*)[4])TC_L(W, l).s, j);
+        TC_END
+        TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) {
+          TC_LANES(l)
+          tc_frag_b_kn(TC_L(W, l).b, sm->dout, 16 * j, 8 * nt, l);
+          TC_END
+          TC_MMA(W, dv[nt], pa, b);
+        }
+        TC_LANES(l)
+        tc_c_to_a(TC_L(W, l).pa, (const float(*)[4])TC_L(W, l).dp, j);
+        TC_END
+        TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) {
+          TC_LANES(l)
+          tc_frag_b_kn(TC_L(W, l).b, sm->q, 16 * j, 8 * nt, l);
+          TC_END
+          TC_MMA(W, dk[nt], pa, b);
+        }
+      }
+    }
+    TC_END
+  }
+  TC_WARP(w)
+  tc_dkv_lane *W = TC_WS(st, w);
+  TC_LANES(l)
+  tc_dkv_lane *me = &TC_L(W, l);
+  const int g = l >> 2, t = l & 3;
+  TC_UNROLL for (int r = 0; r < 2; r++) {
+    const int key = k0 + 16 * w + g + 8 * r;
+    if (key < T) {
+      float *dk = dqkv + ((size_t)b * T + key) * C3 + C + h * hs, *dv = dk + C;
+      TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) TC_UNROLL for (int c = 0; c < 2; c++) {
+        const int d = 8 * nt + 2 * t + c;
+        if (d < hs) {
+          dk[d] += me->dk[nt][2 * r + c];
+          dv[d] += me->dv[nt][2 * r + c];
+        }
+      }
+    }
+  }
+  TC_END
+  TC_END
+}
+
+#endif

@@ -1,0 +1,141 @@
+/*
+ * test_gpt2_flash_tc_emu.c — the tensor-core attention of the GPT example's
+ * CUDA path (examples/gpt2/gpt2_flash_tc.h, bf16 runs) through its C
+ * emulation: the same block functions, with a warp's 32 lanes as arrays and
+ * the MMA and the row shuffles done over all of them by the PTX ISA's
+ * fragment layouts. Checked against plain causal attention in double
+ * (zt_attn_ref.h) on the same bf16-rounded q, k, v and dO, so what is left
+ * is the kernels' own rounding: P and dS in bf16 (relative 2^-9), fp32
+ * sums. Shapes: head size 64, T = 1, 15, 16, 63, 64, 65, 100, 200 (tiles
+ * of 64, warps of 16 rows: a single row, ragged warps and tiles, several
+ * tiles, the diagonal's skipped products), 3 heads, batch 2; heads of 32
+ * (tiny's) and 48 (zero-padded). Tolerances, from the measured errors with
+ * margin (see the printout): 4e-3 absolute on out and lse (entries of size
+ * <= 1 and ~3), 1.5e-2 on dqkv (entries of size <= ~5); a wrong fragment
+ * index, a missing rescale or mask, or a skipped product moves them by
+ * 0.05 to 1 (hand mutants, docs/gpt2.md). The kernels compile from the same
+ * text (gpt2_cuda.cu); test_gpt2_cuda (gpu label) runs them against these
+ * references on a GPU. With ZRT_ATTN_DUMP=DIR the B = 2, T = 100, 3 heads of
+ * 64 case writes its tensors there (dtype "bf16") for
+ * scripts/check_attention_torch.py (cli.test_attention_torch_emu).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../examples/gpt2/gpt2_flash_tc.h"
+#include "zt_attn_dump.h"
+#include "zt_attn_ref.h"
+#include "ztest.h"
+
+static float frand(uint64_t *s) {
+  *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (float)((*s >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+static float bf16_round(float x) {
+  union {
+    uint32_t u;
+    float f;
+  } v = {tc_bf16(x) << 16};
+  return v.f;
+}
+
+/* the CUDA grids, block by block */
+static void emu_forward(const float *qkv, float *out, float *lse, int B, int T, int C, int NH) {
+  static tc_fwd_smem sm;
+  static tc_fwd_lane st[TC_NT];
+  for (int bh = 0; bh < B * NH; bh++)
+    for (int qt = 0; qt < (T + TC_ROWS - 1) / TC_ROWS; qt++)
+      tc_forward_block(qkv, out, lse, T, C, NH, qt, bh, &sm, st);
+}
+
+static void emu_backward(float *dqkv, float *dstat, const float *dout, const float *qkv,
+                         const float *out, const float *lse, int B, int T, int C, int NH) {
+  static tc_dq_smem sq;
+  static tc_dq_lane tq[TC_NT];
+  static tc_dkv_smem skv;
+  static tc_dkv_lane tkv[TC_NT];
+  int nt = (T + TC_ROWS - 1) / TC_ROWS;
+  for (int bh = 0; bh < B * NH; bh++)
+    for (int t = 0; t < nt; t++)
+      tc_dq_block(dqkv, dstat, dout, qkv, out, lse, T, C, NH, t, bh, &sq, tq);
+  for (int bh = 0; bh < B * NH; bh++)
+    for (int t = 0; t < nt; t++)
+      tc_dkv_block(dqkv, dout, qkv, lse, dstat, T, C, NH, t, bh, &skv, tkv);
+}
+
+static void one_case(int B, int T, int NH, int hs) {
+  int C = NH * hs;
+  size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nst = (size_t)B * NH * T;
+  float *qkv = malloc(nqkv * 4), *dout = malloc(nout * 4), *out = malloc(nout * 4);
+  float *lse = malloc(nst * 4), *dstat = malloc(nst * 4), *dqkv = malloc(nqkv * 4);
+  double *rout = malloc(nout * 8), *rlse = malloc(nst * 8), *rdqkv = malloc(nqkv * 8);
+  uint64_t s = 7u + (uint64_t)T;
+  /* inputs already on the bf16 grid: the reference sees what the MMAs see */
+  for (size_t i = 0; i < nqkv; i++) qkv[i] = bf16_round(frand(&s));
+  for (size_t i = 0; i < nout; i++) dout[i] = bf16_round(frand(&s));
+  for (size_t i = 0; i < nqkv; i++) rdqkv[i] = dqkv[i] = 0.25f * frand(&s); /* added into */
+  for (size_t i = 0; i < nout; i++) out[i] = NAN;                           /* every row written */
+  for (size_t i = 0; i < nst; i++) lse[i] = dstat[i] = NAN;
+  float *dqkv0 = malloc(nqkv * 4);
+  memcpy(dqkv0, dqkv, nqkv * 4);
+  emu_forward(qkv, out, lse, B, T, C, NH);
+  emu_backward(dqkv, dstat, dout, qkv, out, lse, B, T, C, NH);
+  const char *dump = getenv("ZRT_ATTN_DUMP");
+  if (dump && *dump && T == 100 && hs == TC_HS)
+    zt_attn_dump(dump, qkv, dout, dqkv0, out, dqkv, B, T, NH, hs, "bf16");
+  free(dqkv0);
+  zt_attn_ref(qkv, dout, rout, rlse, rdqkv, B, T, C, NH);
+  char what[96];
+  snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d out", B, T, NH, hs);
+  ZT_CLOSE_ARRAY(what, out, rout, nout, 4e-3);
+  snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d lse", B, T, NH, hs);
+  ZT_CLOSE_ARRAY(what, lse, rlse, nst, 5e-6);
+  snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d dqkv", B, T, NH, hs);
+  ZT_CLOSE_ARRAY(what, dqkv, rdqkv, nqkv, 1e-2);
+  free(qkv), free(dout), free(out), free(lse), free(dstat), free(dqkv);
+  free(rout), free(rlse), free(rdqkv);
+}
+
+/* One MMA against its definition, fragments placed by hand from the PTX
+ * ISA's tables: A[m][k] = m - k / 4, B[k][n] = k + 2n - 8 (exact in bf16). */
+static void mma_case(void) {
+  struct lane {
+    uint32_t a[4], b[2];
+    float d[4];
+  } L[32];
+  for (int l = 0; l < 32; l++) {
+    int g = l / 4, t = l % 4;
+    for (int r = 0; r < 4;
+         r++) { /* a_{2r}, a_{2r+1}: rows g (+8 for r odd), cols 2t (+8 for r >= 2) */
+      int m = g + 8 * (r & 1), k = 2 * t + 8 * (r >> 1);
+      L[l].a[r] = tc_pack((float)m - (float)k / 4, (float)m - (float)(k + 1) / 4);
+    }
+    for (int r = 0; r < 2; r++) { /* b_{2r}, b_{2r+1}: rows 2t (+8 for r = 1), col g */
+      int k = 2 * t + 8 * r;
+      L[l].b[r] = tc_pack((float)(k + 2 * g - 8), (float)(k + 1 + 2 * g - 8));
+    }
+    for (int i = 0; i < 4; i++) L[l].d[i] = 1.0f;
+  }
+  tc_mma(L[0].d, L[0].a, L[0].b, sizeof L[0]);
+  int bad = 0;
+  for (int l = 0; l < 32; l++)
+    for (int i = 0; i < 4; i++) {
+      int m = l / 4 + 8 * (i / 2), n = 2 * (l % 4) + i % 2;
+      double want = 1;
+      for (int k = 0; k < 16; k++) want += (m - k / 4.0) * (k + 2 * n - 8);
+      bad += L[l].d[i] != (float)want;
+    }
+  ZT_CHECK(bad == 0);
+}
+
+int main(void) {
+  mma_case();
+  static const int Ts[] = {1, 15, 16, 63, 64, 65, 100, 200};
+  for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) one_case(2, Ts[i], 3, TC_HS);
+  one_case(2, 64, 2, 32);
+  one_case(2, 33, 2, 32);
+  one_case(1, 100, 3, 48);
+  ZT_DONE();
+}
