@@ -62,9 +62,14 @@
  * values, so it is a host wait and a device-to-host read.
  *
  * Copy guard (ZRT_TWIN_COPY_GUARD, on unless 0): a queued copy on registered
- * host memory is armed when no op queued before it that may write its
+ * host memory is armed when no op ordered before it that may write its
  * source, or read or write its destination, is unfinished (at once, or when
- * the last such op ends, before its stream counts it done): then its
+ * the last such op ends, before its stream counts it done). Ordered before:
+ * by vector clocks, each stream's (TWIN_VC slots) merged at every stream
+ * wait and event wait, so an op on a stream the copy waited for counts and
+ * one on a stream it did not does not hold it back (it may run during the
+ * copy on a GPU too; a rewrite of the source by it is a race the hash
+ * check reports). Then its
  * source's hash is taken and its destination, outside the source's bytes,
  * filled with 0xFF. When it runs, a source that hashes otherwise was
  * rewritten by the host while the copy was in flight: the process dies with
@@ -76,8 +81,8 @@
  * launch_host function (the program's compute, a comm, the statistics: a
  * kernel's work) may read any of it but writes none. A copy run in place
  * (issued by its own stream's op) is part of that op, and unguarded; one
- * that starts before it was armed (behind an op on a stream it is not
- * ordered after) is not checked.
+ * that starts before it was armed (possible only behind an op of a stream
+ * past the clock slots) is not checked.
  *
  * Op trace (ZRT_TWIN_TRACE=DIR, off by default): each worker records every
  * op it runs from its queue (label, start, end; ops run in place inside a
@@ -125,6 +130,11 @@ typedef zrt_status (*twin_run_fn)(twin_ctx *c, void *args);
 #define TWIN_GUARD_DST 2
 /* A guarded copy's state. */
 enum { TWIN_GUARD_WAITING = 0, TWIN_GUARD_ARMED, TWIN_GUARD_RUN };
+/* Streams with a vector clock (the first TWIN_VC a backend creates): which
+ * ops are ordered before a guarded copy. A stream past them has none, and
+ * its ops count as ordered with every other op (the guard's conservative
+ * side: a copy waits for them before it is armed). */
+#define TWIN_VC 32
 
 /* A queued op's footprint on registered host memory (ZRT_TWIN_COPY_GUARD):
  * what it may read and write there while it is queued or running, so that a
@@ -141,8 +151,11 @@ struct twin_fp {
   uintptr_t wlo, whi;     /* ... and writes */
   int guard;              /* TWIN_GUARD_SRC | TWIN_GUARD_DST; 0 = not a guarded copy */
   int state;              /* TWIN_GUARD_* */
-  size_t nconf;           /* unfinished ops queued before it that keep it from being armed */
+  size_t nconf;           /* unfinished ops ordered before it that keep it from being armed */
   uint64_t hash;          /* the source's bytes when armed */
+  int slot;               /* its stream's clock slot (-1: none) */
+  uint64_t qn;            /* its place on its stream (1-based) */
+  uint64_t vc[TWIN_VC];   /* a guarded copy: how many of each slot's ops are ordered before it */
 };
 
 typedef struct twin_op {
@@ -176,13 +189,19 @@ struct twin_stream {
   char errmsg[512];
   uint64_t rng;             /* jitter */
   struct twin_stream *dead; /* destroyed streams, kept until the backend goes */
+  /* the copy guard's vector clock (under mu): vc[j] = how many ops of slot
+   * j's stream are ordered before this stream's next op (through waits and
+   * events); vc[slot] is unused (the stream's own order is enq) */
+  int slot;
+  uint64_t vc[TWIN_VC];
 };
 
 typedef struct twin_event {
   twin_stream *s; /* last record's stream; NULL = never recorded */
   uint64_t target;
-  int at_record; /* the stream had reached target when recorded: the time is t */
-  double t;      /* at_record: the record's time (zrt_now_s) */
+  int at_record;        /* the stream had reached target when recorded: the time is t */
+  double t;             /* at_record: the record's time (zrt_now_s) */
+  uint64_t vc[TWIN_VC]; /* the ops the record is ordered after (the stream's clock, target) */
 } twin_event;
 
 /* The stream whose worker runs on this thread (NULL on host threads). */
@@ -302,6 +321,28 @@ static int twin_fp_conflicts(const twin_fp *e, const twin_fp *g) {
   return 0;
 }
 
+/* 1 when e is ordered before the guarded copy g (on g's stream before it,
+ * or before a wait or event record that g's stream waited on): only such an
+ * op keeps g from being armed. One that is not ordered before g may run
+ * during g on a GPU too: if it rewrites g's source, g's hash check reports
+ * the race. Without a clock (a stream past TWIN_VC), ordered. */
+static int twin_fp_before(const twin_fp *e, const twin_fp *g) {
+  if (e->slot < 0 || g->slot < 0) return 1;
+  return g->vc[e->slot] >= e->qn;
+}
+
+/* dst = max(dst, src), slot by slot. */
+static void twin_vc_max(uint64_t *dst, const uint64_t *src) {
+  for (int j = 0; j < TWIN_VC; j++)
+    if (src[j] > dst[j]) dst[j] = src[j];
+}
+
+/* s's clock with its own slot at `own` ops (caller holds s->mu). */
+static void twin_vc_at(const twin_stream *s, uint64_t own, uint64_t *out) {
+  memcpy(out, s->vc, sizeof s->vc);
+  if (s->slot >= 0) out[s->slot] = own;
+}
+
 static void twin_poison(uintptr_t lo, uintptr_t hi) {
   if (lo < hi) memset((void *)lo, 0xFF, hi - lo);
 }
@@ -331,15 +372,20 @@ static void twin_guard_arm(twin_ctx *c, twin_fp *g) {
   }
 }
 
-/* A footprint joins the queue (caller holds its stream's mu, so the queueing
- * order of a stream's ops is their seq order): a guarded copy is armed now
- * when nothing queued before it conflicts, else when the last of those ends. */
-static void twin_fp_add(twin_ctx *c, twin_fp *f) {
+/* A footprint joins the queue as stream s's next op (caller holds s->mu, so
+ * the queueing order of a stream's ops is their seq order): a guarded copy
+ * is armed now when nothing unfinished and ordered before it conflicts, else
+ * when the last of those ends. */
+static void twin_fp_add(twin_ctx *c, twin_stream *s, twin_fp *f) {
+  f->slot = s->slot;
+  f->qn = s->enq + 1;
+  if (f->guard) twin_vc_at(s, f->qn, f->vc);
   pthread_mutex_lock(&c->fp_mu);
   f->seq = ++c->fp_seq;
   f->nconf = 0;
   if (f->guard)
-    for (twin_fp *e = c->fps; e; e = e->next) f->nconf += (size_t)twin_fp_conflicts(e, f);
+    for (twin_fp *e = c->fps; e; e = e->next)
+      f->nconf += (size_t)(twin_fp_conflicts(e, f) && twin_fp_before(e, f));
   f->prev = c->fps_tail;
   f->next = NULL;
   if (c->fps_tail)
@@ -371,7 +417,7 @@ static void twin_guard_unlink(twin_ctx *c, twin_fp *g) {
 }
 
 /* An op with a footprint ended (ran, failed or was skipped): it leaves the
- * queue, and the guarded copies queued after it that waited only for it are
+ * queue, and the guarded copies ordered after it that waited only for it are
  * armed (before its stream counts it done, so a copy ordered after it is
  * armed before it can start). */
 static void twin_fp_done(twin_ctx *c, twin_fp *f) {
@@ -387,7 +433,7 @@ static void twin_fp_done(twin_ctx *c, twin_fp *f) {
   if (f->guard && f->state == TWIN_GUARD_WAITING) twin_guard_unlink(c, f);
   for (twin_fp *g = c->guards, *n; g; g = n) {
     n = g->gnext;
-    if (g->seq > f->seq && twin_fp_conflicts(f, g) && --g->nconf == 0) {
+    if (g->seq > f->seq && twin_fp_conflicts(f, g) && twin_fp_before(f, g) && --g->nconf == 0) {
       twin_guard_unlink(c, g);
       twin_guard_arm(c, g);
     }
@@ -419,12 +465,12 @@ static void twin_copy_rewritten(const twin_fp *g) {
 }
 
 /* A guarded copy starts (on its worker, after any delay): an armed source
- * must hash as it did when armed. A copy that starts before it was armed (an
- * op queued before it on a stream it is not ordered after is still running)
- * is not checked. */
+ * must hash as it did when armed. A copy that starts before it was armed
+ * (behind an op of a stream without a clock slot) is not checked. */
 static void twin_guard_run(twin_ctx *c, twin_fp *g) {
   pthread_mutex_lock(&c->fp_mu);
   int check = g->state == TWIN_GUARD_ARMED && (g->guard & TWIN_GUARD_SRC);
+  atomic_fetch_add(g->state == TWIN_GUARD_ARMED ? &c->guard_armed : &c->guard_unarmed, 1);
   if (g->state == TWIN_GUARD_WAITING) twin_guard_unlink(c, g);
   g->state = TWIN_GUARD_RUN;
   pthread_mutex_unlock(&c->fp_mu);
@@ -506,15 +552,32 @@ static twin_stream *twin_stream_of(twin_ctx *c, zrt_stream s) {
 
 /* Queues run(args) on s; runs it at once when called from s's own worker
  * (an op or a host function issuing work on its own stream). fp: the op's
- * footprint on registered host memory (copy guard on), or NULL. */
-static zrt_status twin_enqueue_fp(twin_ctx *c, twin_stream *s, twin_run_fn run, const char *what,
-                                  const void *args, size_t bytes, const twin_fp *fp) {
+ * footprint on registered host memory (copy guard on), or NULL. after: a
+ * clock s's ops from this one on are ordered after (a wait's), or NULL. An
+ * op queued from another stream's worker (a host function issuing work) is
+ * taken as ordered after the op that runs there, whole (the conservative
+ * side: nothing on a GPU issues work that way). */
+static zrt_status twin_enqueue_vc(twin_ctx *c, twin_stream *s, twin_run_fn run, const char *what,
+                                  const void *args, size_t bytes, const twin_fp *fp,
+                                  const uint64_t *after) {
+  uint64_t issuer[TWIN_VC];
+  twin_stream *from = twin_cur;
+  if (from && from != s) {
+    pthread_mutex_lock(&from->mu);
+    twin_vc_at(from, from->done + 1, issuer);
+    pthread_mutex_unlock(&from->mu);
+  }
   /* From s's own worker, or from the OpenMP team of a host function s is
    * running (a team thread has no twin_cur: OpenMP's pool threads are not
    * the worker), the op runs in place, as the function's own work. A host
    * thread inside its own parallel region while s runs a host function
    * would be taken for that team: programs issue ops from one thread. */
   if (twin_cur == s || (!twin_cur && atomic_load(&s->in_host_fn) && omp_in_parallel())) {
+    if (after) {
+      pthread_mutex_lock(&s->mu);
+      twin_vc_max(s->vc, after);
+      pthread_mutex_unlock(&s->mu);
+    }
     unsigned char copy[bytes ? bytes : 1];
     memcpy(copy, args, bytes);
     twin_stream *was = twin_cur;
@@ -543,11 +606,13 @@ static zrt_status twin_enqueue_fp(twin_ctx *c, twin_stream *s, twin_run_fn run, 
     free(op);
     return st;
   }
+  if (after) twin_vc_max(s->vc, after);
+  if (from && from != s) twin_vc_max(s->vc, issuer);
   if (fp) { /* before the worker can see the op: a guarded copy is armed first */
     op->fp = *fp;
     op->fp.what = what;
     op->fp.stream = s->index;
-    twin_fp_add(c, &op->fp);
+    twin_fp_add(c, s, &op->fp);
   }
   if (s->tail)
     s->tail->next = op;
@@ -560,9 +625,14 @@ static zrt_status twin_enqueue_fp(twin_ctx *c, twin_stream *s, twin_run_fn run, 
   return ZRT_OK;
 }
 
+static zrt_status twin_enqueue_fp(twin_ctx *c, twin_stream *s, twin_run_fn run, const char *what,
+                                  const void *args, size_t bytes, const twin_fp *fp) {
+  return twin_enqueue_vc(c, s, run, what, args, bytes, fp, NULL);
+}
+
 static zrt_status twin_enqueue(twin_ctx *c, twin_stream *s, twin_run_fn run, const char *what,
                                const void *args, size_t bytes) {
-  return twin_enqueue_fp(c, s, run, what, args, bytes, NULL);
+  return twin_enqueue_vc(c, s, run, what, args, bytes, NULL, NULL);
 }
 
 /* Host: waits until s finished its first `target` ops. */
@@ -606,9 +676,13 @@ static zrt_status twin_run_wait(twin_ctx *c, void *a) {
 /* Queues on `to` a wait for everything queued so far on `from`. */
 static zrt_status twin_order_after(twin_ctx *c, twin_stream *to, twin_stream *from) {
   if (to == from) return ZRT_OK;
-  twin_wait_args w = {from, twin_enq_of(from)};
+  uint64_t vc[TWIN_VC];
+  pthread_mutex_lock(&from->mu);
+  twin_wait_args w = {from, from->enq};
+  twin_vc_at(from, w.target, vc);
+  pthread_mutex_unlock(&from->mu);
   if (w.target == 0) return ZRT_OK;
-  return twin_enqueue(c, to, twin_run_wait, "stream wait", &w, sizeof w);
+  return twin_enqueue_vc(c, to, twin_run_wait, "stream wait", &w, sizeof w, NULL, vc);
 }
 
 static zrt_status twin_stream_new(twin_ctx *c, twin_stream **out) {
@@ -629,6 +703,7 @@ static zrt_status twin_stream_new(twin_ctx *c, twin_stream **out) {
   }
   static _Atomic int next_index;
   s->index = atomic_fetch_add(&next_index, 1);
+  s->slot = c->vc_slots < TWIN_VC ? c->vc_slots++ : -1;
   s->rng = (c->jitter_seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(s->index + 1))) | 1u;
   int rc = pthread_create(&s->thr, NULL, twin_worker, s);
   if (rc != 0) {
@@ -1179,9 +1254,11 @@ static zrt_status twin_event_record(void *ctx, zrt_event ev, zrt_stream s) {
   twin_event *e = ev;
   twin_stream *ts = twin_stream_of(c, s);
   /* from the stream's own worker the running op counts as queued before */
+  uint64_t vc[TWIN_VC];
   pthread_mutex_lock(&ts->mu);
   uint64_t t = twin_cur == ts ? ts->done + 1 : ts->enq;
   int reached = ts->done >= t;
+  twin_vc_at(ts, t, vc);
   pthread_mutex_unlock(&ts->mu);
   double now = zrt_now_s();
   pthread_mutex_lock(&c->mu);
@@ -1189,6 +1266,7 @@ static zrt_status twin_event_record(void *ctx, zrt_event ev, zrt_stream s) {
   e->target = t;
   e->at_record = reached;
   e->t = now;
+  memcpy(e->vc, vc, sizeof vc);
   pthread_mutex_unlock(&c->mu);
   return ZRT_OK;
 }
@@ -1245,11 +1323,17 @@ static void twin_event_get(twin_ctx *c, twin_event *e, twin_wait_args *w) {
 
 static zrt_status twin_stream_wait_event(void *ctx, zrt_stream s, zrt_event ev) {
   twin_ctx *c = ctx;
+  twin_event *e = ev;
   twin_wait_args w;
-  twin_event_get(c, ev, &w);
+  uint64_t vc[TWIN_VC];
+  pthread_mutex_lock(&c->mu);
+  w.s = e->s;
+  w.target = e->target;
+  memcpy(vc, e->vc, sizeof vc);
+  pthread_mutex_unlock(&c->mu);
   twin_stream *ts = twin_stream_of(c, s);
   if (!w.s || w.s == ts) return ZRT_OK; /* never recorded, or FIFO already orders it */
-  return twin_enqueue(c, ts, twin_run_wait, "stream wait event", &w, sizeof w);
+  return twin_enqueue_vc(c, ts, twin_run_wait, "stream wait event", &w, sizeof w, NULL, vc);
 }
 
 static zrt_status twin_event_synchronize(void *ctx, zrt_event ev) {
@@ -1304,6 +1388,12 @@ static void twin_destroy(void *ctx) {
    * stream reads another's progress) */
   for (int i = c->nstreams - 1; i >= 0; i--) twin_stream_stop(c->streams[i]);
   twin_trace_write(c);
+  if (c->copy_guard)
+    zrt_log(ZRT_LOG_DEBUG,
+            "twin copy guard: %llu guarded copies started armed (checked), %llu "
+            "before they were armed (not checked)",
+            (unsigned long long)atomic_load(&c->guard_armed),
+            (unsigned long long)atomic_load(&c->guard_unarmed));
   for (int i = c->nstreams - 1; i >= 0; i--) twin_stream_free(c->streams[i]);
   while (c->dead) {
     twin_stream *d = c->dead;

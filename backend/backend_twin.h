@@ -92,6 +92,10 @@ typedef struct twin_ctx {
   pthread_mutex_t fp_mu; /* fps, guards, fp_seq; taken after a stream's mu, before mu */
   twin_fp *fps, *fps_tail, *guards;
   uint64_t fp_seq;
+  int vc_slots; /* the streams given a vector-clock slot so far (under mu) */
+  /* guarded copies that started armed (checked) and before they were armed
+   * (not checked); logged at debug level when the backend goes */
+  _Atomic uint64_t guard_armed, guard_unarmed;
 } twin_ctx;
 
 /* The device mapping and its guard (PKU where the CPU has it, else the

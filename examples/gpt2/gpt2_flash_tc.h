@@ -49,6 +49,10 @@
 
 #include "gpt2_block.h"
 
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#endif
+
 #define TC_HS 64   /* head columns in a tile */
 #define TC_ROWS 64 /* rows of a block's own tile (queries, or keys for dkv) */
 #define TC_COLS 64 /* rows of the tile it walks (keys, or queries for dkv) */
@@ -97,9 +101,18 @@ GB_DEV uint32_t tc_bf16(float x) {
 #endif
 }
 GB_DEV uint32_t tc_pack(float lo, float hi) { return tc_bf16(lo) | tc_bf16(hi) << 16; }
-/* element c (a column) of a tile row of pairs */
-GB_DEV uint32_t tc_elem(const uint32_t *row, int c) {
-  return (row[c >> 1] >> ((c & 1) * 16)) & 0xffffu;
+/* CUDA's __byte_perm: byte i of the result is byte s[4i+2:4i] of the 8
+ * bytes y:x (x's low byte first); written out for the emulation. */
+GB_DEV uint32_t tc_byte_perm(uint32_t x, uint32_t y, unsigned s) {
+#ifdef __CUDACC__
+  return __byte_perm(x, y, s);
+#else
+  uint64_t in = (uint64_t)y << 32 | x;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; i++)
+    r |= (uint32_t)((in >> (8 * ((s >> (4 * i)) & 7))) & 0xffu) << (8 * i);
+  return r;
+#endif
 }
 
 /* d += a x b over one warp (m16n8k16, bf16 in, fp32 accumulate). On CUDA
@@ -108,10 +121,11 @@ GB_DEV uint32_t tc_elem(const uint32_t *row, int c) {
 GB_DEV void tc_mma(float *d, const uint32_t *a, const uint32_t *b, size_t stride) {
 #ifdef __CUDACC__
   (void)stride;
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  /* volatile: never moved into lane-divergent code */
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+               "{%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #else
   float A[16][16], Bm[16][8];
   for (int l = 0; l < 32; l++) {
@@ -192,8 +206,10 @@ GB_DEV void tc_frag_b_nk(uint32_t b[2], const tc_tile t, int k0, int n0, int l) 
 }
 GB_DEV void tc_frag_b_kn(uint32_t b[2], const tc_tile t, int k0, int n0, int l) {
   int k = k0 + 2 * (l & 3), n = n0 + (l >> 2);
-  b[0] = tc_elem(t[k], n) | tc_elem(t[k + 1], n) << 16;
-  b[1] = tc_elem(t[k + 8], n) | tc_elem(t[k + 9], n) << 16;
+  /* the 16-bit halves at column n of rows k, k+1 (and k+8, k+9), low to high */
+  const unsigned sel = (n & 1) ? 0x7632u : 0x5410u;
+  b[0] = tc_byte_perm(t[k][n >> 1], t[k + 1][n >> 1], sel);
+  b[1] = tc_byte_perm(t[k + 8][n >> 1], t[k + 9][n >> 1], sel);
 }
 /* Accumulator tiles 2j, 2j+1 (16 x 16) rounded into an A fragment. */
 GB_DEV void tc_c_to_a(uint32_t a[4], const float (*c)[4], int j) {
@@ -351,6 +367,7 @@ GB_DEV void tc_forward_block(const float *qkv, float *out, float *lse, int T, in
 
 typedef struct tc_dq_smem {
   tc_tile q, dout, k, v;
+  float dpart[TC_ROWS][8]; /* D's partial sums: 8 threads per row */
   float d[TC_ROWS];
 } tc_dq_smem;
 typedef struct tc_dq_lane {
@@ -374,15 +391,26 @@ GB_DEV void tc_dq_block(float *dqkv, float *dstat, const float *dout, const floa
   GB_THREADS(tid, TC_NT)
   TC_LOAD_TILE(sm->q, base, C3, h * hs, q0, T, hs, tid);
   TC_LOAD_TILE(sm->dout, dbase, C, h * hs, q0, T, hs, tid);
-  if (tid < TC_ROWS) {
-    const int i = q0 + tid;
+  /* D_i = dO_i . O_i in fp32: 8 threads per row, a row's 8 threads reading
+   * 8 neighbouring columns together (coalesced) */
+  for (int r = tid >> 3; r < TC_ROWS; r += TC_NT / 8) {
+    const int i = q0 + r, j = tid & 7;
     float acc = 0.0f;
     if (i < T) {
       const float *dy = dbase + (size_t)i * C + h * hs, *y = out + ((size_t)b * T + i) * C + h * hs;
-      for (int d = 0; d < hs; d++) acc += dy[d] * y[d];
-      dstat[(size_t)bh * T + i] = acc;
+      for (int d = j; d < hs; d += 8) acc += dy[d] * y[d];
     }
-    sm->d[tid] = acc;
+    sm->dpart[r][j] = acc;
+  }
+  GB_END
+  GB_SYNC();
+  GB_THREADS(tid, TC_NT)
+  if (tid < TC_ROWS) {
+    const int i = q0 + tid;
+    float acc = 0.0f;
+    for (int j = 0; j < 8; j++) acc += sm->dpart[tid][j];
+    sm->d[tid] = acc; /* 0 past T */
+    if (i < T) dstat[(size_t)bh * T + i] = acc;
   }
   GB_END
   GB_SYNC();

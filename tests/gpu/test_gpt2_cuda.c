@@ -15,8 +15,9 @@
  *     attention in double (zt_attn_ref.h), both kernels: the fp32 cores'
  *     (gpt2_flash_attn.h, an fp32 run) and the tensor cores' (gpt2_flash_tc.h,
  *     a bf16 run, on bf16 inputs): GPT-2 124M's head shape (12 heads of 64)
- *     at T = 1024, and T = 100 (a ragged last tile), batch 2, and the tiny
- *     preset's (2 heads of 32, T = 64: tiles zero-padded past the head); out
+ *     at T = 1024, and T = 100 (a ragged last tile), batch 2, the tiny
+ *     preset's (2 heads of 32, T = 64: tiles zero-padded past the head), T = 7
+ *     (under a warp's 16 rows) and T = 130 with heads of 48; out
  *     within 1e-4 absolute, dqkv (added onto a non-zero dqkv) within 1e-3
  *     (fp32 cores), 4e-3 and 1e-2 (tensor cores: P and dS in bf16), the
  *     tolerances of their emulations' tests.
@@ -321,7 +322,9 @@ int main(void) {
   for (int d = 0; d < 2; d++) {
     attention_case(adts[d], 2, 100, 12, 64);
     attention_case(adts[d], 2, 1024, 12, 64);
-    attention_case(adts[d], 2, 64, 2, 32); /* the tiny preset's heads (zero-padded tiles) */
+    attention_case(adts[d], 2, 64, 2, 32);  /* the tiny preset's heads (zero-padded tiles) */
+    attention_case(adts[d], 1, 7, 2, 64);   /* under one warp's 16 rows */
+    attention_case(adts[d], 1, 130, 2, 48); /* ragged tiles, a zero-padded 48-wide head */
   }
   gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb);
   ops_case();

@@ -10,9 +10,11 @@
  * function on device memory work and a host thread's read of it dies with
  * the handler's message naming the address, the category and the thread.
  * The copy guard (ZRT_TWIN_COPY_GUARD): in a child process, a host write to
- * a queued H2D's pinned source dies with its message (behind a slowed op and
- * behind a launched host function), and lives after a synchronize, behind a
- * host-side function that writes the source in stream order, through a
+ * a queued H2D's pinned source dies with its message (behind a slowed op,
+ * behind a launched host function, and while host-side work on another
+ * stream not ordered before the copy still runs), and lives after a
+ * synchronize, behind a host-side function that writes the source in stream
+ * order or on another stream that an event orders before the copy, through a
  * D2H-then-H2D round trip and with the guard off; a queued D2H's pinned
  * destination reads 0xFF bytes until the synchronize (only outside the
  * source for an overlapping host copy), its old bytes with the guard off.
@@ -505,6 +507,16 @@ static zrt_status fill_fn(void *a) {
   return ZRT_OK;
 }
 
+/* Host-side work on another stream that touches nothing, 300 ms: a
+ * footprint that may write any registered memory, still running long after
+ * the copy on the default stream starts. */
+static zrt_status idle_fn(void *a) {
+  (void)a;
+  struct timespec ts = {0, 300 * 1000000L};
+  nanosleep(&ts, NULL);
+  return ZRT_OK;
+}
+
 /* arg: the mode (an int), and ZRT_TWIN_COPY_GUARD=0 when mode >= 10.
  * 0 = H2D from pinned memory behind a slowed op, the host rewrites the
  * buffer at once (must die); 1 = the same write after a synchronize (must
@@ -513,7 +525,14 @@ static zrt_status fill_fn(void *a) {
  * function queued before the copy fills the buffer in stream order while
  * the copy is queued (must live, the copy sends the function's bytes); 4 = a
  * D2H into the buffer and an H2D from it queued behind a slowed op (must
- * live: the round trip's bytes). Exit 0: lived and every value was right. */
+ * live: the round trip's bytes); 5 = mode 0 while a host-side function on
+ * another stream, not ordered before the copy, runs past the copy's start
+ * (must die: the copy is armed when queued, as nothing ordered before it
+ * conflicts; a guard that waited for every earlier op would let it start
+ * unarmed, unchecked); 6 = a host-side function on another stream fills the
+ * buffer, an event recorded after it, the default stream waits on the event
+ * before the copy (must live, the copy sends the function's bytes: the
+ * guard follows the event). Exit 0: lived and every value was right. */
 static int copy_guard_child(void *arg) {
   int mode = *(int *)arg, off = mode >= 10;
   mode %= 10;
@@ -529,7 +548,7 @@ static int copy_guard_child(void *arg) {
   for (int i = 0; i < GUARD_BYTES / 4; i++) pinned[i] = i;
   if (zrt_backend_synchronize(b, NULL) != ZRT_OK) return 13; /* the allocations' fills */
   fprintf(stderr, "source %p\n", (void *)pinned);
-  int want0 = off && mode == 0 ? -5 : 0; /* back[0] after the copy */
+  int want0 = off && (mode == 0 || mode == 5) ? -5 : 0; /* back[0] after the copy */
   if (mode == 2) {
     write_args w = {(float *)busy, 1.0f, 150, NULL};
     if (zrt_backend_launch_host(b, slow_write, &w, sizeof w, NULL) != ZRT_OK) return 14;
@@ -541,6 +560,22 @@ static int copy_guard_child(void *arg) {
       return 15;
     want0 = 1000;
   }
+  zrt_stream side = NULL;
+  zrt_event ev = NULL;
+  if (mode >= 5) {
+    if (zrt_backend_stream_create(b, &side) != ZRT_OK) return 23;
+    if (mode == 5 && zrt_backend_enqueue_host_named(b, idle_fn, NULL, 0, side, "idle") != ZRT_OK)
+      return 24;
+    if (mode == 6) {
+      if (zrt_backend_enqueue_host_named(b, fill_fn, &pinned, sizeof pinned, side, "fill") !=
+              ZRT_OK ||
+          zrt_backend_event_create(b, &ev) != ZRT_OK ||
+          zrt_backend_event_record(b, ev, side) != ZRT_OK ||
+          zrt_backend_stream_wait_event(b, NULL, ev) != ZRT_OK)
+        return 25;
+      want0 = 1000;
+    }
+  }
   if (mode == 4) { /* the device's bytes into the buffer, then back out of it */
     for (int i = 0; i < GUARD_BYTES / 4; i++) back[i] = 7 * i;
     if (zrt_backend_memcpy(b, dev, back, GUARD_BYTES, ZRT_COPY_H2D, NULL) != ZRT_OK) return 16;
@@ -548,7 +583,7 @@ static int copy_guard_child(void *arg) {
   }
   if (zrt_backend_memcpy(b, dev, pinned, GUARD_BYTES, ZRT_COPY_H2D, NULL) != ZRT_OK) return 18;
   if (mode == 1 && zrt_backend_synchronize(b, NULL) != ZRT_OK) return 19;
-  if (mode < 3) pinned[0] = -5; /* the host's write: too early unless synchronized */
+  if (mode < 3 || mode == 5) pinned[0] = -5; /* the host's write: too early unless synchronized */
   if (zrt_backend_memcpy(b, back, dev, GUARD_BYTES, ZRT_COPY_D2H, NULL) != ZRT_OK) return 20;
   fprintf(stderr, "lived: the device got %d\n", back[0]);
   if (mode == 4) {
@@ -557,6 +592,8 @@ static int copy_guard_child(void *arg) {
   } else if (back[0] != want0) {
     return 22;
   }
+  if (ev) zrt_backend_event_destroy(b, ev);
+  if (side) zrt_backend_stream_destroy(b, side);
   zrt_backend_host_unregister(b, pinned);
   zrt_backend_free(b, dev);
   zrt_backend_free(b, busy);
@@ -570,7 +607,9 @@ static void test_copy_guard(void) {
   char out[4096];
   /* rule (a): the write after the queued copy dies, naming the source, the
    * bytes, the op and what to do */
-  for (int mode = 0; mode <= 2; mode += 2) {
+  static const int die[] = {0, 2, 5};
+  for (int i = 0; i < 3; i++) {
+    int mode = die[i];
     int rc = zt_in_child(copy_guard_child, &mode, out, sizeof out);
     printf("copy guard, mode %d (must die): rc %d: %s", mode, rc, out);
     ZT_CHECK(rc == 100);
@@ -590,8 +629,8 @@ static void test_copy_guard(void) {
   /* no false alarm: after a synchronize, behind a host-side function that
    * writes the source in stream order, a round trip through the buffer;
    * and with ZRT_TWIN_COPY_GUARD=0 the too-early write goes through unseen */
-  const int live[] = {1, 3, 4, 10};
-  for (int i = 0; i < 4; i++) {
+  const int live[] = {1, 3, 4, 6, 10, 15};
+  for (int i = 0; i < 6; i++) {
     int rc = zt_in_child(copy_guard_child, (void *)&live[i], out, sizeof out);
     printf("copy guard, mode %d (must live): rc %d: %s", live[i], rc, out);
     ZT_CHECK(rc == 0);
