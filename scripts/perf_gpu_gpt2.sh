@@ -5,6 +5,10 @@
 #      GPU, ZeRO stage 0, on llm.c token shards of random tokens written
 #      here (the GPU image has no text corpus); metrics in OUT/zrt_gpt2.jsonl,
 #      its output (the measured bf16 cuBLAS peak, the banner) in zrt_gpt2.log;
+#      then 5 steps of the same run with --profile_ops (the model kernels
+#      timed by kind with events: OUT/zrt_ops.json, zrt_ops.log), apart so
+#      that the timing events and their per-step wait leave the measured
+#      run alone;
 #   2. PyTorch on the same card, same shape, batch and sequence:
 #      scripts/perf_torch_gpt2.py eager, then --compile, bf16 autocast
 #      (OUT/torch_gpt2.jsonl, one line each; a failed one is logged and
@@ -14,8 +18,9 @@
 #      (OUT/pinned.json);
 #   4. scripts/perf_gpu_report.py: OUT/perf_gpu.json, the three side by side
 #      (tokens/s; MFU of all three with zrt's FLOPs per token over zrt's
-#      measured bf16 GEMM peak, and each one's own figure) and the issue's
-#      goals met or not. Exit status: the report's (0 when the zrt run and
+#      measured bf16 GEMM peak, and each one's own figure), the issue's
+#      goals met or not, and zrt's kernels by class (GEMM, attention, the
+#      rest) against their floors (perf/gpt2_cuda_budget.py). Exit status: the report's (0 when the zrt run and
 #      the report are there; a missing PyTorch peer is reported, not fatal).
 # ZRT_PERF_SMOKE=1 runs the same pipeline on the CPU in seconds (tiny model,
 # cpu backend, fp32, small copies): cli.test_perf_gpu_report checks the
@@ -27,15 +32,16 @@ OUT=${2:?usage: perf_gpu_gpt2.sh BIN OUT}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 PY=${ZRT_PYTHON:-python3}
 mkdir -p "$OUT"
-rm -f "$OUT/zrt_gpt2.jsonl" "$OUT/torch_gpt2.jsonl" "$OUT/pinned.json" "$OUT/perf_gpu.json"
+rm -f "$OUT/zrt_gpt2.jsonl" "$OUT/torch_gpt2.jsonl" "$OUT/pinned.json" "$OUT/perf_gpu.json" \
+  "$OUT/zrt_ops.json"
 if [ "${ZRT_PERF_SMOKE:-0}" = 1 ]; then
   MODEL=(--model tiny --vocab_size 512) TORCH=(--model tiny --vocab 512 --device cpu)
   B=${ZRT_PERF_BATCH:-2} STEPS=${ZRT_PERF_STEPS:-4} T=64 BACKEND=cpu DTYPE=(--set bf16.enabled=false)
-  PIN=(--backend cpu --mib 8 --tile_mib 2 --gemm_n 64 --reps 2) LIM=(60 60 60 30) NTOK=200000
+  PIN=(--backend cpu --mib 8 --tile_mib 2 --gemm_n 64 --reps 2) LIM=(60 60 60 30 30) NTOK=200000
 else
   MODEL=(--model gpt2 --vocab_size 50257) TORCH=(--model gpt2 --vocab 50257 --device cuda --dtype bf16)
   B=${ZRT_PERF_BATCH:-8} STEPS=${ZRT_PERF_STEPS:-12} T=1024 BACKEND=cuda
-  DTYPE=(--set bf16.enabled=true) PIN=(--backend cuda) LIM=(170 100 200 60) NTOK=1000000
+  DTYPE=(--set bf16.enabled=true) PIN=(--backend cuda) LIM=(150 100 170 60 60) NTOK=1000000
 fi
 
 # 1. zrt: llm.c shards of uniform random tokens (train + validation)
@@ -57,6 +63,13 @@ timeout "${LIM[0]}" "$BIN/train_gpt2" "${MODEL[@]}" --seq_len "$T" --batch_size 
   --set zero_optimization.stage=0 >"$OUT/zrt_gpt2.log" 2>&1
 echo "train_gpt2 exit $?" >>"$OUT/zrt_gpt2.log"
 tail -n 3 "$OUT/zrt_gpt2.log"
+echo "== zrt train_gpt2 --profile_ops (5 steps)"
+timeout "${LIM[4]}" "$BIN/train_gpt2" "${MODEL[@]}" --seq_len "$T" --batch_size "$B" \
+  --steps 5 --data "$OUT/tok/train.bin" --val_data "$OUT/tok/val.bin" \
+  --profile_ops "$OUT/zrt_ops.json" --set zrt.backend="$BACKEND" "${DTYPE[@]}" \
+  --set zero_optimization.stage=0 >"$OUT/zrt_ops.log" 2>&1 ||
+  echo "perf_gpu_gpt2: the profiled run failed (exit $?; $OUT/zrt_ops.log)"
+grep -A 16 "^model ops per step" "$OUT/zrt_ops.log"
 
 # 2. PyTorch eager and torch.compile, same shape and batch
 for c in "" --compile; do

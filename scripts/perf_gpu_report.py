@@ -8,24 +8,70 @@ Reads what that script left in DIR:
                   <dtype> GEMM peak X GFLOP/s per rank");
   zrt_gpt2.jsonl  its metrics, one line per optimizer step (tokens_per_s);
   torch_gpt2.jsonl  perf_torch_gpt2.py's lines (eager, then "compile": true);
-  pinned.json     `zrt-perf pinned --json`.
+  pinned.json     `zrt-perf pinned --json`;
+  zrt_ops.json    train_gpt2 --profile_ops: zrt's model kernels timed by
+                  kind (medians per optimizer step).
 Prints one JSON object: zrt's tokens/s (median over the steps after the
 first two, which pay for start-up), its MFU (zrt's FLOPs per token x
 tokens/s over its measured peak), each PyTorch run's tokens/s and MFU on the
 same convention (zrt's FLOPs per token and zrt's peak; the line's own "mfu",
 6 x params over torch's own matmul peak, is kept beside it), the ratios,
-the pinned-copy figures, and the issue's goals (MFU >= 0.45, >= 1.2x
+the pinned-copy figures, zrt's kernels by class ("kernels": GEMM, attention,
+the rest, each its measured ms per step against its floor from
+perf/gpt2_cuda_budget.py at zrt's measured GEMM peak and the budget's
+default fp32 and HBM peaks, H100 SXM's: floor / measured is how close each
+class runs to its physical limit), and the issue's goals (MFU >= 0.45, >= 1.2x
 PyTorch eager, pinned copies >= 0.9 of plain) each as true / false, or null
 with the reason in "missing" when its inputs are absent. Nothing is
 estimated or filled in. Figures that cannot be right (an MFU above 1: the
 peak was measured low, e.g. on a busy machine; the pinned bench's own
 flags) are listed in "flags". Exit status 1 when the zrt run is missing.
 """
+import importlib.util
 import json
 import os
 import re
 import statistics
 import sys
+
+# the kinds of train_gpt2 --profile_ops in the budget's classes
+ATTENTION_KINDS = ("attention_fwd", "attention_bwd")
+
+
+def load_budget():
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "perf",
+                        "gpt2_cuda_budget.py")
+    spec = importlib.util.spec_from_file_location("gpt2_cuda_budget", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def kernels_vs_floor(ops, zrt, shape, dtype):
+    """zrt's measured model kernels per class against the budget's floors."""
+    b = load_budget()
+    L, NH, C = shape
+    accum = zrt["accum"]
+    tensor = zrt["gemm_peak_flops"] or 989e12
+    # a bf16 run's kernels: tensor-core attention; fp32 / fp16: the CUDA cores'
+    tc = dtype == "bf16"
+    k = b.step_budget(zrt["micro_batch"], zrt["seq_len"], C, L, NH, zrt["vocab"], 4, tc, 7 if tc else 9)
+    s = b.seconds(k, tensor, 67e12, 3.35e12)
+    kinds = ops["kinds"]
+    ms = lambda names: sum(kinds[n]["ms_per_step"] for n in names if n in kinds)
+    rest = [n for n in kinds if n != "gemm" and n not in ATTENTION_KINDS]
+    floors = {"gemm": s["gemm_tensor_s"] + s["gemm_bytes_s"],
+              "attention": s["attention_compute_s"] + s["attention_bytes_s"],
+              "elementwise": s["elementwise_s"]}
+    got = {"gemm": ms(["gemm"]), "attention": ms(ATTENTION_KINDS), "elementwise": ms(rest)}
+    out = {"peaks": {"tensor_flops": tensor, "fp32_flops": 67e12, "hbm_bytes_per_s": 3.35e12},
+           "attention_kernels": "tensor cores" if tc else "CUDA cores",
+           "model_ops_ms": ops["model_ops_ms"], "step_ms": ops["step_ms"], "classes": {}}
+    for c in ("gemm", "attention", "elementwise"):
+        f = 1e3 * floors[c] * accum
+        out["classes"][c] = {"ms_per_step": got[c], "floor_ms": f,
+                             "floor_over_measured": f / got[c] if got[c] > 0 else None}
+    return out
 
 
 def read_lines(path):
@@ -60,6 +106,8 @@ def main():
     m_flop = re.search(r"([0-9.eE+]+) GFLOP per rank per step", log)
     m_bat = re.search(r"micro-batch (\d+), accum (\d+)", log)
     m_seq = re.search(r"seq (\d+), vocab (\d+)", log)
+    m_shape = re.search(r"\((\d+) layers, (\d+) heads, (\d+) embd", log)
+    m_dtype = re.search(r", dtype (\S+), ZeRO stage", log)
     steps = [r for r in read_lines(os.path.join(d, "zrt_gpt2.jsonl")) if "tokens_per_s" in r]
     if not (m_flop and m_bat and m_seq):
         missing.append("zrt: no train_gpt2 banner in zrt_gpt2.log (did it start?)")
@@ -73,6 +121,7 @@ def main():
         zrt = {"tokens_per_s": tps, "steps_used": len(steps) - 2,
                "flops_per_token": fpt, "seq_len": int(m_seq.group(1)),
                "vocab": int(m_seq.group(2)), "micro_batch": int(m_bat.group(1)),
+               "accum": int(m_bat.group(2)),
                "peak_backend": None, "peak_dtype": None, "gemm_peak_flops": None, "mfu": None}
         if m_peak:
             peak = float(m_peak.group(3)) * 1e9
@@ -81,6 +130,21 @@ def main():
         else:
             missing.append("zrt: no 'measured ... GEMM peak' line in zrt_gpt2.log")
     rep["zrt"] = zrt
+
+    ops = None
+    if os.path.exists(os.path.join(d, "zrt_ops.json")):
+        with open(os.path.join(d, "zrt_ops.json")) as f:
+            ops = json.load(f)
+    if ops is None:
+        missing.append("kernels: no zrt_ops.json (see zrt_ops.log)")
+        rep["kernels"] = None
+    elif not (zrt and m_shape and m_dtype):
+        missing.append("kernels: zrt_ops.json without the zrt run's banner to size the floors")
+        rep["kernels"] = None
+    else:
+        shape = (int(m_shape.group(1)), int(m_shape.group(2)), int(m_shape.group(3)))
+        rep["kernels"] = kernels_vs_floor(ops, zrt, shape, m_dtype.group(1))
+        rep["kernels"]["kinds"] = ops["kinds"]
 
     runs = read_lines(os.path.join(d, "torch_gpt2.jsonl"))
     for name, want in (("torch_eager", False), ("torch_compile", True)):

@@ -27,6 +27,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "gpt2_cuda.h"
 #include "gpt2_flash_attn.h"
@@ -480,5 +481,73 @@ void gpt2_cuda_to_f32(float *dst, const void *src, zrt_dtype dt, int64_t n) {
 }
 void gpt2_cuda_add_from_f32(void *dst, const float *src, zrt_dtype dt, int64_t n) {
   k_add_from_f32<<<nblocks((size_t)n, TPB), TPB, 0, g_stream>>>(dst, src, (int)dt, n);
+}
+/* The op profile's clock (gpt2_prof.h): timing events around each call. */
+#define GPT2_CUDA_PROF_PAIRS 4096
+static struct {
+  cudaEvent_t ev[2 * GPT2_CUDA_PROF_PAIRS];
+  int kind[GPT2_CUDA_PROF_PAIRS];
+  int n;       /* pairs recorded since the last drain */
+  int created; /* events made */
+  cudaError_t err;
+  double ms[GPT2_PROF_KINDS];
+} g_prof_ev;
+
+static void prof_keep(cudaError_t e) {
+  if (e != cudaSuccess && g_prof_ev.err == cudaSuccess) g_prof_ev.err = e;
+}
+
+/* Waits for the recorded pairs and adds their times up. */
+static void prof_drain(void) {
+  if (!g_prof_ev.n) return;
+  prof_keep(cudaEventSynchronize(g_prof_ev.ev[2 * g_prof_ev.n - 1]));
+  for (int i = 0; i < g_prof_ev.n && g_prof_ev.err == cudaSuccess; i++) {
+    float ms = 0;
+    prof_keep(cudaEventElapsedTime(&ms, g_prof_ev.ev[2 * i], g_prof_ev.ev[2 * i + 1]));
+    g_prof_ev.ms[g_prof_ev.kind[i]] += ms;
+  }
+  g_prof_ev.n = 0;
+}
+
+static void prof_mark(void *ctx, int kind, int end) {
+  (void)ctx;
+  if (!end) {
+    if (g_prof_ev.n == GPT2_CUDA_PROF_PAIRS) prof_drain();
+    g_prof_ev.kind[g_prof_ev.n] = kind;
+    prof_keep(cudaEventRecord(g_prof_ev.ev[2 * g_prof_ev.n], g_stream));
+  } else {
+    prof_keep(cudaEventRecord(g_prof_ev.ev[2 * g_prof_ev.n + 1], g_stream));
+    g_prof_ev.n++;
+  }
+}
+
+static zrt_status prof_flush(void *ctx, double *ms) {
+  (void)ctx;
+  prof_drain();
+  if (g_prof_ev.err != cudaSuccess) {
+    fprintf(stderr, "train_gpt2: --profile_ops: CUDA timing events failed: %s\n",
+            cudaGetErrorString(g_prof_ev.err));
+    return ZRT_ERR_CUDA;
+  }
+  for (int k = 0; k < GPT2_PROF_KINDS; k++) ms[k] += g_prof_ev.ms[k];
+  memset(g_prof_ev.ms, 0, sizeof g_prof_ev.ms);
+  return ZRT_OK;
+}
+
+zrt_status gpt2_cuda_prof_clock(gpt2_prof_clock *out) {
+  for (; g_prof_ev.created < 2 * GPT2_CUDA_PROF_PAIRS; g_prof_ev.created++) {
+    cudaError_t e = cudaEventCreate(&g_prof_ev.ev[g_prof_ev.created]);
+    if (e != cudaSuccess) {
+      fprintf(stderr, "train_gpt2: --profile_ops: cudaEventCreate: %s\n", cudaGetErrorString(e));
+      return ZRT_ERR_CUDA;
+    }
+  }
+  g_prof_ev.n = 0;
+  g_prof_ev.err = cudaSuccess;
+  memset(g_prof_ev.ms, 0, sizeof g_prof_ev.ms);
+  out->ctx = NULL;
+  out->mark = prof_mark;
+  out->flush = prof_flush;
+  return ZRT_OK;
 }
 }

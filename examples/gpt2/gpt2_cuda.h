@@ -11,6 +11,7 @@
 #define GPT2_CUDA_H
 
 #include "gpt2_model.h"
+#include "gpt2_prof.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,6 +39,10 @@ void gpt2_cuda_weight16_clear(void);
 void gpt2_cuda_fill16(void *dst, zrt_dtype dt, int64_t n);
 void gpt2_cuda_to_f32(float *dst, const void *src, zrt_dtype dt, int64_t n);
 void gpt2_cuda_add_from_f32(void *dst, const float *src, zrt_dtype dt, int64_t n);
+/* The op profile's clock on CUDA (gpt2_prof.h): a pair of timing events on
+ * the stream around each call (4096 pairs, drained with a synchronize when
+ * full), read at flush. Its events live as long as the process. */
+zrt_status gpt2_cuda_prof_clock(gpt2_prof_clock *out);
 
 #ifdef __cplusplus
 }

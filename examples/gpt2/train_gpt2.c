@@ -43,6 +43,7 @@
 
 #include "gpt2_data.h"
 #include "gpt2_model.h"
+#include "gpt2_prof.h"
 #include "zrt.h"
 #ifdef GPT2_HAVE_CUDA
 #include "gpt2_cuda.h"
@@ -86,6 +87,7 @@ static const char *gpt2_default_data(void) {
 
 typedef struct args {
   const char *model, *data, *val_data, *metrics, *init, *save, *resume, *config;
+  const char *profile_ops; /* --profile_ops PATH */
   int n_layer, n_head, n_embd, seq_len, batch_size, vocab_size, n_positions, keep_last;
   int64_t steps;
   int val_every, val_batches, sample, eval_only, eval_batches, save_interval;
@@ -113,6 +115,10 @@ static void usage(FILE *f) {
           "  --config FILE         config file overlaid after $ZRT_CONFIG_FILE\n"
           "  --set KEY=VALUE       any config key (repeatable)\n"
           "  --metrics PATH        zrt.metrics_path (JSON lines)\n"
+          "  --profile_ops PATH    time the model's kernels by kind (GEMM, attention, LayerNorm,\n"
+          "                        ...) every step; write the medians over the steps after the\n"
+          "                        first two as JSON to PATH and print them (adds a host wait\n"
+          "                        per step)\n"
           "  --val_every N         validation loss every N steps (0 = off)\n"
           "  --val_batches N       batches of the validation split (default 4)\n"
           "  --sample N            print N sampled tokens at the end (bytes for text)\n"
@@ -207,6 +213,8 @@ static int parse_args(int argc, char **argv, args *a) {
       a->val_data = v;
     else if (!strcmp(f, "--metrics"))
       a->metrics = v;
+    else if (!strcmp(f, "--profile_ops"))
+      a->profile_ops = v;
     else if (!strcmp(f, "--init"))
       a->init = v;
     else if (!strcmp(f, "--save"))
@@ -236,6 +244,10 @@ static int parse_args(int argc, char **argv, args *a) {
       fprintf(stderr, "train_gpt2: unknown flag %s (see --help)\n", f);
       return -1;
     }
+  }
+  if (a->eval_only && a->profile_ops) {
+    fprintf(stderr, "train_gpt2: --profile_ops times training steps; drop it with --eval_only\n");
+    return -1;
   }
   if (a->eval_only && !a->resume && !a->init) {
     fprintf(stderr, "train_gpt2: --eval_only needs weights: pass --resume DIR or --init "
@@ -1484,6 +1496,17 @@ int main(int argc, char **argv) {
            tr.info.backend, tr.w16 ? zrt_dtype_name(tr.info.dtype) : "fp32", peak / 1e9);
     fflush(stdout);
   }
+  /* --profile_ops: the kernels from here on, by kind (gpt2_prof.h) */
+  static gpt2_ops_f32 prof_inner;
+  if (a.profile_ops) {
+    gpt2_prof_clock clk;
+    gpt2_prof_wall_clock(&clk, tr.eng);
+#ifdef GPT2_HAVE_CUDA
+    if (!strcmp(tr.info.backend, "cuda")) CHECK(gpt2_cuda_prof_clock(&clk));
+#endif
+    prof_inner = tr.ops;
+    CHECK(gpt2_prof_start(&prof_inner, &clk, &tr.ops));
+  }
   double t_start = now_s(), t_last = t_start;
   for (; step < a.steps; step++) {
     zrt_step_info si = {0};
@@ -1505,6 +1528,7 @@ int main(int argc, char **argv) {
     }
     double t = now_s(), dt = t - t_last;
     t_last = t;
+    if (a.profile_ops) CHECK(gpt2_prof_step_end(dt));
     if (rank0) {
       zrt_mem_stats ms;
       char mb[32] = "?", el[32], eta[32], mfu[32] = "";
@@ -1561,6 +1585,7 @@ int main(int argc, char **argv) {
     }
   }
   if (tty) fprintf(stderr, "\n");
+  if (a.profile_ops) CHECK(gpt2_prof_finish(rank0 ? a.profile_ops : NULL, 2, rank0));
   if (a.sample > 0) CHECK(sample_text(&tr, &val_sp, a.sample, a.temperature, &rng));
   rc = 0;
   goto done;

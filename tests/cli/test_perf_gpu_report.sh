@@ -7,7 +7,9 @@
 # the median of the steps after the first two; MFU: FLOPs per token x
 # tokens/s over the measured peak, recomputed here to 1e-9 relative), with
 # the pinned-copy fractions and the hidden share in range, every goal
-# present, and an MFU above 1 (the CPU's peak measured low on a busy
+# present, the kernels by class (the --profile_ops run's GEMM, attention and
+# other kinds summed as the report's classes, each with a positive floor
+# from perf/gpt2_cuda_budget.py for the run's shape), and an MFU above 1 (the CPU's peak measured low on a busy
 # machine) flagged, never silently reported: a log whose peak line is made
 # 1000x lower must be flagged. The report must refuse inputs it cannot use:
 # an empty directory (exit 1, zrt missing) and a log without the measured
@@ -42,6 +44,16 @@ assert 0 <= r["hidden_fraction"] <= 1, r["hidden_fraction"]
 assert set(r["goals"]) == {"mfu_at_least_0.45", "at_least_1.2x_torch_eager",
                            "pinned_at_least_0.9_of_plain"}, r["goals"]
 assert r["goals"]["mfu_at_least_0.45"] is not None
+kr = r["kernels"]
+assert kr, ("no kernels section", r["missing"])
+ops = json.load(open(d + "/zrt_ops.json"))["kinds"]
+att = ops["attention_fwd"]["ms_per_step"] + ops["attention_bwd"]["ms_per_step"]
+rest = sum(v["ms_per_step"] for k, v in ops.items() if k not in ("gemm", "attention_fwd", "attention_bwd"))
+for c, want_ms in (("gemm", ops["gemm"]["ms_per_step"]), ("attention", att), ("elementwise", rest)):
+    got = kr["classes"][c]
+    assert abs(got["ms_per_step"] - want_ms) <= 1e-9 * want_ms, (c, got, want_ms)
+    assert got["floor_ms"] > 0 and got["floor_over_measured"] > 0, (c, got)
+assert kr["attention_kernels"] == "CUDA cores", kr["attention_kernels"]  # smoke: an fp32 run
 for name in ("torch_eager", "torch_compile"):
     if r[name] is None:
         assert any(m.startswith(name) for m in r["missing"]), (name, r["missing"])
