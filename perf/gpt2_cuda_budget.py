@@ -13,7 +13,9 @@ example on CUDA, kernel by kernel, from the sequence of ops the passes issue
     visible (query, key) pair plus reading qkv and writing its outputs: in a
     bf16 run (gpt2_flash_tc.h) on tensor cores, forward 2 (q.k, p v),
     backward 7 (dq kernel: q.k, dO.v, dS k; dkv kernel: q.k, dO.v, P^T dO,
-    dS^T q; D = dO . out read from the forward's output); in an fp32 or fp16
+    dS^T q; D = dO . out read from the forward's output), and the
+    cross-entropy's gradient written once as the bf16 copy the head's two
+    GEMMs read (no fp32 gradient, no rounding pass); in an fp32 or fp16
     run (gpt2_flash_attn.h) on the CUDA cores in fp32, forward 2, backward 9
     (dq's two passes 5, dk/dv's 4).
 
@@ -23,8 +25,9 @@ bandwidth; H100 SXM datasheet figures by default) and the classes are summed
 zrt's MFU (gpt2_flops_per_token over the bf16 GEMM peak, train_gpt2's
 convention) cannot exceed flops / (peak * floor). Three shapes: zrt_cuda_now
 (a bf16 run today: fp32 activations between the kernels, tensor-core
-attention), fp32_core_attention (the same with the CUDA-core attention, as
-before the tensor-core kernels and in fp16 runs), and the shape PyTorch's
+attention, the bf16 gradient copy), fp32_core_attention (the kernels before
+session 13, as an fp16 run still has them: CUDA-core attention, the
+gradient in place and rounded per GEMM), and the shape PyTorch's
 eager bf16 run takes (autocast: 16-bit activations between the kernels,
 flash attention on tensor cores with its 5 backward products), as the
 peer's bound.
@@ -38,7 +41,7 @@ import json
 import sys
 
 
-def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7):
+def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_copy16=False):
     """Per-class totals of one step (forward + backward, embedding to head)."""
     N = B * T
     hs = C // NH
@@ -89,10 +92,14 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7):
         elem(2 * N * C, N * C)  # residual
     elem(N * C, N * C)  # lnf
     gemm(N, V, C, 1, 0)  # logits (wte is the 16-bit weight)
-    elem(N * V, N * V)  # cross-entropy: its passes read the row from L2 after the first
+    if ce_copy16:  # a bf16 run: the gradient written as the bf16 copy the head's GEMMs read
+        elem(N * V, 0)  # cross-entropy: its passes read the row from L2 after the first
+        k["elem_bytes"] += N * V * 2
+    else:
+        elem(N * V, N * V)  # cross-entropy, the gradient in place
     # backward: head
-    gemm(N, C, V, 1, 0)  # dlnf = dlogits wte
-    gemm(V, C, N, 1, 1, beta=1)  # dwte += dlogits^T lnf
+    gemm(N, C, V, 0 if ce_copy16 else 1, 0)  # dlnf = dlogits wte
+    gemm(V, C, N, 0 if ce_copy16 else 1, 1, beta=1)  # dwte += dlogits^T lnf
     elem(2 * N * C, N * C)  # lnf backward (dinp) ...
     elem(2 * N * C, 0)  # ... and its column sums (dout, inp again)
     for _ in range(L):
@@ -150,10 +157,10 @@ def main():
     out = {"shape": {"batch": B, "seq": T, "layers": L, "embd": C, "heads": NH, "vocab": V},
            "peaks": {"tensor_bf16_flops": tensor, "fp32_flops": fp32, "hbm_bytes_per_s": hbm},
            "flops_per_step": step_flops}
-    shapes = (("zrt_cuda_now", 4, True, 7), ("fp32_core_attention", 4, False, 9),
-              ("bf16_activations_tensor_attention", 2, True, 5))
-    for name, act, tens, bwd in shapes:
-        k = step_budget(B, T, C, L, NH, V, act, tens, bwd)
+    shapes = (("zrt_cuda_now", 4, True, 7, True), ("fp32_core_attention", 4, False, 9, False),
+              ("bf16_activations_tensor_attention", 2, True, 5, True))
+    for name, act, tens, bwd, ce16 in shapes:
+        k = step_budget(B, T, C, L, NH, V, act, tens, bwd, ce16)
         # the op list's GEMMs are the formula's non-attention FLOPs, exactly
         gemm_want = 6.0 * (L * 12.0 * C * C + V * C) * B * T
         if abs(k["gemm_flops"] - gemm_want) > 1e-9 * gemm_want:
@@ -173,7 +180,7 @@ def main():
               file=sys.stderr)
         for r in rows:
             f = (lambda v: "%.3f" % v) if r == "max_mfu" else (lambda v: "%.2f" % (1e3 * v))
-            print("%-22s %14s %14s %14s" % (r, *(f(out[n][r]) for n, _, _, _ in shapes)), file=sys.stderr)
+            print("%-22s %14s %14s %14s" % (r, *(f(out[n][r]) for n, *_ in shapes)), file=sys.stderr)
 
 
 if __name__ == "__main__":

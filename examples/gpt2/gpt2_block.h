@@ -10,9 +10,18 @@
  *                      one phase: every thread of the block (n of them)
  *                      runs the body once with its own tid (on CUDA n is
  *                      the launch's block size)
+ *   gb_bf16(x)         x rounded to bf16 (nearest even), as its 16 bits:
+ *                      CUDA's __float2bfloat16_rn, written out for the C
+ *                      compiler
  */
 #ifndef GPT2_BLOCK_H
 #define GPT2_BLOCK_H
+
+#include <math.h>
+#include <stdint.h>
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#endif
 
 #ifdef __CUDACC__
 #define GB_DEV __device__ __forceinline__
@@ -27,5 +36,18 @@
 #define GB_THREADS(tid, n) for (int tid = 0; tid < (n); tid++) {
 #define GB_END }
 #endif
+
+GB_DEV uint32_t gb_bf16(float x) {
+#ifdef __CUDACC__
+  return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(x));
+#else
+  union {
+    float f;
+    uint32_t u;
+  } v = {x};
+  if (isnan(x)) return 0x7fc0u;
+  return (v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16; /* round to nearest even */
+#endif
+}
 
 #endif

@@ -218,9 +218,10 @@ __global__ void k_residual(float *out, const float *a, const float *b, size_t n)
 
 /* One block per row (gpt2_rows.h). */
 __global__ void __launch_bounds__(RW_CE_NT)
-    k_crossentropy(float *losses, float *logits, const int *targets, int V, float dloss) {
+    k_crossentropy(float *losses, float *logits, const int *targets, int V, float dloss,
+                   uint16_t *g16) {
   __shared__ rw_ce_smem sm;
-  rw_crossentropy_block(losses, logits, targets, V, dloss, (int)blockIdx.x, &sm);
+  rw_crossentropy_block(losses, logits, targets, V, dloss, (int)blockIdx.x, &sm, g16);
 }
 
 __global__ void k_to_f32(float *dst, const void *src, int dt, int64_t n) {
@@ -270,6 +271,25 @@ static struct {
 } g_w16[GPT2_CUDA_MAX_W16];
 static int g_nw16;
 
+/* The bf16 copy of an fp32 activation that its producer wrote beside it
+ * (the cross-entropy's gradient in a bf16 run: g16 at the scratch's start,
+ * g_scratch_res bytes held until the next module's staging clears it): a
+ * GEMM operand inside the fp32 range is read from the copy, at the same
+ * element offset and stride, instead of being rounded into the scratch
+ * again (same bits: both round to nearest even). */
+static struct {
+  const char *p, *t16;
+  size_t bytes; /* of the fp32 range */
+} g_t16;
+static size_t g_scratch_res;
+
+static const void *twin16(const void *p, int64_t ld, int64_t rows, int64_t cols) {
+  const char *c = (const char *)p;
+  size_t last = ((size_t)(rows - 1) * (size_t)ld + (size_t)cols) * sizeof(float);
+  if (!g_t16.p || c < g_t16.p || c + last > g_t16.p + g_t16.bytes) return NULL;
+  return g_t16.t16 + (size_t)(c - g_t16.p) / 2;
+}
+
 static int is_w16(const void *p) {
   for (int i = 0; i < g_nw16; i++)
     if ((const char *)p >= g_w16[i].p && (const char *)p < g_w16[i].p + g_w16[i].bytes) return 1;
@@ -305,11 +325,17 @@ static zrt_status cu_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64
   /* op(A) is m x k: stored m x k, or k x m when transposed; likewise B */
   const void *a16 = a, *b16 = b;
   int64_t lda16 = lda, ldb16 = ldb;
-  size_t used = 0;
+  size_t used = g_scratch_res; /* after a held bf16 copy */
   zrt_status st = ZRT_OK;
-  if (!is_w16(a) && (st = to16(a, lda, ta ? k : m, ta ? m : k, &a16, &lda16, &used)) != ZRT_OK)
+  const void *ta16 = is_w16(a) ? NULL : twin16(a, lda, ta ? k : m, ta ? m : k);
+  const void *tb16 = is_w16(b) ? NULL : twin16(b, ldb, tb ? n : k, tb ? k : n);
+  if (ta16) a16 = ta16;
+  if (tb16) b16 = tb16;
+  if (!is_w16(a) && !ta16 &&
+      (st = to16(a, lda, ta ? k : m, ta ? m : k, &a16, &lda16, &used)) != ZRT_OK)
     return st;
-  if (!is_w16(b) && (st = to16(b, ldb, tb ? n : k, tb ? k : n, &b16, &ldb16, &used)) != ZRT_OK)
+  if (!is_w16(b) && !tb16 &&
+      (st = to16(b, ldb, tb ? n : k, tb ? k : n, &b16, &ldb16, &used)) != ZRT_OK)
     return st;
   return zrt_engine_gemm((zrt_engine *)ctx, ta, tb, m, n, k, alpha, a16, lda16, b16, ldb16,
                          g_gemm_dt, beta, c, ldc, ZRT_F32);
@@ -376,12 +402,13 @@ static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dou
   zrt_status st = fa_shape_ok(B, T, C, NH);
   if (st != ZRT_OK) return st;
   size_t dbytes = (size_t)B * NH * T * sizeof(float);
-  if (dbytes > g_scratch_bytes) {
+  if (g_scratch_res + dbytes > g_scratch_bytes) {
     fprintf(stderr, "train_gpt2: CUDA scratch of %zu bytes is below the attention's %zu\n",
             g_scratch_bytes, dbytes);
     return ZRT_ERR_INTERNAL;
   }
-  float *dstat = (float *)g_scratch; /* free between GEMMs: stream order */
+  /* free between GEMMs (stream order), after a held bf16 copy */
+  float *dstat = (float *)(g_scratch + g_scratch_res);
   if (g_gemm_dt == ZRT_BF16) {
     dim3 grid((unsigned)((T + TC_ROWS - 1) / TC_ROWS), (unsigned)(B * NH));
     k_tc_dq<<<grid, TC_NT, 0, g_stream>>>(dqkv, dstat, dout, qkv, out, att, T, C, NH);
@@ -405,8 +432,21 @@ static void cu_residual(float *out, const float *a, const float *b, size_t n) {
 }
 static void cu_crossentropy(float *losses, float *logits, const int *targets, int N, int V,
                             float dloss) {
-  if (N > 0)
-    k_crossentropy<<<(unsigned)N, RW_CE_NT, 0, g_stream>>>(losses, logits, targets, V, dloss);
+  if (N <= 0) return;
+  uint16_t *g16 = NULL;
+  size_t bytes16 = (size_t)N * (size_t)V * 2;
+  /* a bf16 run's backward: the gradient as the bf16 copy the head's two
+   * GEMMs read (gpt2_cuda_scratch_bytes holds it beside their other
+   * operand); a scratch too small for it (not from gpt2_cuda_scratch_bytes)
+   * keeps the in-place fp32 gradient, the same numbers */
+  if (dloss != 0.0f && g_gemm_dt == ZRT_BF16 && bytes16 <= g_scratch_bytes) {
+    g16 = (uint16_t *)g_scratch;
+    g_t16.p = (const char *)logits;
+    g_t16.bytes = (size_t)N * (size_t)V * sizeof(float);
+    g_t16.t16 = (const char *)g16;
+    g_scratch_res = (bytes16 + 255) / 256 * 256;
+  }
+  k_crossentropy<<<(unsigned)N, RW_CE_NT, 0, g_stream>>>(losses, logits, targets, V, dloss, g16);
 }
 static zrt_status cu_check(void) {
   cudaError_t e = cudaGetLastError();
@@ -459,10 +499,14 @@ void gpt2_cuda_gemm_setup(zrt_dtype dt, void *scratch, size_t bytes) {
   g_gemm_dt = dt;
   g_scratch = (char *)scratch;
   g_scratch_bytes = bytes;
-  g_nw16 = 0;
+  gpt2_cuda_weight16_clear();
 }
 
-void gpt2_cuda_weight16_clear(void) { g_nw16 = 0; }
+void gpt2_cuda_weight16_clear(void) {
+  g_nw16 = 0;
+  memset(&g_t16, 0, sizeof g_t16); /* the scratch's held bf16 copy goes too */
+  g_scratch_res = 0;
+}
 
 int gpt2_cuda_weight16(const void *raw, int64_t n) {
   if (g_gemm_dt == ZRT_F32 || g_nw16 == GPT2_CUDA_MAX_W16) return -1;

@@ -32,7 +32,9 @@ void gpt2_cuda_gemm_setup(zrt_dtype dt, void *scratch, size_t bytes);
 /* Marks [raw, raw + n elements) as a 16-bit weight of the GEMM dtype: a GEMM
  * operand pointing into it is used as is (its fp32-typed pointer is the raw
  * tensor). Up to 8 at a time; 0, or -1 when full or the dtype is fp32.
- * _clear forgets them (each module's staging starts with it). */
+ * _clear forgets them (each module's staging starts with it), and the bf16
+ * copy of the cross-entropy's gradient that a bf16 run's head holds in the
+ * scratch for its two backward GEMMs. */
 int gpt2_cuda_weight16(const void *raw, int64_t n);
 void gpt2_cuda_weight16_clear(void);
 /* n elements of dtype dt (bf16 / fp16) filled with values in [-1, 1). */

@@ -49,10 +49,6 @@
 
 #include "gpt2_block.h"
 
-#ifdef __CUDACC__
-#include <cuda_bf16.h>
-#endif
-
 #define TC_HS 64   /* head columns in a tile */
 #define TC_ROWS 64 /* rows of a block's own tile (queries, or keys for dkv) */
 #define TC_COLS 64 /* rows of the tile it walks (keys, or queries for dkv) */
@@ -88,19 +84,7 @@ typedef uint32_t tc_tile[TC_ROWS][TC_LDW];
 /* A warp-wide MMA on fields of the lane structs W: W.d += W.a x W.b. */
 #define TC_MMA(W, d, a, b) tc_mma((W)[0].d, (W)[0].a, (W)[0].b, sizeof *(W))
 
-GB_DEV uint32_t tc_bf16(float x) {
-#ifdef __CUDACC__
-  return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(x));
-#else
-  union {
-    float f;
-    uint32_t u;
-  } v = {x};
-  if (isnan(x)) return 0x7fc0u;
-  return (v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16; /* round to nearest even */
-#endif
-}
-GB_DEV uint32_t tc_pack(float lo, float hi) { return tc_bf16(lo) | tc_bf16(hi) << 16; }
+GB_DEV uint32_t tc_pack(float lo, float hi) { return gb_bf16(lo) | gb_bf16(hi) << 16; }
 /* CUDA's __byte_perm: byte i of the result is byte s[4i+2:4i] of the 8
  * bytes y:x (x's low byte first); written out for the emulation. */
 GB_DEV uint32_t tc_byte_perm(uint32_t x, uint32_t y, unsigned s) {

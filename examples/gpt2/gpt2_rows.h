@@ -10,7 +10,9 @@
  *   cross-entropy: one block of RW_CE_NT threads per row of logits [N, V]:
  *     the row's max, then the sum of exp(l - max), each a strided pass whose
  *     per-thread partials are folded by a tree in shared memory; the loss,
- *     then (dloss != 0) the row overwritten by its gradient. Coalesced: the
+ *     then (dloss != 0) the row overwritten by its gradient, or, given g16,
+ *     the gradient rounded to bf16 into g16 (the row kept: a bf16 run's
+ *     GEMMs read that copy instead of rounding the fp32 one). Coalesced: the
  *     kernel it replaced ran one thread per row, each walking its own row
  *     of up to 50257 floats, on N / 128 blocks.
  *   column sums: db[c] += sum_i dout[i, c] (the bias's gradient), and with
@@ -56,9 +58,10 @@ typedef struct rw_ce_smem {
 
 /* Row `row` of logits [., V]: losses[row] = logsumexp - logit of the
  * target; when dloss != 0 the row becomes (softmax - onehot(target)) *
- * dloss. */
+ * dloss, or with g16 non-NULL that gradient goes to g16 [., V] as bf16
+ * (round to nearest even) and the row stays. */
 GB_DEV void rw_crossentropy_block(float *losses, float *logits, const int *targets, int V,
-                                  float dloss, int row, rw_ce_smem *sm) {
+                                  float dloss, int row, rw_ce_smem *sm, uint16_t *g16) {
   float *l = logits + (size_t)row * (size_t)V;
   GB_THREADS(tid, RW_CE_NT)
   float m = -INFINITY;
@@ -83,9 +86,14 @@ GB_DEV void rw_crossentropy_block(float *losses, float *logits, const int *targe
     GB_THREADS(tid, RW_CE_NT)
     const float mx = sm->mx[0], k = dloss / sm->sum[0]; /* the CPU op's k */
     const int tg = targets[row];
+    uint16_t *g = g16 ? g16 + (size_t)row * (size_t)V : NULL;
     for (int v = tid; v < V; v += RW_CE_NT) {
       float p = expf(l[v] - mx) * k;
-      l[v] = v == tg ? p - dloss : p;
+      p = v == tg ? p - dloss : p;
+      if (g)
+        g[v] = (uint16_t)gb_bf16(p);
+      else
+        l[v] = p;
     }
     GB_END
   }

@@ -34,6 +34,9 @@
  *     without its gradient. Tolerances absolute, from the magnitudes:
  *     1e-5 elementwise, 1e-4 for sums over the 200 rows and the losses,
  *     1e-6 for the cross-entropy's gradient (entries <= 1/37).
+ *   - a bf16 run's cross-entropy backward: its gradient as a bf16 copy that
+ *     the head's GEMM on the logits pointer reads (the logits stay), against
+ *     the CPU op's gradient rounded to bf16, within 1e-5 (entries <= 1/37).
  * The CPU emulations of the same attention, cross-entropy and column-sum
  * code are checked in test_gpt2_flash_emu, test_gpt2_flash_tc_emu and
  * test_gpt2_rows_emu (unit). Skips (77) without a GPU,
@@ -194,6 +197,46 @@ static void check_op(const char *what, const void *d, const float *want, size_t 
   free(got);
 }
 
+/* A bf16 run's cross-entropy backward: the gradient goes to the scratch as
+ * a bf16 copy and the logits stay; the head's GEMM on the logits pointer
+ * then reads the copy (no rounding pass), the other operand (fp32, not a
+ * registered weight) rounded after the held copy. Against the CPU op's
+ * gradient rounded to bf16 times the rounded operand, in double; the
+ * losses as the CPU's. */
+static void ce16_case(void *scratch, size_t sb) {
+  enum { N = 37, V = 1000, C = 64 };
+  uint64_t s = 777;
+  float *lg = malloc((size_t)N * V * 4), *g = malloc((size_t)N * V * 4), *w = malloc(V * C * 4);
+  float *loss = malloc(N * 4), *back = malloc((size_t)N * V * 4), *want = malloc(N * C * 4);
+  int *tgt = malloc(N * sizeof *tgt);
+  for (size_t i = 0; i < (size_t)N * V; i++) g[i] = lg[i] = 4.0f * frand(&s);
+  for (int i = 0; i < V * C; i++) w[i] = frand(&s);
+  for (int i = 0; i < N; i++) tgt[i] = (int)((frand(&s) * 0.5f + 0.5f) * V) % V;
+  gpt2_cpu_ops_f32.crossentropy(loss, g, tgt, N, V, 1.0f / N);
+  for (int i = 0; i < N; i++)
+    for (int c = 0; c < C; c++) {
+      double acc = 0;
+      for (int v = 0; v < V; v++)
+        acc += (double)round_to(g[(size_t)i * V + v], ZRT_BF16) * round_to(w[v * C + c], ZRT_BF16);
+      want[i * C + c] = (float)acc;
+    }
+  float *dlg = dev((size_t)N * V * 4, lg), *dw = dev(V * C * 4, w), *dout = dev(N * C * 4, NULL);
+  float *dloss = dev(N * 4, NULL);
+  int *dtgt = dev(N * sizeof *tgt, tgt);
+  gpt2_cuda_gemm_setup(ZRT_BF16, scratch, sb);
+  gpt2_cuda_ops_f32.crossentropy(dloss, dlg, dtgt, N, V, 1.0f / N);
+  ZT_OK(gpt2_cuda_ops_f32.gemm(eng, 0, 0, N, C, V, 1, dlg, V, dw, C, 0, dout, C));
+  check_op("bf16 run: cross-entropy loss", dloss, loss, N, 1e-4);
+  check_op("bf16 run: the GEMM on the logits reads the bf16 gradient copy", dout, want, N * C,
+           1e-5);
+  ZT_OK(zrt_engine_memcpy(eng, back, dlg, (size_t)N * V * 4, ZRT_COPY_D2H));
+  ZT_CHECK(memcmp(back, lg, (size_t)N * V * 4) == 0); /* the logits stay */
+  gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb);
+  zrt_engine_free(eng, dlg), zrt_engine_free(eng, dw), zrt_engine_free(eng, dout);
+  zrt_engine_free(eng, dloss), zrt_engine_free(eng, dtgt);
+  free(lg), free(g), free(w), free(loss), free(back), free(want), free(tgt);
+}
+
 /* The non-GEMM, non-attention ops against gpt2_cpu_ops_f32 (see the top). */
 static void ops_case(void) {
   const gpt2_ops_f32 *G = &gpt2_cuda_ops_f32, *H = &gpt2_cpu_ops_f32;
@@ -328,6 +371,7 @@ int main(void) {
   }
   gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb);
   ops_case();
+  ce16_case(scratch, sb);
   zrt_engine_free(eng, scratch);
   zrt_engine_destroy(eng);
   zrt_config_destroy(zc);

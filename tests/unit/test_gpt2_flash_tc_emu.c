@@ -37,7 +37,7 @@ static float bf16_round(float x) {
   union {
     uint32_t u;
     float f;
-  } v = {tc_bf16(x) << 16};
+  } v = {gb_bf16(x) << 16};
   return v.f;
 }
 

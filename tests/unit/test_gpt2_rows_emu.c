@@ -11,7 +11,10 @@
  *     block's 256 threads), 1000 and GPT-2's 50257, logits spread over
  *     [-8, 8] around offsets up to 30 (the max subtraction matters), dloss 0
  *     (the row must be left as it was) and 1/N. Tolerance: 1e-5 absolute
- *     on the loss (magnitudes <= ~40), 1e-6 * dloss on the gradient;
+ *     on the loss (magnitudes <= ~40), 1e-6 * dloss on the gradient; the
+ *     bf16 run's form (the gradient into a bf16 copy, g16) leaves the row
+ *     as it was, gives the same losses, and its copy is the in-place
+ *     gradient rounded to nearest even, bit for bit;
  *   - column sums, ADDED onto non-zero outputs: the bias's db (inp NULL; dw
  *     then untouched) and the LayerNorm's dw and db, at N = 1, 7, 33, 100,
  *     129, 1000, 8192 rows (the lanes' stride of 32 rows times 4 unrolled
@@ -37,10 +40,10 @@ static float frand(uint64_t *s) { /* uniform in [-1, 1) */
 
 /* the CUDA grids, block by block */
 static void emu_crossentropy(float *losses, float *logits, const int *targets, int N, int V,
-                             float dloss) {
+                             float dloss, uint16_t *g16) {
   static rw_ce_smem sm;
   for (int row = 0; row < N; row++)
-    rw_crossentropy_block(losses, logits, targets, V, dloss, row, &sm);
+    rw_crossentropy_block(losses, logits, targets, V, dloss, row, &sm, g16);
 }
 
 static void emu_colsum(float *dw, float *db, const float *dout, const float *inp, const float *mean,
@@ -65,7 +68,22 @@ static void ce_case(int N, int V, int with_grad, uint64_t seed) {
   tg[N - 1] = V - 1; /* the last column as a target */
   memcpy(l, l0, n * sizeof *l);
   float dloss = with_grad ? 1.0f / (float)N : 0.0f;
-  emu_crossentropy(loss, l, tg, N, V, dloss);
+  /* the bf16 run's form first: the gradient into a bf16 copy, the row kept */
+  uint16_t *g16 = malloc(n * sizeof *g16);
+  float *loss16 = malloc(N * sizeof *loss16);
+  for (size_t e = 0; e < n; e++) g16[e] = 0xdead;
+  emu_crossentropy(loss16, l, tg, N, V, dloss, with_grad ? g16 : NULL);
+  ZT_CHECK(memcmp(l, l0, n * sizeof *l) == 0); /* the logits stay */
+  emu_crossentropy(loss, l, tg, N, V, dloss, NULL);
+  ZT_CHECK(memcmp(loss, loss16, N * sizeof *loss) == 0);
+  if (with_grad) { /* the copy: the in-place gradient rounded to nearest even, bit for bit */
+    size_t bad = 0;
+    for (size_t e = 0; e < n; e++) bad += g16[e] != (uint16_t)gb_bf16(l[e]);
+    if (bad) printf("  cross-entropy N %d V %d: %zu bf16 gradient entries differ\n", N, V, bad);
+    ZT_CHECK(bad == 0);
+  }
+  free(g16);
+  free(loss16);
   int ok = 1;
   for (int i = 0; i < N && ok; i++) {
     const float *r = l0 + (size_t)i * V;
