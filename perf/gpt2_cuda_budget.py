@@ -15,7 +15,8 @@ example on CUDA, kernel by kernel, from the sequence of ops the passes issue
     backward 7 (dq kernel: q.k, dO.v, dS k; dkv kernel: q.k, dO.v, P^T dO,
     dS^T q; D = dO . out read from the forward's output), and the
     cross-entropy's gradient written once as the bf16 copy the head's two
-    GEMMs read (no fp32 gradient, no rounding pass); in an fp32 or fp16
+    GEMMs read (no fp32 gradient, no rounding pass), and each linear's
+    output gradient rounded once for dX and read again by dW; in an fp32 or fp16
     run (gpt2_flash_attn.h) on the CUDA cores in fp32, forward 2, backward 9
     (dq's two passes 5, dk/dv's 4).
 
@@ -25,9 +26,9 @@ bandwidth; H100 SXM datasheet figures by default) and the classes are summed
 zrt's MFU (gpt2_flops_per_token over the bf16 GEMM peak, train_gpt2's
 convention) cannot exceed flops / (peak * floor). Three shapes: zrt_cuda_now
 (a bf16 run today: fp32 activations between the kernels, tensor-core
-attention, the bf16 gradient copy), fp32_core_attention (the kernels before
-session 13, as an fp16 run still has them: CUDA-core attention, the
-gradient in place and rounded per GEMM), and the shape PyTorch's
+attention, the bf16 gradient copy, rounded operands reused), fp32_core_attention
+(the kernels before session 13: CUDA-core attention, as an fp16 run still has,
+the gradient in place, every operand rounded per GEMM), and the shape PyTorch's
 eager bf16 run takes (autocast: 16-bit activations between the kernels,
 flash attention on tensor cores with its 5 backward products), as the
 peer's bound.
@@ -41,7 +42,8 @@ import json
 import sys
 
 
-def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_copy16=False):
+def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_copy16=False,
+                reuse=False):
     """Per-class totals of one step (forward + backward, embedding to head)."""
     N = B * T
     hs = C // NH
@@ -50,10 +52,11 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
     a = act_bytes  # bytes per activation element between kernels
 
     def gemm(m, n, kk, a_act, b_act, beta=0):
-        """m x k times k x n; a_act / b_act: the operand is an fp32 activation."""
+        """m x k times k x n; a_act / b_act: the operand is an fp32 activation
+        (2: one the previous GEMM rounded, read from its copy when reused)."""
         k["gemm_flops"] += 2.0 * m * n * kk
         for act, cnt in ((a_act, m * kk), (b_act, kk * n)):
-            if act and a == 4:
+            if act and a == 4 and not (act == 2 and reuse):
                 k["gemm_bytes"] += cnt * (4 + 2)  # to16: read fp32, write bf16
             k["gemm_bytes"] += cnt * 2  # the GEMM reads the 16-bit operand
         k["gemm_bytes"] += m * n * a * (2 if beta else 1)
@@ -104,21 +107,21 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
     elem(2 * N * C, 0)  # ... and its column sums (dout, inp again)
     for _ in range(L):
         gemm(N, 4 * C, C, 1, 0)  # d4C = dres W_fcproj^T
-        gemm(4 * C, C, N, 1, 1, beta=1)  # dW_fcproj
+        gemm(4 * C, C, N, 1, 2, beta=1)  # dW_fcproj (dout: the dX GEMM's copy)
         elem(N * C, 0)  # bias backward
         elem(2 * 4 * N * C, 4 * N * C)  # gelu backward
         gemm(N, C, 4 * C, 1, 0)  # dC
-        gemm(C, 4 * C, N, 1, 1, beta=1)  # dW_fc
+        gemm(C, 4 * C, N, 1, 2, beta=1)  # dW_fc (dout: the dX GEMM's copy)
         elem(4 * N * C, 0)  # bias backward
         elem(3 * N * C, N * C)  # ln2 backward: dinp (read dout, inp, dinp; write dinp)
         elem(2 * N * C, 0)  # its column sums
         gemm(N, C, C, 1, 0)  # dC
-        gemm(C, C, N, 1, 1, beta=1)  # dW_attnproj
+        gemm(C, C, N, 1, 2, beta=1)  # dW_attnproj (dout: the dX GEMM's copy)
         elem(N * C, 0)  # bias backward
         elem(0, 3 * N * C)  # zero d4C (the dqkv the attention adds into)
         attention(False)
         gemm(N, C, 3 * C, 1, 0)  # dC
-        gemm(C, 3 * C, N, 1, 1, beta=1)  # dW_attn
+        gemm(C, 3 * C, N, 1, 2, beta=1)  # dW_attn (dout: the dX GEMM's copy)
         elem(3 * N * C, 0)  # bias backward
         elem(3 * N * C, N * C)  # ln1 backward
         elem(2 * N * C, 0)  # its column sums
@@ -157,10 +160,10 @@ def main():
     out = {"shape": {"batch": B, "seq": T, "layers": L, "embd": C, "heads": NH, "vocab": V},
            "peaks": {"tensor_bf16_flops": tensor, "fp32_flops": fp32, "hbm_bytes_per_s": hbm},
            "flops_per_step": step_flops}
-    shapes = (("zrt_cuda_now", 4, True, 7, True), ("fp32_core_attention", 4, False, 9, False),
-              ("bf16_activations_tensor_attention", 2, True, 5, True))
-    for name, act, tens, bwd, ce16 in shapes:
-        k = step_budget(B, T, C, L, NH, V, act, tens, bwd, ce16)
+    shapes = (("zrt_cuda_now", 4, True, 7, True, True), ("fp32_core_attention", 4, False, 9, False, False),
+              ("bf16_activations_tensor_attention", 2, True, 5, True, False))
+    for name, act, tens, bwd, ce16, reuse in shapes:
+        k = step_budget(B, T, C, L, NH, V, act, tens, bwd, ce16, reuse)
         # the op list's GEMMs are the formula's non-attention FLOPs, exactly
         gemm_want = 6.0 * (L * 12.0 * C * C + V * C) * B * T
         if abs(k["gemm_flops"] - gemm_want) > 1e-9 * gemm_want:

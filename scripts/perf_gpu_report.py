@@ -56,7 +56,7 @@ def kernels_vs_floor(ops, zrt, shape, dtype):
     # a bf16 run's kernels: tensor-core attention; fp32 / fp16: the CUDA cores'
     tc = dtype == "bf16"
     k = b.step_budget(zrt["micro_batch"], zrt["seq_len"], C, L, NH, zrt["vocab"], 4, tc,
-                      7 if tc else 9, tc)
+                      7 if tc else 9, tc, dtype in ("bf16", "fp16"))
     s = b.seconds(k, tensor, 67e12, 3.35e12)
     kinds = ops["kinds"]
     ms = lambda names: sum(kinds[n]["ms_per_step"] for n in names if n in kinds)

@@ -32,6 +32,7 @@
 #include "gpt2_cuda.h"
 #include "gpt2_flash_attn.h"
 #include "gpt2_flash_tc.h"
+#include "gpt2_gemm16.h"
 
 static_assert(TC_HS == FA_HS, "one head-size limit (fa_shape_ok) for both attentions");
 #include "gpt2_rows.h"
@@ -296,25 +297,10 @@ static int is_w16(const void *p) {
   return 0;
 }
 
-/* An fp32 operand stored rows x cols (stride ld) as a packed 16-bit copy at
- * scratch offset *used; fails when the scratch is too small. */
-static zrt_status to16(const float *src, int64_t ld, int64_t rows, int64_t cols, const void **out,
-                       int64_t *ldout, size_t *used) {
-  size_t bytes = (size_t)(rows * cols) * 2, at = (*used + 255) / 256 * 256;
-  if (at + bytes > g_scratch_bytes) {
-    fprintf(stderr,
-            "train_gpt2: CUDA GEMM scratch too small: a %lldx%lld operand needs %zu bytes at "
-            "offset %zu of %zu (gpt2_cuda_scratch_bytes undercounts this shape)\n",
-            (long long)rows, (long long)cols, bytes, at, g_scratch_bytes);
-    return ZRT_ERR_INTERNAL;
-  }
-  k_f32_to_16<<<nblocks((size_t)(rows * cols), TPB), TPB, 0, g_stream>>>(
-      g_scratch + at, src, ld, rows, cols, (int)g_gemm_dt);
-  *out = g_scratch + at;
-  *ldout = cols;
-  *used = at + bytes;
-  return ZRT_OK;
-}
+/* Where the GEMMs' 16-bit operands are (gpt2_gemm16.h): rounded copies
+ * reused by the next GEMM that takes the same operand. */
+static g16_state g_g16;
+static void r16_forget(void) { g16_forget(&g_g16); }
 
 static zrt_status cu_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
                           const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
@@ -323,51 +309,80 @@ static zrt_status cu_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64
     return zrt_engine_gemm((zrt_engine *)ctx, ta, tb, m, n, k, alpha, a, lda, b, ldb, ZRT_F32, beta,
                            c, ldc, ZRT_F32);
   /* op(A) is m x k: stored m x k, or k x m when transposed; likewise B */
-  const void *a16 = a, *b16 = b;
-  int64_t lda16 = lda, ldb16 = ldb;
-  size_t used = g_scratch_res; /* after a held bf16 copy */
-  zrt_status st = ZRT_OK;
-  const void *ta16 = is_w16(a) ? NULL : twin16(a, lda, ta ? k : m, ta ? m : k);
-  const void *tb16 = is_w16(b) ? NULL : twin16(b, ldb, tb ? n : k, tb ? k : n);
-  if (ta16) a16 = ta16;
-  if (tb16) b16 = tb16;
-  if (!is_w16(a) && !ta16 &&
-      (st = to16(a, lda, ta ? k : m, ta ? m : k, &a16, &lda16, &used)) != ZRT_OK)
-    return st;
-  if (!is_w16(b) && !tb16 &&
-      (st = to16(b, ldb, tb ? n : k, tb ? k : n, &b16, &ldb16, &used)) != ZRT_OK)
-    return st;
-  return zrt_engine_gemm((zrt_engine *)ctx, ta, tb, m, n, k, alpha, a16, lda16, b16, ldb16,
-                         g_gemm_dt, beta, c, ldc, ZRT_F32);
+  const float *src[2] = {a, b};
+  int64_t ld[2] = {lda, ldb}, rows[2] = {ta ? k : m, tb ? n : k},
+          cols[2] = {ta ? m : k, tb ? k : n};
+  const void *p16[2] = {a, b};
+  int64_t ld16[2] = {lda, ldb};
+  g16_operand op[2];
+  for (int i = 0; i < 2; i++) {
+    op[i] = (g16_operand){src[i], ld[i], rows[i], cols[i], 0, 0, 0};
+    if (is_w16(src[i])) continue; /* the engine's 16-bit weight as is */
+    const void *t = twin16(src[i], ld[i], rows[i], cols[i]);
+    if (t)
+      p16[i] = t; /* the cross-entropy's held copy, same stride */
+    else
+      op[i].round = 1;
+  }
+  g_g16.scratch_bytes = g_scratch_bytes;
+  g_g16.res = g_scratch_res;
+  if (!g16_plan(&g_g16, op, c, m, n, ldc)) {
+    fprintf(
+        stderr,
+        "train_gpt2: CUDA GEMM scratch too small for the 16-bit operands of a %lldx%lld by "
+        "%lldx%lld GEMM (%zu bytes, %zu held; gpt2_cuda_scratch_bytes undercounts this shape)\n",
+        (long long)rows[0], (long long)cols[0], (long long)rows[1], (long long)cols[1],
+        g_scratch_bytes, g_scratch_res);
+    return ZRT_ERR_INTERNAL;
+  }
+  for (int i = 0; i < 2; i++) {
+    if (!op[i].round) continue;
+    p16[i] = g_scratch + op[i].at;
+    ld16[i] = cols[i];
+    if (!op[i].reused)
+      k_f32_to_16<<<nblocks((size_t)(rows[i] * cols[i]), TPB), TPB, 0, g_stream>>>(
+          g_scratch + op[i].at, src[i], ld[i], rows[i], cols[i], (int)g_gemm_dt);
+  }
+  return zrt_engine_gemm((zrt_engine *)ctx, ta, tb, m, n, k, alpha, p16[0], ld16[0], p16[1],
+                         ld16[1], g_gemm_dt, beta, c, ldc, ZRT_F32);
 }
-static void cu_zero(float *p, size_t n) { cudaMemsetAsync(p, 0, n * sizeof(float), g_stream); }
+static void cu_zero(float *p, size_t n) {
+  r16_forget(); /* it may write a rounded copy's source, or the scratch */
+  cudaMemsetAsync(p, 0, n * sizeof(float), g_stream);
+}
 static void cu_encoder_forward(float *out, const int *tok, const float *wte, const float *wpe,
                                int B, int T, int C) {
+  r16_forget(); /* it may write a rounded copy's source, or the scratch */
   k_encoder_forward<<<nblocks((size_t)B * T * C, TPB), TPB, 0, g_stream>>>(out, tok, wte, wpe, B, T,
                                                                            C);
 }
 static void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int B,
                                 int T, int C) {
+  r16_forget(); /* it may write a rounded copy's source, or the scratch */
   k_encoder_backward<<<nblocks((size_t)B * T * C, TPB), TPB, 0, g_stream>>>(dwte, dwpe, dout, tok,
                                                                             B, T, C);
 }
 static void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                                  const float *w, const float *b, int N, int C) {
+  r16_forget(); /* it may write a rounded copy's source, or the scratch */
   k_layernorm_forward<<<nblocks((size_t)N * 32, TPB), TPB, 0, g_stream>>>(out, mean, rstd, inp, w,
                                                                           b, N, C);
 }
 static void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                                   const float *inp, const float *w, const float *mean,
                                   const float *rstd, int N, int C) {
+  r16_forget(); /* it may write a rounded copy's source, or the scratch */
   k_layernorm_backward<<<nblocks((size_t)N * 32, TPB), TPB, 0, g_stream>>>(dinp, dout, inp, w, mean,
                                                                            rstd, N, C);
   k_colsum<<<nblocks((size_t)C, RW_COLS), RW_COL_NT, 0, g_stream>>>(dw, db, dout, inp, mean, rstd,
                                                                     N, C);
 }
 static void cu_bias_add(float *out, const float *bias, int N, int OC) {
+  r16_forget(); /* it may write a rounded copy's source, or the scratch */
   k_bias_add<<<nblocks((size_t)N * OC, TPB), TPB, 0, g_stream>>>(out, bias, N, OC);
 }
 static void cu_bias_backward(float *db, const float *dout, int N, int OC) {
+  r16_forget(); /* it may write a rounded copy's source, or the scratch */
   k_colsum<<<nblocks((size_t)OC, RW_COLS), RW_COL_NT, 0, g_stream>>>(NULL, db, dout, NULL, NULL,
                                                                      NULL, N, OC);
 }
@@ -383,6 +398,7 @@ static zrt_status fa_shape_ok(int B, int T, int C, int NH) {
 }
 static zrt_status cu_attention_forward(void *ctx, float *out, float *att, const float *qkv, int B,
                                        int T, int C, int NH) {
+  r16_forget(); /* it may write a rounded copy's source, or the scratch */
   (void)ctx;
   zrt_status st = fa_shape_ok(B, T, C, NH);
   if (st != ZRT_OK) return st;
@@ -398,6 +414,7 @@ static zrt_status cu_attention_forward(void *ctx, float *out, float *att, const 
 static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                         const float *out, const float *att, int B, int T, int C,
                                         int NH) {
+  r16_forget(); /* it may write a rounded copy's source, or the scratch */
   (void)ctx;
   zrt_status st = fa_shape_ok(B, T, C, NH);
   if (st != ZRT_OK) return st;
@@ -422,16 +439,20 @@ static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dou
   return ZRT_OK;
 }
 static void cu_gelu_forward(float *out, const float *inp, size_t n) {
+  r16_forget(); /* it may write a rounded copy's source, or the scratch */
   k_gelu_forward<<<nblocks(n, TPB), TPB, 0, g_stream>>>(out, inp, n);
 }
 static void cu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+  r16_forget(); /* it may write a rounded copy's source, or the scratch */
   k_gelu_backward<<<nblocks(n, TPB), TPB, 0, g_stream>>>(dinp, inp, dout, n);
 }
 static void cu_residual(float *out, const float *a, const float *b, size_t n) {
+  r16_forget(); /* it may write a rounded copy's source, or the scratch */
   k_residual<<<nblocks(n, TPB), TPB, 0, g_stream>>>(out, a, b, n);
 }
 static void cu_crossentropy(float *losses, float *logits, const int *targets, int N, int V,
                             float dloss) {
+  r16_forget(); /* it may write a rounded copy's source, or the scratch */
   if (N <= 0) return;
   uint16_t *g16 = NULL;
   size_t bytes16 = (size_t)N * (size_t)V * 2;
@@ -503,6 +524,7 @@ void gpt2_cuda_gemm_setup(zrt_dtype dt, void *scratch, size_t bytes) {
 }
 
 void gpt2_cuda_weight16_clear(void) {
+  r16_forget();
   g_nw16 = 0;
   memset(&g_t16, 0, sizeof g_t16); /* the scratch's held bf16 copy goes too */
   g_scratch_res = 0;
@@ -517,13 +539,16 @@ int gpt2_cuda_weight16(const void *raw, int64_t n) {
 }
 
 void gpt2_cuda_fill16(void *dst, zrt_dtype dt, int64_t n) {
+  r16_forget();
   k_fill16<<<nblocks((size_t)n, TPB), TPB, 0, g_stream>>>(dst, n, (int)dt);
 }
 
 void gpt2_cuda_to_f32(float *dst, const void *src, zrt_dtype dt, int64_t n) {
+  r16_forget();
   k_to_f32<<<nblocks((size_t)n, TPB), TPB, 0, g_stream>>>(dst, src, (int)dt, n);
 }
 void gpt2_cuda_add_from_f32(void *dst, const float *src, zrt_dtype dt, int64_t n) {
+  r16_forget();
   k_add_from_f32<<<nblocks((size_t)n, TPB), TPB, 0, g_stream>>>(dst, src, (int)dt, n);
 }
 /* The op profile's clock (gpt2_prof.h): timing events around each call. */

@@ -34,6 +34,9 @@
  *     without its gradient. Tolerances absolute, from the magnitudes:
  *     1e-5 elementwise, 1e-4 for sums over the 200 rows and the losses,
  *     1e-6 for the cross-entropy's gradient (entries <= 1/37).
+ *   - a bf16 run's operand reuse: a GEMM taking the previous GEMM's fp32
+ *     operand reads its rounded copy; after a GEMM whose C overwrote the
+ *     source, or a non-GEMM op that did, it is rounded anew (1e-4);
  *   - a bf16 run's cross-entropy backward: its gradient as a bf16 copy that
  *     the head's GEMM on the logits pointer reads (the logits stay), against
  *     the CPU op's gradient rounded to bf16, within 1e-5 (entries <= 1/37).
@@ -195,6 +198,77 @@ static void check_op(const char *what, const void *d, const float *want, size_t 
   ZT_OK(zrt_engine_memcpy(eng, got, d, n * sizeof *got, ZRT_COPY_D2H));
   ZT_CLOSE_ARRAY(what, got, want, n, tol);
   free(got);
+}
+
+/* want[M x N] = op(A) op(B) in double on bf16-rounded values (row-major,
+ * A stored rows x cols with ta, likewise B). */
+static void ref_gemm(double *want, const float *a, int ta, int64_t lda, const float *b, int tb,
+                     int64_t ldb, int64_t M, int64_t N, int64_t K) {
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      double acc = 0;
+      for (int64_t p = 0; p < K; p++) {
+        float av = ta ? a[p * lda + i] : a[i * lda + p], bv = tb ? b[j * ldb + p] : b[p * ldb + j];
+        acc += (double)round_to(av, ZRT_BF16) * (double)round_to(bv, ZRT_BF16);
+      }
+      want[i * N + j] = acc;
+    }
+}
+
+/* Operand reuse in a bf16 run (cu_gemm): a GEMM that takes the previous
+ * GEMM's fp32 operand again reads the copy rounded for it (dX then dW of a
+ * linear's backward); one whose C overwrote that source rounds it anew; a
+ * non-GEMM op in between forgets the copies. Each result against double on
+ * rounded values (the overwritten operand as the device holds it). */
+static void reuse_case(void *scratch, size_t sb) {
+  enum { M = 48, K = 64, N = 40, MAX = M * K };
+  uint64_t s = 4711;
+  float *x = malloc(MAX * 4), *b1 = malloc(K * N * 4), *b2 = malloc(M * N * 4);
+  float *b3 = malloc(N * K * 4), *xn = malloc(MAX * 4), *want = malloc(MAX * 4);
+  double *ref = malloc(MAX * 8);
+  for (int i = 0; i < M * K; i++) x[i] = frand(&s);
+  for (int i = 0; i < K * N; i++) b1[i] = frand(&s);
+  for (int i = 0; i < M * N; i++) b2[i] = frand(&s);
+  for (int i = 0; i < N * K; i++) b3[i] = frand(&s);
+  float *dx = dev(MAX * 4, x), *d1 = dev(K * N * 4, b1), *d2 = dev(M * N * 4, b2);
+  float *d3 = dev(N * K * 4, b3), *c1 = dev(M * N * 4, NULL), *c2 = dev(K * N * 4, NULL);
+  float *c4 = dev(M * N * 4, NULL), *c6 = dev(K * N * 4, NULL);
+  const gpt2_ops_f32 *G = &gpt2_cuda_ops_f32;
+  gpt2_cuda_gemm_setup(ZRT_BF16, scratch, sb);
+  ZT_OK(G->gemm(eng, 0, 0, M, N, K, 1, dx, K, d1, N, 0, c1, N)); /* x, b1 rounded */
+  ZT_OK(G->gemm(eng, 1, 0, K, N, M, 1, dx, K, d2, N, 0, c2, N)); /* x's copy reused */
+  ZT_OK(G->gemm(eng, 0, 0, M, K, N, 1, d2, N, d3, K, 0, dx, K)); /* C overwrites x */
+  ZT_OK(G->gemm(eng, 0, 0, M, N, K, 1, dx, K, d1, N, 0, c4, N)); /* the new x rounded */
+  G->residual_forward(dx, dx, dx, MAX);                          /* x doubled, off the GEMMs */
+  ZT_OK(G->gemm(eng, 1, 0, K, N, M, 1, dx, K, d2, N, 0, c6, N)); /* the doubled x rounded */
+  ZT_OK(G->check());
+  ZT_OK(zrt_engine_memcpy(eng, xn, dx, MAX * 4, ZRT_COPY_D2H));
+  for (int i = 0; i < MAX; i++) xn[i] *= 0.5f; /* exact: the x the third GEMM wrote */
+  static const char *what[] = {
+      "bf16 reuse: x b1 (both rounded)", "bf16 reuse: x^T b2 (x's copy reused)",
+      "bf16 reuse: x = b2 b3 (C over a copy's source)", "bf16 reuse: new x b1 (rounded anew)",
+      "bf16 reuse: (2 x)^T b2 after a non-GEMM op wrote x"};
+  for (int c = 0; c < 5; c++) {
+    int64_t n = c == 1 || c == 4 ? K * N : c == 2 ? M * K : M * N;
+    if (c == 0) ref_gemm(ref, x, 0, K, b1, 0, N, M, N, K);
+    if (c == 1) ref_gemm(ref, x, 1, K, b2, 0, N, K, N, M);
+    if (c == 2) ref_gemm(ref, b2, 0, N, b3, 0, K, M, K, N);
+    if (c == 3) ref_gemm(ref, xn, 0, K, b1, 0, N, M, N, K);
+    if (c == 4) {
+      for (int i = 0; i < MAX; i++) xn[i] *= 2.0f;
+      ref_gemm(ref, xn, 1, K, b2, 0, N, K, N, M);
+    }
+    for (int64_t i = 0; i < n; i++) want[i] = (float)ref[i];
+    if (c == 2) { /* the device's x, read back above */
+      ZT_CLOSE_ARRAY(what[c], xn, want, (size_t)n, 1e-4);
+      continue;
+    }
+    check_op(what[c], c == 0 ? c1 : c == 1 ? c2 : c == 3 ? c4 : c6, want, (size_t)n, 1e-4);
+  }
+  gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb);
+  void *bufs[] = {dx, d1, d2, d3, c1, c2, c4, c6};
+  for (int i = 0; i < 8; i++) zrt_engine_free(eng, bufs[i]);
+  free(x), free(b1), free(b2), free(b3), free(xn), free(want), free(ref);
 }
 
 /* A bf16 run's cross-entropy backward: the gradient goes to the scratch as
@@ -372,6 +446,7 @@ int main(void) {
   gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb);
   ops_case();
   ce16_case(scratch, sb);
+  reuse_case(scratch, sb);
   zrt_engine_free(eng, scratch);
   zrt_engine_destroy(eng);
   zrt_config_destroy(zc);
