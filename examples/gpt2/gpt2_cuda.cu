@@ -324,6 +324,9 @@ static zrt_status cu_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64
     else
       op[i].round = 1;
   }
+  /* a C over the held cross-entropy copy's fp32 range voids the copy */
+  const char *c0 = (const char *)c, *c1 = c0 + ((size_t)(m - 1) * (size_t)ldc + (size_t)n) * 4;
+  int c_over_t16 = g_t16.p && c0 < g_t16.p + g_t16.bytes && g_t16.p < c1;
   g_g16.scratch_bytes = g_scratch_bytes;
   g_g16.res = g_scratch_res;
   if (!g16_plan(&g_g16, op, c, m, n, ldc)) {
@@ -342,6 +345,10 @@ static zrt_status cu_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64
     if (!op[i].reused)
       k_f32_to_16<<<nblocks((size_t)(rows[i] * cols[i]), TPB), TPB, 0, g_stream>>>(
           g_scratch + op[i].at, src[i], ld[i], rows[i], cols[i], (int)g_gemm_dt);
+  }
+  if (c_over_t16) {
+    memset(&g_t16, 0, sizeof g_t16);
+    g_scratch_res = 0;
   }
   return zrt_engine_gemm((zrt_engine *)ctx, ta, tb, m, n, k, alpha, p16[0], ld16[0], p16[1],
                          ld16[1], g_gemm_dt, beta, c, ldc, ZRT_F32);
@@ -454,6 +461,8 @@ static void cu_crossentropy(float *losses, float *logits, const int *targets, in
                             float dloss) {
   r16_forget(); /* it may write a rounded copy's source, or the scratch */
   if (N <= 0) return;
+  memset(&g_t16, 0, sizeof g_t16); /* an earlier held copy is void from here */
+  g_scratch_res = 0;
   uint16_t *g16 = NULL;
   size_t bytes16 = (size_t)N * (size_t)V * 2;
   /* a bf16 run's backward: the gradient as the bf16 copy the head's two

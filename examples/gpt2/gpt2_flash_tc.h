@@ -203,6 +203,40 @@ GB_DEV void tc_c_to_a(uint32_t a[4], const float (*c)[4], int j) {
   a[3] = tc_pack(c[2 * j + 1][2], c[2 * j + 1][3]);
 }
 
+/* acc[0..n) = 0 (n accumulator tiles of one lane). */
+GB_DEV void tc_zero(float (*acc)[4], int n) {
+  TC_UNROLL for (int t = 0; t < n; t++) TC_UNROLL for (int i = 0; i < 4; i++) acc[t][i] = 0.0f;
+}
+
+/* The two kinds of product, warp-wide on the lane structs W (fields named):
+ * TC_PROD_NK: acc[nt] += A(a[ks]) x t^T over the head's 16-column steps ks,
+ *   for the walked tile's 8-row groups nt in [nbeg, nend) (Q K^T, dO V^T,
+ *   K Q^T, V dO^T: t holds B's columns as rows);
+ * TC_PROD_KN: acc[nt] += (C tiles 2j, 2j+1 of c as A) x t[16j .. 16j+16)
+ *   for every 8-column group nt of the head (P V, dS K, P^T dO, dS^T Q). */
+#define TC_PROD_NK(W, acc, a, t, nbeg, nend)                                                       \
+  TC_UNROLL for (int ks_ = 0; ks_ < TC_KS; ks_++)                                                  \
+      TC_UNROLL for (int nt_ = 0; nt_ < TC_NTS; nt_++) {                                           \
+    if (nt_ >= (nbeg) && nt_ < (nend)) {                                                           \
+      TC_LANES(l)                                                                                  \
+      tc_frag_b_nk(TC_L(W, l).b, t, 16 * ks_, 8 * nt_, l);                                         \
+      TC_END                                                                                       \
+      TC_MMA(W, acc[nt_], a[ks_], b);                                                              \
+    }                                                                                              \
+  }
+#define TC_PROD_KN(W, acc, c, t, j)                                                                \
+  {                                                                                                \
+    TC_LANES(l)                                                                                    \
+    tc_c_to_a(TC_L(W, l).pa, (const float(*)[4])TC_L(W, l).c, j);                                  \
+    TC_END                                                                                         \
+    TC_UNROLL for (int nt_ = 0; nt_ < TC_NTH; nt_++) {                                             \
+      TC_LANES(l)                                                                                  \
+      tc_frag_b_kn(TC_L(W, l).b, t, 16 * (j), 8 * nt_, l);                                         \
+      TC_END                                                                                       \
+      TC_MMA(W, acc[nt_], pa, b);                                                                  \
+    }                                                                                              \
+  }
+
 /* Rows [r0, r0 + 64) of one head's slice (offset col in rows of ld floats,
  * hs columns) as bf16 pairs; rows >= T and columns >= hs become zeros. */
 #define TC_LOAD_TILE(dst, src, ld, col, r0, T, hs, tid)                                            \
@@ -249,8 +283,7 @@ GB_DEV void tc_forward_block(const float *qkv, float *out, float *lse, int T, in
     me->m[r] = -INFINITY;
     me->sum[r] = 0.0f;
   }
-  TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) TC_UNROLL for (int i = 0; i < 4; i++) me->o[nt][i] =
-      0.0f;
+  tc_zero(me->o, TC_NTH);
   TC_END
   TC_END
   for (int k0 = 0; k0 <= q_last; k0 += TC_COLS) {
@@ -265,17 +298,9 @@ GB_DEV void tc_forward_block(const float *qkv, float *out, float *lse, int T, in
     /* on the diagonal tile (k0 == q0) rows 16w.. see keys < 16w + 16 only */
     const int ncol = k0 == q0 ? 2 * w + 2 : TC_NTS, nks = ncol / 2;
     TC_LANES(l)
-    TC_UNROLL for (int nt = 0; nt < TC_NTS; nt++) TC_UNROLL for (int i = 0; i < 4; i++) TC_L(W, l)
-        .s[nt][i] = 0.0f;
+    tc_zero(TC_L(W, l).s, TC_NTS);
     TC_END
-    TC_UNROLL for (int ks = 0; ks < TC_KS; ks++) TC_UNROLL for (int nt = 0; nt < TC_NTS; nt++) {
-      if (nt < ncol) {
-        TC_LANES(l)
-        tc_frag_b_nk(TC_L(W, l).b, sm->k, 16 * ks, 8 * nt, l);
-        TC_END
-        TC_MMA(W, s[nt], qa[ks], b);
-      }
-    }
+    TC_PROD_NK(W, s, qa, sm->k, 0, ncol)
     TC_LANES(l)
     tc_fwd_lane *me = &TC_L(W, l);
     const int g = l >> 2, t = l & 3;
@@ -312,17 +337,7 @@ GB_DEV void tc_forward_block(const float *qkv, float *out, float *lse, int T, in
     }
     TC_END
     TC_UNROLL for (int j = 0; j < TC_COLS / 16; j++) {
-      if (j < nks) {
-        TC_LANES(l)
-        tc_c_to_a(TC_L(W, l).pa, (const float(*)[4])TC_L(W, l).s, j);
-        TC_END
-        TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) {
-          TC_LANES(l)
-          tc_frag_b_kn(TC_L(W, l).b, sm->v, 16 * j, 8 * nt, l);
-          TC_END
-          TC_MMA(W, o[nt], pa, b);
-        }
-      }
+      if (j < nks) TC_PROD_KN(W, o, s, sm->v, j)
     }
     TC_END
   }
@@ -411,8 +426,7 @@ GB_DEV void tc_dq_block(float *dqkv, float *dstat, const float *dout, const floa
     me->lse[r] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
     me->d[r] = sm->d[lr];
   }
-  TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) TC_UNROLL for (int i = 0; i < 4; i++)
-      me->dq[nt][i] = 0.0f;
+  tc_zero(me->dq, TC_NTH);
   TC_END
   TC_END
   for (int k0 = 0; k0 <= q_last; k0 += TC_COLS) {
@@ -426,23 +440,11 @@ GB_DEV void tc_dq_block(float *dqkv, float *dstat, const float *dout, const floa
     tc_dq_lane *W = TC_WS(st, w);
     const int ncol = k0 == q0 ? 2 * w + 2 : TC_NTS, nks = ncol / 2;
     TC_LANES(l)
-    TC_UNROLL for (int nt = 0; nt < TC_NTS; nt++) TC_UNROLL for (int i = 0; i < 4; i++) {
-      TC_L(W, l).s[nt][i] = 0.0f;
-      TC_L(W, l).dp[nt][i] = 0.0f;
-    }
+    tc_zero(TC_L(W, l).s, TC_NTS);
+    tc_zero(TC_L(W, l).dp, TC_NTS);
     TC_END
-    TC_UNROLL for (int ks = 0; ks < TC_KS; ks++) TC_UNROLL for (int nt = 0; nt < TC_NTS; nt++) {
-      if (nt < ncol) {
-        TC_LANES(l)
-        tc_frag_b_nk(TC_L(W, l).b, sm->k, 16 * ks, 8 * nt, l);
-        TC_END
-        TC_MMA(W, s[nt], qa[ks], b);
-        TC_LANES(l)
-        tc_frag_b_nk(TC_L(W, l).b, sm->v, 16 * ks, 8 * nt, l);
-        TC_END
-        TC_MMA(W, dp[nt], da[ks], b);
-      }
-    }
+    TC_PROD_NK(W, s, qa, sm->k, 0, ncol)
+    TC_PROD_NK(W, dp, da, sm->v, 0, ncol)
     TC_LANES(l)
     tc_dq_lane *me = &TC_L(W, l);
     const int g = l >> 2, t = l & 3;
@@ -456,17 +458,7 @@ GB_DEV void tc_dq_block(float *dqkv, float *dstat, const float *dout, const floa
     }
     TC_END
     TC_UNROLL for (int j = 0; j < TC_COLS / 16; j++) {
-      if (j < nks) {
-        TC_LANES(l)
-        tc_c_to_a(TC_L(W, l).pa, (const float(*)[4])TC_L(W, l).s, j);
-        TC_END
-        TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) {
-          TC_LANES(l)
-          tc_frag_b_kn(TC_L(W, l).b, sm->k, 16 * j, 8 * nt, l);
-          TC_END
-          TC_MMA(W, dq[nt], pa, b);
-        }
-      }
+      if (j < nks) TC_PROD_KN(W, dq, s, sm->k, j)
     }
     TC_END
   }
@@ -521,10 +513,8 @@ GB_DEV void tc_dkv_block(float *dqkv, const float *dout, const float *qkv, const
     tc_frag_a(me->ka[ks], sm->k, 16 * w, 16 * ks, l);
     tc_frag_a(me->va[ks], sm->v, 16 * w, 16 * ks, l);
   }
-  TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) TC_UNROLL for (int i = 0; i < 4; i++) {
-    me->dk[nt][i] = 0.0f;
-    me->dv[nt][i] = 0.0f;
-  }
+  tc_zero(me->dk, TC_NTH);
+  tc_zero(me->dv, TC_NTH);
   TC_END
   TC_END
   /* query rows i >= key j: query tiles from the diagonal on */
@@ -545,23 +535,11 @@ GB_DEV void tc_dkv_block(float *dqkv, const float *dout, const float *qkv, const
     /* on the diagonal tile keys 16w.. are seen by queries >= 16w only */
     const int nbeg = q0 == k0 ? 2 * w : 0, jbeg = nbeg / 2;
     TC_LANES(l)
-    TC_UNROLL for (int nt = 0; nt < TC_NTS; nt++) TC_UNROLL for (int i = 0; i < 4; i++) {
-      TC_L(W, l).s[nt][i] = 0.0f;
-      TC_L(W, l).dp[nt][i] = 0.0f;
-    }
+    tc_zero(TC_L(W, l).s, TC_NTS);
+    tc_zero(TC_L(W, l).dp, TC_NTS);
     TC_END
-    TC_UNROLL for (int ks = 0; ks < TC_KS; ks++) TC_UNROLL for (int nt = 0; nt < TC_NTS; nt++) {
-      if (nt >= nbeg) {
-        TC_LANES(l)
-        tc_frag_b_nk(TC_L(W, l).b, sm->q, 16 * ks, 8 * nt, l);
-        TC_END
-        TC_MMA(W, s[nt], ka[ks], b);
-        TC_LANES(l)
-        tc_frag_b_nk(TC_L(W, l).b, sm->dout, 16 * ks, 8 * nt, l);
-        TC_END
-        TC_MMA(W, dp[nt], va[ks], b);
-      }
-    }
+    TC_PROD_NK(W, s, ka, sm->q, nbeg, TC_NTS)
+    TC_PROD_NK(W, dp, va, sm->dout, nbeg, TC_NTS)
     TC_LANES(l)
     tc_dkv_lane *me = &TC_L(W, l);
     const int g = l >> 2, t = l & 3;
@@ -577,24 +555,8 @@ GB_DEV void tc_dkv_block(float *dqkv, const float *dout, const float *qkv, const
     TC_END
     TC_UNROLL for (int j = 0; j < TC_COLS / 16; j++) {
       if (j >= jbeg) {
-        TC_LANES(l)
-        tc_c_to_a(TC_L(W, l).pa, (const float(*)[4])TC_L(W, l).s, j);
-        TC_END
-        TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) {
-          TC_LANES(l)
-          tc_frag_b_kn(TC_L(W, l).b, sm->dout, 16 * j, 8 * nt, l);
-          TC_END
-          TC_MMA(W, dv[nt], pa, b);
-        }
-        TC_LANES(l)
-        tc_c_to_a(TC_L(W, l).pa, (const float(*)[4])TC_L(W, l).dp, j);
-        TC_END
-        TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) {
-          TC_LANES(l)
-          tc_frag_b_kn(TC_L(W, l).b, sm->q, 16 * j, 8 * nt, l);
-          TC_END
-          TC_MMA(W, dk[nt], pa, b);
-        }
+        TC_PROD_KN(W, dv, s, sm->dout, j)
+        TC_PROD_KN(W, dk, dp, sm->q, j)
       }
     }
     TC_END

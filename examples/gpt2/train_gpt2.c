@@ -1585,7 +1585,10 @@ int main(int argc, char **argv) {
     }
   }
   if (tty) fprintf(stderr, "\n");
-  if (a.profile_ops) CHECK(gpt2_prof_finish(rank0 ? a.profile_ops : NULL, 2, rank0));
+  if (a.profile_ops) { /* the kernels unwrapped again (sampling runs them after) */
+    tr.ops = prof_inner;
+    CHECK(gpt2_prof_finish(rank0 ? a.profile_ops : NULL, 2, rank0));
+  }
   if (a.sample > 0) CHECK(sample_text(&tr, &val_sp, a.sample, a.temperature, &rng));
   rc = 0;
   goto done;

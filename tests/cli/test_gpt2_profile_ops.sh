@@ -41,6 +41,10 @@ if backend == "cpu":  # synchronous kernels: inside the step's wall time
 print(f"{backend}: model ops {ops:.3f} ms of a {step:.3f} ms step; calls per kind as the passes make")
 PY
 done
+# sampling after a profiled run uses the kernels unwrapped (it crashed)
+"$EXE" "${args[@]}" --steps 3 --profile_ops "$D/s.json" --sample 8 >"$D/sample.txt" 2>&1 ||
+  { cat "$D/sample.txt"; fail "--profile_ops with --sample failed"; }
+grep -q "model ops per step" "$D/sample.txt" || { cat "$D/sample.txt"; fail "no profile table before the sample"; }
 # refused: with --eval_only, into a missing directory, onto a symlink
 if "$EXE" --eval_only --init "$D/none" --profile_ops "$D/x.json" >"$D/e1.txt" 2>&1; then
   fail "--profile_ops with --eval_only was accepted"

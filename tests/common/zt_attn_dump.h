@@ -15,9 +15,9 @@
 
 #include "ztest.h"
 
-static void zt_attn_dump(const char *dir, const float *qkv, const float *dout, const float *dqkv0,
-                         const float *out, const float *dqkv, int B, int T, int NH, int hs,
-                         const char *dtype) {
+static inline void zt_attn_dump(const char *dir, const float *qkv, const float *dout,
+                                const float *dqkv0, const float *out, const float *dqkv, int B,
+                                int T, int NH, int hs, const char *dtype) {
   size_t nqkv = (size_t)B * T * 3 * NH * hs, nout = (size_t)B * T * NH * hs;
   const struct {
     const char *name;

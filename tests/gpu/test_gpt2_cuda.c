@@ -101,6 +101,21 @@ static void *dev(size_t bytes, const void *host) {
   return p;
 }
 
+/* want[M x N] = op(A) op(B) in double on values rounded to dt (row-major,
+ * A stored M x K, or K x M with ta; likewise B). */
+static void ref_gemm(double *want, const float *a, int ta, int64_t lda, const float *b, int tb,
+                     int64_t ldb, int64_t M, int64_t N, int64_t K, zrt_dtype dt) {
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      double acc = 0;
+      for (int64_t p = 0; p < K; p++) {
+        float av = ta ? a[p * lda + i] : a[i * lda + p], bv = tb ? b[j * ldb + p] : b[p * ldb + j];
+        acc += (double)round_to(av, dt) * (double)round_to(bv, dt);
+      }
+      want[i * N + j] = acc;
+    }
+}
+
 /* C = alpha op(A) op(B) + beta C through the ops; wb: B is a registered
  * 16-bit weight (else both are fp32 activations). */
 static void gemm_case(zrt_dtype dt, int ta, int tb, int64_t m, int64_t n, int64_t k, int wb,
@@ -114,15 +129,8 @@ static void gemm_case(zrt_dtype dt, int ta, int tb, int64_t m, int64_t n, int64_
   for (size_t i = 0; i < na; i++) a[i] = frand(&s);
   for (size_t i = 0; i < nb; i++) b[i] = frand(&s);
   for (size_t i = 0; i < nc; i++) c[i] = frand(&s);
-  for (int64_t i = 0; i < m; i++)
-    for (int64_t j = 0; j < n; j++) {
-      double acc = 0;
-      for (int64_t p = 0; p < k; p++) {
-        float av = ta ? a[p * lda + i] : a[i * lda + p], bv = tb ? b[j * ldb + p] : b[p * ldb + j];
-        acc += (double)round_to(av, dt) * (double)round_to(bv, dt);
-      }
-      want[i * ldc + j] = 0.75 * acc + (double)beta * c[i * ldc + j];
-    }
+  ref_gemm(want, a, ta, lda, b, tb, ldb, m, n, k, dt);
+  for (size_t i = 0; i < nc; i++) want[i] = 0.75 * want[i] + (double)beta * c[i];
   to16(b16, b, nb, dt);
   float *da = dev(na * 4, a), *dc = dev(nc * 4, c);
   void *db = wb ? dev(nb * 2, b16) : dev(nb * 4, b);
@@ -200,21 +208,6 @@ static void check_op(const char *what, const void *d, const float *want, size_t 
   free(got);
 }
 
-/* want[M x N] = op(A) op(B) in double on bf16-rounded values (row-major,
- * A stored rows x cols with ta, likewise B). */
-static void ref_gemm(double *want, const float *a, int ta, int64_t lda, const float *b, int tb,
-                     int64_t ldb, int64_t M, int64_t N, int64_t K) {
-  for (int64_t i = 0; i < M; i++)
-    for (int64_t j = 0; j < N; j++) {
-      double acc = 0;
-      for (int64_t p = 0; p < K; p++) {
-        float av = ta ? a[p * lda + i] : a[i * lda + p], bv = tb ? b[j * ldb + p] : b[p * ldb + j];
-        acc += (double)round_to(av, ZRT_BF16) * (double)round_to(bv, ZRT_BF16);
-      }
-      want[i * N + j] = acc;
-    }
-}
-
 /* Operand reuse in a bf16 run (cu_gemm): a GEMM that takes the previous
  * GEMM's fp32 operand again reads the copy rounded for it (dX then dW of a
  * linear's backward); one whose C overwrote that source rounds it anew; a
@@ -224,20 +217,20 @@ static void reuse_case(void *scratch, size_t sb) {
   enum { M = 48, K = 64, N = 40, MAX = M * K };
   uint64_t s = 4711;
   float *x = malloc(MAX * 4), *b1 = malloc(K * N * 4), *b2 = malloc(M * N * 4);
-  float *b3 = malloc(N * K * 4), *xn = malloc(MAX * 4), *want = malloc(MAX * 4);
+  float *dwm = malloc(K * K * 4), *xn = malloc(MAX * 4), *want = malloc(MAX * 4);
   double *ref = malloc(MAX * 8);
   for (int i = 0; i < M * K; i++) x[i] = frand(&s);
   for (int i = 0; i < K * N; i++) b1[i] = frand(&s);
   for (int i = 0; i < M * N; i++) b2[i] = frand(&s);
-  for (int i = 0; i < N * K; i++) b3[i] = frand(&s);
+  for (int i = 0; i < K * K; i++) dwm[i] = frand(&s);
   float *dx = dev(MAX * 4, x), *d1 = dev(K * N * 4, b1), *d2 = dev(M * N * 4, b2);
-  float *d3 = dev(N * K * 4, b3), *c1 = dev(M * N * 4, NULL), *c2 = dev(K * N * 4, NULL);
+  float *d3 = dev(K * K * 4, dwm), *c1 = dev(M * N * 4, NULL), *c2 = dev(K * N * 4, NULL);
   float *c4 = dev(M * N * 4, NULL), *c6 = dev(K * N * 4, NULL);
   const gpt2_ops_f32 *G = &gpt2_cuda_ops_f32;
   gpt2_cuda_gemm_setup(ZRT_BF16, scratch, sb);
   ZT_OK(G->gemm(eng, 0, 0, M, N, K, 1, dx, K, d1, N, 0, c1, N)); /* x, b1 rounded */
   ZT_OK(G->gemm(eng, 1, 0, K, N, M, 1, dx, K, d2, N, 0, c2, N)); /* x's copy reused */
-  ZT_OK(G->gemm(eng, 0, 0, M, K, N, 1, d2, N, d3, K, 0, dx, K)); /* C overwrites x */
+  ZT_OK(G->gemm(eng, 0, 0, M, K, K, 1, dx, K, d3, K, 0, dx, K)); /* reads x's copy, C over x */
   ZT_OK(G->gemm(eng, 0, 0, M, N, K, 1, dx, K, d1, N, 0, c4, N)); /* the new x rounded */
   G->residual_forward(dx, dx, dx, MAX);                          /* x doubled, off the GEMMs */
   ZT_OK(G->gemm(eng, 1, 0, K, N, M, 1, dx, K, d2, N, 0, c6, N)); /* the doubled x rounded */
@@ -246,17 +239,17 @@ static void reuse_case(void *scratch, size_t sb) {
   for (int i = 0; i < MAX; i++) xn[i] *= 0.5f; /* exact: the x the third GEMM wrote */
   static const char *what[] = {
       "bf16 reuse: x b1 (both rounded)", "bf16 reuse: x^T b2 (x's copy reused)",
-      "bf16 reuse: x = b2 b3 (C over a copy's source)", "bf16 reuse: new x b1 (rounded anew)",
-      "bf16 reuse: (2 x)^T b2 after a non-GEMM op wrote x"};
+      "bf16 reuse: x = x w (x's copy read, C over its source)",
+      "bf16 reuse: new x b1 (rounded anew)", "bf16 reuse: (2 x)^T b2 after a non-GEMM op wrote x"};
   for (int c = 0; c < 5; c++) {
     int64_t n = c == 1 || c == 4 ? K * N : c == 2 ? M * K : M * N;
-    if (c == 0) ref_gemm(ref, x, 0, K, b1, 0, N, M, N, K);
-    if (c == 1) ref_gemm(ref, x, 1, K, b2, 0, N, K, N, M);
-    if (c == 2) ref_gemm(ref, b2, 0, N, b3, 0, K, M, K, N);
-    if (c == 3) ref_gemm(ref, xn, 0, K, b1, 0, N, M, N, K);
+    if (c == 0) ref_gemm(ref, x, 0, K, b1, 0, N, M, N, K, ZRT_BF16);
+    if (c == 1) ref_gemm(ref, x, 1, K, b2, 0, N, K, N, M, ZRT_BF16);
+    if (c == 2) ref_gemm(ref, x, 0, K, dwm, 0, K, M, K, K, ZRT_BF16);
+    if (c == 3) ref_gemm(ref, xn, 0, K, b1, 0, N, M, N, K, ZRT_BF16);
     if (c == 4) {
       for (int i = 0; i < MAX; i++) xn[i] *= 2.0f;
-      ref_gemm(ref, xn, 1, K, b2, 0, N, K, N, M);
+      ref_gemm(ref, xn, 1, K, b2, 0, N, K, N, M, ZRT_BF16);
     }
     for (int64_t i = 0; i < n; i++) want[i] = (float)ref[i];
     if (c == 2) { /* the device's x, read back above */
@@ -268,7 +261,7 @@ static void reuse_case(void *scratch, size_t sb) {
   gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb);
   void *bufs[] = {dx, d1, d2, d3, c1, c2, c4, c6};
   for (int i = 0; i < 8; i++) zrt_engine_free(eng, bufs[i]);
-  free(x), free(b1), free(b2), free(b3), free(xn), free(want), free(ref);
+  free(x), free(b1), free(b2), free(dwm), free(xn), free(want), free(ref);
 }
 
 /* A bf16 run's cross-entropy backward: the gradient goes to the scratch as
@@ -281,34 +274,38 @@ static void ce16_case(void *scratch, size_t sb) {
   enum { N = 37, V = 1000, C = 64 };
   uint64_t s = 777;
   float *lg = malloc((size_t)N * V * 4), *g = malloc((size_t)N * V * 4), *w = malloc(V * C * 4);
-  float *loss = malloc(N * 4), *back = malloc((size_t)N * V * 4), *want = malloc(N * C * 4);
+  float *loss = malloc(N * 4), *back = malloc((size_t)N * V * 4), *want = malloc(V * C * 4);
+  float *xin = malloc(N * C * 4);
+  double *ref = malloc((size_t)V * C * 8);
   int *tgt = malloc(N * sizeof *tgt);
   for (size_t i = 0; i < (size_t)N * V; i++) g[i] = lg[i] = 4.0f * frand(&s);
   for (int i = 0; i < V * C; i++) w[i] = frand(&s);
+  for (int i = 0; i < N * C; i++) xin[i] = frand(&s);
   for (int i = 0; i < N; i++) tgt[i] = (int)((frand(&s) * 0.5f + 0.5f) * V) % V;
   gpt2_cpu_ops_f32.crossentropy(loss, g, tgt, N, V, 1.0f / N);
-  for (int i = 0; i < N; i++)
-    for (int c = 0; c < C; c++) {
-      double acc = 0;
-      for (int v = 0; v < V; v++)
-        acc += (double)round_to(g[(size_t)i * V + v], ZRT_BF16) * round_to(w[v * C + c], ZRT_BF16);
-      want[i * C + c] = (float)acc;
-    }
+  ref_gemm(ref, g, 0, V, w, 0, C, N, C, V, ZRT_BF16);
+  for (int i = 0; i < N * C; i++) want[i] = (float)ref[i];
   float *dlg = dev((size_t)N * V * 4, lg), *dw = dev(V * C * 4, w), *dout = dev(N * C * 4, NULL);
-  float *dloss = dev(N * 4, NULL);
+  float *dloss = dev(N * 4, NULL), *dxin = dev(N * C * 4, xin), *dwte = dev(V * C * 4, NULL);
   int *dtgt = dev(N * sizeof *tgt, tgt);
   gpt2_cuda_gemm_setup(ZRT_BF16, scratch, sb);
   gpt2_cuda_ops_f32.crossentropy(dloss, dlg, dtgt, N, V, 1.0f / N);
   ZT_OK(gpt2_cuda_ops_f32.gemm(eng, 0, 0, N, C, V, 1, dlg, V, dw, C, 0, dout, C));
+  /* dwte's shape: the copy read transposed, the other operand rounded past it */
+  ZT_OK(gpt2_cuda_ops_f32.gemm(eng, 1, 0, V, C, N, 1, dlg, V, dxin, C, 0, dwte, C));
   check_op("bf16 run: cross-entropy loss", dloss, loss, N, 1e-4);
   check_op("bf16 run: the GEMM on the logits reads the bf16 gradient copy", dout, want, N * C,
            1e-5);
+  ref_gemm(ref, g, 1, V, xin, 0, C, V, C, N, ZRT_BF16);
+  for (int i = 0; i < V * C; i++) want[i] = (float)ref[i];
+  check_op("bf16 run: dwte = copy^T x (the copy transposed, x after it)", dwte, want, V * C, 1e-5);
   ZT_OK(zrt_engine_memcpy(eng, back, dlg, (size_t)N * V * 4, ZRT_COPY_D2H));
   ZT_CHECK(memcmp(back, lg, (size_t)N * V * 4) == 0); /* the logits stay */
   gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb);
   zrt_engine_free(eng, dlg), zrt_engine_free(eng, dw), zrt_engine_free(eng, dout);
-  zrt_engine_free(eng, dloss), zrt_engine_free(eng, dtgt);
-  free(lg), free(g), free(w), free(loss), free(back), free(want), free(tgt);
+  zrt_engine_free(eng, dloss), zrt_engine_free(eng, dtgt), zrt_engine_free(eng, dxin);
+  zrt_engine_free(eng, dwte);
+  free(lg), free(g), free(w), free(loss), free(back), free(want), free(tgt), free(xin), free(ref);
 }
 
 /* The non-GEMM, non-attention ops against gpt2_cpu_ops_f32 (see the top). */

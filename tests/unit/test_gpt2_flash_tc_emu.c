@@ -25,14 +25,9 @@
 #include <string.h>
 
 #include "../../examples/gpt2/gpt2_flash_tc.h"
-#include "zt_attn_dump.h"
 #include "zt_attn_ref.h"
 #include "ztest.h"
 
-static float frand(uint64_t *s) {
-  *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
-  return (float)((*s >> 40) & 0xffffff) / 8388608.0f - 1.0f;
-}
 static float bf16_round(float x) {
   union {
     uint32_t u;
@@ -65,37 +60,12 @@ static void emu_backward(float *dqkv, float *dstat, const float *dout, const flo
       tc_dkv_block(dqkv, dout, qkv, lse, dstat, T, C, NH, t, bh, &skv, tkv);
 }
 
+/* bf16 inputs; tolerances 4e-3 on out, 5e-6 on lse, 1e-2 on dqkv (see the top) */
+static const zt_attn_kernel kernel = {emu_forward, emu_backward, bf16_round, 4e-3,
+                                      5e-6,        1e-2,         "bf16",     TC_HS};
+
 static void one_case(int B, int T, int NH, int hs) {
-  int C = NH * hs;
-  size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nst = (size_t)B * NH * T;
-  float *qkv = malloc(nqkv * 4), *dout = malloc(nout * 4), *out = malloc(nout * 4);
-  float *lse = malloc(nst * 4), *dstat = malloc(nst * 4), *dqkv = malloc(nqkv * 4);
-  double *rout = malloc(nout * 8), *rlse = malloc(nst * 8), *rdqkv = malloc(nqkv * 8);
-  uint64_t s = 7u + (uint64_t)T;
-  /* inputs already on the bf16 grid: the reference sees what the MMAs see */
-  for (size_t i = 0; i < nqkv; i++) qkv[i] = bf16_round(frand(&s));
-  for (size_t i = 0; i < nout; i++) dout[i] = bf16_round(frand(&s));
-  for (size_t i = 0; i < nqkv; i++) rdqkv[i] = dqkv[i] = 0.25f * frand(&s); /* added into */
-  for (size_t i = 0; i < nout; i++) out[i] = NAN;                           /* every row written */
-  for (size_t i = 0; i < nst; i++) lse[i] = dstat[i] = NAN;
-  float *dqkv0 = malloc(nqkv * 4);
-  memcpy(dqkv0, dqkv, nqkv * 4);
-  emu_forward(qkv, out, lse, B, T, C, NH);
-  emu_backward(dqkv, dstat, dout, qkv, out, lse, B, T, C, NH);
-  const char *dump = getenv("ZRT_ATTN_DUMP");
-  if (dump && *dump && T == 100 && hs == TC_HS)
-    zt_attn_dump(dump, qkv, dout, dqkv0, out, dqkv, B, T, NH, hs, "bf16");
-  free(dqkv0);
-  zt_attn_ref(qkv, dout, rout, rlse, rdqkv, B, T, C, NH);
-  char what[96];
-  snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d out", B, T, NH, hs);
-  ZT_CLOSE_ARRAY(what, out, rout, nout, 4e-3);
-  snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d lse", B, T, NH, hs);
-  ZT_CLOSE_ARRAY(what, lse, rlse, nst, 5e-6);
-  snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d dqkv", B, T, NH, hs);
-  ZT_CLOSE_ARRAY(what, dqkv, rdqkv, nqkv, 1e-2);
-  free(qkv), free(dout), free(out), free(lse), free(dstat), free(dqkv);
-  free(rout), free(rlse), free(rdqkv);
+  zt_attn_case(&kernel, B, T, NH, hs, 7u + (uint64_t)T);
 }
 
 /* One MMA against its definition, fragments placed by hand from the PTX
