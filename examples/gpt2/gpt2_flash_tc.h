@@ -46,6 +46,8 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "gpt2_block.h"
 
@@ -60,6 +62,12 @@
 #define TC_NTH (TC_HS / 8)   /* 8-column accumulator tiles over the head */
 
 typedef uint32_t tc_tile[TC_ROWS][TC_LDW];
+/* the tiles' alignment: ldmatrix reads 16-byte rows (TC_LDW words = 144 B) */
+#ifdef __CUDACC__
+#define TC_ALIGN __align__(16)
+#else
+#define TC_ALIGN _Alignas(16)
+#endif
 
 #ifdef __CUDACC__
 #define TC_UNROLL _Pragma("unroll")
@@ -85,20 +93,6 @@ typedef uint32_t tc_tile[TC_ROWS][TC_LDW];
 #define TC_MMA(W, d, a, b) tc_mma((W)[0].d, (W)[0].a, (W)[0].b, sizeof *(W))
 
 GB_DEV uint32_t tc_pack(float lo, float hi) { return gb_bf16(lo) | gb_bf16(hi) << 16; }
-/* CUDA's __byte_perm: byte i of the result is byte s[4i+2:4i] of the 8
- * bytes y:x (x's low byte first); written out for the emulation. */
-GB_DEV uint32_t tc_byte_perm(uint32_t x, uint32_t y, unsigned s) {
-#ifdef __CUDACC__
-  return __byte_perm(x, y, s);
-#else
-  uint64_t in = (uint64_t)y << 32 | x;
-  uint32_t r = 0;
-  for (int i = 0; i < 4; i++)
-    r |= (uint32_t)((in >> (8 * ((s >> (4 * i)) & 7))) & 0xffu) << (8 * i);
-  return r;
-#endif
-}
-
 /* d += a x b over one warp (m16n8k16, bf16 in, fp32 accumulate). On CUDA
  * every thread passes its own fragments; the emulation passes lane 0's and
  * finds lane l's l * stride bytes further on. */
@@ -173,9 +167,8 @@ GB_DEV void tc_quad(float *x, size_t stride, int sum) {
 }
 #define TC_QUAD(W, f, sum) tc_quad(&(W)[0].f, sizeof *(W), sum)
 
-/* Fragments from tiles of pairs. A (rows m0.., cols k0..) from a tile
- * holding A's rows; B (k0.., n0..) from a tile holding B's columns as rows
- * (_nk: K for Q K^T) or B's rows as rows (_kn: V for P V). */
+/* An A fragment (rows m0.., cols k0..) from a tile holding A's rows (the
+ * B fragments come by ldmatrix, tc_ldsm). */
 GB_DEV void tc_frag_a(uint32_t a[4], const tc_tile t, int m0, int k0, int l) {
   int g = l >> 2, c = k0 / 2 + (l & 3);
   a[0] = t[m0 + g][c];
@@ -183,24 +176,54 @@ GB_DEV void tc_frag_a(uint32_t a[4], const tc_tile t, int m0, int k0, int l) {
   a[2] = t[m0 + g][c + 4];
   a[3] = t[m0 + g + 8][c + 4];
 }
-GB_DEV void tc_frag_b_nk(uint32_t b[2], const tc_tile t, int k0, int n0, int l) {
-  int g = l >> 2, c = k0 / 2 + (l & 3);
-  b[0] = t[n0 + g][c];
-  b[1] = t[n0 + g][c + 4];
-}
-GB_DEV void tc_frag_b_kn(uint32_t b[2], const tc_tile t, int k0, int n0, int l) {
-  int k = k0 + 2 * (l & 3), n = n0 + (l >> 2);
-  /* the 16-bit halves at column n of rows k, k+1 (and k+8, k+9), low to high */
-  const unsigned sel = (n & 1) ? 0x7632u : 0x5410u;
-  b[0] = tc_byte_perm(t[k][n >> 1], t[k + 1][n >> 1], sel);
-  b[1] = tc_byte_perm(t[k + 8][n >> 1], t[k + 9][n >> 1], sel);
-}
 /* Accumulator tiles 2j, 2j+1 (16 x 16) rounded into an A fragment. */
 GB_DEV void tc_c_to_a(uint32_t a[4], const float (*c)[4], int j) {
   a[0] = tc_pack(c[2 * j][0], c[2 * j][1]);
   a[1] = tc_pack(c[2 * j][2], c[2 * j][3]);
   a[2] = tc_pack(c[2 * j + 1][0], c[2 * j + 1][1]);
   a[3] = tc_pack(c[2 * j + 1][2], c[2 * j + 1][3]);
+}
+
+/* ldmatrix.x4 (trans: .trans) over one warp: four 8x8 matrices of 16-bit
+ * elements from shared memory, lane 8i + r giving the address of matrix
+ * i's row r (16 bytes, 16-byte aligned). Lane t receives in r[i] the pair
+ * (row t/4, columns 2(t%4), +1) of matrix i, or with trans (rows 2(t%4)
+ * and +1, column t/4): exactly a B fragment's b0,b1 when the rows are B's
+ * columns (non-trans) or B's rows (trans). On CUDA each thread passes its
+ * own address (*ra); the emulation reads every lane's (lane 0's field, the
+ * lanes stride bytes apart, as tc_mma) and dies on a misaligned one. */
+GB_DEV void tc_ldsm(uint32_t *r, const uint32_t *const *ra, int trans, size_t stride) {
+#ifdef __CUDACC__
+  (void)stride;
+  unsigned a = (unsigned)__cvta_generic_to_shared(*ra);
+  if (trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#else
+  const uint32_t *row[32];
+  uint32_t out[32][4];
+  for (int l = 0; l < 32; l++) {
+    row[l] = *(const uint32_t *const *)((const char *)ra + (size_t)l * stride);
+    if ((uintptr_t)row[l] % 16) abort(); /* ldmatrix's rows are 16-byte aligned */
+  }
+  for (int t = 0; t < 32; t++)
+    for (int i = 0; i < 4; i++) {
+      if (!trans) {
+        out[t][i] = row[8 * i + t / 4][t % 4];
+      } else {
+        const uint32_t *r0 = row[8 * i + 2 * (t % 4)], *r1 = row[8 * i + 2 * (t % 4) + 1];
+        int c = t / 4;
+        out[t][i] = ((r0[c >> 1] >> ((c & 1) * 16)) & 0xffffu) |
+                    ((r1[c >> 1] >> ((c & 1) * 16)) & 0xffffu) << 16;
+      }
+    }
+  for (int t = 0; t < 32; t++) memcpy((char *)r + (size_t)t * stride, out[t], sizeof out[t]);
+#endif
 }
 
 /* acc[0..n) = 0 (n accumulator tiles of one lane). */
@@ -216,12 +239,14 @@ GB_DEV void tc_zero(float (*acc)[4], int n) {
  *   for every 8-column group nt of the head (P V, dS K, P^T dO, dS^T Q). */
 #define TC_PROD_NK(W, acc, a, t, nbeg, nend)                                                       \
   TC_UNROLL for (int ks_ = 0; ks_ < TC_KS; ks_++)                                                  \
-      TC_UNROLL for (int nt_ = 0; nt_ < TC_NTS; nt_++) {                                           \
-    if (nt_ >= (nbeg) && nt_ < (nend)) {                                                           \
+      TC_UNROLL for (int nt_ = 0; nt_ < TC_NTS; nt_ += 2) {                                        \
+    if (nt_ >= (nbeg) && nt_ < (nend)) { /* groups nt_, nt_ + 1 by one ldmatrix */                 \
       TC_LANES(l)                                                                                  \
-      tc_frag_b_nk(TC_L(W, l).b, t, 16 * ks_, 8 * nt_, l);                                         \
+      TC_L(W, l).ra = &(t)[8 * nt_ + 8 * (l >> 4) + (l & 7)][(16 * ks_ + 8 * ((l >> 3) & 1)) / 2]; \
       TC_END                                                                                       \
-      TC_MMA(W, acc[nt_], a[ks_], b);                                                              \
+      tc_ldsm((W)[0].b4, &(W)[0].ra, 0, sizeof *(W));                                              \
+      TC_MMA(W, acc[nt_], a[ks_], b4);                                                             \
+      TC_MMA(W, acc[nt_ + 1], a[ks_], b4 + 2);                                                     \
     }                                                                                              \
   }
 #define TC_PROD_KN(W, acc, c, t, j)                                                                \
@@ -229,11 +254,13 @@ GB_DEV void tc_zero(float (*acc)[4], int n) {
     TC_LANES(l)                                                                                    \
     tc_c_to_a(TC_L(W, l).pa, (const float(*)[4])TC_L(W, l).c, j);                                  \
     TC_END                                                                                         \
-    TC_UNROLL for (int nt_ = 0; nt_ < TC_NTH; nt_++) {                                             \
+    TC_UNROLL for (int nt_ = 0; nt_ < TC_NTH; nt_ += 2) {                                          \
       TC_LANES(l)                                                                                  \
-      tc_frag_b_kn(TC_L(W, l).b, t, 16 * (j), 8 * nt_, l);                                         \
+      TC_L(W, l).ra = &(t)[16 * (j) + 8 * ((l >> 3) & 1) + (l & 7)][(8 * nt_ + 8 * (l >> 4)) / 2]; \
       TC_END                                                                                       \
-      TC_MMA(W, acc[nt_], pa, b);                                                                  \
+      tc_ldsm((W)[0].b4, &(W)[0].ra, 1, sizeof *(W));                                              \
+      TC_MMA(W, acc[nt_], pa, b4);                                                                 \
+      TC_MMA(W, acc[nt_ + 1], pa, b4 + 2);                                                         \
     }                                                                                              \
   }
 
@@ -252,12 +279,13 @@ GB_DEV void tc_zero(float (*acc)[4], int n) {
   }
 
 typedef struct tc_fwd_smem {
-  tc_tile q, k, v;
+  TC_ALIGN tc_tile q, k, v;
 } tc_fwd_smem;
 typedef struct tc_fwd_lane {
   uint32_t qa[TC_KS][4]; /* the warp's 16 query rows as A fragments */
-  uint32_t b[2], pa[4];
-  float s[TC_NTS][4]; /* scores, then probabilities, of 16 rows x 64 keys */
+  uint32_t b4[4], pa[4]; /* B fragments of two 8-column groups; P or dS as A */
+  const uint32_t *ra;    /* this lane's ldmatrix row */
+  float s[TC_NTS][4];    /* scores, then probabilities, of 16 rows x 64 keys */
   float o[TC_NTH][4];
   float m[2], sum[2], mt[2]; /* rows g, g+8: running max, this lane's share of the sum, tile max */
 } tc_fwd_lane;
@@ -365,14 +393,15 @@ GB_DEV void tc_forward_block(const float *qkv, float *out, float *lse, int T, in
 }
 
 typedef struct tc_dq_smem {
-  tc_tile q, dout, k, v;
+  TC_ALIGN tc_tile q, dout, k, v;
   float dpart[TC_ROWS][8]; /* D's partial sums: 8 threads per row */
   float d[TC_ROWS];
 } tc_dq_smem;
 typedef struct tc_dq_lane {
   uint32_t qa[TC_KS][4], da[TC_KS][4]; /* the warp's 16 rows of q and dO */
-  uint32_t b[2], pa[4];
-  float s[TC_NTS][4], dp[TC_NTS][4]; /* S then dS, dO V^T */
+  uint32_t b4[4], pa[4];               /* B fragments of two 8-column groups; P or dS as A */
+  const uint32_t *ra;                  /* this lane's ldmatrix row */
+  float s[TC_NTS][4], dp[TC_NTS][4];   /* S then dS, dO V^T */
   float dq[TC_NTH][4];
   float lse[2], d[2];
 } tc_dq_lane;
@@ -482,13 +511,14 @@ GB_DEV void tc_dq_block(float *dqkv, float *dstat, const float *dout, const floa
 }
 
 typedef struct tc_dkv_smem {
-  tc_tile k, v, q, dout;
+  TC_ALIGN tc_tile k, v, q, dout;
   float lse[TC_COLS], d[TC_COLS];
 } tc_dkv_smem;
 typedef struct tc_dkv_lane {
   uint32_t ka[TC_KS][4], va[TC_KS][4]; /* the warp's 16 key rows of k and v */
-  uint32_t b[2], pa[4];
-  float s[TC_NTS][4], dp[TC_NTS][4]; /* S^T then P^T, dO V^T transposed then dS^T */
+  uint32_t b4[4], pa[4];               /* B fragments of two 8-column groups; P or dS as A */
+  const uint32_t *ra;                  /* this lane's ldmatrix row */
+  float s[TC_NTS][4], dp[TC_NTS][4];   /* S^T then P^T, dO V^T transposed then dS^T */
   float dk[TC_NTH][4], dv[TC_NTH][4];
 } tc_dkv_lane;
 

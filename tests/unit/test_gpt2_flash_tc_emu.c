@@ -100,8 +100,55 @@ static void mma_case(void) {
   ZT_CHECK(bad == 0);
 }
 
+/* B fragments straight from the ISA's fragment table (b0,b1: rows 2t, 2t+1
+ * of column g; b2,b3: rows + 8), from a tile holding B's columns as rows
+ * (nk) or B's rows (kn): the reference for what ldmatrix delivers. */
+static uint32_t elem(const uint32_t *row, int c) {
+  return (row[c >> 1] >> ((c & 1) * 16)) & 0xffffu;
+}
+static void frag_b(uint32_t b[2], const tc_tile t, int k0, int n0, int l, int kn) {
+  int g = l >> 2, k = k0 + 2 * (l & 3), n = n0 + g;
+  for (int r = 0; r < 2; r++) {
+    int kk = k + 8 * r;
+    b[r] =
+        kn ? elem(t[kk], n) | elem(t[kk + 1], n) << 16 : elem(t[n], kk) | elem(t[n], kk + 1) << 16;
+  }
+}
+
+/* tc_ldsm (the ldmatrix distribution, from the ISA's ldmatrix section) with
+ * the kernels' row addresses against frag_b (from its mma section): every
+ * 16-column step and pair of 8-column groups of a random tile, both ways. */
+static void ldsm_case(void) {
+  static TC_ALIGN tc_tile t;
+  static struct lane {
+    uint32_t b4[4];
+    const uint32_t *ra;
+  } L[32];
+  uint64_t s = 99;
+  for (int r = 0; r < TC_ROWS; r++)
+    for (int c = 0; c < TC_LDW; c++) t[r][c] = (uint32_t)(zt_attn_frand(&s) * 2e9f);
+  int bad = 0;
+  for (int kn = 0; kn < 2; kn++)
+    for (int k0 = 0; k0 < 64; k0 += 16)
+      for (int n0 = 0; n0 < 64; n0 += 16) {
+        for (int l = 0; l < 32; l++)
+          L[l].ra = kn ? &t[k0 + 8 * ((l >> 3) & 1) + (l & 7)][(n0 + 8 * (l >> 4)) / 2]
+                       : &t[n0 + 8 * (l >> 4) + (l & 7)][(k0 + 8 * ((l >> 3) & 1)) / 2];
+        tc_ldsm(L[0].b4, &L[0].ra, kn, sizeof L[0]);
+        for (int l = 0; l < 32; l++)
+          for (int h = 0; h < 2; h++) {
+            uint32_t want[2];
+            frag_b(want, t, k0, n0 + 8 * h, l, kn);
+            bad += L[l].b4[2 * h] != want[0] || L[l].b4[2 * h + 1] != want[1];
+          }
+      }
+  if (bad) printf("ldmatrix: %d fragments differ from the mma table's\n", bad);
+  ZT_CHECK(bad == 0);
+}
+
 int main(void) {
   mma_case();
+  ldsm_case();
   static const int Ts[] = {1, 15, 16, 63, 64, 65, 100, 200};
   for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) one_case(2, Ts[i], 3, TC_HS);
   one_case(2, 64, 2, 32);
