@@ -6,10 +6,10 @@
  * the softmax and its backward in fp32 registers. Written once for two
  * compilers like gpt2_flash_attn.h: nvcc builds the kernels (gpt2_cuda.cu),
  * a C compiler an emulation (tests/unit/test_gpt2_flash_tc_emu.c) in which
- * a warp's 32 lanes are arrays and each warp-wide step (the MMA, a shuffle
- * across a row's four lanes) is a function over all of them, following the
- * fragment layouts of the PTX ISA ("Matrix Fragments for mma.m16n8k16 with
- * floating point type"): with g = lane / 4 and t = lane % 4,
+ * a warp's 32 lanes are arrays and each warp-wide step (the MMA, ldmatrix,
+ * a shuffle across a row's four lanes) is a function over all of them,
+ * following the PTX ISA's layouts ("Matrix Fragments for mma.m16n8k16 with
+ * floating point type", "ldmatrix"): with g = lane / 4 and t = lane % 4,
  *   A (16 x 16, row): a0,a1 (row g, cols 2t, 2t+1), a2,a3 (row g+8),
  *     a4..a7 the same 8 columns on; two elements per 32-bit register, the
  *     lower index in the low half;
@@ -22,8 +22,10 @@
  * Blocks of TC_NT = 128 threads, 4 warps of 16 rows: 64 query rows
  * (forward, dq) or 64 key rows (dkv) per block, against tiles of 64 keys
  * (or queries) staged in shared memory as bf16 pairs (one uint32_t holds
- * columns 2c, 2c+1; rows padded to TC_LDW words so a warp's fragment loads
- * hit distinct banks). Head size hs = C / NH of at most 64; a smaller head
+ * columns 2c, 2c+1; rows of TC_LDW words, 144 bytes: 16-byte aligned for
+ * ldmatrix, and 8 rows of a matrix fall on distinct banks). A fragments are
+ * read once per block, B fragments by ldmatrix.x4, two 8-column groups per
+ * load. Head size hs = C / NH of at most 64; a smaller head
  * is zero-padded (exact zeros in every product, never written back).
  *   forward: grid (ceil(T/64), B*NH); online softmax per row (each lane
  *     keeps its share of the row sum, the row max is a 4-lane shuffle);
