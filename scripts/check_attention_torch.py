@@ -54,7 +54,12 @@ def main():
     d_out = (out - y.detach()).abs().max().item()
     d_dqkv = (dqkv - (dqkv0 + x.grad)).abs().max().item()
     dtype = shape.get("dtype", "f32")
-    tol_out, tol_dqkv = {"f32": (1e-4, 1e-3), "bf16": (4e-3, 1e-2)}[dtype]
+    tols = {"f32": (1e-4, 1e-3), "fp32": (1e-4, 1e-3), "bf16": (4e-3, 1e-2)}
+    if dtype not in tols:
+        print(f"check_attention_torch: {d}/shape.json names dtype {dtype!r}; expected one of "
+              f"{sorted(tols)}", file=sys.stderr)
+        sys.exit(2)
+    tol_out, tol_dqkv = tols[dtype]
     ok = d_out <= tol_out and d_dqkv <= tol_dqkv
     print(json.dumps({"dtype": dtype, "max_diff_out": d_out, "max_diff_dqkv": d_dqkv,
                       "tol_out": tol_out, "tol_dqkv": tol_dqkv, "ok": ok,

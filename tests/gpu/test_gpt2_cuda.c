@@ -177,7 +177,7 @@ static void attention_case(zrt_dtype dt, int B, int T, int NH, int HS) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s%s", dump, dt == ZRT_BF16 ? "/bf16" : "");
     ZT_CHECK(dt != ZRT_BF16 || mkdir(dir, 0755) == 0 || errno == EEXIST);
-    zt_attn_dump(dir, qkv, dout, dqkv0, out, dqkv, B, T, NH, HS, zrt_dtype_name(dt));
+    zt_attn_dump(dir, qkv, dout, dqkv0, out, dqkv, B, T, NH, HS, dt == ZRT_BF16 ? "bf16" : "f32");
     printf("attention tensors written to %s\n", dir);
   }
   free(dqkv0);
