@@ -174,7 +174,8 @@ need_build() {
 # and examples, every gpu-label test (check adds a CPU subset to it).
 gpu_targets() {
   local f
-  printf '%s ' zrt_cli zrt_perf rank_probe train_gpt2 train_mlp gpu_probe test_gpt2_flash_emu test_gpt2_rows_emu
+  printf '%s ' zrt_cli zrt_perf rank_probe train_gpt2 train_mlp gpu_probe test_gpt2_flash_emu \
+    test_gpt2_flash_tc_emu test_gpt2_rows_emu test_gpt2_gemm16
   for f in tests/gpu/test_*.c; do printf '%s ' "$(basename "$f" .c)"; done
 }
 
@@ -344,6 +345,10 @@ check() {
     grep -q "steps needs a comma-separated list" "$OUT/steps-usage.txt"
     ZRT_REQUIRE_GPU=0 "$0" steps gpu "$1" # through `steps` (deadline, steps.txt)
     grep -q "^gpu exit 0 in" "$OUT/steps.txt"
+    # the attn step ends with cli.test_attention_torch_emu: its emulations must be built
+    for t in $(sed -n "s/^for emu in \(.*\); do$/\1/p" "$(dirname "$0")/../tests/cli/test_attention_torch_emu.sh"); do
+      [ -x "$1/tests/$t" ] || { echo "gpu-setup check: the attn step runs $t, which the build (gpu_targets) did not make" >&2; exit 1; }
+    done
     ZRT_STEP_S=900 "$0" run bash -c "cd \"$1\" && ctest --output-on-failure -R \"^(unit.test_dtype|unit.test_config|mpi.test_comm_collectives.np2|mpi.test_engine_equiv.np2|cli.test_launch)$\""
   ' "$0" "$dir"
 }
