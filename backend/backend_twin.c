@@ -1314,23 +1314,21 @@ static zrt_status twin_event_elapsed(void *ctx, zrt_event start, zrt_event end, 
   return ZRT_OK;
 }
 
-static void twin_event_get(twin_ctx *c, twin_event *e, twin_wait_args *w) {
+/* e's last record: what a wait on it waits for, and (vc non-NULL) the
+ * clock of the ops it is ordered after. */
+static void twin_event_get(twin_ctx *c, twin_event *e, twin_wait_args *w, uint64_t *vc) {
   pthread_mutex_lock(&c->mu);
   w->s = e->s;
   w->target = e->target;
+  if (vc) memcpy(vc, e->vc, sizeof e->vc);
   pthread_mutex_unlock(&c->mu);
 }
 
 static zrt_status twin_stream_wait_event(void *ctx, zrt_stream s, zrt_event ev) {
   twin_ctx *c = ctx;
-  twin_event *e = ev;
   twin_wait_args w;
   uint64_t vc[TWIN_VC];
-  pthread_mutex_lock(&c->mu);
-  w.s = e->s;
-  w.target = e->target;
-  memcpy(vc, e->vc, sizeof vc);
-  pthread_mutex_unlock(&c->mu);
+  twin_event_get(c, ev, &w, vc);
   twin_stream *ts = twin_stream_of(c, s);
   if (!w.s || w.s == ts) return ZRT_OK; /* never recorded, or FIFO already orders it */
   return twin_enqueue_vc(c, ts, twin_run_wait, "stream wait event", &w, sizeof w, NULL, vc);
@@ -1339,7 +1337,7 @@ static zrt_status twin_stream_wait_event(void *ctx, zrt_stream s, zrt_event ev) 
 static zrt_status twin_event_synchronize(void *ctx, zrt_event ev) {
   twin_ctx *c = ctx;
   twin_wait_args w;
-  twin_event_get(c, ev, &w);
+  twin_event_get(c, ev, &w, NULL);
   if (!w.s) return ZRT_OK;
   return twin_wait_done(w.s, w.target);
 }
@@ -1347,7 +1345,7 @@ static zrt_status twin_event_synchronize(void *ctx, zrt_event ev) {
 static zrt_status twin_event_query(void *ctx, zrt_event ev, int *done) {
   twin_ctx *c = ctx;
   twin_wait_args w;
-  twin_event_get(c, ev, &w);
+  twin_event_get(c, ev, &w, NULL);
   *done = 1;
   if (!w.s) return ZRT_OK;
   pthread_mutex_lock(&w.s->mu);

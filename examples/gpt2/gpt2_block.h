@@ -1,6 +1,7 @@
 /*
  * gpt2_block.h — the phase macros of the GPT example's CUDA kernels that are
- * written once for two compilers (gpt2_flash_attn.h, gpt2_rows.h): nvcc
+ * written once for two compilers (gpt2_flash_attn.h, gpt2_flash_tc.h,
+ * gpt2_rows.h): nvcc
  * builds them as kernels, a C compiler as an emulation that runs a block's
  * threads one after the other, phase by phase, between barriers.
  *   GB_DEV             a block function (__device__ inline / static inline)
@@ -10,9 +11,10 @@
  *                      one phase: every thread of the block (n of them)
  *                      runs the body once with its own tid (on CUDA n is
  *                      the launch's block size)
+ *   GB_UNROLL          unroll the loop that follows (nvcc; nothing in C)
  *   gb_bf16(x)         x rounded to bf16 (nearest even), as its 16 bits:
  *                      CUDA's __float2bfloat16_rn, written out for the C
- *                      compiler
+ *                      compiler; gb_from_bf16(bits) the value of such bits
  */
 #ifndef GPT2_BLOCK_H
 #define GPT2_BLOCK_H
@@ -25,6 +27,7 @@
 
 #ifdef __CUDACC__
 #define GB_DEV __device__ __forceinline__
+#define GB_UNROLL _Pragma("unroll")
 #define GB_SYNC() __syncthreads()
 #define GB_THREADS(tid, n)                                                                         \
   {                                                                                                \
@@ -32,6 +35,7 @@
 #define GB_END }
 #else
 #define GB_DEV static inline
+#define GB_UNROLL
 #define GB_SYNC() ((void)0)
 #define GB_THREADS(tid, n) for (int tid = 0; tid < (n); tid++) {
 #define GB_END }
@@ -48,6 +52,14 @@ GB_DEV uint32_t gb_bf16(float x) {
   if (isnan(x)) return 0x7fc0u;
   return (v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16; /* round to nearest even */
 #endif
+}
+
+GB_DEV float gb_from_bf16(uint32_t bits) {
+  union {
+    uint32_t u;
+    float f;
+  } v = {(bits & 0xffffu) << 16};
+  return v.f;
 }
 
 #endif

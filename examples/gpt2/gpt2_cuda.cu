@@ -14,10 +14,11 @@
  * without atomics): on tensor cores in a bf16 run (gpt2_flash_tc.h, warp
  * MMAs on bf16 operands, fp32 softmax), on the CUDA cores in fp32 otherwise
  * (gpt2_flash_attn.h); its `att` buffer keeps only the per-row logsumexp
- * (the first B*NH*T floats), and the backward's D rows live in the scratch. The cross-entropy and
- * the column sums (the biases' gradients, the LayerNorms' weight and bias gradients) are block
- * reductions from gpt2_rows.h (coalesced, deterministic, no atomics; also
- * emulated on the CPU by test_gpt2_rows_emu). Other kernels favour
+ * (the first B*NH*T floats), and the backward's D rows live in the
+ * scratch. The cross-entropy and the column sums (the biases' gradients,
+ * the LayerNorms' weight and bias gradients) are block reductions from
+ * gpt2_rows.h (coalesced, deterministic, no atomics; also emulated on the
+ * CPU by test_gpt2_rows_emu). Other kernels favour
  * obviously-correct indexing over speed: one thread per element, a warp
  * per row for LayerNorm; the embedding's gradients use atomicAdd (tokens
  * repeat), which keeps the backward's ADD contract. All launches go to the
@@ -33,9 +34,9 @@
 #include "gpt2_flash_attn.h"
 #include "gpt2_flash_tc.h"
 #include "gpt2_gemm16.h"
+#include "gpt2_rows.h"
 
 static_assert(TC_HS == FA_HS, "one head-size limit (fa_shape_ok) for both attentions");
-#include "gpt2_rows.h"
 
 #define GELU_S 0.7978845608028654f
 
@@ -284,6 +285,13 @@ static struct {
 } g_t16;
 static size_t g_scratch_res;
 
+/* The held copy is void (a new cross-entropy, a GEMM writing over its
+ * source, the next module's staging): the scratch is free again. */
+static void t16_drop(void) {
+  memset(&g_t16, 0, sizeof g_t16);
+  g_scratch_res = 0;
+}
+
 static const void *twin16(const void *p, int64_t ld, int64_t rows, int64_t cols) {
   const char *c = (const char *)p;
   size_t last = ((size_t)(rows - 1) * (size_t)ld + (size_t)cols) * sizeof(float);
@@ -298,7 +306,9 @@ static int is_w16(const void *p) {
 }
 
 /* Where the GEMMs' 16-bit operands are (gpt2_gemm16.h): rounded copies
- * reused by the next GEMM that takes the same operand. */
+ * reused by the next GEMM that takes the same operand. Every other entry
+ * point of this file calls r16_forget first: it may write a copy's source
+ * or the scratch. */
 static g16_state g_g16;
 static void r16_forget(void) { g16_forget(&g_g16); }
 
@@ -346,50 +356,47 @@ static zrt_status cu_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64
       k_f32_to_16<<<nblocks((size_t)(rows[i] * cols[i]), TPB), TPB, 0, g_stream>>>(
           g_scratch + op[i].at, src[i], ld[i], rows[i], cols[i], (int)g_gemm_dt);
   }
-  if (c_over_t16) {
-    memset(&g_t16, 0, sizeof g_t16);
-    g_scratch_res = 0;
-  }
+  if (c_over_t16) t16_drop();
   return zrt_engine_gemm((zrt_engine *)ctx, ta, tb, m, n, k, alpha, p16[0], ld16[0], p16[1],
                          ld16[1], g_gemm_dt, beta, c, ldc, ZRT_F32);
 }
 static void cu_zero(float *p, size_t n) {
-  r16_forget(); /* it may write a rounded copy's source, or the scratch */
+  r16_forget();
   cudaMemsetAsync(p, 0, n * sizeof(float), g_stream);
 }
 static void cu_encoder_forward(float *out, const int *tok, const float *wte, const float *wpe,
                                int B, int T, int C) {
-  r16_forget(); /* it may write a rounded copy's source, or the scratch */
+  r16_forget();
   k_encoder_forward<<<nblocks((size_t)B * T * C, TPB), TPB, 0, g_stream>>>(out, tok, wte, wpe, B, T,
                                                                            C);
 }
 static void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int B,
                                 int T, int C) {
-  r16_forget(); /* it may write a rounded copy's source, or the scratch */
+  r16_forget();
   k_encoder_backward<<<nblocks((size_t)B * T * C, TPB), TPB, 0, g_stream>>>(dwte, dwpe, dout, tok,
                                                                             B, T, C);
 }
 static void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                                  const float *w, const float *b, int N, int C) {
-  r16_forget(); /* it may write a rounded copy's source, or the scratch */
+  r16_forget();
   k_layernorm_forward<<<nblocks((size_t)N * 32, TPB), TPB, 0, g_stream>>>(out, mean, rstd, inp, w,
                                                                           b, N, C);
 }
 static void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                                   const float *inp, const float *w, const float *mean,
                                   const float *rstd, int N, int C) {
-  r16_forget(); /* it may write a rounded copy's source, or the scratch */
+  r16_forget();
   k_layernorm_backward<<<nblocks((size_t)N * 32, TPB), TPB, 0, g_stream>>>(dinp, dout, inp, w, mean,
                                                                            rstd, N, C);
   k_colsum<<<nblocks((size_t)C, RW_COLS), RW_COL_NT, 0, g_stream>>>(dw, db, dout, inp, mean, rstd,
                                                                     N, C);
 }
 static void cu_bias_add(float *out, const float *bias, int N, int OC) {
-  r16_forget(); /* it may write a rounded copy's source, or the scratch */
+  r16_forget();
   k_bias_add<<<nblocks((size_t)N * OC, TPB), TPB, 0, g_stream>>>(out, bias, N, OC);
 }
 static void cu_bias_backward(float *db, const float *dout, int N, int OC) {
-  r16_forget(); /* it may write a rounded copy's source, or the scratch */
+  r16_forget();
   k_colsum<<<nblocks((size_t)OC, RW_COLS), RW_COL_NT, 0, g_stream>>>(NULL, db, dout, NULL, NULL,
                                                                      NULL, N, OC);
 }
@@ -405,7 +412,7 @@ static zrt_status fa_shape_ok(int B, int T, int C, int NH) {
 }
 static zrt_status cu_attention_forward(void *ctx, float *out, float *att, const float *qkv, int B,
                                        int T, int C, int NH) {
-  r16_forget(); /* it may write a rounded copy's source, or the scratch */
+  r16_forget();
   (void)ctx;
   zrt_status st = fa_shape_ok(B, T, C, NH);
   if (st != ZRT_OK) return st;
@@ -421,7 +428,7 @@ static zrt_status cu_attention_forward(void *ctx, float *out, float *att, const 
 static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                         const float *out, const float *att, int B, int T, int C,
                                         int NH) {
-  r16_forget(); /* it may write a rounded copy's source, or the scratch */
+  r16_forget();
   (void)ctx;
   zrt_status st = fa_shape_ok(B, T, C, NH);
   if (st != ZRT_OK) return st;
@@ -446,23 +453,22 @@ static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dou
   return ZRT_OK;
 }
 static void cu_gelu_forward(float *out, const float *inp, size_t n) {
-  r16_forget(); /* it may write a rounded copy's source, or the scratch */
+  r16_forget();
   k_gelu_forward<<<nblocks(n, TPB), TPB, 0, g_stream>>>(out, inp, n);
 }
 static void cu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-  r16_forget(); /* it may write a rounded copy's source, or the scratch */
+  r16_forget();
   k_gelu_backward<<<nblocks(n, TPB), TPB, 0, g_stream>>>(dinp, inp, dout, n);
 }
 static void cu_residual(float *out, const float *a, const float *b, size_t n) {
-  r16_forget(); /* it may write a rounded copy's source, or the scratch */
+  r16_forget();
   k_residual<<<nblocks(n, TPB), TPB, 0, g_stream>>>(out, a, b, n);
 }
 static void cu_crossentropy(float *losses, float *logits, const int *targets, int N, int V,
                             float dloss) {
-  r16_forget(); /* it may write a rounded copy's source, or the scratch */
+  r16_forget();
   if (N <= 0) return;
-  memset(&g_t16, 0, sizeof g_t16); /* an earlier held copy is void from here */
-  g_scratch_res = 0;
+  t16_drop(); /* an earlier held copy is void from here */
   uint16_t *g16 = NULL;
   size_t bytes16 = (size_t)N * (size_t)V * 2;
   /* a bf16 run's backward: the gradient as the bf16 copy the head's two
@@ -535,8 +541,7 @@ void gpt2_cuda_gemm_setup(zrt_dtype dt, void *scratch, size_t bytes) {
 void gpt2_cuda_weight16_clear(void) {
   r16_forget();
   g_nw16 = 0;
-  memset(&g_t16, 0, sizeof g_t16); /* the scratch's held bf16 copy goes too */
-  g_scratch_res = 0;
+  t16_drop(); /* the scratch's held bf16 copy goes too */
 }
 
 int gpt2_cuda_weight16(const void *raw, int64_t n) {

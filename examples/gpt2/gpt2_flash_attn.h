@@ -45,11 +45,10 @@
 #define FA_END GB_END
 #ifdef __CUDACC__
 #define FA_TS(ts, tid) ((ts)[0]) /* a thread's registers */
-#define FA_UNROLL _Pragma("unroll")
 #else
 #define FA_TS(ts, tid) ((ts)[tid]) /* the emulation keeps every thread's state */
-#define FA_UNROLL
 #endif
+#define FA_UNROLL GB_UNROLL
 
 typedef struct fa_fwd_smem {
   float q[FA_TILE][FA_HS + 1]; /* +1: row-per-thread reads hit distinct banks */

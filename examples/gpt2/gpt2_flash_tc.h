@@ -72,7 +72,6 @@ typedef uint32_t tc_tile[TC_ROWS][TC_LDW];
 #endif
 
 #ifdef __CUDACC__
-#define TC_UNROLL _Pragma("unroll")
 #define TC_WARP(w)                                                                                 \
   {                                                                                                \
     const int w = (int)(threadIdx.x >> 5);                                                         \
@@ -84,7 +83,6 @@ typedef uint32_t tc_tile[TC_ROWS][TC_LDW];
 #define TC_L(W, l) ((W)[0]) /* a lane's registers: the thread's own */
 #define TC_WS(st, w) (st)   /* a warp's lanes: the thread's own */
 #else
-#define TC_UNROLL
 #define TC_WARP(w) for (int w = 0; w < TC_WARPS; w++) {
 #define TC_LANES(l) for (int l = 0; l < 32; l++) {
 #define TC_L(W, l) ((W)[l])
@@ -95,6 +93,10 @@ typedef uint32_t tc_tile[TC_ROWS][TC_LDW];
 #define TC_MMA(W, d, a, b) tc_mma((W)[0].d, (W)[0].a, (W)[0].b, sizeof *(W))
 
 GB_DEV uint32_t tc_pack(float lo, float hi) { return gb_bf16(lo) | gb_bf16(hi) << 16; }
+/* Element c (a column) of a tile row of pairs, as its 16 bits. */
+GB_DEV uint32_t tc_elem(const uint32_t *row, int c) {
+  return (row[c >> 1] >> ((c & 1) * 16)) & 0xffffu;
+}
 /* d += a x b over one warp (m16n8k16, bf16 in, fp32 accumulate). On CUDA
  * every thread passes its own fragments; the emulation passes lane 0's and
  * finds lane l's l * stride bytes further on. */
@@ -112,20 +114,11 @@ GB_DEV void tc_mma(float *d, const uint32_t *a, const uint32_t *b, size_t stride
     const uint32_t *al = (const uint32_t *)((const char *)a + (size_t)l * stride);
     const uint32_t *bl = (const uint32_t *)((const char *)b + (size_t)l * stride);
     int g = l >> 2, t = l & 3;
-    for (int i = 0; i < 8; i++) {
-      union {
-        uint32_t u;
-        float f;
-      } e = {((al[i >> 1] >> ((i & 1) * 16)) & 0xffffu) << 16};
-      A[g + 8 * ((i >> 1) & 1)][2 * t + (i & 1) + 8 * (i >> 2)] = e.f;
-    }
-    for (int i = 0; i < 4; i++) {
-      union {
-        uint32_t u;
-        float f;
-      } e = {((bl[i >> 1] >> ((i & 1) * 16)) & 0xffffu) << 16};
-      Bm[2 * t + (i & 1) + 8 * (i >> 1)][g] = e.f;
-    }
+    for (int i = 0; i < 8; i++)
+      A[g + 8 * ((i >> 1) & 1)][2 * t + (i & 1) + 8 * (i >> 2)] =
+          gb_from_bf16(al[i >> 1] >> ((i & 1) * 16));
+    for (int i = 0; i < 4; i++)
+      Bm[2 * t + (i & 1) + 8 * (i >> 1)][g] = gb_from_bf16(bl[i >> 1] >> ((i & 1) * 16));
   }
   float D[16][8];
   for (int l = 0; l < 32; l++) {
@@ -152,7 +145,7 @@ GB_DEV void tc_quad(float *x, size_t stride, int sum) {
 #ifdef __CUDACC__
   (void)stride;
   float v = *x;
-  TC_UNROLL for (int o = 1; o <= 2; o <<= 1) {
+  GB_UNROLL for (int o = 1; o <= 2; o <<= 1) {
     float u = __shfl_xor_sync(0xffffffffu, v, o);
     v = sum ? v + u : fmaxf(v, u);
   }
@@ -219,9 +212,7 @@ GB_DEV void tc_ldsm(uint32_t *r, const uint32_t *const *ra, int trans, size_t st
         out[t][i] = row[8 * i + t / 4][t % 4];
       } else {
         const uint32_t *r0 = row[8 * i + 2 * (t % 4)], *r1 = row[8 * i + 2 * (t % 4) + 1];
-        int c = t / 4;
-        out[t][i] = ((r0[c >> 1] >> ((c & 1) * 16)) & 0xffffu) |
-                    ((r1[c >> 1] >> ((c & 1) * 16)) & 0xffffu) << 16;
+        out[t][i] = tc_elem(r0, t / 4) | tc_elem(r1, t / 4) << 16;
       }
     }
   for (int t = 0; t < 32; t++) memcpy((char *)r + (size_t)t * stride, out[t], sizeof out[t]);
@@ -230,7 +221,7 @@ GB_DEV void tc_ldsm(uint32_t *r, const uint32_t *const *ra, int trans, size_t st
 
 /* acc[0..n) = 0 (n accumulator tiles of one lane). */
 GB_DEV void tc_zero(float (*acc)[4], int n) {
-  TC_UNROLL for (int t = 0; t < n; t++) TC_UNROLL for (int i = 0; i < 4; i++) acc[t][i] = 0.0f;
+  GB_UNROLL for (int t = 0; t < n; t++) GB_UNROLL for (int i = 0; i < 4; i++) acc[t][i] = 0.0f;
 }
 
 /* The two kinds of product, warp-wide on the lane structs W (fields named):
@@ -240,8 +231,8 @@ GB_DEV void tc_zero(float (*acc)[4], int n) {
  * TC_PROD_KN: acc[nt] += (C tiles 2j, 2j+1 of c as A) x t[16j .. 16j+16)
  *   for every 8-column group nt of the head (P V, dS K, P^T dO, dS^T Q). */
 #define TC_PROD_NK(W, acc, a, t, nbeg, nend)                                                       \
-  TC_UNROLL for (int ks_ = 0; ks_ < TC_KS; ks_++)                                                  \
-      TC_UNROLL for (int nt_ = 0; nt_ < TC_NTS; nt_ += 2) {                                        \
+  GB_UNROLL for (int ks_ = 0; ks_ < TC_KS; ks_++)                                                  \
+      GB_UNROLL for (int nt_ = 0; nt_ < TC_NTS; nt_ += 2) {                                        \
     if (nt_ >= (nbeg) && nt_ < (nend)) { /* groups nt_, nt_ + 1 by one ldmatrix */                 \
       TC_LANES(l)                                                                                  \
       TC_L(W, l).ra = &(t)[8 * nt_ + 8 * (l >> 4) + (l & 7)][(16 * ks_ + 8 * ((l >> 3) & 1)) / 2]; \
@@ -256,7 +247,7 @@ GB_DEV void tc_zero(float (*acc)[4], int n) {
     TC_LANES(l)                                                                                    \
     tc_c_to_a(TC_L(W, l).pa, (const float(*)[4])TC_L(W, l).c, j);                                  \
     TC_END                                                                                         \
-    TC_UNROLL for (int nt_ = 0; nt_ < TC_NTH; nt_ += 2) {                                          \
+    GB_UNROLL for (int nt_ = 0; nt_ < TC_NTH; nt_ += 2) {                                          \
       TC_LANES(l)                                                                                  \
       TC_L(W, l).ra = &(t)[16 * (j) + 8 * ((l >> 3) & 1) + (l & 7)][(8 * nt_ + 8 * (l >> 4)) / 2]; \
       TC_END                                                                                       \
@@ -308,8 +299,8 @@ GB_DEV void tc_forward_block(const float *qkv, float *out, float *lse, int T, in
   tc_fwd_lane *W = TC_WS(st, w);
   TC_LANES(l)
   tc_fwd_lane *me = &TC_L(W, l);
-  TC_UNROLL for (int ks = 0; ks < TC_KS; ks++) tc_frag_a(me->qa[ks], sm->q, 16 * w, 16 * ks, l);
-  TC_UNROLL for (int r = 0; r < 2; r++) {
+  GB_UNROLL for (int ks = 0; ks < TC_KS; ks++) tc_frag_a(me->qa[ks], sm->q, 16 * w, 16 * ks, l);
+  GB_UNROLL for (int r = 0; r < 2; r++) {
     me->m[r] = -INFINITY;
     me->sum[r] = 0.0f;
   }
@@ -334,10 +325,10 @@ GB_DEV void tc_forward_block(const float *qkv, float *out, float *lse, int T, in
     TC_LANES(l)
     tc_fwd_lane *me = &TC_L(W, l);
     const int g = l >> 2, t = l & 3;
-    TC_UNROLL for (int r = 0; r < 2; r++) {
+    GB_UNROLL for (int r = 0; r < 2; r++) {
       const int row = q0 + 16 * w + g + 8 * r;
       float mt = -INFINITY;
-      TC_UNROLL for (int nt = 0; nt < TC_NTS; nt++) TC_UNROLL for (int c = 0; c < 2; c++) {
+      GB_UNROLL for (int nt = 0; nt < TC_NTS; nt++) GB_UNROLL for (int c = 0; c < 2; c++) {
         const int col = k0 + 8 * nt + 2 * t + c;
         float x = col <= row ? me->s[nt][2 * r + c] * scale : -INFINITY; /* causal */
         me->s[nt][2 * r + c] = x;
@@ -350,23 +341,23 @@ GB_DEV void tc_forward_block(const float *qkv, float *out, float *lse, int T, in
     TC_QUAD(W, mt[1], 0);
     TC_LANES(l)
     tc_fwd_lane *me = &TC_L(W, l);
-    TC_UNROLL for (int r = 0; r < 2; r++) {
+    GB_UNROLL for (int r = 0; r < 2; r++) {
       /* every row sees key k0 of each tile it walks: mnew is finite */
       const float mnew = fmaxf(me->m[r], me->mt[r]);
       const float alpha = expf(me->m[r] - mnew); /* 0 on the first tile (m = -inf) */
       float lsum = 0.0f;
-      TC_UNROLL for (int nt = 0; nt < TC_NTS; nt++) TC_UNROLL for (int c = 0; c < 2; c++) {
+      GB_UNROLL for (int nt = 0; nt < TC_NTS; nt++) GB_UNROLL for (int c = 0; c < 2; c++) {
         float p = expf(me->s[nt][2 * r + c] - mnew); /* masked: exp(-inf) = 0 */
         me->s[nt][2 * r + c] = p;
         lsum += p;
       }
       me->sum[r] = me->sum[r] * alpha + lsum;
       me->m[r] = mnew;
-      TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) TC_UNROLL for (int c = 0; c < 2; c++)
+      GB_UNROLL for (int nt = 0; nt < TC_NTH; nt++) GB_UNROLL for (int c = 0; c < 2; c++)
           me->o[nt][2 * r + c] *= alpha;
     }
     TC_END
-    TC_UNROLL for (int j = 0; j < TC_COLS / 16; j++) {
+    GB_UNROLL for (int j = 0; j < TC_COLS / 16; j++) {
       if (j < nks) TC_PROD_KN(W, o, s, sm->v, j)
     }
     TC_END
@@ -378,12 +369,12 @@ GB_DEV void tc_forward_block(const float *qkv, float *out, float *lse, int T, in
   TC_LANES(l)
   tc_fwd_lane *me = &TC_L(W, l);
   const int g = l >> 2, t = l & 3;
-  TC_UNROLL for (int r = 0; r < 2; r++) {
+  GB_UNROLL for (int r = 0; r < 2; r++) {
     const int row = q0 + 16 * w + g + 8 * r;
     if (row < T) {
       const float inv = 1.0f / me->sum[r]; /* l >= 1: the row max's term is exp(0) */
       float *o = out + ((size_t)b * T + row) * C + h * hs;
-      TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) TC_UNROLL for (int c = 0; c < 2; c++) {
+      GB_UNROLL for (int nt = 0; nt < TC_NTH; nt++) GB_UNROLL for (int c = 0; c < 2; c++) {
         const int d = 8 * nt + 2 * t + c;
         if (d < hs) o[d] = me->o[nt][2 * r + c] * inv;
       }
@@ -448,11 +439,11 @@ GB_DEV void tc_dq_block(float *dqkv, float *dstat, const float *dout, const floa
   tc_dq_lane *W = TC_WS(st, w);
   TC_LANES(l)
   tc_dq_lane *me = &TC_L(W, l);
-  TC_UNROLL for (int ks = 0; ks < TC_KS; ks++) {
+  GB_UNROLL for (int ks = 0; ks < TC_KS; ks++) {
     tc_frag_a(me->qa[ks], sm->q, 16 * w, 16 * ks, l);
     tc_frag_a(me->da[ks], sm->dout, 16 * w, 16 * ks, l);
   }
-  TC_UNROLL for (int r = 0; r < 2; r++) {
+  GB_UNROLL for (int r = 0; r < 2; r++) {
     const int lr = 16 * w + (l >> 2) + 8 * r, i = q0 + lr;
     me->lse[r] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
     me->d[r] = sm->d[lr];
@@ -479,16 +470,16 @@ GB_DEV void tc_dq_block(float *dqkv, float *dstat, const float *dout, const floa
     TC_LANES(l)
     tc_dq_lane *me = &TC_L(W, l);
     const int g = l >> 2, t = l & 3;
-    TC_UNROLL for (int r = 0; r < 2; r++) {
+    GB_UNROLL for (int r = 0; r < 2; r++) {
       const int row = q0 + 16 * w + g + 8 * r;
-      TC_UNROLL for (int nt = 0; nt < TC_NTS; nt++) TC_UNROLL for (int c = 0; c < 2; c++) {
+      GB_UNROLL for (int nt = 0; nt < TC_NTS; nt++) GB_UNROLL for (int c = 0; c < 2; c++) {
         const int col = k0 + 8 * nt + 2 * t + c, e = 2 * r + c;
         const float p = col <= row ? expf(me->s[nt][e] * scale - me->lse[r]) : 0.0f;
         me->s[nt][e] = p * (me->dp[nt][e] - me->d[r]) * scale; /* dS, scaled for dq */
       }
     }
     TC_END
-    TC_UNROLL for (int j = 0; j < TC_COLS / 16; j++) {
+    GB_UNROLL for (int j = 0; j < TC_COLS / 16; j++) {
       if (j < nks) TC_PROD_KN(W, dq, s, sm->k, j)
     }
     TC_END
@@ -498,11 +489,11 @@ GB_DEV void tc_dq_block(float *dqkv, float *dstat, const float *dout, const floa
   TC_LANES(l)
   tc_dq_lane *me = &TC_L(W, l);
   const int g = l >> 2, t = l & 3;
-  TC_UNROLL for (int r = 0; r < 2; r++) {
+  GB_UNROLL for (int r = 0; r < 2; r++) {
     const int row = q0 + 16 * w + g + 8 * r;
     if (row < T) {
       float *dq = dqkv + ((size_t)b * T + row) * C3 + h * hs;
-      TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) TC_UNROLL for (int c = 0; c < 2; c++) {
+      GB_UNROLL for (int nt = 0; nt < TC_NTH; nt++) GB_UNROLL for (int c = 0; c < 2; c++) {
         const int d = 8 * nt + 2 * t + c;
         if (d < hs) dq[d] += me->dq[nt][2 * r + c];
       }
@@ -541,7 +532,7 @@ GB_DEV void tc_dkv_block(float *dqkv, const float *dout, const float *qkv, const
   tc_dkv_lane *W = TC_WS(st, w);
   TC_LANES(l)
   tc_dkv_lane *me = &TC_L(W, l);
-  TC_UNROLL for (int ks = 0; ks < TC_KS; ks++) {
+  GB_UNROLL for (int ks = 0; ks < TC_KS; ks++) {
     tc_frag_a(me->ka[ks], sm->k, 16 * w, 16 * ks, l);
     tc_frag_a(me->va[ks], sm->v, 16 * w, 16 * ks, l);
   }
@@ -575,9 +566,9 @@ GB_DEV void tc_dkv_block(float *dqkv, const float *dout, const float *qkv, const
     TC_LANES(l)
     tc_dkv_lane *me = &TC_L(W, l);
     const int g = l >> 2, t = l & 3;
-    TC_UNROLL for (int r = 0; r < 2; r++) {
+    GB_UNROLL for (int r = 0; r < 2; r++) {
       const int key = k0 + 16 * w + g + 8 * r;
-      TC_UNROLL for (int nt = 0; nt < TC_NTS; nt++) TC_UNROLL for (int c = 0; c < 2; c++) {
+      GB_UNROLL for (int nt = 0; nt < TC_NTS; nt++) GB_UNROLL for (int c = 0; c < 2; c++) {
         const int li = 8 * nt + 2 * t + c, i = q0 + li, e = 2 * r + c;
         const float p = i >= key && i < T ? expf(me->s[nt][e] * scale - sm->lse[li]) : 0.0f;
         me->s[nt][e] = p;
@@ -585,7 +576,7 @@ GB_DEV void tc_dkv_block(float *dqkv, const float *dout, const float *qkv, const
       }
     }
     TC_END
-    TC_UNROLL for (int j = 0; j < TC_COLS / 16; j++) {
+    GB_UNROLL for (int j = 0; j < TC_COLS / 16; j++) {
       if (j >= jbeg) {
         TC_PROD_KN(W, dv, s, sm->dout, j)
         TC_PROD_KN(W, dk, dp, sm->q, j)
@@ -598,11 +589,11 @@ GB_DEV void tc_dkv_block(float *dqkv, const float *dout, const float *qkv, const
   TC_LANES(l)
   tc_dkv_lane *me = &TC_L(W, l);
   const int g = l >> 2, t = l & 3;
-  TC_UNROLL for (int r = 0; r < 2; r++) {
+  GB_UNROLL for (int r = 0; r < 2; r++) {
     const int key = k0 + 16 * w + g + 8 * r;
     if (key < T) {
       float *dk = dqkv + ((size_t)b * T + key) * C3 + C + h * hs, *dv = dk + C;
-      TC_UNROLL for (int nt = 0; nt < TC_NTH; nt++) TC_UNROLL for (int c = 0; c < 2; c++) {
+      GB_UNROLL for (int nt = 0; nt < TC_NTH; nt++) GB_UNROLL for (int c = 0; c < 2; c++) {
         const int d = 8 * nt + 2 * t + c;
         if (d < hs) {
           dk[d] += me->dk[nt][2 * r + c];

@@ -28,13 +28,7 @@
 #include "zt_attn_ref.h"
 #include "ztest.h"
 
-static float bf16_round(float x) {
-  union {
-    uint32_t u;
-    float f;
-  } v = {gb_bf16(x) << 16};
-  return v.f;
-}
+static float bf16_round(float x) { return gb_from_bf16(gb_bf16(x)); }
 
 /* the CUDA grids, block by block */
 static void emu_forward(const float *qkv, float *out, float *lse, int B, int T, int C, int NH) {
@@ -103,15 +97,12 @@ static void mma_case(void) {
 /* B fragments straight from the ISA's fragment table (b0,b1: rows 2t, 2t+1
  * of column g; b2,b3: rows + 8), from a tile holding B's columns as rows
  * (nk) or B's rows (kn): the reference for what ldmatrix delivers. */
-static uint32_t elem(const uint32_t *row, int c) {
-  return (row[c >> 1] >> ((c & 1) * 16)) & 0xffffu;
-}
 static void frag_b(uint32_t b[2], const tc_tile t, int k0, int n0, int l, int kn) {
   int g = l >> 2, k = k0 + 2 * (l & 3), n = n0 + g;
   for (int r = 0; r < 2; r++) {
     int kk = k + 8 * r;
-    b[r] =
-        kn ? elem(t[kk], n) | elem(t[kk + 1], n) << 16 : elem(t[n], kk) | elem(t[n], kk + 1) << 16;
+    b[r] = kn ? tc_elem(t[kk], n) | tc_elem(t[kk + 1], n) << 16
+              : tc_elem(t[n], kk) | tc_elem(t[n], kk + 1) << 16;
   }
 }
 
