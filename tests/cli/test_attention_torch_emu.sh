@@ -9,8 +9,9 @@
 # tolerances test_gpt2_cuda uses (out 1e-4, dqkv 1e-3 absolute for the fp32
 # cores; 4e-3 and 1e-2 for the tensor cores, on bf16 inputs; dqkv ADDED onto
 # a non-zero dqkv0). The same script checks the GPU's kernels on a lent GPU
-# (scripts/gpu-setup.sh step attn). Skips (77) when no Python here imports
-# torch (set ZRT_PYTHON to one that does).
+# (scripts/gpu-setup.sh step attn). A dump naming a dtype the script does
+# not know is refused with a message (exit 2). Skips (77) when no Python
+# here imports torch (set ZRT_PYTHON to one that does).
 set -euo pipefail
 BIN=${ZRT_BIN:-build/bin}
 TESTS=${ZRT_TESTS:-$BIN/../tests}
@@ -27,3 +28,9 @@ for emu in test_gpt2_flash_emu test_gpt2_flash_tc_emu; do
   echo "$emu: $(cat "$D/$emu/shape.json")"
   "$PY" "$SRC/scripts/check_attention_torch.py" "$D/$emu"
 done
+# a dump whose dtype the checker does not know: refused with a message (exit 2), never a guess
+sed -i 's/"dtype": "[a-z0-9]*"/"dtype": "xx"/' "$D/test_gpt2_flash_tc_emu/shape.json"
+rc=0
+"$PY" "$SRC/scripts/check_attention_torch.py" "$D/test_gpt2_flash_tc_emu" >"$D/bad.txt" 2>&1 || rc=$?
+[ "$rc" = 2 ] && grep -q "names dtype 'xx'; expected one of \['bf16', 'f32', 'fp32'\]" "$D/bad.txt" ||
+  { cat "$D/bad.txt"; echo "FAIL: an unknown dtype gave exit $rc, not 2 with its message"; exit 1; }
