@@ -7,8 +7,11 @@
  * run (gpt2_cuda_gemm_setup with bf16 / fp16) every GEMM runs on tensor
  * cores with fp32 accumulation: the module's weight matrices are the
  * engine's gathered 16-bit tensors themselves (registered with
- * gpt2_cuda_weight16, no fp32 copy), fp32 activation operands are rounded
- * to the run's dtype into the scratch (as autocast does), C stays fp32.
+ * gpt2_cuda_weight16, no fp32 copy); in a bf16 run the activations only
+ * GEMMs read (ln1, atty, ln2, fch_gelu, lnf: gpt2_act16.h's registry) are
+ * written in bf16 by their producers and read as they are; other fp32
+ * activation operands are rounded to the run's dtype into the scratch (as
+ * autocast does), C stays fp32.
  *
  * Attention is fused (online softmax over shared-memory tiles, backward
  * without atomics): on tensor cores in a bf16 run (gpt2_flash_tc.h, warp
@@ -30,6 +33,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "gpt2_act16.h"
 #include "gpt2_cuda.h"
 #include "gpt2_flash_attn.h"
 #include "gpt2_flash_tc.h"
@@ -68,8 +72,8 @@ __device__ float warp_sum(float v) {
   return v;
 }
 
-/* One warp per row. */
-__global__ void k_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+/* One warp per row. out: fp32, or bf16 when o16 (gpt2_act16.h). */
+__global__ void k_layernorm_forward(void *out, int o16, float *mean, float *rstd, const float *inp,
                                     const float *w, const float *b, int N, int C) {
   int row = (int)((blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -80,8 +84,14 @@ __global__ void k_layernorm_forward(float *out, float *mean, float *rstd, const 
   float v = 0;
   for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
   float r = rsqrtf(warp_sum(v) / C + 1e-5f);
-  float *o = out + (size_t)row * C;
-  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+  size_t o = (size_t)row * C;
+  for (int c = lane; c < C; c += 32) {
+    float y = (x[c] - m) * r * w[c] + b[c]; /* one rounding for both stores */
+    if (o16)
+      ((__nv_bfloat16 *)out)[o + c] = __float2bfloat16(y);
+    else
+      ((float *)out)[o + c] = y;
+  }
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
@@ -141,19 +151,19 @@ __global__ void __launch_bounds__(FA_NT)
 
 /* The tensor-core attention of bf16 runs (gpt2_flash_tc.h): 64 rows a block. */
 __global__ void __launch_bounds__(TC_NT)
-    k_tc_forward(float *out, float *lse, const float *qkv, int T, int C, int NH) {
+    k_tc_forward(void *out, int o16, float *lse, const float *qkv, int T, int C, int NH) {
   __shared__ tc_fwd_smem sm;
   tc_fwd_lane st[1];
-  tc_forward_block(qkv, out, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm, st);
+  tc_forward_block(qkv, out, o16, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm, st);
 }
 
 __global__ void __launch_bounds__(TC_NT)
-    k_tc_dq(float *dqkv, float *dstat, const float *dout, const float *qkv, const float *out,
-            const float *lse, int T, int C, int NH) {
+    k_tc_dq(float *dqkv, float *dstat, const float *dout, const float *qkv, const void *out,
+            int o16, const float *lse, int T, int C, int NH) {
   __shared__ tc_dq_smem sm;
   tc_dq_lane st[1];
-  tc_dq_block(dqkv, dstat, dout, qkv, out, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm,
-              st);
+  tc_dq_block(dqkv, dstat, dout, qkv, out, o16, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y,
+              &sm, st);
 }
 
 __global__ void __launch_bounds__(TC_NT)
@@ -197,11 +207,16 @@ __global__ void k_fill16(void *dst, int64_t n, int dt) {
     ((__half *)dst)[e] = __float2half(x);
 }
 
-__global__ void k_gelu_forward(float *out, const float *inp, size_t n) {
+/* out: fp32, or bf16 when o16 (gpt2_act16.h). */
+__global__ void k_gelu_forward(void *out, int o16, const float *inp, size_t n) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float x = inp[i];
-  out[i] = 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x)));
+  float y = 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x)));
+  if (o16)
+    ((__nv_bfloat16 *)out)[i] = __float2bfloat16(y);
+  else
+    ((float *)out)[i] = y;
 }
 
 __global__ void k_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
@@ -299,6 +314,10 @@ static const void *twin16(const void *p, int64_t ld, int64_t rows, int64_t cols)
   return g_t16.t16 + (size_t)(c - g_t16.p) / 2;
 }
 
+/* A bf16 run's 16-bit activation slot (gpt2_act16.h): written in bf16 by
+ * its producer, read as is by the GEMMs and the attention backward. */
+static int o16_at(const void *p) { return g_gemm_dt == ZRT_BF16 && gpt2_a16_is(p); }
+
 static int is_w16(const void *p) {
   for (int i = 0; i < g_nw16; i++)
     if ((const char *)p >= g_w16[i].p && (const char *)p < g_w16[i].p + g_w16[i].bytes) return 1;
@@ -327,7 +346,8 @@ static zrt_status cu_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64
   g16_operand op[2];
   for (int i = 0; i < 2; i++) {
     op[i] = (g16_operand){src[i], ld[i], rows[i], cols[i], 0, 0, 0};
-    if (is_w16(src[i])) continue; /* the engine's 16-bit weight as is */
+    /* the engine's 16-bit weight, or a 16-bit activation, as is */
+    if (is_w16(src[i]) || o16_at(src[i])) continue;
     const void *t = twin16(src[i], ld[i], rows[i], cols[i]);
     if (t)
       p16[i] = t; /* the cross-entropy's held copy, same stride */
@@ -379,8 +399,8 @@ static void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, con
 static void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                                  const float *w, const float *b, int N, int C) {
   r16_forget();
-  k_layernorm_forward<<<nblocks((size_t)N * 32, TPB), TPB, 0, g_stream>>>(out, mean, rstd, inp, w,
-                                                                          b, N, C);
+  k_layernorm_forward<<<nblocks((size_t)N * 32, TPB), TPB, 0, g_stream>>>(out, o16_at(out), mean,
+                                                                          rstd, inp, w, b, N, C);
 }
 static void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                                   const float *inp, const float *w, const float *mean,
@@ -418,7 +438,7 @@ static zrt_status cu_attention_forward(void *ctx, float *out, float *att, const 
   if (st != ZRT_OK) return st;
   if (g_gemm_dt == ZRT_BF16) { /* tensor cores, operands rounded as the GEMMs' */
     dim3 grid((unsigned)((T + TC_ROWS - 1) / TC_ROWS), (unsigned)(B * NH));
-    k_tc_forward<<<grid, TC_NT, 0, g_stream>>>(out, att /* lse rows */, qkv, T, C, NH);
+    k_tc_forward<<<grid, TC_NT, 0, g_stream>>>(out, o16_at(out), att /* lse rows */, qkv, T, C, NH);
     return ZRT_OK;
   }
   dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * NH));
@@ -442,7 +462,7 @@ static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dou
   float *dstat = (float *)(g_scratch + g_scratch_res);
   if (g_gemm_dt == ZRT_BF16) {
     dim3 grid((unsigned)((T + TC_ROWS - 1) / TC_ROWS), (unsigned)(B * NH));
-    k_tc_dq<<<grid, TC_NT, 0, g_stream>>>(dqkv, dstat, dout, qkv, out, att, T, C, NH);
+    k_tc_dq<<<grid, TC_NT, 0, g_stream>>>(dqkv, dstat, dout, qkv, out, o16_at(out), att, T, C, NH);
     k_tc_dkv<<<grid, TC_NT, 0, g_stream>>>(dqkv, dout, qkv, att, dstat, T, C, NH);
     return ZRT_OK;
   }
@@ -454,7 +474,7 @@ static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dou
 }
 static void cu_gelu_forward(float *out, const float *inp, size_t n) {
   r16_forget();
-  k_gelu_forward<<<nblocks(n, TPB), TPB, 0, g_stream>>>(out, inp, n);
+  k_gelu_forward<<<nblocks(n, TPB), TPB, 0, g_stream>>>(out, o16_at(out), inp, n);
 }
 static void cu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
   r16_forget();

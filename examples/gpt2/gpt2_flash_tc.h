@@ -29,9 +29,11 @@
  * is zero-padded (exact zeros in every product, never written back).
  *   forward: grid (ceil(T/64), B*NH); online softmax per row (each lane
  *     keeps its share of the row sum, the row max is a 4-lane shuffle);
- *     writes out and lse = m + log(l).
+ *     writes out (fp32, or bf16 in a bf16 run's 16-bit atty slot,
+ *     gpt2_act16.h) and lse = m + log(l).
  *   backward, two kernels, no atomics: dq (per query tile; first stores
- *     D_i = dO_i . O_i, which equals sum_j P_ij dP_ij, for dkv) and dkv (per
+ *     D_i = dO_i . O_i, which equals sum_j P_ij dP_ij, for dkv, from the
+ *     forward's out as stored: fp32 or bf16) and dkv (per
  *     key tile, over the query tiles from the diagonal on); both ADD into
  *     dqkv; every output element has exactly one writer.
  * Precision: q, k, v, dO, P and dS are rounded to bf16 for the products
@@ -283,10 +285,12 @@ typedef struct tc_fwd_lane {
   float m[2], sum[2], mt[2]; /* rows g, g+8: running max, this lane's share of the sum, tile max */
 } tc_fwd_lane;
 
-/* Forward of query tile qt (64 rows) of head bh. lse: [B*NH, T]. st: the
- * lanes' registers (one on CUDA, TC_NT in the emulation). */
-GB_DEV void tc_forward_block(const float *qkv, float *out, float *lse, int T, int C, int NH, int qt,
-                             int bh, tc_fwd_smem *sm, tc_fwd_lane *st) {
+/* Forward of query tile qt (64 rows) of head bh. out: [B*T, C] of fp32, or
+ * of bf16 when o16 (a bf16 run's 16-bit atty, gpt2_act16.h: same element
+ * index). lse: [B*NH, T]. st: the lanes' registers (one on CUDA, TC_NT in
+ * the emulation). */
+GB_DEV void tc_forward_block(const float *qkv, void *out, int o16, float *lse, int T, int C, int NH,
+                             int qt, int bh, tc_fwd_smem *sm, tc_fwd_lane *st) {
   const int b = bh / NH, h = bh % NH, C3 = 3 * C, q0 = qt * TC_ROWS, hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
   const float *base = qkv + (size_t)b * T * C3;
@@ -373,10 +377,15 @@ GB_DEV void tc_forward_block(const float *qkv, float *out, float *lse, int T, in
     const int row = q0 + 16 * w + g + 8 * r;
     if (row < T) {
       const float inv = 1.0f / me->sum[r]; /* l >= 1: the row max's term is exp(0) */
-      float *o = out + ((size_t)b * T + row) * C + h * hs;
+      const size_t o0 = ((size_t)b * T + row) * C + h * hs;
       GB_UNROLL for (int nt = 0; nt < TC_NTH; nt++) GB_UNROLL for (int c = 0; c < 2; c++) {
         const int d = 8 * nt + 2 * t + c;
-        if (d < hs) o[d] = me->o[nt][2 * r + c] * inv;
+        const float y = me->o[nt][2 * r + c] * inv;
+        if (d >= hs) continue;
+        if (o16)
+          ((uint16_t *)out)[o0 + d] = (uint16_t)gb_bf16(y);
+        else
+          ((float *)out)[o0 + d] = y;
       }
       if (t == 0) lse[(size_t)bh * T + row] = me->m[r] + logf(me->sum[r]);
     }
@@ -400,11 +409,11 @@ typedef struct tc_dq_lane {
 } tc_dq_lane;
 
 /* dq of query tile qt of head bh, ADDed into dqkv's q part; stores
- * D_i = dO_i . O_i (out: the forward's output) into dstat [B*NH, T] for
- * tc_dkv_block. */
+ * D_i = dO_i . O_i (out: the forward's output, bf16 when o16) into dstat
+ * [B*NH, T] for tc_dkv_block. */
 GB_DEV void tc_dq_block(float *dqkv, float *dstat, const float *dout, const float *qkv,
-                        const float *out, const float *lse, int T, int C, int NH, int qt, int bh,
-                        tc_dq_smem *sm, tc_dq_lane *st) {
+                        const void *out, int o16, const float *lse, int T, int C, int NH, int qt,
+                        int bh, tc_dq_smem *sm, tc_dq_lane *st) {
   const int b = bh / NH, h = bh % NH, C3 = 3 * C, q0 = qt * TC_ROWS, hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
   const float *base = qkv + (size_t)b * T * C3, *dbase = dout + (size_t)b * T * C;
@@ -418,8 +427,13 @@ GB_DEV void tc_dq_block(float *dqkv, float *dstat, const float *dout, const floa
     const int i = q0 + r, j = tid & 7;
     float acc = 0.0f;
     if (i < T) {
-      const float *dy = dbase + (size_t)i * C + h * hs, *y = out + ((size_t)b * T + i) * C + h * hs;
-      for (int d = j; d < hs; d += 8) acc += dy[d] * y[d];
+      const float *dy = dbase + (size_t)i * C + h * hs;
+      const size_t y0 = ((size_t)b * T + i) * C + h * hs;
+      if (o16)
+        for (int d = j; d < hs; d += 8)
+          acc += dy[d] * gb_from_bf16(((const uint16_t *)out)[y0 + d]);
+      else
+        for (int d = j; d < hs; d += 8) acc += dy[d] * ((const float *)out)[y0 + d];
     }
     sm->dpart[r][j] = acc;
   }

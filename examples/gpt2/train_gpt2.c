@@ -41,6 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gpt2_act16.h"
 #include "gpt2_data.h"
 #include "gpt2_model.h"
 #include "gpt2_prof.h"
@@ -315,6 +316,9 @@ typedef struct trainer {
   int64_t (*numel)[GPT2_BLOCK_NPARAMS];
   int mod_np[2]; /* param counts of embed / final modules */
   gpt2_ops_f32 ops;
+  /* The backend's own ops (the MFU peak's GEMM): ops wraps them in a bf16
+   * run (gpt2_act16.h's audit) and with --profile_ops. */
+  gpt2_ops_f32 kern;
   void (*to_f32)(float *dst, const void *src, zrt_dtype dt, int64_t n);
   void (*add_from_f32)(void *dst, const float *src, zrt_dtype dt, int64_t n);
   /* CUDA in a 16-bit run: GEMMs take the gathered 16-bit weight matrices
@@ -482,7 +486,9 @@ static zrt_status task_run(void *arg) {
     st = gpt2_embed_backward_f32(ops, &tr->cfg, &tr->L, tr->acts, tr->d_tok, B, tr->g);
     if (st == ZRT_OK) flush_grads(tr, 0);
     return st;
-  case GPT2_TASK_ZERO: ops->zero(t->zero_at, t->zero_n); return ZRT_OK;
+  case GPT2_TASK_ZERO: /* the MFU peak's operands: not the model's */
+    tr->kern.zero(t->zero_at, t->zero_n);
+    return ZRT_OK;
   default: return ZRT_ERR_INTERNAL;
   }
 }
@@ -1080,7 +1086,7 @@ static void prune_checkpoints(const char *dir, int keep, keep_history *h, int64_
 #define GPT2_PEAK_MIN_S 0.25
 static zrt_status peak_gemm(trainer *tr, int int16, int64_t n, const void *A, const void *B,
                             float *C) {
-  if (!int16) return tr->ops.gemm(tr->ops.ctx, 0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+  if (!int16) return tr->kern.gemm(tr->kern.ctx, 0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
   return zrt_engine_gemm(tr->eng, 0, 0, n, n, n, 1.0f, A, n, B, n, tr->info.dtype, 0.0f, C, n,
                          ZRT_F32);
 }
@@ -1398,6 +1404,14 @@ int main(int argc, char **argv) {
   tr.h_losses = malloc((size_t)tr.accum * N * sizeof(float));
   tr.h_logits = malloc((size_t)tr.cfg.vocab * sizeof(float));
   if (!tr.h_losses || !tr.h_logits) goto fail;
+  /* A bf16 run's 16-bit activations (gpt2_act16.h): the CUDA ops keep
+   * them in bf16; on every backend the audit checks that only their
+   * producers and GEMMs touch them. */
+  tr.kern = tr.ops;
+  if (tr.info.dtype == ZRT_BF16) {
+    CHECK(gpt2_a16_set(&tr.L, &tr.cfg, tr.acts));
+    gpt2_a16_audit_start(&tr.kern, &tr.ops);
+  }
 
   uint64_t rng = a.seed ? a.seed : 1;
   int64_t start_step = 0, start_row = 0;
@@ -1596,6 +1610,7 @@ int main(int argc, char **argv) {
 fail:
   rc = 1;
 done:
+  gpt2_a16_clear();
   if (tr.eng) {
     void *bufs[] = {tr.acts,   tr.dwte,      tr.d_tok,   tr.wstage,
                     tr.gstage, tr.wte_stage, tr.scratch, tr.loss_win};

@@ -36,11 +36,12 @@ static void emu_forward(const float *qkv, float *out, float *lse, int B, int T, 
   static tc_fwd_lane st[TC_NT];
   for (int bh = 0; bh < B * NH; bh++)
     for (int qt = 0; qt < (T + TC_ROWS - 1) / TC_ROWS; qt++)
-      tc_forward_block(qkv, out, lse, T, C, NH, qt, bh, &sm, st);
+      tc_forward_block(qkv, out, 0, lse, T, C, NH, qt, bh, &sm, st);
 }
 
-static void emu_backward(float *dqkv, float *dstat, const float *dout, const float *qkv,
-                         const float *out, const float *lse, int B, int T, int C, int NH) {
+static void emu_backward_as(float *dqkv, float *dstat, const float *dout, const float *qkv,
+                            const void *out, int o16, const float *lse, int B, int T, int C,
+                            int NH) {
   static tc_dq_smem sq;
   static tc_dq_lane tq[TC_NT];
   static tc_dkv_smem skv;
@@ -48,15 +49,53 @@ static void emu_backward(float *dqkv, float *dstat, const float *dout, const flo
   int nt = (T + TC_ROWS - 1) / TC_ROWS;
   for (int bh = 0; bh < B * NH; bh++)
     for (int t = 0; t < nt; t++)
-      tc_dq_block(dqkv, dstat, dout, qkv, out, lse, T, C, NH, t, bh, &sq, tq);
+      tc_dq_block(dqkv, dstat, dout, qkv, out, o16, lse, T, C, NH, t, bh, &sq, tq);
   for (int bh = 0; bh < B * NH; bh++)
     for (int t = 0; t < nt; t++)
       tc_dkv_block(dqkv, dout, qkv, lse, dstat, T, C, NH, t, bh, &skv, tkv);
 }
 
+static void emu_backward(float *dqkv, float *dstat, const float *dout, const float *qkv,
+                         const float *out, const float *lse, int B, int T, int C, int NH) {
+  emu_backward_as(dqkv, dstat, dout, qkv, out, 0, lse, B, T, C, NH);
+}
+
 /* bf16 inputs; tolerances 4e-3 on out, 5e-6 on lse, 1e-2 on dqkv (see the top) */
 static const zt_attn_kernel kernel = {emu_forward, emu_backward, bf16_round, 4e-3,
                                       5e-6,        1e-2,         "bf16",     TC_HS};
+
+/* A bf16 run's 16-bit atty (gpt2_act16.h): the forward stores out in bf16
+ * (o16), the backward reads it so for D. The forward's bf16 elements are
+ * checked bit for bit against the fp32 forward's output rounded to nearest
+ * even (o16_bad counts the differences); out is then compared as bf16
+ * values, so its tolerance adds bf16's half ulp (2^-9 of entries <= 1):
+ * 6e-3. */
+static long o16_bad;
+static void emu_forward16(const float *qkv, float *out, float *lse, int B, int T, int C, int NH) {
+  static tc_fwd_smem sm;
+  static tc_fwd_lane st[TC_NT];
+  size_t n = (size_t)B * T * C;
+  uint16_t *o16 = malloc(n * 2);
+  emu_forward(qkv, out, lse, B, T, C, NH);
+  for (int bh = 0; bh < B * NH; bh++)
+    for (int qt = 0; qt < (T + TC_ROWS - 1) / TC_ROWS; qt++)
+      tc_forward_block(qkv, o16, 1, lse, T, C, NH, qt, bh, &sm, st);
+  for (size_t i = 0; i < n; i++) {
+    o16_bad += o16[i] != (uint16_t)gb_bf16(out[i]);
+    out[i] = gb_from_bf16(o16[i]);
+  }
+  free(o16);
+}
+static void emu_backward16(float *dqkv, float *dstat, const float *dout, const float *qkv,
+                           const float *out, const float *lse, int B, int T, int C, int NH) {
+  size_t n = (size_t)B * T * C;
+  uint16_t *o16 = malloc(n * 2); /* what the forward stored: out holds its values */
+  for (size_t i = 0; i < n; i++) o16[i] = (uint16_t)gb_bf16(out[i]);
+  emu_backward_as(dqkv, dstat, dout, qkv, o16, 1, lse, B, T, C, NH);
+  free(o16);
+}
+static const zt_attn_kernel kernel16 = {emu_forward16, emu_backward16, bf16_round, 6e-3,
+                                        5e-6,          1e-2,           "bf16",     0};
 
 static void one_case(int B, int T, int NH, int hs) {
   zt_attn_case(&kernel, B, T, NH, hs, 7u + (uint64_t)T);
@@ -145,5 +184,11 @@ int main(void) {
   one_case(2, 64, 2, 32);
   one_case(2, 33, 2, 32);
   one_case(1, 100, 3, 48);
+  static const int T16[] = {1, 65, 200};
+  for (size_t i = 0; i < sizeof T16 / sizeof T16[0]; i++)
+    zt_attn_case(&kernel16, 2, T16[i], 3, TC_HS, 7u + (uint64_t)T16[i]);
+  zt_attn_case(&kernel16, 1, 100, 3, 48, 107u);
+  printf("bf16 out: %ld elements differ from the fp32 forward's rounding\n", o16_bad);
+  ZT_CHECK(o16_bad == 0);
   ZT_DONE();
 }

@@ -1,0 +1,50 @@
+/*
+ * gpt2_act16.h — the activations a bf16 run keeps in 16 bits, and the audit
+ * that checks no op reads them as fp32. In a bf16 CUDA run the slots read
+ * only by GEMMs — ln1, atty, ln2, fch_gelu of every layer slot and lnf —
+ * hold bf16 elements (same element index and row stride, the first half of
+ * the fp32 slot's bytes): their producers (LayerNorm forward, attention
+ * forward, GELU forward) write bf16, the GEMMs read them as they are
+ * instead of rounding an fp32 copy into the scratch, and the attention
+ * backward reads atty's bf16 for D = dO . O. The registry (gpt2_a16_set)
+ * says which slots those are; the CUDA ops ask it (gpt2_a16_is).
+ *
+ * The rule "a registered slot is written only by those three producers and
+ * read only by GEMMs and the attention backward's `out`, always through the
+ * slot's own start" is what makes the CUDA path right, and the audit
+ * checks it on every backend: gpt2_a16_audit_start wraps any ops table and
+ * checks each pointer argument's byte extent against the registry; a
+ * violation is kept (the first one, with the op, the argument and the
+ * slot) and returned by the table's check(). train_gpt2 registers and
+ * audits every bf16 run, on cpu and the twin too, where the ops still
+ * compute in fp32: a pass that a later change makes read a 16-bit slot as
+ * fp32 fails there, in CI, before it would compute garbage on a GPU.
+ */
+#ifndef GPT2_ACT16_H
+#define GPT2_ACT16_H
+
+#include "gpt2_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Registers the 16-bit slots of layout L (config cfg) over the buffer
+ * acts: ln1, atty, ln2, fch_gelu of each of the layout's layer slots, and
+ * lnf. Replaces an earlier registration. ZRT_ERR_OOM when the table
+ * cannot be allocated (nothing registered then). */
+zrt_status gpt2_a16_set(const gpt2_acts_layout *L, const gpt2_config *cfg, const float *acts);
+void gpt2_a16_clear(void);
+/* 1 when p is the start of a registered slot (where its bf16 elements are). */
+int gpt2_a16_is(const void *p);
+
+/* Wraps *ops (kept by pointer) into *out: one audit per process. */
+void gpt2_a16_audit_start(const gpt2_ops_f32 *ops, gpt2_ops_f32 *out);
+/* Since the audit's start: slot writes by a 16-bit producer, slot reads by
+ * a GEMM or the attention backward, violations. Any may be NULL. */
+void gpt2_a16_audit_counts(long *writes, long *reads, long *violations);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,204 @@
+/*
+ * test_gpt2_act16.c — the 16-bit activations of a bf16 run
+ * (examples/gpt2/gpt2_act16.h), checked where no GPU is:
+ *   - the registry marks exactly ln1, atty, ln2, fch_gelu of every layer
+ *     slot and lnf, by their first element, and forgets them when cleared;
+ *   - the model's real passes (forward, head with backward, backward with
+ *     the recompute of checkpointed layers, 3 layers with 0 and 2 of them
+ *     checkpointed) under the audit over the CPU ops: no violation, and
+ *     exactly the writes and reads the passes' op sequence has (4 writes
+ *     and 4 reads per block forward, 5 reads per block backward, 1 write
+ *     and 2 reads in the head), with losses bitwise equal to an unaudited
+ *     run;
+ *   - each way a change could read a 16-bit slot as fp32 is a violation
+ *     that the table's check() returns (ZRT_ERR_INTERNAL) with a message
+ *     naming the op, the argument and the slot: a non-GEMM reader (GELU
+ *     backward of fch_gelu, a residual over atty), a GEMM operand that
+ *     starts inside a slot, a GEMM writing C into one, a memset that
+ *     overlaps a slot's first element.
+ */
+#include "../../examples/gpt2/gpt2_act16.c"
+#include "../../examples/gpt2/gpt2_model.c"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "ztest.h"
+
+#define B 2
+#define NL 3
+
+static gpt2_config cfg;
+static int nmod, mod_np[NL + 2];
+static gpt2_param_spec specs[NL + 2][GPT2_BLOCK_NPARAMS];
+static float *w[NL + 2][GPT2_BLOCK_NPARAMS], *g[NL + 2][GPT2_BLOCK_NPARAMS];
+static int *tokens, *targets;
+
+static uint64_t rng = 88172645463325252ull;
+static float urand(void) { /* xorshift64, uniform in [-1, 1) */
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (float)((double)(rng >> 11) / (double)(1ull << 52) - 1.0);
+}
+
+/* One micro-batch as the trainer runs it: block inputs of checkpointed
+ * layers kept (the engine's checkpoints) and recomputed before their
+ * backward. Returns the summed loss. */
+static double step(const gpt2_ops_f32 *ops, const gpt2_acts_layout *L, float *acts, int nckpt) {
+  int N = B * cfg.seq_len, C = cfg.n_embd;
+  float *ckpt[NL] = {0};
+  ZT_OK(gpt2_embed_forward_f32(ops, &cfg, L, acts, tokens, B, w[0]));
+  for (int l = 0; l < NL; l++) {
+    if (l < nckpt) {
+      ckpt[l] = malloc((size_t)N * C * sizeof(float));
+      memcpy(ckpt[l], acts + gpt2_acts_block_input(L, l), (size_t)N * C * sizeof(float));
+    }
+    ZT_OK(gpt2_block_forward_f32(ops, &cfg, L, acts, B, l, NULL, w[1 + l]));
+  }
+  ZT_OK(gpt2_head_f32(ops, &cfg, L, acts, B, targets, w[NL + 1], w[0][GPT2_WTE], 1.0f / N,
+                      g[NL + 1], g[0][GPT2_WTE]));
+  double loss = 0;
+  for (int i = 0; i < N; i++) loss += acts[L->losses + i];
+  for (int l = NL - 1; l >= 0; l--) {
+    if (l < nckpt) ZT_OK(gpt2_block_forward_f32(ops, &cfg, L, acts, B, l, ckpt[l], w[1 + l]));
+    ZT_OK(gpt2_block_backward_f32(ops, &cfg, L, acts, B, l, ckpt[l], w[1 + l], g[1 + l]));
+    free(ckpt[l]);
+  }
+  ZT_OK(gpt2_embed_backward_f32(ops, &cfg, L, acts, tokens, B, g[0]));
+  return loss;
+}
+
+static void registry(const gpt2_acts_layout *L, const float *acts, int nckpt) {
+  int slots = gpt2_acts_layer_slots(&cfg, nckpt);
+  ZT_OK(gpt2_a16_set(L, &cfg, acts));
+  size_t n = 0;
+  for (size_t i = 0; i < L->total; i++) n += (size_t)gpt2_a16_is(acts + i);
+  ZT_CHECK(n == (size_t)slots * 4 + 1);
+  for (int s = 0; s < slots; s++) {
+    const float *base = acts + L->layer_stride * (size_t)s;
+    ZT_CHECK(gpt2_a16_is(base + L->ln1) && gpt2_a16_is(base + L->atty));
+    ZT_CHECK(gpt2_a16_is(base + L->ln2) && gpt2_a16_is(base + L->fch_gelu));
+    ZT_CHECK(!gpt2_a16_is(base + L->ln1 + 1) && !gpt2_a16_is(base + L->fch));
+    ZT_CHECK(!gpt2_a16_is(base + L->qkv) && !gpt2_a16_is(base + L->res3));
+  }
+  ZT_CHECK(gpt2_a16_is(acts + L->lnf) && !gpt2_a16_is(acts + L->encoded));
+  ZT_CHECK(!gpt2_a16_is(acts + L->logits) && !gpt2_a16_is(acts + L->dres));
+  gpt2_a16_clear();
+  ZT_CHECK(!gpt2_a16_is(acts + L->ln1) && !gpt2_a16_is(acts + L->lnf));
+}
+
+static void passes(int nckpt) {
+  gpt2_acts_layout L;
+  gpt2_acts_layout_init(&L, &cfg, B, nckpt, 0);
+  float *acts = calloc(L.total, sizeof(float));
+  registry(&L, acts, nckpt);
+  double plain = step(&gpt2_cpu_ops_f32, &L, acts, nckpt);
+  ZT_OK(gpt2_a16_set(&L, &cfg, acts));
+  gpt2_ops_f32 audited;
+  gpt2_a16_audit_start(&gpt2_cpu_ops_f32, &audited);
+  double loss = step(&audited, &L, acts, nckpt);
+  long wr, rd, bad;
+  gpt2_a16_audit_counts(&wr, &rd, &bad);
+  long fwd = NL + nckpt; /* block forwards, recomputes included */
+  printf("nckpt %d: loss %.9g (unaudited %.9g), %ld slot writes, %ld reads, %ld violations\n",
+         nckpt, loss, plain, wr, rd, bad);
+  ZT_CHECK(loss == plain);
+  ZT_CHECK(bad == 0);
+  ZT_CHECK(wr == 4 * fwd + 1);
+  ZT_CHECK(rd == 4 * fwd + 5 * NL + 2);
+  ZT_CHECK(audited.check() == ZRT_OK);
+  gpt2_a16_clear();
+  free(acts);
+}
+
+/* Runs one op through a fresh audit: its check() and the message. */
+typedef enum { V_GELU_BWD, V_RESIDUAL, V_GEMM_INSIDE, V_GEMM_C, V_ZERO_EDGE } violation;
+
+static void expect_violation(violation v, const char *needle) {
+  gpt2_acts_layout L;
+  gpt2_acts_layout_init(&L, &cfg, B, 0, 0);
+  float *acts = calloc(L.total, sizeof(float));
+  int N = B * cfg.seq_len, C = cfg.n_embd;
+  float *s1 = acts + L.layer_stride; /* layer slot 1 */
+  ZT_OK(gpt2_a16_set(&L, &cfg, acts));
+  gpt2_ops_f32 o;
+  gpt2_a16_audit_start(&gpt2_cpu_ops_f32, &o);
+  char path[] = "/tmp/zt_act16_XXXXXX";
+  int fd = mkstemp(path), saved = dup(2);
+  fflush(stderr);
+  dup2(fd, 2);
+  switch (v) {
+  case V_GELU_BWD: o.gelu_backward(acts + L.dC, s1 + L.fch_gelu, acts + L.dC, (size_t)N * C); break;
+  case V_RESIDUAL:
+    o.residual_forward(acts + L.dres, s1 + L.atty, acts + L.dC, (size_t)N * C);
+    break;
+  case V_GEMM_INSIDE:
+    (void)o.gemm(NULL, 0, 0, N - 1, C, C, 1, acts + L.ln1 + C, C, w[1][GPT2_ATTNPROJ_W], C, 0,
+                 acts + L.dC, C);
+    break;
+  case V_GEMM_C:
+    (void)o.gemm(NULL, 0, 0, N, C, C, 1, acts + L.dC, C, w[1][GPT2_ATTNPROJ_W], C, 0, s1 + L.ln2,
+                 C);
+    break;
+  case V_ZERO_EDGE: o.zero(s1 + L.ln2 - 4, 5); break;
+  }
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  char msg[2048] = {0};
+  ssize_t got = pread(fd, msg, sizeof msg - 1, 0);
+  close(fd);
+  unlink(path);
+  ZT_CHECK(got > 0);
+  printf("violation %d: %s", (int)v, msg);
+  long bad;
+  gpt2_a16_audit_counts(NULL, NULL, &bad);
+  ZT_CHECK(bad == 1);
+  ZT_CHECK(o.check() == ZRT_ERR_INTERNAL);
+  ZT_CONTAINS(msg, needle);
+  ZT_CONTAINS(msg, "keeps in 16 bits");
+  gpt2_a16_clear();
+  free(acts);
+}
+
+int main(void) {
+  char msg[256];
+  ZT_CHECK(gpt2_config_preset("tiny", &cfg) == 0);
+  cfg.n_layer = NL;
+  ZT_CHECK(gpt2_config_validate(&cfg, msg, sizeof msg) == 0);
+  nmod = NL + 2;
+  for (int m = 0; m < nmod; m++) {
+    mod_np[m] = gpt2_module_params(&cfg, m - 1, specs[m]);
+    for (int p = 0; p < mod_np[m]; p++) {
+      int64_t n = gpt2_param_numel(&specs[m][p]);
+      w[m][p] = malloc((size_t)n * sizeof(float));
+      g[m][p] = calloc((size_t)n, sizeof(float));
+      for (int64_t i = 0; i < n; i++)
+        w[m][p][i] = (specs[m][p].init.kind == ZRT_INIT_ONES ? 1.0f : 0.0f) + 0.1f * urand();
+    }
+  }
+  int N = B * cfg.seq_len;
+  tokens = malloc((size_t)N * sizeof(int));
+  targets = malloc((size_t)N * sizeof(int));
+  for (int i = 0; i < N; i++) {
+    tokens[i] = (int)((urand() + 1) * 0.5f * (float)cfg.vocab) % cfg.vocab;
+    targets[i] = (int)((urand() + 1) * 0.5f * (float)cfg.vocab) % cfg.vocab;
+  }
+  passes(0);
+  passes(2);
+  expect_violation(V_GELU_BWD, "gelu_backward's argument inp");
+  expect_violation(V_RESIDUAL, "residual_forward's argument a");
+  expect_violation(V_GEMM_INSIDE, "gemm's argument A");
+  expect_violation(V_GEMM_C, "gemm's argument C");
+  expect_violation(V_ZERO_EDGE, "zero's argument p");
+  expect_violation(V_GELU_BWD, "layer slot 1's fch_gelu activation");
+  for (int m = 0; m < nmod; m++)
+    for (int p = 0; p < mod_np[m]; p++) {
+      free(w[m][p]);
+      free(g[m][p]);
+    }
+  free(tokens);
+  free(targets);
+  ZT_DONE();
+}
