@@ -24,9 +24,11 @@ Each class is timed at its peak (tensor bf16 dense, fp32 CUDA-core FMA, HBM
 bandwidth; H100 SXM datasheet figures by default) and the classes are summed
 (no overlap between kernels of one stream): the step cannot run faster, so
 zrt's MFU (gpt2_flops_per_token over the bf16 GEMM peak, train_gpt2's
-convention) cannot exceed flops / (peak * floor). Three shapes: zrt_cuda_now
-(a bf16 run today: fp32 activations between the kernels, tensor-core
-attention, the bf16 gradient copy, rounded operands reused), fp32_core_attention
+convention) cannot exceed flops / (peak * floor). Four shapes: zrt_cuda_now
+(a bf16 run today: tensor-core attention, the bf16 gradient copy, rounded
+operands reused, and the activations only GEMMs read, ln1 / atty / ln2 /
+fch_gelu / lnf, in bf16: gpt2_act16.h; the others fp32), fp32_activations
+(the same with every activation fp32, session 13's kernels), fp32_core_attention
 (the kernels before session 13: CUDA-core attention, as an fp16 run still has,
 the gradient in place, every operand rounded per GEMM), and the shape PyTorch's
 eager bf16 run takes (autocast: 16-bit activations between the kernels,
@@ -43,8 +45,11 @@ import sys
 
 
 def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_copy16=False,
-                reuse=False):
-    """Per-class totals of one step (forward + backward, embedding to head)."""
+                reuse=False, act16=False):
+    """Per-class totals of one step (forward + backward, embedding to head).
+    act16: the activations only GEMMs read (ln1, atty, ln2, fch_gelu, lnf)
+    are written in bf16 by their producers and read as they are (the GEMMs'
+    operands and the attention backward's out), gpt2_act16.h."""
     N = B * T
     hs = C // NH
     k = {"gemm_flops": 0.0, "gemm_bytes": 0.0, "elem_bytes": 0.0, "attn_fma": 0.0,
@@ -64,6 +69,12 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
     def elem(n_read, n_write):
         k["elem_bytes"] += (n_read + n_write) * a
 
+    g16 = 0 if act16 else 1  # a GEMM operand that is one of act16's slots
+
+    def produce(n_read, n_write):
+        """a producer of one of act16's slots: its output in bf16 when act16"""
+        k["elem_bytes"] += n_read * a + n_write * (2 if act16 else a)
+
     pairs = B * NH * T * (T + 1) / 2  # visible (query, key) pairs of the causal mask
 
     def attention(fwd):
@@ -72,29 +83,31 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
         else:
             k["attn_fma"] += (2 if fwd else 9) * pairs * hs
         # qkv read; forward writes out, backward reads dout (and the tensor
-        # cores' kernels the forward's out, for D) and adds into dqkv
-        extra = N * C if attn_tensor and not fwd else 0
-        k["attn_bytes"] += (3 * N * C + N * C) * a if fwd else (3 * N * C + N * C + 2 * 3 * N * C + extra) * a
+        # cores' kernels the forward's out, for D) and adds into dqkv; out
+        # in bf16 with act16
+        o = 2 if act16 else a
+        extra = N * C * o if attn_tensor and not fwd else 0
+        k["attn_bytes"] += 3 * N * C * a + N * C * o if fwd else (3 * N * C + N * C + 2 * 3 * N * C) * a + extra
 
     # forward
     elem(N, N * C)  # encoder: tokens, wte/wpe rows (read N C each, counted once), out
     for _ in range(L):
-        elem(N * C, N * C)  # ln1
-        gemm(N, 3 * C, C, 1, 0)  # qkv
+        produce(N * C, N * C)  # ln1
+        gemm(N, 3 * C, C, g16, 0)  # qkv
         elem(3 * N * C, 3 * N * C)  # bias
         attention(True)
-        gemm(N, C, C, 1, 0)  # attn proj
+        gemm(N, C, C, g16, 0)  # attn proj
         elem(N * C, N * C)  # bias
         elem(2 * N * C, N * C)  # residual
-        elem(N * C, N * C)  # ln2
-        gemm(N, 4 * C, C, 1, 0)  # fc
+        produce(N * C, N * C)  # ln2
+        gemm(N, 4 * C, C, g16, 0)  # fc
         elem(4 * N * C, 4 * N * C)  # bias
-        elem(4 * N * C, 4 * N * C)  # gelu
-        gemm(N, C, 4 * C, 1, 0)  # fc proj
+        produce(4 * N * C, 4 * N * C)  # gelu
+        gemm(N, C, 4 * C, g16, 0)  # fc proj
         elem(N * C, N * C)  # bias
         elem(2 * N * C, N * C)  # residual
-    elem(N * C, N * C)  # lnf
-    gemm(N, V, C, 1, 0)  # logits (wte is the 16-bit weight)
+    produce(N * C, N * C)  # lnf
+    gemm(N, V, C, g16, 0)  # logits (wte is the 16-bit weight)
     if ce_copy16:  # a bf16 run: the gradient written as the bf16 copy the head's GEMMs read
         elem(N * V, 0)  # cross-entropy: its passes read the row from L2 after the first
         k["elem_bytes"] += N * V * 2
@@ -102,26 +115,26 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
         elem(N * V, N * V)  # cross-entropy, the gradient in place
     # backward: head
     gemm(N, C, V, 0 if ce_copy16 else 1, 0)  # dlnf = dlogits wte
-    gemm(V, C, N, 0 if ce_copy16 else 1, 1, beta=1)  # dwte += dlogits^T lnf
+    gemm(V, C, N, 0 if ce_copy16 else 1, g16, beta=1)  # dwte += dlogits^T lnf
     elem(2 * N * C, N * C)  # lnf backward (dinp) ...
     elem(2 * N * C, 0)  # ... and its column sums (dout, inp again)
     for _ in range(L):
         gemm(N, 4 * C, C, 1, 0)  # d4C = dres W_fcproj^T
-        gemm(4 * C, C, N, 1, 2, beta=1)  # dW_fcproj (dout: the dX GEMM's copy)
+        gemm(4 * C, C, N, g16, 2, beta=1)  # dW_fcproj (dout: the dX GEMM's copy)
         elem(N * C, 0)  # bias backward
         elem(2 * 4 * N * C, 4 * N * C)  # gelu backward
         gemm(N, C, 4 * C, 1, 0)  # dC
-        gemm(C, 4 * C, N, 1, 2, beta=1)  # dW_fc (dout: the dX GEMM's copy)
+        gemm(C, 4 * C, N, g16, 2, beta=1)  # dW_fc (dout: the dX GEMM's copy)
         elem(4 * N * C, 0)  # bias backward
         elem(3 * N * C, N * C)  # ln2 backward: dinp (read dout, inp, dinp; write dinp)
         elem(2 * N * C, 0)  # its column sums
         gemm(N, C, C, 1, 0)  # dC
-        gemm(C, C, N, 1, 2, beta=1)  # dW_attnproj (dout: the dX GEMM's copy)
+        gemm(C, C, N, g16, 2, beta=1)  # dW_attnproj (dout: the dX GEMM's copy)
         elem(N * C, 0)  # bias backward
         elem(0, 3 * N * C)  # zero d4C (the dqkv the attention adds into)
         attention(False)
         gemm(N, C, 3 * C, 1, 0)  # dC
-        gemm(C, 3 * C, N, 1, 2, beta=1)  # dW_attn (dout: the dX GEMM's copy)
+        gemm(C, 3 * C, N, g16, 2, beta=1)  # dW_attn (dout: the dX GEMM's copy)
         elem(3 * N * C, 0)  # bias backward
         elem(3 * N * C, N * C)  # ln1 backward
         elem(2 * N * C, 0)  # its column sums
@@ -160,10 +173,12 @@ def main():
     out = {"shape": {"batch": B, "seq": T, "layers": L, "embd": C, "heads": NH, "vocab": V},
            "peaks": {"tensor_bf16_flops": tensor, "fp32_flops": fp32, "hbm_bytes_per_s": hbm},
            "flops_per_step": step_flops}
-    shapes = (("zrt_cuda_now", 4, True, 7, True, True), ("fp32_core_attention", 4, False, 9, False, False),
-              ("bf16_activations_tensor_attention", 2, True, 5, True, False))
-    for name, act, tens, bwd, ce16, reuse in shapes:
-        k = step_budget(B, T, C, L, NH, V, act, tens, bwd, ce16, reuse)
+    shapes = (("zrt_cuda_now", 4, True, 7, True, True, True),
+              ("fp32_activations", 4, True, 7, True, True, False),
+              ("fp32_core_attention", 4, False, 9, False, False, False),
+              ("bf16_activations_tensor_attention", 2, True, 5, True, False, False))
+    for name, act, tens, bwd, ce16, reuse, a16 in shapes:
+        k = step_budget(B, T, C, L, NH, V, act, tens, bwd, ce16, reuse, a16)
         # the op list's GEMMs are the formula's non-attention FLOPs, exactly
         gemm_want = 6.0 * (L * 12.0 * C * C + V * C) * B * T
         if abs(k["gemm_flops"] - gemm_want) > 1e-9 * gemm_want:
@@ -179,11 +194,11 @@ def main():
     if a.table:
         rows = ["gemm_tensor_s", "gemm_bytes_s", "elementwise_s", "attention_compute_s", "attention_bytes_s",
                 "floor_s", "max_mfu"]
-        print("%-22s %14s %14s %14s" % ("ms per step (floor)", "zrt now", "fp32-core attn", "bf16 act+flash"),
-              file=sys.stderr)
+        print("%-22s %14s %14s %14s %14s" % ("ms per step (floor)", "zrt now", "fp32 acts", "fp32-core attn",
+                                             "bf16 act+flash"), file=sys.stderr)
         for r in rows:
             f = (lambda v: "%.3f" % v) if r == "max_mfu" else (lambda v: "%.2f" % (1e3 * v))
-            print("%-22s %14s %14s %14s" % (r, *(f(out[n][r]) for n, *_ in shapes)), file=sys.stderr)
+            print("%-22s %14s %14s %14s %14s" % (r, *(f(out[n][r]) for n, *_ in shapes)), file=sys.stderr)
 
 
 if __name__ == "__main__":
