@@ -49,7 +49,9 @@ int zrt_model_gpt_program(const zrt_model_gpt *g, int grad_accum, zrt_model_prog
  * a 16-bit working dtype the fp32 staging of the largest module twice plus
  * wte (the CPU backend's figure: on CUDA the example adds its GEMM scratch,
  * gpt2_cuda_scratch_bytes, drops the wte staging, and keeps batch * heads *
- * seq floats per layer for the attention instead of batch * heads * seq^2).
+ * seq floats per layer for the attention instead of batch * heads * seq^2,
+ * and in a bf16 run holds ln1, atty, ln2, fch_gelu and lnf at half size,
+ * GPT2_ACTS_HALF16).
  * nckpt: blocks checkpointed (train_gpt2 --activation_checkpointing), which
  * share one per-layer slot; their inputs are the engine's (actckpt_* of the
  * layout: nckpt blocks of 4 * batch * seq * d_model bytes). */

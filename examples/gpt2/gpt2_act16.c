@@ -15,7 +15,7 @@ static const char *const a16_names[] = {"ln1", "atty", "ln2", "fch_gelu", "lnf"}
 
 typedef struct a16_slot {
   const char *p;
-  size_t bytes; /* of the fp32 slot */
+  size_t bytes; /* its elements' extent: 4 or (half) 2 bytes each */
   int kind, layer_slot;
 } a16_slot;
 
@@ -23,6 +23,7 @@ typedef struct a16_slot {
 static struct {
   a16_slot *s;
   size_t n;
+  int half; /* the layout's half16 */
 } g_reg;
 
 void gpt2_a16_clear(void) {
@@ -30,22 +31,24 @@ void gpt2_a16_clear(void) {
   memset(&g_reg, 0, sizeof g_reg);
 }
 
-zrt_status gpt2_a16_set(const gpt2_acts_layout *L, const gpt2_config *cfg, const float *acts) {
+zrt_status gpt2_a16_set(const gpt2_acts_layout *L, const gpt2_config *cfg, int B,
+                        const float *acts) {
   gpt2_a16_clear();
   int slots = gpt2_acts_layer_slots(cfg, L->nckpt);
   a16_slot *s = calloc((size_t)slots * 4 + 1, sizeof *s);
   if (!s) return ZRT_ERR_OOM;
-  /* N * C elements: lnf's extent is lnf_mean's offset minus its own */
-  size_t NC = L->lnf_mean - L->lnf, n = 0;
+  size_t NC = (size_t)B * (size_t)cfg->seq_len * (size_t)cfg->n_embd, n = 0;
+  size_t el = L->half16 ? 2 : sizeof(float);
   const size_t off[4] = {L->ln1, L->atty, L->ln2, L->fch_gelu};
   const size_t len[4] = {NC, NC, NC, 4 * NC};
   for (int l = 0; l < slots; l++)
     for (int k = 0; k < 4; k++)
-      s[n++] = (a16_slot){(const char *)(acts + off[k] + L->layer_stride * (size_t)l),
-                          len[k] * sizeof(float), k, l};
-  s[n++] = (a16_slot){(const char *)(acts + L->lnf), NC * sizeof(float), A16_LNF, -1};
+      s[n++] = (a16_slot){(const char *)(acts + off[k] + L->layer_stride * (size_t)l), len[k] * el,
+                          k, l};
+  s[n++] = (a16_slot){(const char *)(acts + L->lnf), NC * el, A16_LNF, -1};
   g_reg.s = s;
   g_reg.n = n;
+  g_reg.half = L->half16;
   return ZRT_OK;
 }
 
@@ -77,8 +80,11 @@ static struct {
 
 enum { A_NONE, A_WRITE, A_READ }; /* what an argument may do to a slot */
 
+/* bytes: the argument's extent as fp32 elements; a producer's or reader's
+ * at a slot's start counts 2 bytes per element in a half16 layout. */
 static void a16_arg(const char *op, const char *arg, const void *p, size_t bytes, int may) {
   if (!p) return;
+  if (may != A_NONE && g_reg.half && gpt2_a16_is(p)) bytes /= 2;
   const a16_slot *s = a16_overlap(p, bytes);
   if (!s) return;
   if (may != A_NONE && s->p == (const char *)p && bytes <= s->bytes) {

@@ -29,11 +29,15 @@
 extern "C" {
 #endif
 
-/* Registers the 16-bit slots of layout L (config cfg) over the buffer
- * acts: ln1, atty, ln2, fch_gelu of each of the layout's layer slots, and
- * lnf. Replaces an earlier registration. ZRT_ERR_OOM when the table
- * cannot be allocated (nothing registered then). */
-zrt_status gpt2_a16_set(const gpt2_acts_layout *L, const gpt2_config *cfg, const float *acts);
+/* Registers the 16-bit slots of layout L (config cfg, micro-batch B) over
+ * the buffer acts: ln1, atty, ln2, fch_gelu of each of the layout's layer
+ * slots, and lnf. A layout with half16 (GPT2_ACTS_HALF16, for ops that
+ * write them in 16 bits) holds each in half the bytes; the audit then
+ * counts a producer's or reader's fp32-typed extent at 2 bytes per element.
+ * Replaces an earlier registration. ZRT_ERR_OOM when the table cannot be
+ * allocated (nothing registered then). */
+zrt_status gpt2_a16_set(const gpt2_acts_layout *L, const gpt2_config *cfg, int B,
+                        const float *acts);
 void gpt2_a16_clear(void);
 /* 1 when p is the start of a registered slot (where its bf16 elements are). */
 int gpt2_a16_is(const void *p);

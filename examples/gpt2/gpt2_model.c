@@ -318,10 +318,14 @@ int gpt2_acts_layer_slots(const gpt2_config *cfg, int nckpt) {
 }
 
 void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, int nckpt,
-                           int lse_only) {
+                           int flags) {
   size_t T = (size_t)cfg->seq_len, C = (size_t)cfg->n_embd, NH = (size_t)cfg->n_head;
   size_t N = (size_t)B * T, off = 0;
+  int lse_only = (flags & GPT2_ACTS_LSE_ONLY) != 0, h16 = (flags & GPT2_ACTS_HALF16) != 0;
+  /* floats for n elements of a 16-bit slot (gpt2_act16.h) */
+#define A16(n) (h16 ? (((n) + 1) / 2 + 63) & ~(size_t)63 : (n))
   memset(L, 0, sizeof *L);
+  L->half16 = h16;
 #define TAKE(field, n)                                                                             \
   do {                                                                                             \
     L->field = off;                                                                                \
@@ -330,18 +334,18 @@ void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, i
   TAKE(encoded, N * C);
   size_t layer0 = off;
   off = 0; /* per-layer offsets are relative to the layer base */
-  TAKE(ln1, N * C);
+  TAKE(ln1, A16(N * C));
   TAKE(ln1_mean, N);
   TAKE(ln1_rstd, N);
   TAKE(qkv, 3 * N * C);
   TAKE(att, (size_t)B * NH * T * (lse_only ? 1 : T));
-  TAKE(atty, N * C);
+  TAKE(atty, A16(N * C));
   TAKE(res2, N * C);
-  TAKE(ln2, N * C);
+  TAKE(ln2, A16(N * C));
   TAKE(ln2_mean, N);
   TAKE(ln2_rstd, N);
   TAKE(fch, 4 * N * C);
-  TAKE(fch_gelu, 4 * N * C);
+  TAKE(fch_gelu, A16(4 * N * C));
   TAKE(res3, N * C);
   L->layer_stride = off;
   /* Shift the per-layer offsets so that acts + stride * l + field works. */
@@ -351,7 +355,7 @@ void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, i
   L->res3 += layer0;
   L->nckpt = nckpt;
   off = layer0 + L->layer_stride * (size_t)gpt2_acts_layer_slots(cfg, nckpt);
-  TAKE(lnf, N * C);
+  TAKE(lnf, A16(N * C));
   TAKE(lnf_mean, N);
   TAKE(lnf_rstd, N);
   TAKE(logits, N * (size_t)cfg->vocab);
@@ -360,6 +364,7 @@ void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, i
   TAKE(dC, N * C);
   TAKE(d4C, 4 * N * C);
 #undef TAKE
+#undef A16
   L->total = off;
 }
 

@@ -107,12 +107,18 @@ typedef struct gpt2_acts_layout {
   size_t lnf, lnf_mean, lnf_rstd, logits, losses;
   size_t dres, dC, d4C; /* backward scratch (dC and d4C also forward temporaries) */
   size_t total;
+  int half16; /* ln1, atty, ln2, fch_gelu, lnf sized for 16-bit elements */
 } gpt2_acts_layout;
-/* lse_only: the layer's att slot holds B * n_head * T floats (the fused
- * CUDA attention keeps only each row's logsumexp there) instead of the CPU
- * attention's B * n_head * T * T softmax. */
+/* flags: GPT2_ACTS_LSE_ONLY: the layer's att slot holds B * n_head * T
+ * floats (the fused CUDA attention keeps only each row's logsumexp there)
+ * instead of the CPU attention's B * n_head * T * T softmax.
+ * GPT2_ACTS_HALF16: the slots a bf16 CUDA run keeps in 16 bits
+ * (gpt2_act16.h: ln1, atty, ln2, fch_gelu, lnf) take half the floats
+ * (rounded up to 64 floats), only for ops that write them in 16 bits. */
+#define GPT2_ACTS_LSE_ONLY 1
+#define GPT2_ACTS_HALF16 2
 void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, int nckpt,
-                           int lse_only);
+                           int flags);
 /* Element offset of layer's input in the layout (where its forward reads it). */
 size_t gpt2_acts_block_input(const gpt2_acts_layout *L, int layer);
 /* Per-layer slots of the layout: n_layer - nckpt, plus the shared one. */

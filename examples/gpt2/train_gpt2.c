@@ -1335,8 +1335,14 @@ int main(int argc, char **argv) {
   /* Activations and workspaces: one accounted allocation each, up front
    * after build; declared first so that stage "auto" counts them (the
    * checkpoints are the engine's own and it counts them itself). */
-  /* on CUDA the fused attention keeps only each row's logsumexp */
-  gpt2_acts_layout_init(&tr.L, &tr.cfg, tr.B, tr.nckpt, !strcmp(tr.info.backend, "cuda"));
+  /* on CUDA the fused attention keeps only each row's logsumexp, and a
+   * bf16 run's GEMM-only activations take 16 bits (gpt2_act16.h) */
+  {
+    int cuda = !strcmp(tr.info.backend, "cuda");
+    gpt2_acts_layout_init(&tr.L, &tr.cfg, tr.B, tr.nckpt,
+                          (cuda ? GPT2_ACTS_LSE_ONLY : 0) |
+                              (cuda && tr.info.dtype == ZRT_BF16 ? GPT2_ACTS_HALF16 : 0));
+  }
   /* the CUDA ops' scratch: 16-bit GEMM operands, attention statistics */
   size_t scratch_bytes = 0;
 #ifdef GPT2_HAVE_CUDA
@@ -1409,7 +1415,7 @@ int main(int argc, char **argv) {
    * producers and GEMMs touch them. */
   tr.kern = tr.ops;
   if (tr.info.dtype == ZRT_BF16) {
-    CHECK(gpt2_a16_set(&tr.L, &tr.cfg, tr.acts));
+    CHECK(gpt2_a16_set(&tr.L, &tr.cfg, tr.B, tr.acts));
     gpt2_a16_audit_start(&tr.kern, &tr.ops);
   }
 

@@ -43,7 +43,8 @@
  *   - a bf16 run's 16-bit activations (gpt2_act16.h): one training
  *     micro-step of a 2-layer model (heads of 64, T = 64, B = 2) through
  *     the real passes, the CUDA ops under the audit, with and without the
- *     registry: ln1, atty, ln2, fch_gelu and lnf hold exactly the bf16
+ *     registry (and the half-size slots train_gpt2 gives it,
+ *     GPT2_ACTS_HALF16): ln1, atty, ln2, fch_gelu and lnf hold exactly the bf16
  *     rounding of the fp32 run's values (bit for bit: the producers round
  *     as the GEMMs' operand conversion), the losses are bitwise equal (the
  *     GEMMs see the same bits), and every gradient is within 1% of its
@@ -333,7 +334,8 @@ static void act16_step(const gpt2_config *cfg, float *const (*w)[GPT2_BLOCK_NPAR
                        const int64_t (*numel)[GPT2_BLOCK_NPARAMS], const int *dtok, int reg,
                        void *scratch, size_t sb, a16_run *r) {
   gpt2_acts_layout L;
-  gpt2_acts_layout_init(&L, cfg, A16_B, 0, 1);
+  /* as train_gpt2 lays them out: 16-bit slots at half size when registered */
+  gpt2_acts_layout_init(&L, cfg, A16_B, 0, GPT2_ACTS_LSE_ONLY | (reg ? GPT2_ACTS_HALF16 : 0));
   int N = A16_B * cfg->seq_len, C = cfg->n_embd;
   float *acts = dev(L.total * 4, NULL), *g[A16_L + 2][GPT2_BLOCK_NPARAMS];
   gpt2_cuda_ops_f32.zero(acts, L.total);
@@ -343,7 +345,7 @@ static void act16_step(const gpt2_config *cfg, float *const (*w)[GPT2_BLOCK_NPAR
       gpt2_cuda_ops_f32.zero(g[m][p], (size_t)numel[m][p]);
     }
   gpt2_cuda_gemm_setup(ZRT_BF16, scratch, sb);
-  if (reg) ZT_OK(gpt2_a16_set(&L, cfg, acts));
+  if (reg) ZT_OK(gpt2_a16_set(&L, cfg, A16_B, acts));
   gpt2_ops_f32 o;
   gpt2_a16_audit_start(&gpt2_cuda_ops_f32, &o);
   o.ctx = eng;
@@ -364,8 +366,9 @@ static void act16_step(const gpt2_config *cfg, float *const (*w)[GPT2_BLOCK_NPAR
   const size_t at[5] = {L.ln1, L.atty, L.ln2, L.fch_gelu, L.lnf};
   for (int k = 0; k < 5; k++) {
     size_t n = (size_t)N * C * (k == 3 ? 4 : 1), off = at[k] + (k < 4 ? L.layer_stride : 0);
-    r->slot[k] = malloc(n * 4); /* fp32-sized: the unregistered run's values */
-    ZT_OK(zrt_engine_memcpy(eng, r->slot[k], acts + off, n * 4, ZRT_COPY_D2H));
+    size_t bytes = n * (reg ? 2 : 4); /* bf16 elements, or the fp32 run's */
+    r->slot[k] = malloc(bytes);
+    ZT_OK(zrt_engine_memcpy(eng, r->slot[k], acts + off, bytes, ZRT_COPY_D2H));
   }
   for (int m = 0; m < A16_L + 2; m++)
     for (int p = 0; p < np[m]; p++) {

@@ -10,6 +10,12 @@
  *     and 4 reads per block forward, 5 reads per block backward, 1 write
  *     and 2 reads in the head), with losses bitwise equal to an unaudited
  *     run;
+ *   - a CUDA bf16 run's layout (GPT2_ACTS_HALF16) holds those slots in half
+ *     the floats: GPT-2 124M at B = 8 saves exactly 3.5 N C floats per
+ *     layer slot and N C / 2 for lnf (the printout gives the bytes); the
+ *     passes over it (ops that do nothing, under the audit, with 0 and 2
+ *     checkpointed layers) stay inside each slot's 16-bit extent with the
+ *     same writes and reads as over the fp32 layout;
  *   - each way a change could read a 16-bit slot as fp32 is a violation
  *     that the table's check() returns (ZRT_ERR_INTERNAL) with a message
  *     naming the op, the argument and the slot: a non-GEMM reader (GELU
@@ -71,7 +77,7 @@ static double step(const gpt2_ops_f32 *ops, const gpt2_acts_layout *L, float *ac
 
 static void registry(const gpt2_acts_layout *L, const float *acts, int nckpt) {
   int slots = gpt2_acts_layer_slots(&cfg, nckpt);
-  ZT_OK(gpt2_a16_set(L, &cfg, acts));
+  ZT_OK(gpt2_a16_set(L, &cfg, B, acts));
   size_t n = 0;
   for (size_t i = 0; i < L->total; i++) n += (size_t)gpt2_a16_is(acts + i);
   ZT_CHECK(n == (size_t)slots * 4 + 1);
@@ -94,7 +100,7 @@ static void passes(int nckpt) {
   float *acts = calloc(L.total, sizeof(float));
   registry(&L, acts, nckpt);
   double plain = step(&gpt2_cpu_ops_f32, &L, acts, nckpt);
-  ZT_OK(gpt2_a16_set(&L, &cfg, acts));
+  ZT_OK(gpt2_a16_set(&L, &cfg, B, acts));
   gpt2_ops_f32 audited;
   gpt2_a16_audit_start(&gpt2_cpu_ops_f32, &audited);
   double loss = step(&audited, &L, acts, nckpt);
@@ -112,6 +118,104 @@ static void passes(int nckpt) {
   free(acts);
 }
 
+/* Ops that do nothing: the passes' pointers and extents only (the half
+ * layout's slots are too small for the CPU ops' fp32 elements). */
+static zrt_status n_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
+                         const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                         float *c, int64_t ldc) {
+  (void)ctx, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda;
+  (void)b, (void)ldb, (void)beta, (void)c, (void)ldc;
+  return ZRT_OK;
+}
+static zrt_status n_attn_fwd(void *ctx, float *out, float *att, const float *qkv, int B_, int T,
+                             int C, int NH) {
+  (void)ctx, (void)out, (void)att, (void)qkv, (void)B_, (void)T, (void)C, (void)NH;
+  return ZRT_OK;
+}
+static zrt_status n_attn_bwd(void *ctx, float *dqkv, const float *dout, const float *qkv,
+                             const float *out, const float *att, int B_, int T, int C, int NH) {
+  (void)ctx, (void)dqkv, (void)dout, (void)qkv, (void)out, (void)att, (void)B_, (void)T, (void)C;
+  (void)NH;
+  return ZRT_OK;
+}
+static void n_zero(float *p, size_t n) { (void)p, (void)n; }
+static void n_enc_fwd(float *o, const int *t, const float *a, const float *b, int x, int y, int z) {
+  (void)o, (void)t, (void)a, (void)b, (void)x, (void)y, (void)z;
+}
+static void n_enc_bwd(float *o, float *p, const float *d, const int *t, int x, int y, int z) {
+  (void)o, (void)p, (void)d, (void)t, (void)x, (void)y, (void)z;
+}
+static void n_ln_fwd(float *o, float *m, float *r, const float *i, const float *w, const float *b,
+                     int N, int C) {
+  (void)o, (void)m, (void)r, (void)i, (void)w, (void)b, (void)N, (void)C;
+}
+static void n_ln_bwd(float *di, float *dw, float *db, const float *d, const float *i,
+                     const float *w, const float *m, const float *r, int N, int C) {
+  (void)di, (void)dw, (void)db, (void)d, (void)i, (void)w, (void)m, (void)r, (void)N, (void)C;
+}
+static void n_bias(float *o, const float *b, int N, int OC) { (void)o, (void)b, (void)N, (void)OC; }
+static void n_unary(float *o, const float *i, size_t n) { (void)o, (void)i, (void)n; }
+static void n_binary(float *o, const float *a, const float *b, size_t n) {
+  (void)o, (void)a, (void)b, (void)n;
+}
+static void n_ce(float *l, float *g, const int *t, int N, int V, float d) {
+  (void)l, (void)g, (void)t, (void)N, (void)V, (void)d;
+}
+static const gpt2_ops_f32 null_ops = {.gemm = n_gemm,
+                                      .zero = n_zero,
+                                      .encoder_forward = n_enc_fwd,
+                                      .encoder_backward = n_enc_bwd,
+                                      .layernorm_forward = n_ln_fwd,
+                                      .layernorm_backward = n_ln_bwd,
+                                      .bias_add = n_bias,
+                                      .bias_backward = n_bias,
+                                      .attention_forward = n_attn_fwd,
+                                      .attention_backward = n_attn_bwd,
+                                      .gelu_forward = n_unary,
+                                      .gelu_backward = n_binary,
+                                      .residual_forward = n_binary,
+                                      .crossentropy = n_ce};
+
+static void half_layout(void) {
+  gpt2_config big;
+  ZT_CHECK(gpt2_config_preset("gpt2", &big) == 0);
+  gpt2_acts_layout full, half;
+  gpt2_acts_layout_init(&full, &big, 8, 0, GPT2_ACTS_LSE_ONLY);
+  gpt2_acts_layout_init(&half, &big, 8, 0, GPT2_ACTS_LSE_ONLY | GPT2_ACTS_HALF16);
+  size_t NC = (size_t)8 * big.seq_len * big.n_embd;
+  size_t want = (size_t)big.n_layer * (7 * NC / 2) + NC / 2;
+  printf("GPT-2 124M, B = 8, CUDA layout: %.1f MiB fp32, %.1f MiB with bf16 GEMM-only "
+         "activations (per layer %.1f -> %.1f MiB)\n",
+         full.total * 4 / 1048576.0, half.total * 4 / 1048576.0, full.layer_stride * 4 / 1048576.0,
+         half.layer_stride * 4 / 1048576.0);
+  ZT_CHECK(half.half16 == 1 && full.half16 == 0);
+  ZT_CHECK(full.total - half.total == want);
+  ZT_CHECK(full.layer_stride - half.layer_stride == 7 * NC / 2);
+  /* the tiny model's passes over a half layout stay inside the slots */
+  for (int nckpt = 0; nckpt <= 2; nckpt += 2) {
+    gpt2_acts_layout L;
+    gpt2_acts_layout_init(&L, &cfg, B, nckpt, GPT2_ACTS_LSE_ONLY | GPT2_ACTS_HALF16);
+    float *acts = calloc(L.total, sizeof(float));
+    ZT_OK(gpt2_a16_set(&L, &cfg, B, acts));
+    gpt2_ops_f32 audited;
+    gpt2_a16_audit_start(&null_ops, &audited);
+    (void)step(&audited, &L, acts, nckpt);
+    long wr, rd, bad, fwd = NL + nckpt;
+    gpt2_a16_audit_counts(&wr, &rd, &bad);
+    printf("half layout, nckpt %d: %ld slot writes, %ld reads, %ld violations\n", nckpt, wr, rd,
+           bad);
+    ZT_CHECK(bad == 0 && wr == 4 * fwd + 1 && rd == 4 * fwd + 5 * NL + 2);
+    ZT_CHECK(audited.check() == ZRT_OK);
+    /* an fp32 reader of a half slot is still caught */
+    audited.layernorm_backward(acts + L.dres, NULL, NULL, acts + L.dC, acts + L.ln1, NULL, NULL,
+                               NULL, B * cfg.seq_len, cfg.n_embd);
+    gpt2_a16_audit_counts(NULL, NULL, &bad);
+    ZT_CHECK(bad == 1 && audited.check() == ZRT_ERR_INTERNAL);
+    gpt2_a16_clear();
+    free(acts);
+  }
+}
+
 /* Runs one op through a fresh audit: its check() and the message. */
 typedef enum { V_GELU_BWD, V_RESIDUAL, V_GEMM_INSIDE, V_GEMM_C, V_ZERO_EDGE } violation;
 
@@ -121,7 +225,7 @@ static void expect_violation(violation v, const char *needle) {
   float *acts = calloc(L.total, sizeof(float));
   int N = B * cfg.seq_len, C = cfg.n_embd;
   float *s1 = acts + L.layer_stride; /* layer slot 1 */
-  ZT_OK(gpt2_a16_set(&L, &cfg, acts));
+  ZT_OK(gpt2_a16_set(&L, &cfg, B, acts));
   gpt2_ops_f32 o;
   gpt2_a16_audit_start(&gpt2_cpu_ops_f32, &o);
   char path[] = "/tmp/zt_act16_XXXXXX";
@@ -187,6 +291,7 @@ int main(void) {
   }
   passes(0);
   passes(2);
+  half_layout();
   expect_violation(V_GELU_BWD, "gelu_backward's argument inp");
   expect_violation(V_RESIDUAL, "residual_forward's argument a");
   expect_violation(V_GEMM_INSIDE, "gemm's argument A");
