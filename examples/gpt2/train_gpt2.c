@@ -43,6 +43,7 @@
 
 #include "gpt2_act16.h"
 #include "gpt2_data.h"
+#include "gpt2_emu.h"
 #include "gpt2_model.h"
 #include "gpt2_prof.h"
 #include "zrt.h"
@@ -91,7 +92,7 @@ typedef struct args {
   const char *profile_ops; /* --profile_ops PATH */
   int n_layer, n_head, n_embd, seq_len, batch_size, vocab_size, n_positions, keep_last;
   int64_t steps;
-  int val_every, val_batches, sample, eval_only, eval_batches, save_interval;
+  int val_every, val_batches, sample, eval_only, eval_batches, save_interval, emulate_cuda;
   int actckpt; /* --activation_checkpointing */
   double lr, temperature;
   uint64_t seed;
@@ -137,7 +138,11 @@ static void usage(FILE *f) {
           "  --eval_batches N      batches for --eval_only (default 8)\n"
           "  --activation_checkpointing   keep only each block's input (the engine's activation\n"
           "                        checkpoints) and recompute the block in the backward; also on\n"
-          "                        when the config has an activation_checkpointing section\n",
+          "                        when the config has an activation_checkpointing section\n"
+          "  --emulate_cuda        on the cpu or twin backend, compute what the CUDA kernels\n"
+          "                        compute in a bf16 / fp16 run (GEMM operands rounded to the\n"
+          "                        dtype; bf16: the tensor-core attention's emulation): a GPU\n"
+          "                        run's numbers up to summation order; slow, for small models\n",
           GPT2_DEFAULT_DATA);
 }
 
@@ -176,6 +181,10 @@ static int parse_args(int argc, char **argv, args *a) {
     }
     if (!strcmp(f, "--activation_checkpointing")) {
       a->actckpt = 1;
+      continue;
+    }
+    if (!strcmp(f, "--emulate_cuda")) {
+      a->emulate_cuda = 1;
       continue;
     }
     if (i + 1 >= argc || strncmp(f, "--", 2) != 0) {
@@ -1277,6 +1286,27 @@ int main(int argc, char **argv) {
 #endif
   }
   tr.ops.ctx = tr.eng;
+  tr.kern = tr.ops;
+  /* --emulate_cuda: the CUDA kernels' numbers on the host (gpt2_emu.h) */
+  static gpt2_ops_f32 emu_inner;
+  if (a.emulate_cuda) {
+    if (!strcmp(tr.info.backend, "cuda")) {
+      fprintf(stderr, "train_gpt2: --emulate_cuda computes on the host what the CUDA kernels "
+                      "compute, and this run is on CUDA: drop the flag, or set "
+                      "zrt.backend=cpu (or twin)\n");
+      goto fail;
+    }
+    emu_inner = tr.ops;
+    gpt2_emu_cuda_ops(&emu_inner, tr.info.dtype, &tr.ops);
+    if (rank0)
+      printf("train_gpt2: --emulate_cuda: %s\n",
+             tr.info.dtype == ZRT_F32
+                 ? "an fp32 run: the CUDA kernels compute in fp32 as the host's (nothing to round)"
+             : tr.info.dtype == ZRT_BF16
+                 ? "GEMM operands rounded to bf16, attention through the tensor-core kernels' "
+                   "emulation"
+                 : "GEMM operands rounded to fp16 (the attention is fp32 on both)");
+  }
 
   /* Modules and parameters, in the order the passes use them. */
   tr.nmod = tr.cfg.n_layer + 2;
@@ -1413,10 +1443,11 @@ int main(int argc, char **argv) {
   /* A bf16 run's 16-bit activations (gpt2_act16.h): the CUDA ops keep
    * them in bf16; on every backend the audit checks that only their
    * producers and GEMMs touch them. */
-  tr.kern = tr.ops;
+  static gpt2_ops_f32 a16_inner;
   if (tr.info.dtype == ZRT_BF16) {
     CHECK(gpt2_a16_set(&tr.L, &tr.cfg, tr.B, tr.acts));
-    gpt2_a16_audit_start(&tr.kern, &tr.ops);
+    a16_inner = tr.ops;
+    gpt2_a16_audit_start(&a16_inner, &tr.ops);
   }
 
   uint64_t rng = a.seed ? a.seed : 1;
@@ -1617,6 +1648,7 @@ fail:
   rc = 1;
 done:
   gpt2_a16_clear();
+  gpt2_emu_cuda_done();
   if (tr.eng) {
     void *bufs[] = {tr.acts,   tr.dwte,      tr.d_tok,   tr.wstage,
                     tr.gstage, tr.wte_stage, tr.scratch, tr.loss_win};

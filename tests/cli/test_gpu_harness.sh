@@ -10,7 +10,13 @@
 #     doubled) on the "GPU" side only must fail on grad_norm, while its loss
 #     stays within the loss tolerance (the loss-only comparison this harness
 #     had before issue 23 passed such a run);
-#  3. the hook refuses to act without its switch (ZRT_TEST_HOOKS=1).
+#  3. the hook refuses to act without its switch (ZRT_TEST_HOOKS=1);
+#  4. the CUDA kernels' numbers on the host (train_gpt2 --emulate_cuda), the
+#     reference a GPU run is compared with: on the "GPU" side only
+#     (ZRT_GPU_SIDE_ARGS) two bf16 cases differ from the plain CPU run
+#     (the flag reached that side) and stay within the tolerances; on both
+#     sides (ZRT_GPU_CPU_ARGS, what a GPU run's CPU side gets) they agree
+#     to the bit.
 set -euo pipefail
 SRC=${ZRT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 BIN=${ZRT_BIN:-build/bin}
@@ -41,4 +47,26 @@ if err=$(env -u ZRT_TEST_HOOKS ZRT_TEST_GRAD_FACTOR=2 OMP_NUM_THREADS=1 "$BIN/tr
 fi
 echo "$err" | grep -q "ZRT_TEST_GRAD_FACTOR is a test hook: set ZRT_TEST_HOOKS=1 with it, or unset it" ||
   { echo "$err"; fail "no message naming the switch"; }
-echo "PASS: the harness agrees cpu with cpu, catches a doubled gradient factor, and the hook needs its switch"
+
+# 4. --emulate_cuda on the GPU side only, then on both sides
+worst() { # CASE OUTPUT: the case's four worst differences
+  echo "$2" | sed -n "s/^$1: .*worst relative differences: loss \([^ ]*\) .*grad_norm \([^ ]*\) .*master_sqsum \([^ ]*\) .*master_sum \([^ ]*\) .*/\1 \2 \3 \4/p"
+}
+EMU=(ZRT_GPU_SELFTEST=1 ZRT_GPU_HARNESS_ONLY=s1_bf16,init_offload ZRT_GPU_SIDE_ARGS=--emulate_cuda)
+out=$(env "${EMU[@]}" bash "$SRC/tests/gpu/test_engine_cuda.sh" 2>&1) ||
+  { echo "$out"; fail "the emulated CUDA numbers are outside the tolerances"; }
+for c in s1_bf16 init_offload; do
+  w=$(worst "$c" "$out")
+  echo "$c, GPU side emulated: $w"
+  python3 -c "import sys; v = list(map(float, sys.argv[1:])); assert len(v) == 4 and max(v) > 0, v" $w ||
+    { echo "$out"; fail "$c: --emulate_cuda did not reach the GPU side (no difference)"; }
+done
+out=$(env "${EMU[@]}" ZRT_GPU_CPU_ARGS=--emulate_cuda bash "$SRC/tests/gpu/test_engine_cuda.sh" 2>&1) ||
+  { echo "$out"; fail "both sides emulated differ"; }
+for c in s1_bf16 init_offload; do
+  w=$(worst "$c" "$out")
+  [ "$w" = "0.00e+00 0.00e+00 0.00e+00 0.00e+00" ] ||
+    { echo "$out"; fail "$c: both sides --emulate_cuda, yet they differ ($w)"; }
+done
+echo "both sides --emulate_cuda: identical"
+echo "PASS: the harness agrees cpu with cpu, catches a doubled gradient factor, the hook needs its switch, and --emulate_cuda reaches either side"
