@@ -1,5 +1,5 @@
 /*
- * gpt2_act16.c — the registry of a bf16 run's 16-bit activation slots and
+ * gpt2_act16.c — the registry of a 16-bit run's 16-bit activation slots and
  * the audit of the ops that touch them (gpt2_act16.h): a sorted table of
  * byte ranges, a binary search per pointer argument, and an ops table that
  * checks each call's activation arguments before passing it on.
@@ -99,7 +99,7 @@ static void a16_arg(const char *op, const char *arg, const void *p, size_t bytes
   if (s->layer_slot >= 0) snprintf(where, sizeof where, "layer slot %d's", s->layer_slot);
   fprintf(stderr,
           "train_gpt2: internal error: %s's argument %s (%zu bytes at offset %lld of the slot) "
-          "touches %s %s activation, which a bf16 run keeps in 16 bits: only the LayerNorm, "
+          "touches %s %s activation, which a 16-bit run keeps in 16 bits: only the LayerNorm, "
           "attention and GELU forwards write it and only GEMM operands and the attention "
           "backward's out read it, from its start (gpt2_act16.h); the model's passes and that "
           "rule disagree: please report it\n",

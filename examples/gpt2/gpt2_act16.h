@@ -1,13 +1,16 @@
 /*
- * gpt2_act16.h — the activations a bf16 run keeps in 16 bits, and the audit
- * that checks no op reads them as fp32. In a bf16 CUDA run the slots read
- * only by GEMMs — ln1, atty, ln2, fch_gelu of every layer slot and lnf —
- * hold bf16 elements (same element index and row stride, the first half of
- * the fp32 slot's bytes): their producers (LayerNorm forward, attention
- * forward, GELU forward) write bf16, the GEMMs read them as they are
- * instead of rounding an fp32 copy into the scratch, and the attention
- * backward reads atty's bf16 for D = dO . O. The registry (gpt2_a16_set)
- * says which slots those are; the CUDA ops ask it (gpt2_a16_is).
+ * gpt2_act16.h — the activations a 16-bit run keeps in 16 bits, and the
+ * audit that checks no op reads them as fp32. In a bf16 or fp16 CUDA run
+ * the slots read only by GEMMs — ln1, atty, ln2, fch_gelu of every layer
+ * slot and lnf — hold elements of the run's dtype (same element index and
+ * row stride; the layout gives them half the floats, GPT2_ACTS_HALF16):
+ * their producers (LayerNorm forward, attention forward, GELU forward)
+ * write 16 bits, the GEMMs read them as they are instead of rounding an
+ * fp32 copy into the scratch (the same bits: both round to nearest even),
+ * and a bf16 run's attention backward reads atty's bf16 for D = dO . O
+ * (an fp16 run's, on the CUDA cores, does not read it). The registry
+ * (gpt2_a16_set) says which slots those are; the CUDA ops ask it
+ * (gpt2_a16_is).
  *
  * The rule "a registered slot is written only by those three producers and
  * read only by GEMMs and the attention backward's `out`, always through the
@@ -16,7 +19,7 @@
  * checks each pointer argument's byte extent against the registry; a
  * violation is kept (the first one, with the op, the argument and the
  * slot) and returned by the table's check(). train_gpt2 registers and
- * audits every bf16 run, on cpu and the twin too, where the ops still
+ * audits every 16-bit run, on cpu and the twin too, where the ops still
  * compute in fp32: a pass that a later change makes read a 16-bit slot as
  * fp32 fails there, in CI, before it would compute garbage on a GPU.
  */

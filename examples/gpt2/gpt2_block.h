@@ -15,6 +15,9 @@
  *   gb_bf16(x)         x rounded to bf16 (nearest even), as its 16 bits:
  *                      CUDA's __float2bfloat16_rn, written out for the C
  *                      compiler; gb_from_bf16(bits) the value of such bits
+ *   gb_f16(x)          x rounded to IEEE fp16 (nearest even, overflow to
+ *                      inf), as its 16 bits: CUDA's __float2half_rn, the C
+ *                      compiler's _Float16 conversion
  */
 #ifndef GPT2_BLOCK_H
 #define GPT2_BLOCK_H
@@ -23,6 +26,9 @@
 #include <stdint.h>
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#else
+#include <string.h>
 #endif
 
 #ifdef __CUDACC__
@@ -51,6 +57,17 @@ GB_DEV uint32_t gb_bf16(float x) {
   } v = {x};
   if (isnan(x)) return 0x7fc0u;
   return (v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16; /* round to nearest even */
+#endif
+}
+
+GB_DEV uint32_t gb_f16(float x) {
+#ifdef __CUDACC__
+  return (uint32_t)__half_as_ushort(__float2half_rn(x));
+#else
+  _Float16 h = (_Float16)x;
+  uint16_t u;
+  memcpy(&u, &h, sizeof u);
+  return u;
 #endif
 }
 

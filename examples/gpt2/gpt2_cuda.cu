@@ -72,7 +72,18 @@ __device__ float warp_sum(float v) {
   return v;
 }
 
-/* One warp per row. out: fp32, or bf16 when o16 (gpt2_act16.h). */
+/* out[i] = y: fp32 (o16 0), or the run's 16-bit dtype (o16: ZRT_BF16 or
+ * ZRT_F16, a 16-bit activation slot of gpt2_act16.h) */
+__device__ __forceinline__ void store_act(void *out, int o16, size_t i, float y) {
+  if (o16 == ZRT_BF16)
+    ((__nv_bfloat16 *)out)[i] = __float2bfloat16(y);
+  else if (o16 == ZRT_F16)
+    ((__half *)out)[i] = __float2half(y);
+  else
+    ((float *)out)[i] = y;
+}
+
+/* One warp per row. out: see store_act. */
 __global__ void k_layernorm_forward(void *out, int o16, float *mean, float *rstd, const float *inp,
                                     const float *w, const float *b, int N, int C) {
   int row = (int)((blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
@@ -85,13 +96,7 @@ __global__ void k_layernorm_forward(void *out, int o16, float *mean, float *rstd
   for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
   float r = rsqrtf(warp_sum(v) / C + 1e-5f);
   size_t o = (size_t)row * C;
-  for (int c = lane; c < C; c += 32) {
-    float y = (x[c] - m) * r * w[c] + b[c]; /* one rounding for both stores */
-    if (o16)
-      ((__nv_bfloat16 *)out)[o + c] = __float2bfloat16(y);
-    else
-      ((float *)out)[o + c] = y;
-  }
+  for (int c = lane; c < C; c += 32) store_act(out, o16, o + c, (x[c] - m) * r * w[c] + b[c]);
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
@@ -135,10 +140,10 @@ __global__ void k_bias_add(float *out, const float *bias, int N, int OC) {
 }
 
 __global__ void __launch_bounds__(FA_NT)
-    k_fa_forward(float *out, float *lse, const float *qkv, int T, int C, int NH) {
+    k_fa_forward(void *out, int o16, float *lse, const float *qkv, int T, int C, int NH) {
   __shared__ fa_fwd_smem sm;
   fa_fwd_ts ts[1];
-  fa_forward_block(qkv, out, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm, ts);
+  fa_forward_block(qkv, out, o16, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm, ts);
 }
 
 __global__ void __launch_bounds__(FA_NT)
@@ -207,16 +212,12 @@ __global__ void k_fill16(void *dst, int64_t n, int dt) {
     ((__half *)dst)[e] = __float2half(x);
 }
 
-/* out: fp32, or bf16 when o16 (gpt2_act16.h). */
+/* out: see store_act. */
 __global__ void k_gelu_forward(void *out, int o16, const float *inp, size_t n) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float x = inp[i];
-  float y = 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x)));
-  if (o16)
-    ((__nv_bfloat16 *)out)[i] = __float2bfloat16(y);
-  else
-    ((float *)out)[i] = y;
+  store_act(out, o16, i, 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x))));
 }
 
 __global__ void k_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
@@ -314,9 +315,12 @@ static const void *twin16(const void *p, int64_t ld, int64_t rows, int64_t cols)
   return g_t16.t16 + (size_t)(c - g_t16.p) / 2;
 }
 
-/* A bf16 run's 16-bit activation slot (gpt2_act16.h): written in bf16 by
- * its producer, read as is by the GEMMs and the attention backward. */
-static int o16_at(const void *p) { return g_gemm_dt == ZRT_BF16 && gpt2_a16_is(p); }
+/* A 16-bit run's 16-bit activation slot (gpt2_act16.h): written in the
+ * run's dtype by its producer, read as is by the GEMMs (and a bf16 run's
+ * attention backward). The dtype (ZRT_BF16 / ZRT_F16), 0 elsewhere. */
+static int o16_at(const void *p) {
+  return g_gemm_dt != ZRT_F32 && gpt2_a16_is(p) ? (int)g_gemm_dt : 0;
+}
 
 static int is_w16(const void *p) {
   for (int i = 0; i < g_nw16; i++)
@@ -442,7 +446,7 @@ static zrt_status cu_attention_forward(void *ctx, float *out, float *att, const 
     return ZRT_OK;
   }
   dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * NH));
-  k_fa_forward<<<grid, FA_NT, 0, g_stream>>>(out, att /* lse rows */, qkv, T, C, NH);
+  k_fa_forward<<<grid, FA_NT, 0, g_stream>>>(out, o16_at(out), att /* lse rows */, qkv, T, C, NH);
   return ZRT_OK; /* launch errors: the pass's check() */
 }
 static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,

@@ -73,7 +73,14 @@ static zrt_status e_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_
 /* shared memory: ldmatrix's rows are 16-byte aligned (TC_ALIGN) */
 static void *emu_smem(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); }
 
-/* the kernels' lanes and shared memory, made once */
+static void emu_tc_free(void) {
+  free(g_emu.fsm), free(g_emu.fst), free(g_emu.qsm), free(g_emu.qst), free(g_emu.ksm);
+  free(g_emu.kst);
+  g_emu.fsm = NULL, g_emu.fst = NULL, g_emu.qsm = NULL, g_emu.qst = NULL, g_emu.ksm = NULL;
+  g_emu.kst = NULL;
+}
+
+/* the kernels' lanes and shared memory, made once (all or none) */
 static int emu_tc_state(void) {
   if (g_emu.fsm) return 0;
   g_emu.fsm = emu_smem(sizeof *g_emu.fsm);
@@ -82,17 +89,23 @@ static int emu_tc_state(void) {
   g_emu.qst = calloc(TC_NT, sizeof *g_emu.qst);
   g_emu.ksm = emu_smem(sizeof *g_emu.ksm);
   g_emu.kst = calloc(TC_NT, sizeof *g_emu.kst);
-  return g_emu.fsm && g_emu.fst && g_emu.qsm && g_emu.qst && g_emu.ksm && g_emu.kst ? 0 : -1;
+  if (g_emu.fsm && g_emu.fst && g_emu.qsm && g_emu.qst && g_emu.ksm && g_emu.kst) return 0;
+  emu_tc_free();
+  return -1;
 }
 
 static zrt_status emu_tc_ok(int B, int T, int C, int NH) {
-  if (NH > 0 && C % NH == 0 && C / NH <= TC_HS && emu_tc_state() == 0) return ZRT_OK;
-  fprintf(stderr,
-          "train_gpt2: --emulate_cuda: the tensor-core attention takes heads of at most %d "
-          "(n_embd %d, n_head %d, micro-batch %d%s)\n",
-          TC_HS, C, NH, B, emu_tc_state() ? "; no host memory for its emulation" : "");
   (void)T;
-  return ZRT_ERR_UNSUPPORTED;
+  if (!(NH > 0 && C % NH == 0 && C / NH <= TC_HS)) {
+    fprintf(stderr,
+            "train_gpt2: --emulate_cuda: the tensor-core attention takes heads of at most %d "
+            "(n_embd %d, n_head %d, micro-batch %d)\n",
+            TC_HS, C, NH, B);
+    return ZRT_ERR_UNSUPPORTED;
+  }
+  if (emu_tc_state() == 0) return ZRT_OK;
+  fprintf(stderr, "train_gpt2: --emulate_cuda: no host memory for the attention's emulation\n");
+  return ZRT_ERR_OOM;
 }
 
 static zrt_status e_attention_forward(void *ctx, float *out, float *att, const float *qkv, int B,
@@ -140,7 +153,6 @@ void gpt2_emu_cuda_ops(const gpt2_ops_f32 *cpu, zrt_dtype dt, gpt2_ops_f32 *out)
 
 void gpt2_emu_cuda_done(void) {
   free(g_emu.buf[0]), free(g_emu.buf[1]), free(g_emu.dstat);
-  free(g_emu.fsm), free(g_emu.fst), free(g_emu.qsm), free(g_emu.qst), free(g_emu.ksm);
-  free(g_emu.kst);
+  emu_tc_free();
   memset(&g_emu, 0, sizeof g_emu);
 }

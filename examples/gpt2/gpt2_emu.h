@@ -3,7 +3,7 @@
  * host. An ops table wrapping the CPU one that computes what the CUDA
  * kernels compute in a 16-bit run, where they differ from the CPU's: every
  * GEMM's two operands rounded to the run's dtype (round to nearest even,
- * as cu_gemm's conversion, the 16-bit weights and a bf16 run's 16-bit
+ * as cu_gemm's conversion, the 16-bit weights and a 16-bit run's 16-bit
  * activations hold them), products and sums in fp32; in a bf16 run the
  * attention through the tensor-core kernels' C emulation (gpt2_flash_tc.h:
  * q, k, v, dO, P and dS in bf16, the logsumexp in att, D from the forward's

@@ -326,13 +326,16 @@ void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, i
 #define A16(n) (h16 ? (((n) + 1) / 2 + 63) & ~(size_t)63 : (n))
   memset(L, 0, sizeof *L);
   L->half16 = h16;
+  /* a 16-bit layout starts every buffer on 256 bytes (64 floats): the
+   * GEMMs read its 16-bit slots in place, as aligned as the scratch */
 #define TAKE(field, n)                                                                             \
   do {                                                                                             \
+    if (h16) off = (off + 63) & ~(size_t)63;                                                       \
     L->field = off;                                                                                \
     off += (n);                                                                                    \
   } while (0)
   TAKE(encoded, N * C);
-  size_t layer0 = off;
+  size_t layer0 = h16 ? (off + 63) & ~(size_t)63 : off;
   off = 0; /* per-layer offsets are relative to the layer base */
   TAKE(ln1, A16(N * C));
   TAKE(ln1_mean, N);
@@ -347,6 +350,7 @@ void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, i
   TAKE(fch, 4 * N * C);
   TAKE(fch_gelu, A16(4 * N * C));
   TAKE(res3, N * C);
+  if (h16) off = (off + 63) & ~(size_t)63; /* each layer slot aligned as the first */
   L->layer_stride = off;
   /* Shift the per-layer offsets so that acts + stride * l + field works. */
   L->ln1 += layer0, L->ln1_mean += layer0, L->ln1_rstd += layer0, L->qkv += layer0;

@@ -139,7 +139,7 @@ static void usage(FILE *f) {
           "  --activation_checkpointing   keep only each block's input (the engine's activation\n"
           "                        checkpoints) and recompute the block in the backward; also on\n"
           "                        when the config has an activation_checkpointing section\n"
-          "  --emulate_cuda        on the cpu or twin backend, compute what the CUDA kernels\n"
+          "  --emulate_cuda        on the cpu backend, compute what the CUDA kernels\n"
           "                        compute in a bf16 / fp16 run (GEMM operands rounded to the\n"
           "                        dtype; bf16: the tensor-core attention's emulation): a GPU\n"
           "                        run's numbers up to summation order; slow, for small models\n",
@@ -1290,10 +1290,14 @@ int main(int argc, char **argv) {
   /* --emulate_cuda: the CUDA kernels' numbers on the host (gpt2_emu.h) */
   static gpt2_ops_f32 emu_inner;
   if (a.emulate_cuda) {
-    if (!strcmp(tr.info.backend, "cuda")) {
-      fprintf(stderr, "train_gpt2: --emulate_cuda computes on the host what the CUDA kernels "
-                      "compute, and this run is on CUDA: drop the flag, or set "
-                      "zrt.backend=cpu (or twin)\n");
+    if (strcmp(tr.info.backend, "cpu")) {
+      /* the twin's GEMMs take only its device memory, not the emulation's
+       * host copies of the rounded operands */
+      fprintf(stderr,
+              "train_gpt2: --emulate_cuda computes on the host what the CUDA kernels compute, "
+              "on the cpu backend only, and this run is on %s: drop the flag, or set "
+              "zrt.backend=cpu\n",
+              tr.info.backend);
       goto fail;
     }
     emu_inner = tr.ops;
@@ -1366,12 +1370,12 @@ int main(int argc, char **argv) {
    * after build; declared first so that stage "auto" counts them (the
    * checkpoints are the engine's own and it counts them itself). */
   /* on CUDA the fused attention keeps only each row's logsumexp, and a
-   * bf16 run's GEMM-only activations take 16 bits (gpt2_act16.h) */
+   * 16-bit run's GEMM-only activations take 16 bits (gpt2_act16.h) */
   {
     int cuda = !strcmp(tr.info.backend, "cuda");
     gpt2_acts_layout_init(&tr.L, &tr.cfg, tr.B, tr.nckpt,
                           (cuda ? GPT2_ACTS_LSE_ONLY : 0) |
-                              (cuda && tr.info.dtype == ZRT_BF16 ? GPT2_ACTS_HALF16 : 0));
+                              (cuda && tr.info.dtype != ZRT_F32 ? GPT2_ACTS_HALF16 : 0));
   }
   /* the CUDA ops' scratch: 16-bit GEMM operands, attention statistics */
   size_t scratch_bytes = 0;
@@ -1440,11 +1444,11 @@ int main(int argc, char **argv) {
   tr.h_losses = malloc((size_t)tr.accum * N * sizeof(float));
   tr.h_logits = malloc((size_t)tr.cfg.vocab * sizeof(float));
   if (!tr.h_losses || !tr.h_logits) goto fail;
-  /* A bf16 run's 16-bit activations (gpt2_act16.h): the CUDA ops keep
-   * them in bf16; on every backend the audit checks that only their
-   * producers and GEMMs touch them. */
+  /* A 16-bit run's 16-bit activations (gpt2_act16.h): the CUDA ops keep
+   * them in the run's dtype; on every backend the audit checks that only
+   * their producers and GEMMs touch them. */
   static gpt2_ops_f32 a16_inner;
-  if (tr.info.dtype == ZRT_BF16) {
+  if (tr.info.dtype != ZRT_F32) {
     CHECK(gpt2_a16_set(&tr.L, &tr.cfg, tr.B, tr.acts));
     a16_inner = tr.ops;
     gpt2_a16_audit_start(&a16_inner, &tr.ops);
@@ -1647,8 +1651,6 @@ int main(int argc, char **argv) {
 fail:
   rc = 1;
 done:
-  gpt2_a16_clear();
-  gpt2_emu_cuda_done();
   if (tr.eng) {
     void *bufs[] = {tr.acts,   tr.dwte,      tr.d_tok,   tr.wstage,
                     tr.gstage, tr.wte_stage, tr.scratch, tr.loss_win};
@@ -1658,6 +1660,9 @@ done:
       fprintf(stderr, "train_gpt2: zrt_engine_host_free: %s\n", zrt_last_error());
   }
   zrt_engine_destroy(tr.eng);
+  /* after the engine: no queued task (the twin's) reads them any more */
+  gpt2_a16_clear();
+  gpt2_emu_cuda_done();
   zrt_config_destroy(zc);
   free(keep.saved);
   free(user_json);

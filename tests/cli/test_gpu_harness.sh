@@ -16,7 +16,7 @@
 #     (ZRT_GPU_SIDE_ARGS) two bf16 cases differ from the plain CPU run
 #     (the flag reached that side) and stay within the tolerances; on both
 #     sides (ZRT_GPU_CPU_ARGS, what a GPU run's CPU side gets) they agree
-#     to the bit.
+#     to the bit; the twin refuses the flag with its reason.
 set -euo pipefail
 SRC=${ZRT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 BIN=${ZRT_BIN:-build/bin}
@@ -69,4 +69,10 @@ for c in s1_bf16 init_offload; do
     { echo "$out"; fail "$c: both sides --emulate_cuda, yet they differ ($w)"; }
 done
 echo "both sides --emulate_cuda: identical"
+if err=$(OMP_NUM_THREADS=1 "$BIN/train_gpt2" --model tiny --data "$D/corpus.txt" --steps 1 \
+  --set bf16.enabled=true --set zrt.backend=twin --emulate_cuda 2>&1); then
+  fail "--emulate_cuda ran on the twin"
+fi
+echo "$err" | grep -q "on the cpu backend only, and this run is on twin: drop the flag, or set zrt.backend=cpu" ||
+  { echo "$err"; fail "--emulate_cuda on the twin: not the refusal"; }
 echo "PASS: the harness agrees cpu with cpu, catches a doubled gradient factor, the hook needs its switch, and --emulate_cuda reaches either side"

@@ -40,16 +40,18 @@
  *   - a bf16 run's cross-entropy backward: its gradient as a bf16 copy that
  *     the head's GEMM on the logits pointer reads (the logits stay), against
  *     the CPU op's gradient rounded to bf16, within 1e-5 (entries <= 1/37).
- *   - a bf16 run's 16-bit activations (gpt2_act16.h): one training
- *     micro-step of a 2-layer model (heads of 64, T = 64, B = 2) through
- *     the real passes, the CUDA ops under the audit, with and without the
- *     registry (and the half-size slots train_gpt2 gives it,
- *     GPT2_ACTS_HALF16): ln1, atty, ln2, fch_gelu and lnf hold exactly the bf16
- *     rounding of the fp32 run's values (bit for bit: the producers round
- *     as the GEMMs' operand conversion), the losses are bitwise equal (the
- *     GEMMs see the same bits), and every gradient is within 1% of its
- *     tensor's largest entry (the attention backward's D = dO . O reads
- *     the bf16 O; P and dS are bf16 either way); no audit violation.
+ *   - a 16-bit run's 16-bit activations (gpt2_act16.h), bf16 and fp16:
+ *     one training micro-step of a 2-layer model (heads of 64, T = 64,
+ *     B = 2) through the real passes, the CUDA ops under the audit, with
+ *     and without the registry (and the half-size slots train_gpt2 gives
+ *     it, GPT2_ACTS_HALF16): ln1, atty, ln2, fch_gelu and lnf hold exactly
+ *     the fp32 run's values rounded to the dtype (bit for bit: the
+ *     producers round as the GEMMs' operand conversion), the losses are
+ *     bitwise equal (the GEMMs see the same bits), and every gradient is
+ *     within 1% of its tensor's largest entry in bf16 (the attention
+ *     backward's D = dO . O reads the bf16 O; P and dS are bf16 either
+ *     way) and bitwise equal in fp16 (its attention backward does not read
+ *     O); no audit violation.
  * The CPU emulations of the same attention, cross-entropy and column-sum
  * code are checked in test_gpt2_flash_emu, test_gpt2_flash_tc_emu and
  * test_gpt2_rows_emu (unit). Skips (77) without a GPU,
@@ -320,10 +322,10 @@ static void ce16_case(void *scratch, size_t sb) {
   free(lg), free(g), free(w), free(loss), free(back), free(want), free(tgt), free(xin), free(ref);
 }
 
-/* One micro-step of the passes on the CUDA ops in a bf16 run (see the
- * top): with reg, the 16-bit activation slots registered. Fills the
- * step's losses, every gradient (module by module) and the slots' first
- * N*C*2 bytes (ln1, atty, ln2, fch_gelu of layer 1, lnf). */
+/* One micro-step of the passes on the CUDA ops in a dt (bf16 / fp16) run
+ * (see the top): with reg, the 16-bit activation slots registered. Fills
+ * the step's losses, every gradient (module by module) and the slots (ln1,
+ * atty, ln2, fch_gelu of layer 1, lnf: 16-bit elements when reg). */
 enum { A16_L = 2, A16_B = 2 };
 typedef struct a16_run {
   float *loss, *grad[A16_L + 2][GPT2_BLOCK_NPARAMS];
@@ -331,8 +333,8 @@ typedef struct a16_run {
 } a16_run;
 
 static void act16_step(const gpt2_config *cfg, float *const (*w)[GPT2_BLOCK_NPARAMS], const int *np,
-                       const int64_t (*numel)[GPT2_BLOCK_NPARAMS], const int *dtok, int reg,
-                       void *scratch, size_t sb, a16_run *r) {
+                       const int64_t (*numel)[GPT2_BLOCK_NPARAMS], const int *dtok, zrt_dtype dt,
+                       int reg, void *scratch, size_t sb, a16_run *r) {
   gpt2_acts_layout L;
   /* as train_gpt2 lays them out: 16-bit slots at half size when registered */
   gpt2_acts_layout_init(&L, cfg, A16_B, 0, GPT2_ACTS_LSE_ONLY | (reg ? GPT2_ACTS_HALF16 : 0));
@@ -344,7 +346,7 @@ static void act16_step(const gpt2_config *cfg, float *const (*w)[GPT2_BLOCK_NPAR
       g[m][p] = dev((size_t)numel[m][p] * 4, NULL);
       gpt2_cuda_ops_f32.zero(g[m][p], (size_t)numel[m][p]);
     }
-  gpt2_cuda_gemm_setup(ZRT_BF16, scratch, sb);
+  gpt2_cuda_gemm_setup(dt, scratch, sb);
   if (reg) ZT_OK(gpt2_a16_set(&L, cfg, A16_B, acts));
   gpt2_ops_f32 o;
   gpt2_a16_audit_start(&gpt2_cuda_ops_f32, &o);
@@ -366,7 +368,7 @@ static void act16_step(const gpt2_config *cfg, float *const (*w)[GPT2_BLOCK_NPAR
   const size_t at[5] = {L.ln1, L.atty, L.ln2, L.fch_gelu, L.lnf};
   for (int k = 0; k < 5; k++) {
     size_t n = (size_t)N * C * (k == 3 ? 4 : 1), off = at[k] + (k < 4 ? L.layer_stride : 0);
-    size_t bytes = n * (reg ? 2 : 4); /* bf16 elements, or the fp32 run's */
+    size_t bytes = n * (reg ? 2 : 4); /* 16-bit elements, or the fp32 run's */
     r->slot[k] = malloc(bytes);
     ZT_OK(zrt_engine_memcpy(eng, r->slot[k], acts + off, bytes, ZRT_COPY_D2H));
   }
@@ -381,13 +383,13 @@ static void act16_step(const gpt2_config *cfg, float *const (*w)[GPT2_BLOCK_NPAR
   zrt_engine_free(eng, acts);
 }
 
-static void act16_case(void *scratch, size_t sb) {
+static void act16_case(zrt_dtype dt, void *scratch, size_t sb) {
   gpt2_config cfg = {0};
   cfg.n_layer = A16_L, cfg.n_embd = 128, cfg.n_head = 2, cfg.vocab = 256, cfg.seq_len = 64;
   cfg.n_ctx = 64;
   char msg[256];
   ZT_CHECK(gpt2_config_validate(&cfg, msg, sizeof msg) == 0);
-  ZT_CHECK(gpt2_cuda_scratch_bytes(&cfg, A16_B, ZRT_BF16) <= sb);
+  ZT_CHECK(gpt2_cuda_scratch_bytes(&cfg, A16_B, dt) <= sb);
   int np[A16_L + 2], N = A16_B * cfg.seq_len, C = cfg.n_embd;
   gpt2_param_spec spec[GPT2_BLOCK_NPARAMS];
   int64_t numel[A16_L + 2][GPT2_BLOCK_NPARAMS];
@@ -408,17 +410,20 @@ static void act16_case(void *scratch, size_t sb) {
   for (int i = 0; i < 2 * N; i++) tok[i] = (int)((frand(&s) * 0.5f + 0.5f) * 256) % 256;
   int *dtok = dev((size_t)2 * N * sizeof *tok, tok);
   a16_run f32 = {0}, b16 = {0};
-  act16_step(&cfg, w, np, numel, dtok, 0, scratch, sb, &f32);
-  act16_step(&cfg, w, np, numel, dtok, 1, scratch, sb, &b16);
+  act16_step(&cfg, w, np, numel, dtok, dt, 0, scratch, sb, &f32);
+  act16_step(&cfg, w, np, numel, dtok, dt, 1, scratch, sb, &b16);
   static const char *names[5] = {"ln1", "atty", "ln2", "fch_gelu", "lnf"};
+  const char *dn = zrt_dtype_name(dt);
   for (int k = 0; k < 5; k++) {
     size_t n = (size_t)N * C * (k == 3 ? 4 : 1), differ = 0;
-    const float *x = (const float *)f32.slot[k];
+    uint16_t *want = malloc(n * 2);
+    to16(want, (const float *)f32.slot[k], n, dt); /* the fp32 run's values, rounded */
     const uint16_t *h = (const uint16_t *)b16.slot[k];
-    for (size_t i = 0; i < n; i++) differ += h[i] != bf16_bits(x[i]);
-    printf("bf16 activations: %s: %zu of %zu elements differ from the fp32 run's rounding\n",
+    for (size_t i = 0; i < n; i++) differ += h[i] != want[i];
+    printf("%s activations: %s: %zu of %zu elements differ from the fp32 run's rounding\n", dn,
            names[k], differ, n);
     ZT_CHECK(differ == 0);
+    free(want);
   }
   ZT_CHECK(memcmp(f32.loss, b16.loss, (size_t)N * 4) == 0);
   for (int m = 0; m < A16_L + 2; m++)
@@ -427,8 +432,10 @@ static void act16_case(void *scratch, size_t sb) {
       for (int64_t i = 0; i < numel[m][p]; i++)
         if (fabs(f32.grad[m][p][i]) > big) big = fabs(f32.grad[m][p][i]);
       char what[96];
-      snprintf(what, sizeof what, "bf16 activations: module %d param %d gradient", m, p);
-      ZT_CLOSE_ARRAY(what, b16.grad[m][p], f32.grad[m][p], (size_t)numel[m][p], 1e-2 * big);
+      snprintf(what, sizeof what, "%s activations: module %d param %d gradient", dn, m, p);
+      /* fp16: the attention's backward does not read out: the same bits */
+      ZT_CLOSE_ARRAY(what, b16.grad[m][p], f32.grad[m][p], (size_t)numel[m][p],
+                     dt == ZRT_BF16 ? 1e-2 * big : 0.0);
       free(f32.grad[m][p]), free(b16.grad[m][p]);
       zrt_engine_free(eng, w[m][p]);
     }
@@ -573,7 +580,8 @@ int main(void) {
   ops_case();
   ce16_case(scratch, sb);
   reuse_case(scratch, sb);
-  act16_case(scratch, sb);
+  act16_case(ZRT_BF16, scratch, sb);
+  act16_case(ZRT_F16, scratch, sb);
   zrt_engine_free(eng, scratch);
   zrt_engine_destroy(eng);
   zrt_config_destroy(zc);

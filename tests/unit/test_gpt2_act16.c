@@ -1,5 +1,5 @@
 /*
- * test_gpt2_act16.c — the 16-bit activations of a bf16 run
+ * test_gpt2_act16.c — the 16-bit activations of a bf16 or fp16 run
  * (examples/gpt2/gpt2_act16.h), checked where no GPU is:
  *   - the registry marks exactly ln1, atty, ln2, fch_gelu of every layer
  *     slot and lnf, by their first element, and forgets them when cleared;
@@ -10,7 +10,7 @@
  *     and 4 reads per block forward, 5 reads per block backward, 1 write
  *     and 2 reads in the head), with losses bitwise equal to an unaudited
  *     run;
- *   - a CUDA bf16 run's layout (GPT2_ACTS_HALF16) holds those slots in half
+ *   - a CUDA 16-bit run's layout (GPT2_ACTS_HALF16) holds those slots in half
  *     the floats: GPT-2 124M at B = 8 saves exactly 3.5 N C floats per
  *     layer slot and N C / 2 for lnf (the printout gives the bytes); the
  *     passes over it (ops that do nothing, under the audit, with 0 and 2
@@ -191,6 +191,17 @@ static void half_layout(void) {
   ZT_CHECK(half.half16 == 1 && full.half16 == 0);
   ZT_CHECK(full.total - half.total == want);
   ZT_CHECK(full.layer_stride - half.layer_stride == 7 * NC / 2);
+  /* an odd B*T: every buffer of a 16-bit layout still starts on 256 bytes */
+  gpt2_config odd = cfg;
+  odd.seq_len = 33;
+  gpt2_acts_layout Lo;
+  gpt2_acts_layout_init(&Lo, &odd, 1, 1, GPT2_ACTS_LSE_ONLY | GPT2_ACTS_HALF16);
+  const size_t at[] = {Lo.ln1,    Lo.ln1_mean, Lo.ln1_rstd, Lo.qkv,         Lo.att,  Lo.atty,
+                       Lo.res2,   Lo.ln2,      Lo.fch,      Lo.fch_gelu,    Lo.res3, Lo.lnf,
+                       Lo.logits, Lo.dres,     Lo.d4C,      Lo.layer_stride};
+  int unaligned = 0;
+  for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) unaligned += at[i] % 64 != 0;
+  ZT_CHECK(unaligned == 0);
   /* the tiny model's passes over a half layout stay inside the slots */
   for (int nckpt = 0; nckpt <= 2; nckpt += 2) {
     gpt2_acts_layout L;
