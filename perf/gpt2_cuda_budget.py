@@ -11,12 +11,12 @@ example on CUDA, kernel by kernel, from the sequence of ops the passes issue
     activations: 4 B per element read or written);
   - the fused attention costs its multiply-adds per head element of each
     visible (query, key) pair plus reading qkv and writing its outputs: in a
-    bf16 run (gpt2_flash_tc.h) on tensor cores, forward 2 (q.k, p v),
+    bf16 or fp16 run (gpt2_flash_tc.h) on tensor cores, forward 2 (q.k, p v),
     backward 7 (dq kernel: q.k, dO.v, dS k; dkv kernel: q.k, dO.v, P^T dO,
-    dS^T q; D = dO . out read from the forward's output), and the
-    cross-entropy's gradient written once as the bf16 copy the head's two
-    GEMMs read (no fp32 gradient, no rounding pass), and each linear's
-    output gradient rounded once for dX and read again by dW; in an fp32 or fp16
+    dS^T q; D = dO . out read from the forward's output), each linear's
+    output gradient rounded once for dX and read again by dW, and in a bf16
+    run the cross-entropy's gradient written once as the bf16 copy the
+    head's two GEMMs read (no fp32 gradient, no rounding pass); in an fp32
     run (gpt2_flash_attn.h) on the CUDA cores in fp32, forward 2, backward 9
     (dq's two passes 5, dk/dv's 4).
 
@@ -29,7 +29,7 @@ convention) cannot exceed flops / (peak * floor). Four shapes: zrt_cuda_now
 operands reused, and the activations only GEMMs read, ln1 / atty / ln2 /
 fch_gelu / lnf, in bf16: gpt2_act16.h; the others fp32), fp32_activations
 (the same with every activation fp32, session 13's kernels), fp32_core_attention
-(the kernels before session 13: CUDA-core attention, as an fp16 run still has,
+(the kernels before session 13: CUDA-core attention,
 the gradient in place, every operand rounded per GEMM), and the shape PyTorch's
 eager bf16 run takes (autocast: 16-bit activations between the kernels,
 flash attention on tensor cores with its 5 backward products), as the

@@ -17,7 +17,8 @@
  *                      compiler; gb_from_bf16(bits) the value of such bits
  *   gb_f16(x)          x rounded to IEEE fp16 (nearest even, overflow to
  *                      inf), as its 16 bits: CUDA's __float2half_rn, the C
- *                      compiler's _Float16 conversion
+ *                      compiler's _Float16 conversion; gb_from_f16(bits)
+ *                      the value of such bits
  */
 #ifndef GPT2_BLOCK_H
 #define GPT2_BLOCK_H
@@ -68,6 +69,17 @@ GB_DEV uint32_t gb_f16(float x) {
   uint16_t u;
   memcpy(&u, &h, sizeof u);
   return u;
+#endif
+}
+
+GB_DEV float gb_from_f16(uint32_t bits) {
+#ifdef __CUDACC__
+  return __half2float(__ushort_as_half((unsigned short)(bits & 0xffffu)));
+#else
+  uint16_t u = (uint16_t)(bits & 0xffffu);
+  _Float16 h;
+  memcpy(&h, &u, sizeof h);
+  return (float)h;
 #endif
 }
 

@@ -7,16 +7,16 @@
  * run (gpt2_cuda_gemm_setup with bf16 / fp16) every GEMM runs on tensor
  * cores with fp32 accumulation: the module's weight matrices are the
  * engine's gathered 16-bit tensors themselves (registered with
- * gpt2_cuda_weight16, no fp32 copy); in a bf16 run the activations only
- * GEMMs read (ln1, atty, ln2, fch_gelu, lnf: gpt2_act16.h's registry) are
- * written in bf16 by their producers and read as they are; other fp32
+ * gpt2_cuda_weight16, no fp32 copy); the activations only GEMMs read
+ * (ln1, atty, ln2, fch_gelu, lnf: gpt2_act16.h's registry) are written in
+ * the run's dtype by their producers and read as they are; other fp32
  * activation operands are rounded to the run's dtype into the scratch (as
  * autocast does), C stays fp32.
  *
  * Attention is fused (online softmax over shared-memory tiles, backward
- * without atomics): on tensor cores in a bf16 run (gpt2_flash_tc.h, warp
- * MMAs on bf16 operands, fp32 softmax), on the CUDA cores in fp32 otherwise
- * (gpt2_flash_attn.h); its `att` buffer keeps only the per-row logsumexp
+ * without atomics): on tensor cores in a bf16 or fp16 run (gpt2_flash_tc.h,
+ * warp MMAs on operands of the run's dtype, fp32 softmax), on the CUDA
+ * cores in an fp32 run (gpt2_flash_attn.h); its `att` buffer keeps only the per-row logsumexp
  * (the first B*NH*T floats), and the backward's D rows live in the
  * scratch. The cross-entropy and the column sums (the biases' gradients,
  * the LayerNorms' weight and bias gradients) are block reductions from
@@ -140,10 +140,10 @@ __global__ void k_bias_add(float *out, const float *bias, int N, int OC) {
 }
 
 __global__ void __launch_bounds__(FA_NT)
-    k_fa_forward(void *out, int o16, float *lse, const float *qkv, int T, int C, int NH) {
+    k_fa_forward(float *out, float *lse, const float *qkv, int T, int C, int NH) {
   __shared__ fa_fwd_smem sm;
   fa_fwd_ts ts[1];
-  fa_forward_block(qkv, out, o16, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm, ts);
+  fa_forward_block(qkv, out, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm, ts);
 }
 
 __global__ void __launch_bounds__(FA_NT)
@@ -154,29 +154,31 @@ __global__ void __launch_bounds__(FA_NT)
   fa_dq_block(dqkv, dstat, dout, qkv, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm, ts);
 }
 
-/* The tensor-core attention of bf16 runs (gpt2_flash_tc.h): 64 rows a block. */
+/* The tensor-core attention of 16-bit runs (gpt2_flash_tc.h): 64 rows a
+ * block, f16: fp16 operands (else bf16). */
 __global__ void __launch_bounds__(TC_NT)
-    k_tc_forward(void *out, int o16, float *lse, const float *qkv, int T, int C, int NH) {
+    k_tc_forward(void *out, int o16, float *lse, const float *qkv, int T, int C, int NH, int f16) {
   __shared__ tc_fwd_smem sm;
   tc_fwd_lane st[1];
-  tc_forward_block(qkv, out, o16, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm, st);
+  tc_forward_block(qkv, out, o16, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, f16, &sm, st);
 }
 
 __global__ void __launch_bounds__(TC_NT)
     k_tc_dq(float *dqkv, float *dstat, const float *dout, const float *qkv, const void *out,
-            int o16, const float *lse, int T, int C, int NH) {
+            int o16, const float *lse, int T, int C, int NH, int f16) {
   __shared__ tc_dq_smem sm;
   tc_dq_lane st[1];
   tc_dq_block(dqkv, dstat, dout, qkv, out, o16, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y,
-              &sm, st);
+              f16, &sm, st);
 }
 
 __global__ void __launch_bounds__(TC_NT)
     k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dstat,
-             int T, int C, int NH) {
+             int T, int C, int NH, int f16) {
   __shared__ tc_dkv_smem sm;
   tc_dkv_lane st[1];
-  tc_dkv_block(dqkv, dout, qkv, lse, dstat, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm, st);
+  tc_dkv_block(dqkv, dout, qkv, lse, dstat, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, f16, &sm,
+               st);
 }
 
 __global__ void __launch_bounds__(FA_NT)
@@ -316,7 +318,7 @@ static const void *twin16(const void *p, int64_t ld, int64_t rows, int64_t cols)
 }
 
 /* A 16-bit run's 16-bit activation slot (gpt2_act16.h): written in the
- * run's dtype by its producer, read as is by the GEMMs (and a bf16 run's
+ * run's dtype by its producer, read as is by the GEMMs (and the
  * attention backward). The dtype (ZRT_BF16 / ZRT_F16), 0 elsewhere. */
 static int o16_at(const void *p) {
   return g_gemm_dt != ZRT_F32 && gpt2_a16_is(p) ? (int)g_gemm_dt : 0;
@@ -440,13 +442,14 @@ static zrt_status cu_attention_forward(void *ctx, float *out, float *att, const 
   (void)ctx;
   zrt_status st = fa_shape_ok(B, T, C, NH);
   if (st != ZRT_OK) return st;
-  if (g_gemm_dt == ZRT_BF16) { /* tensor cores, operands rounded as the GEMMs' */
+  if (g_gemm_dt != ZRT_F32) { /* tensor cores, operands rounded as the GEMMs' */
     dim3 grid((unsigned)((T + TC_ROWS - 1) / TC_ROWS), (unsigned)(B * NH));
-    k_tc_forward<<<grid, TC_NT, 0, g_stream>>>(out, o16_at(out), att /* lse rows */, qkv, T, C, NH);
+    k_tc_forward<<<grid, TC_NT, 0, g_stream>>>(out, o16_at(out), att /* lse rows */, qkv, T, C, NH,
+                                               g_gemm_dt == ZRT_F16);
     return ZRT_OK;
   }
   dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * NH));
-  k_fa_forward<<<grid, FA_NT, 0, g_stream>>>(out, o16_at(out), att /* lse rows */, qkv, T, C, NH);
+  k_fa_forward<<<grid, FA_NT, 0, g_stream>>>(out, att /* lse rows */, qkv, T, C, NH);
   return ZRT_OK; /* launch errors: the pass's check() */
 }
 static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
@@ -464,10 +467,12 @@ static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dou
   }
   /* free between GEMMs (stream order), after a held bf16 copy */
   float *dstat = (float *)(g_scratch + g_scratch_res);
-  if (g_gemm_dt == ZRT_BF16) {
+  if (g_gemm_dt != ZRT_F32) {
     dim3 grid((unsigned)((T + TC_ROWS - 1) / TC_ROWS), (unsigned)(B * NH));
-    k_tc_dq<<<grid, TC_NT, 0, g_stream>>>(dqkv, dstat, dout, qkv, out, o16_at(out), att, T, C, NH);
-    k_tc_dkv<<<grid, TC_NT, 0, g_stream>>>(dqkv, dout, qkv, att, dstat, T, C, NH);
+    int f16 = g_gemm_dt == ZRT_F16;
+    k_tc_dq<<<grid, TC_NT, 0, g_stream>>>(dqkv, dstat, dout, qkv, out, o16_at(out), att, T, C, NH,
+                                          f16);
+    k_tc_dkv<<<grid, TC_NT, 0, g_stream>>>(dqkv, dout, qkv, att, dstat, T, C, NH, f16);
     return ZRT_OK;
   }
   (void)out; /* the fp32 kernels find D from P and dP */

@@ -92,11 +92,9 @@ typedef struct fa_dkv_ts {
         row_ < (T) && d_ < (hs) ? (src)[(size_t)row_ * (size_t)(ld) + (size_t)(col) + d_] : 0.0f;  \
   }
 
-/* Forward of query tile qt of head bh. out: [B*T, C] of fp32, or of fp16
- * when o16 (an fp16 run's 16-bit atty, gpt2_act16.h: same element index).
- * lse: [B*NH, T]. */
-FA_DEV void fa_forward_block(const float *qkv, void *out, int o16, float *lse, int T, int C, int NH,
-                             int qt, int bh, fa_fwd_smem *sm, fa_fwd_ts *ts) {
+/* Forward of query tile qt of head bh. lse: [B*NH, T]. */
+FA_DEV void fa_forward_block(const float *qkv, float *out, float *lse, int T, int C, int NH, int qt,
+                             int bh, fa_fwd_smem *sm, fa_fwd_ts *ts) {
   const int b = bh / NH, h = bh % NH, C3 = 3 * C, q0 = qt * FA_TILE;
   const int hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
@@ -154,15 +152,8 @@ FA_DEV void fa_forward_block(const float *qkv, void *out, int o16, float *lse, i
   if (i < T) {
     fa_fwd_ts *me = &FA_TS(ts, tid);
     float inv = 1.0f / me->l; /* l >= 1: the row's max term is exp(0) */
-    const size_t o0 = ((size_t)b * T + i) * C + h * hs;
-    FA_UNROLL for (int d = 0; d < FA_HS; d++) {
-      const float y = me->o[d] * inv;
-      if (d >= hs) continue;
-      if (o16)
-        ((uint16_t *)out)[o0 + d] = (uint16_t)gb_f16(y);
-      else
-        ((float *)out)[o0 + d] = y;
-    }
+    float *o = out + ((size_t)b * T + i) * C + h * hs;
+    FA_UNROLL for (int d = 0; d < FA_HS; d++) if (d < hs) o[d] = me->o[d] * inv;
     lse[(size_t)bh * T + i] = me->m + logf(me->l);
   }
   FA_END

@@ -1,8 +1,10 @@
 /*
  * gpt2_flash_tc.h — the fused causal attention of the GPT example's CUDA
- * path on tensor cores (bf16 runs): the five products of flash attention
- * (S = Q K^T, O = P V; backward dP = dO V^T, dQ = dS K, dK = dS^T Q,
- * dV = P^T dO) as warp-level mma.sync m16n8k16 bf16 with fp32 accumulate,
+ * path on tensor cores (bf16 and fp16 runs): the five products of flash
+ * attention (S = Q K^T, O = P V; backward dP = dO V^T, dQ = dS K,
+ * dK = dS^T Q, dV = P^T dO) as warp-level mma.sync m16n8k16 on bf16 or
+ * fp16 operands (the block functions' f16: the run's dtype) with fp32
+ * accumulate,
  * the softmax and its backward in fp32 registers. Written once for two
  * compilers like gpt2_flash_attn.h: nvcc builds the kernels (gpt2_cuda.cu),
  * a C compiler an emulation (tests/unit/test_gpt2_flash_tc_emu.c) in which
@@ -15,13 +17,14 @@
  *     lower index in the low half;
  *   B (16 x 8, col): b0,b1 (rows 2t, 2t+1, col g), b2,b3 (rows + 8);
  *   C/D (16 x 8, fp32): c0,c1 (row g, cols 2t, 2t+1), c2,c3 (row g+8).
- * Two C tiles side by side (16 x 16) are, rounded to bf16, exactly an A
+ * (the same for bf16 and fp16). Two C tiles side by side (16 x 16) are,
+ * rounded to the operand type, exactly an A
  * fragment: P and dS go from one product into the next without shared
  * memory.
  *
  * Blocks of TC_NT = 128 threads, 4 warps of 16 rows: 64 query rows
  * (forward, dq) or 64 key rows (dkv) per block, against tiles of 64 keys
- * (or queries) staged in shared memory as bf16 pairs (one uint32_t holds
+ * (or queries) staged in shared memory as 16-bit pairs (one uint32_t holds
  * columns 2c, 2c+1; rows of TC_LDW words, 144 bytes: 16-byte aligned for
  * ldmatrix, and 8 rows of a matrix fall on distinct banks). A fragments are
  * read once per block, B fragments by ldmatrix.x4, two 8-column groups per
@@ -29,17 +32,19 @@
  * is zero-padded (exact zeros in every product, never written back).
  *   forward: grid (ceil(T/64), B*NH); online softmax per row (each lane
  *     keeps its share of the row sum, the row max is a 4-lane shuffle);
- *     writes out (fp32, or bf16 in a bf16 run's 16-bit atty slot,
- *     gpt2_act16.h) and lse = m + log(l).
+ *     writes out (fp32, or the operand type in a 16-bit run's 16-bit atty
+ *     slot, gpt2_act16.h) and lse = m + log(l).
  *   backward, two kernels, no atomics: dq (per query tile; first stores
  *     D_i = dO_i . O_i, which equals sum_j P_ij dP_ij, for dkv, from the
- *     forward's out as stored: fp32 or bf16) and dkv (per
+ *     forward's out as stored: fp32 or 16-bit) and dkv (per
  *     key tile, over the query tiles from the diagonal on); both ADD into
  *     dqkv; every output element has exactly one writer.
- * Precision: q, k, v, dO, P and dS are rounded to bf16 for the products
- * (as a bf16 run's GEMMs round their operands), sums and the softmax are
- * fp32. Invariants: a barrier separates a phase that writes shared memory
- * from one that reads it; control flow around barriers and warp-wide steps
+ * Precision: q, k, v, dO, P and dS are rounded to the operand type for
+ * the products (as the run's GEMMs round their operands), sums and the
+ * softmax are fp32. In an fp16 run dO and dS carry the loss scale, as the
+ * GEMMs' gradient operands do: an overflow to inf makes the step's
+ * gradients non-finite and the loss scaler skips it. Invariants: a barrier separates a phase that
+ * writes shared memory from one that reads it; control flow around barriers and warp-wide steps
  * depends only on the block and warp index; rows past T are loaded as
  * zeros, see only finite scores and are never written; on the diagonal
  * tile a warp skips the 8-column products its rows cannot see.
@@ -91,25 +96,39 @@ typedef uint32_t tc_tile[TC_ROWS][TC_LDW];
 #define TC_WS(st, w) ((st) + (size_t)(w)*32)
 #endif
 #define TC_END }
-/* A warp-wide MMA on fields of the lane structs W: W.d += W.a x W.b. */
-#define TC_MMA(W, d, a, b) tc_mma((W)[0].d, (W)[0].a, (W)[0].b, sizeof *(W))
+/* A warp-wide MMA on fields of the lane structs W: W.d += W.a x W.b, in
+ * the element type of the block function's `f16` (every block function
+ * has that parameter: 0 bf16, 1 fp16). */
+#define TC_MMA(W, d, a, b) tc_mma((W)[0].d, (W)[0].a, (W)[0].b, sizeof *(W), f16)
 
-GB_DEV uint32_t tc_pack(float lo, float hi) { return gb_bf16(lo) | gb_bf16(hi) << 16; }
+/* x as the 16 bits of the operand type (f16: fp16, else bf16), and back */
+GB_DEV uint32_t tc_bits(float x, int f16) { return f16 ? gb_f16(x) : gb_bf16(x); }
+GB_DEV float tc_val(uint32_t bits, int f16) { return f16 ? gb_from_f16(bits) : gb_from_bf16(bits); }
+GB_DEV uint32_t tc_pack(float lo, float hi, int f16) {
+  return tc_bits(lo, f16) | tc_bits(hi, f16) << 16;
+}
 /* Element c (a column) of a tile row of pairs, as its 16 bits. */
 GB_DEV uint32_t tc_elem(const uint32_t *row, int c) {
   return (row[c >> 1] >> ((c & 1) * 16)) & 0xffffu;
 }
-/* d += a x b over one warp (m16n8k16, bf16 in, fp32 accumulate). On CUDA
- * every thread passes its own fragments; the emulation passes lane 0's and
- * finds lane l's l * stride bytes further on. */
-GB_DEV void tc_mma(float *d, const uint32_t *a, const uint32_t *b, size_t stride) {
+/* d += a x b over one warp (m16n8k16, bf16 or with f16 fp16 in, fp32
+ * accumulate; the two share the fragment layouts). On CUDA every thread
+ * passes its own fragments; the emulation passes lane 0's and finds lane
+ * l's l * stride bytes further on. */
+GB_DEV void tc_mma(float *d, const uint32_t *a, const uint32_t *b, size_t stride, int f16) {
 #ifdef __CUDACC__
   (void)stride;
-  /* volatile: never moved into lane-divergent code */
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-               "{%8,%9}, {%0,%1,%2,%3};\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  /* volatile: never moved into lane-divergent code (f16 is uniform) */
+  if (f16)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #else
   float A[16][16], Bm[16][8];
   for (int l = 0; l < 32; l++) {
@@ -118,9 +137,9 @@ GB_DEV void tc_mma(float *d, const uint32_t *a, const uint32_t *b, size_t stride
     int g = l >> 2, t = l & 3;
     for (int i = 0; i < 8; i++)
       A[g + 8 * ((i >> 1) & 1)][2 * t + (i & 1) + 8 * (i >> 2)] =
-          gb_from_bf16(al[i >> 1] >> ((i & 1) * 16));
+          tc_val(al[i >> 1] >> ((i & 1) * 16), f16);
     for (int i = 0; i < 4; i++)
-      Bm[2 * t + (i & 1) + 8 * (i >> 1)][g] = gb_from_bf16(bl[i >> 1] >> ((i & 1) * 16));
+      Bm[2 * t + (i & 1) + 8 * (i >> 1)][g] = tc_val(bl[i >> 1] >> ((i & 1) * 16), f16);
   }
   float D[16][8];
   for (int l = 0; l < 32; l++) {
@@ -174,11 +193,11 @@ GB_DEV void tc_frag_a(uint32_t a[4], const tc_tile t, int m0, int k0, int l) {
   a[3] = t[m0 + g + 8][c + 4];
 }
 /* Accumulator tiles 2j, 2j+1 (16 x 16) rounded into an A fragment. */
-GB_DEV void tc_c_to_a(uint32_t a[4], const float (*c)[4], int j) {
-  a[0] = tc_pack(c[2 * j][0], c[2 * j][1]);
-  a[1] = tc_pack(c[2 * j][2], c[2 * j][3]);
-  a[2] = tc_pack(c[2 * j + 1][0], c[2 * j + 1][1]);
-  a[3] = tc_pack(c[2 * j + 1][2], c[2 * j + 1][3]);
+GB_DEV void tc_c_to_a(uint32_t a[4], const float (*c)[4], int j, int f16) {
+  a[0] = tc_pack(c[2 * j][0], c[2 * j][1], f16);
+  a[1] = tc_pack(c[2 * j][2], c[2 * j][3], f16);
+  a[2] = tc_pack(c[2 * j + 1][0], c[2 * j + 1][1], f16);
+  a[3] = tc_pack(c[2 * j + 1][2], c[2 * j + 1][3], f16);
 }
 
 /* ldmatrix.x4 (trans: .trans) over one warp: four 8x8 matrices of 16-bit
@@ -247,7 +266,7 @@ GB_DEV void tc_zero(float (*acc)[4], int n) {
 #define TC_PROD_KN(W, acc, c, t, j)                                                                \
   {                                                                                                \
     TC_LANES(l)                                                                                    \
-    tc_c_to_a(TC_L(W, l).pa, (const float(*)[4])TC_L(W, l).c, j);                                  \
+    tc_c_to_a(TC_L(W, l).pa, (const float(*)[4])TC_L(W, l).c, j, f16);                             \
     TC_END                                                                                         \
     GB_UNROLL for (int nt_ = 0; nt_ < TC_NTH; nt_ += 2) {                                          \
       TC_LANES(l)                                                                                  \
@@ -260,7 +279,8 @@ GB_DEV void tc_zero(float (*acc)[4], int n) {
   }
 
 /* Rows [r0, r0 + 64) of one head's slice (offset col in rows of ld floats,
- * hs columns) as bf16 pairs; rows >= T and columns >= hs become zeros. */
+ * hs columns) as pairs of the block's operand type (f16); rows >= T and
+ * columns >= hs become zeros. */
 #define TC_LOAD_TILE(dst, src, ld, col, r0, T, hs, tid)                                            \
   for (int e_ = (tid); e_ < TC_ROWS * (TC_HS / 2); e_ += TC_NT) {                                  \
     int r_ = e_ / (TC_HS / 2), c_ = e_ % (TC_HS / 2), d_ = 2 * c_, row_ = (r0) + r_;               \
@@ -270,7 +290,7 @@ GB_DEV void tc_zero(float (*acc)[4], int n) {
       x0_ = p_[0];                                                                                 \
       x1_ = d_ + 1 < (hs) ? p_[1] : 0.0f;                                                          \
     }                                                                                              \
-    (dst)[r_][c_] = tc_pack(x0_, x1_);                                                             \
+    (dst)[r_][c_] = tc_pack(x0_, x1_, f16);                                                        \
   }
 
 typedef struct tc_fwd_smem {
@@ -285,12 +305,13 @@ typedef struct tc_fwd_lane {
   float m[2], sum[2], mt[2]; /* rows g, g+8: running max, this lane's share of the sum, tile max */
 } tc_fwd_lane;
 
-/* Forward of query tile qt (64 rows) of head bh. out: [B*T, C] of fp32, or
- * of bf16 when o16 (a bf16 run's 16-bit atty, gpt2_act16.h: same element
- * index). lse: [B*NH, T]. st: the lanes' registers (one on CUDA, TC_NT in
- * the emulation). */
+/* Forward of query tile qt (64 rows) of head bh, on operands of type f16
+ * (0 bf16, 1 fp16). out: [B*T, C] of fp32, or of the operand type when o16
+ * (a 16-bit run's 16-bit atty, gpt2_act16.h: same element index). lse:
+ * [B*NH, T]. st: the lanes' registers (one on CUDA, TC_NT in the
+ * emulation). */
 GB_DEV void tc_forward_block(const float *qkv, void *out, int o16, float *lse, int T, int C, int NH,
-                             int qt, int bh, tc_fwd_smem *sm, tc_fwd_lane *st) {
+                             int qt, int bh, int f16, tc_fwd_smem *sm, tc_fwd_lane *st) {
   const int b = bh / NH, h = bh % NH, C3 = 3 * C, q0 = qt * TC_ROWS, hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
   const float *base = qkv + (size_t)b * T * C3;
@@ -383,7 +404,7 @@ GB_DEV void tc_forward_block(const float *qkv, void *out, int o16, float *lse, i
         const float y = me->o[nt][2 * r + c] * inv;
         if (d >= hs) continue;
         if (o16)
-          ((uint16_t *)out)[o0 + d] = (uint16_t)gb_bf16(y);
+          ((uint16_t *)out)[o0 + d] = (uint16_t)tc_bits(y, f16);
         else
           ((float *)out)[o0 + d] = y;
       }
@@ -409,11 +430,11 @@ typedef struct tc_dq_lane {
 } tc_dq_lane;
 
 /* dq of query tile qt of head bh, ADDed into dqkv's q part; stores
- * D_i = dO_i . O_i (out: the forward's output, bf16 when o16) into dstat
- * [B*NH, T] for tc_dkv_block. */
+ * D_i = dO_i . O_i (out: the forward's output, of the operand type f16
+ * when o16) into dstat [B*NH, T] for tc_dkv_block. */
 GB_DEV void tc_dq_block(float *dqkv, float *dstat, const float *dout, const float *qkv,
                         const void *out, int o16, const float *lse, int T, int C, int NH, int qt,
-                        int bh, tc_dq_smem *sm, tc_dq_lane *st) {
+                        int bh, int f16, tc_dq_smem *sm, tc_dq_lane *st) {
   const int b = bh / NH, h = bh % NH, C3 = 3 * C, q0 = qt * TC_ROWS, hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
   const float *base = qkv + (size_t)b * T * C3, *dbase = dout + (size_t)b * T * C;
@@ -430,8 +451,7 @@ GB_DEV void tc_dq_block(float *dqkv, float *dstat, const float *dout, const floa
       const float *dy = dbase + (size_t)i * C + h * hs;
       const size_t y0 = ((size_t)b * T + i) * C + h * hs;
       if (o16)
-        for (int d = j; d < hs; d += 8)
-          acc += dy[d] * gb_from_bf16(((const uint16_t *)out)[y0 + d]);
+        for (int d = j; d < hs; d += 8) acc += dy[d] * tc_val(((const uint16_t *)out)[y0 + d], f16);
       else
         for (int d = j; d < hs; d += 8) acc += dy[d] * ((const float *)out)[y0 + d];
     }
@@ -532,8 +552,8 @@ typedef struct tc_dkv_lane {
 /* dk, dv of key tile kt of head bh, ADDed into dqkv's k and v parts. Needs
  * lse (forward) and dstat (tc_dq_block) of every query row. */
 GB_DEV void tc_dkv_block(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                         const float *dstat, int T, int C, int NH, int kt, int bh, tc_dkv_smem *sm,
-                         tc_dkv_lane *st) {
+                         const float *dstat, int T, int C, int NH, int kt, int bh, int f16,
+                         tc_dkv_smem *sm, tc_dkv_lane *st) {
   const int b = bh / NH, h = bh % NH, C3 = 3 * C, k0 = kt * TC_ROWS, hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
   const float *base = qkv + (size_t)b * T * C3, *dbase = dout + (size_t)b * T * C;

@@ -141,7 +141,7 @@ static void usage(FILE *f) {
           "                        when the config has an activation_checkpointing section\n"
           "  --emulate_cuda        on the cpu backend, compute what the CUDA kernels\n"
           "                        compute in a bf16 / fp16 run (GEMM operands rounded to the\n"
-          "                        dtype; bf16: the tensor-core attention's emulation): a GPU\n"
+          "                        dtype, the tensor-core attention's emulation): a GPU\n"
           "                        run's numbers up to summation order; slow, for small models\n",
           GPT2_DEFAULT_DATA);
 }
@@ -1309,7 +1309,8 @@ int main(int argc, char **argv) {
              : tr.info.dtype == ZRT_BF16
                  ? "GEMM operands rounded to bf16, attention through the tensor-core kernels' "
                    "emulation"
-                 : "GEMM operands rounded to fp16 (the attention is fp32 on both)");
+                 : "GEMM operands rounded to fp16, attention through the tensor-core kernels' "
+                   "emulation");
   }
 
   /* Modules and parameters, in the order the passes use them. */

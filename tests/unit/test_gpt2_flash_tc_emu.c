@@ -1,6 +1,6 @@
 /*
  * test_gpt2_flash_tc_emu.c — the tensor-core attention of the GPT example's
- * CUDA path (examples/gpt2/gpt2_flash_tc.h, bf16 runs) through its C
+ * CUDA path (examples/gpt2/gpt2_flash_tc.h, bf16 and fp16 runs) through its C
  * emulation: the same block functions, with a warp's 32 lanes as arrays and
  * the MMA and the row shuffles done over all of them by the PTX ISA's
  * fragment layouts. Checked against plain causal attention in double
@@ -18,6 +18,12 @@
  * references on a GPU. With ZRT_ATTN_DUMP=DIR the B = 2, T = 100, 3 heads of
  * 64 case writes its tensors there (dtype "bf16") for
  * scripts/check_attention_torch.py (cli.test_attention_torch_emu).
+ * The same kernels on fp16 operands (an fp16 run: the MMA's f16 form, P and
+ * dS in fp16, relative 2^-11), on fp16-rounded inputs: measured max errors
+ * out 1.7e-4, dqkv 4.3e-4 over the same shapes (tolerances 5e-4 and
+ * 1.5e-3; 8e-4 on out stored in fp16), and one fp16 MMA against its
+ * definition. With o16 the forward's 16-bit out must be the fp32 forward's
+ * output rounded, bit for bit, in both types.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -28,7 +34,13 @@
 #include "zt_attn_ref.h"
 #include "ztest.h"
 
+/* the operand type the emulated kernels run with: 0 bf16, 1 fp16 */
+static int g_f16;
+#define FP16_TOL_OUT 5e-4
+#define FP16_TOL_OUT16 8e-4
+#define FP16_TOL_DQKV 1.5e-3
 static float bf16_round(float x) { return gb_from_bf16(gb_bf16(x)); }
+static float f16_round(float x) { return gb_from_f16(gb_f16(x)); }
 
 /* the CUDA grids, block by block */
 static void emu_forward(const float *qkv, float *out, float *lse, int B, int T, int C, int NH) {
@@ -36,7 +48,7 @@ static void emu_forward(const float *qkv, float *out, float *lse, int B, int T, 
   static tc_fwd_lane st[TC_NT];
   for (int bh = 0; bh < B * NH; bh++)
     for (int qt = 0; qt < (T + TC_ROWS - 1) / TC_ROWS; qt++)
-      tc_forward_block(qkv, out, 0, lse, T, C, NH, qt, bh, &sm, st);
+      tc_forward_block(qkv, out, 0, lse, T, C, NH, qt, bh, g_f16, &sm, st);
 }
 
 static void emu_backward_as(float *dqkv, float *dstat, const float *dout, const float *qkv,
@@ -49,10 +61,10 @@ static void emu_backward_as(float *dqkv, float *dstat, const float *dout, const 
   int nt = (T + TC_ROWS - 1) / TC_ROWS;
   for (int bh = 0; bh < B * NH; bh++)
     for (int t = 0; t < nt; t++)
-      tc_dq_block(dqkv, dstat, dout, qkv, out, o16, lse, T, C, NH, t, bh, &sq, tq);
+      tc_dq_block(dqkv, dstat, dout, qkv, out, o16, lse, T, C, NH, t, bh, g_f16, &sq, tq);
   for (int bh = 0; bh < B * NH; bh++)
     for (int t = 0; t < nt; t++)
-      tc_dkv_block(dqkv, dout, qkv, lse, dstat, T, C, NH, t, bh, &skv, tkv);
+      tc_dkv_block(dqkv, dout, qkv, lse, dstat, T, C, NH, t, bh, g_f16, &skv, tkv);
 }
 
 static void emu_backward(float *dqkv, float *dstat, const float *dout, const float *qkv,
@@ -79,10 +91,10 @@ static void emu_forward16(const float *qkv, float *out, float *lse, int B, int T
   emu_forward(qkv, out, lse, B, T, C, NH);
   for (int bh = 0; bh < B * NH; bh++)
     for (int qt = 0; qt < (T + TC_ROWS - 1) / TC_ROWS; qt++)
-      tc_forward_block(qkv, o16, 1, lse, T, C, NH, qt, bh, &sm, st);
+      tc_forward_block(qkv, o16, 1, lse, T, C, NH, qt, bh, g_f16, &sm, st);
   for (size_t i = 0; i < n; i++) {
-    o16_bad += o16[i] != (uint16_t)gb_bf16(out[i]);
-    out[i] = gb_from_bf16(o16[i]);
+    o16_bad += o16[i] != (uint16_t)tc_bits(out[i], g_f16);
+    out[i] = tc_val(o16[i], g_f16);
   }
   free(o16);
 }
@@ -90,10 +102,16 @@ static void emu_backward16(float *dqkv, float *dstat, const float *dout, const f
                            const float *out, const float *lse, int B, int T, int C, int NH) {
   size_t n = (size_t)B * T * C;
   uint16_t *o16 = malloc(n * 2); /* what the forward stored: out holds its values */
-  for (size_t i = 0; i < n; i++) o16[i] = (uint16_t)gb_bf16(out[i]);
+  for (size_t i = 0; i < n; i++) o16[i] = (uint16_t)tc_bits(out[i], g_f16);
   emu_backward_as(dqkv, dstat, dout, qkv, o16, 1, lse, B, T, C, NH);
   free(o16);
 }
+/* fp16 operands (an fp16 run): fp16 inputs, P and dS in fp16 (relative
+ * 2^-11); tolerances from the measured errors with margin (see the top) */
+static const zt_attn_kernel kernel_h = {emu_forward, emu_backward,  f16_round, FP16_TOL_OUT,
+                                        5e-6,        FP16_TOL_DQKV, "f16",     0};
+static const zt_attn_kernel kernel_h16 = {emu_forward16, emu_backward16, f16_round, FP16_TOL_OUT16,
+                                          5e-6,          FP16_TOL_DQKV,  "f16",     0};
 static const zt_attn_kernel kernel16 = {emu_forward16, emu_backward16, bf16_round, 6e-3,
                                         5e-6,          1e-2,           "bf16",     0};
 
@@ -103,7 +121,7 @@ static void one_case(int B, int T, int NH, int hs) {
 
 /* One MMA against its definition, fragments placed by hand from the PTX
  * ISA's tables: A[m][k] = m - k / 4, B[k][n] = k + 2n - 8 (exact in bf16). */
-static void mma_case(void) {
+static void mma_case(int f16) {
   struct lane {
     uint32_t a[4], b[2];
     float d[4];
@@ -113,15 +131,15 @@ static void mma_case(void) {
     for (int r = 0; r < 4;
          r++) { /* a_{2r}, a_{2r+1}: rows g (+8 for r odd), cols 2t (+8 for r >= 2) */
       int m = g + 8 * (r & 1), k = 2 * t + 8 * (r >> 1);
-      L[l].a[r] = tc_pack((float)m - (float)k / 4, (float)m - (float)(k + 1) / 4);
+      L[l].a[r] = tc_pack((float)m - (float)k / 4, (float)m - (float)(k + 1) / 4, f16);
     }
     for (int r = 0; r < 2; r++) { /* b_{2r}, b_{2r+1}: rows 2t (+8 for r = 1), col g */
       int k = 2 * t + 8 * r;
-      L[l].b[r] = tc_pack((float)(k + 2 * g - 8), (float)(k + 1 + 2 * g - 8));
+      L[l].b[r] = tc_pack((float)(k + 2 * g - 8), (float)(k + 1 + 2 * g - 8), f16);
     }
     for (int i = 0; i < 4; i++) L[l].d[i] = 1.0f;
   }
-  tc_mma(L[0].d, L[0].a, L[0].b, sizeof L[0]);
+  tc_mma(L[0].d, L[0].a, L[0].b, sizeof L[0], f16);
   int bad = 0;
   for (int l = 0; l < 32; l++)
     for (int i = 0; i < 4; i++) {
@@ -177,7 +195,8 @@ static void ldsm_case(void) {
 }
 
 int main(void) {
-  mma_case();
+  mma_case(0);
+  mma_case(1);
   ldsm_case();
   static const int Ts[] = {1, 15, 16, 63, 64, 65, 100, 200};
   for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) one_case(2, Ts[i], 3, TC_HS);
@@ -189,6 +208,17 @@ int main(void) {
     zt_attn_case(&kernel16, 2, T16[i], 3, TC_HS, 7u + (uint64_t)T16[i]);
   zt_attn_case(&kernel16, 1, 100, 3, 48, 107u);
   printf("bf16 out: %ld elements differ from the fp32 forward's rounding\n", o16_bad);
+  ZT_CHECK(o16_bad == 0);
+  /* the same kernels on fp16 operands (an fp16 run) */
+  g_f16 = 1;
+  o16_bad = 0;
+  for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++)
+    zt_attn_case(&kernel_h, 2, Ts[i], 3, TC_HS, 7u + (uint64_t)Ts[i]);
+  zt_attn_case(&kernel_h, 2, 33, 2, 32, 40u);
+  zt_attn_case(&kernel_h, 1, 100, 3, 48, 107u);
+  for (size_t i = 0; i < sizeof T16 / sizeof T16[0]; i++)
+    zt_attn_case(&kernel_h16, 2, T16[i], 3, TC_HS, 7u + (uint64_t)T16[i]);
+  printf("fp16 out: %ld elements differ from the fp32 forward's rounding\n", o16_bad);
   ZT_CHECK(o16_bad == 0);
   ZT_DONE();
 }
