@@ -14,9 +14,9 @@ example on CUDA, kernel by kernel, from the sequence of ops the passes issue
     bf16 or fp16 run (gpt2_flash_tc.h) on tensor cores, forward 2 (q.k, p v),
     backward 7 (dq kernel: q.k, dO.v, dS k; dkv kernel: q.k, dO.v, P^T dO,
     dS^T q; D = dO . out read from the forward's output), each linear's
-    output gradient rounded once for dX and read again by dW, and in a bf16
-    run the cross-entropy's gradient written once as the bf16 copy the
-    head's two GEMMs read (no fp32 gradient, no rounding pass); in an fp32
+    output gradient rounded once for dX and read again by dW, and the
+    cross-entropy's gradient written once as the 16-bit copy the head's two
+    GEMMs read (no fp32 gradient, no rounding pass); in an fp32
     run (gpt2_flash_attn.h) on the CUDA cores in fp32, forward 2, backward 9
     (dq's two passes 5, dk/dv's 4).
 

@@ -53,12 +53,12 @@ def kernels_vs_floor(ops, zrt, shape, dtype):
     L, NH, C = shape
     accum = zrt["accum"]
     tensor = zrt["gemm_peak_flops"] or 989e12
-    # a bf16 / fp16 run's kernels: tensor-core attention, operand reuse and the
-    # GEMM-only activations in 16 bits (gpt2_act16.h); the cross-entropy's
-    # bf16 gradient copy in bf16 only; fp32: the CUDA cores' attention
+    # a bf16 / fp16 run's kernels: tensor-core attention, the cross-entropy's
+    # 16-bit gradient copy, operand reuse and the GEMM-only activations in 16
+    # bits (gpt2_act16.h); fp32: the CUDA cores' attention
     tc = dtype in ("bf16", "fp16")
     k = b.step_budget(zrt["micro_batch"], zrt["seq_len"], C, L, NH, zrt["vocab"], 4, tc,
-                      7 if tc else 9, dtype == "bf16", tc, tc)
+                      7 if tc else 9, tc, tc, tc)
     s = b.seconds(k, tensor, 67e12, 3.35e12)
     kinds = ops["kinds"]
     ms = lambda names: sum(kinds[n]["ms_per_step"] for n in names if n in kinds)

@@ -239,9 +239,9 @@ __global__ void k_residual(float *out, const float *a, const float *b, size_t n)
 /* One block per row (gpt2_rows.h). */
 __global__ void __launch_bounds__(RW_CE_NT)
     k_crossentropy(float *losses, float *logits, const int *targets, int V, float dloss,
-                   uint16_t *g16) {
+                   uint16_t *g16, int f16) {
   __shared__ rw_ce_smem sm;
-  rw_crossentropy_block(losses, logits, targets, V, dloss, (int)blockIdx.x, &sm, g16);
+  rw_crossentropy_block(losses, logits, targets, V, dloss, (int)blockIdx.x, &sm, g16, f16);
 }
 
 __global__ void k_to_f32(float *dst, const void *src, int dt, int64_t n) {
@@ -291,8 +291,9 @@ static struct {
 } g_w16[GPT2_CUDA_MAX_W16];
 static int g_nw16;
 
-/* The bf16 copy of an fp32 activation that its producer wrote beside it
- * (the cross-entropy's gradient in a bf16 run: g16 at the scratch's start,
+/* The 16-bit copy of an fp32 activation that its producer wrote beside it
+ * (the cross-entropy's gradient in a 16-bit run, in the run's dtype: g16
+ * at the scratch's start,
  * g_scratch_res bytes held until the next module's staging clears it): a
  * GEMM operand inside the fp32 range is read from the copy, at the same
  * element offset and stride, instead of being rounded into the scratch
@@ -465,7 +466,7 @@ static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dou
             g_scratch_bytes, dbytes);
     return ZRT_ERR_INTERNAL;
   }
-  /* free between GEMMs (stream order), after a held bf16 copy */
+  /* free between GEMMs (stream order), after a held 16-bit copy */
   float *dstat = (float *)(g_scratch + g_scratch_res);
   if (g_gemm_dt != ZRT_F32) {
     dim3 grid((unsigned)((T + TC_ROWS - 1) / TC_ROWS), (unsigned)(B * NH));
@@ -500,18 +501,19 @@ static void cu_crossentropy(float *losses, float *logits, const int *targets, in
   t16_drop(); /* an earlier held copy is void from here */
   uint16_t *g16 = NULL;
   size_t bytes16 = (size_t)N * (size_t)V * 2;
-  /* a bf16 run's backward: the gradient as the bf16 copy the head's two
+  /* a 16-bit run's backward: the gradient as the 16-bit copy the head's two
    * GEMMs read (gpt2_cuda_scratch_bytes holds it beside their other
    * operand); a scratch too small for it (not from gpt2_cuda_scratch_bytes)
    * keeps the in-place fp32 gradient, the same numbers */
-  if (dloss != 0.0f && g_gemm_dt == ZRT_BF16 && bytes16 <= g_scratch_bytes) {
+  if (dloss != 0.0f && g_gemm_dt != ZRT_F32 && bytes16 <= g_scratch_bytes) {
     g16 = (uint16_t *)g_scratch;
     g_t16.p = (const char *)logits;
     g_t16.bytes = (size_t)N * (size_t)V * sizeof(float);
     g_t16.t16 = (const char *)g16;
     g_scratch_res = (bytes16 + 255) / 256 * 256;
   }
-  k_crossentropy<<<(unsigned)N, RW_CE_NT, 0, g_stream>>>(losses, logits, targets, V, dloss, g16);
+  k_crossentropy<<<(unsigned)N, RW_CE_NT, 0, g_stream>>>(losses, logits, targets, V, dloss, g16,
+                                                         g_gemm_dt == ZRT_F16);
 }
 static zrt_status cu_check(void) {
   cudaError_t e = cudaGetLastError();
@@ -570,7 +572,7 @@ void gpt2_cuda_gemm_setup(zrt_dtype dt, void *scratch, size_t bytes) {
 void gpt2_cuda_weight16_clear(void) {
   r16_forget();
   g_nw16 = 0;
-  t16_drop(); /* the scratch's held bf16 copy goes too */
+  t16_drop(); /* the scratch's held 16-bit copy goes too */
 }
 
 int gpt2_cuda_weight16(const void *raw, int64_t n) {

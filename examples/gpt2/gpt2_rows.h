@@ -11,8 +11,9 @@
  *     the row's max, then the sum of exp(l - max), each a strided pass whose
  *     per-thread partials are folded by a tree in shared memory; the loss,
  *     then (dloss != 0) the row overwritten by its gradient, or, given g16,
- *     the gradient rounded to bf16 into g16 (the row kept: a bf16 run's
- *     GEMMs read that copy instead of rounding the fp32 one). Coalesced: the
+ *     the gradient rounded to bf16 (or with f16 fp16) into g16 (the row
+ *     kept: a 16-bit run's GEMMs read that copy instead of rounding the
+ *     fp32 one). Coalesced: the
  *     kernel it replaced ran one thread per row, each walking its own row
  *     of up to 50257 floats, on N / 128 blocks.
  *   column sums: db[c] += sum_i dout[i, c] (the bias's gradient), and with
@@ -58,10 +59,10 @@ typedef struct rw_ce_smem {
 
 /* Row `row` of logits [., V]: losses[row] = logsumexp - logit of the
  * target; when dloss != 0 the row becomes (softmax - onehot(target)) *
- * dloss, or with g16 non-NULL that gradient goes to g16 [., V] as bf16
- * (round to nearest even) and the row stays. */
+ * dloss, or with g16 non-NULL that gradient goes to g16 [., V] as bf16,
+ * or fp16 when f16 (round to nearest even), and the row stays. */
 GB_DEV void rw_crossentropy_block(float *losses, float *logits, const int *targets, int V,
-                                  float dloss, int row, rw_ce_smem *sm, uint16_t *g16) {
+                                  float dloss, int row, rw_ce_smem *sm, uint16_t *g16, int f16) {
   float *l = logits + (size_t)row * (size_t)V;
   GB_THREADS(tid, RW_CE_NT)
   float m = -INFINITY;
@@ -91,7 +92,7 @@ GB_DEV void rw_crossentropy_block(float *losses, float *logits, const int *targe
       float p = expf(l[v] - mx) * k;
       p = v == tg ? p - dloss : p;
       if (g)
-        g[v] = (uint16_t)gb_bf16(p);
+        g[v] = (uint16_t)(f16 ? gb_f16(p) : gb_bf16(p));
       else
         l[v] = p;
     }

@@ -38,9 +38,10 @@
  *   - a bf16 run's operand reuse: a GEMM taking the previous GEMM's fp32
  *     operand reads its rounded copy; after a GEMM whose C overwrote the
  *     source, or a non-GEMM op that did, it is rounded anew (1e-4);
- *   - a bf16 run's cross-entropy backward: its gradient as a bf16 copy that
- *     the head's GEMM on the logits pointer reads (the logits stay), against
- *     the CPU op's gradient rounded to bf16, within 1e-5 (entries <= 1/37).
+ *   - a 16-bit run's cross-entropy backward (bf16 and fp16): its gradient
+ *     as a copy in the run's dtype that the head's GEMM on the logits
+ *     pointer reads (the logits stay), against the CPU op's gradient
+ *     rounded to that dtype, within 1e-5 (entries <= 1/37).
  *   - a 16-bit run's 16-bit activations (gpt2_act16.h), bf16 and fp16:
  *     one training micro-step of a 2-layer model (heads of 64, T = 64,
  *     B = 2) through the real passes, the CUDA ops under the audit, with
@@ -278,13 +279,13 @@ static void reuse_case(void *scratch, size_t sb) {
   free(x), free(b1), free(b2), free(dwm), free(xn), free(want), free(ref);
 }
 
-/* A bf16 run's cross-entropy backward: the gradient goes to the scratch as
- * a bf16 copy and the logits stay; the head's GEMM on the logits pointer
+/* A 16-bit run's cross-entropy backward (dt: bf16 or fp16): the gradient
+ * goes to the scratch as a copy in dt and the logits stay; the head's GEMM on the logits pointer
  * then reads the copy (no rounding pass), the other operand (fp32, not a
  * registered weight) rounded after the held copy. Against the CPU op's
- * gradient rounded to bf16 times the rounded operand, in double; the
- * losses as the CPU's. */
-static void ce16_case(void *scratch, size_t sb) {
+ * gradient rounded to dt times the rounded operand, in double; the losses
+ * as the CPU's. */
+static void ce16_case(zrt_dtype dt, void *scratch, size_t sb) {
   enum { N = 37, V = 1000, C = 64 };
   uint64_t s = 777;
   float *lg = malloc((size_t)N * V * 4), *g = malloc((size_t)N * V * 4), *w = malloc(V * C * 4);
@@ -297,22 +298,26 @@ static void ce16_case(void *scratch, size_t sb) {
   for (int i = 0; i < N * C; i++) xin[i] = frand(&s);
   for (int i = 0; i < N; i++) tgt[i] = (int)((frand(&s) * 0.5f + 0.5f) * V) % V;
   gpt2_cpu_ops_f32.crossentropy(loss, g, tgt, N, V, 1.0f / N);
-  ref_gemm(ref, g, 0, V, w, 0, C, N, C, V, ZRT_BF16);
+  ref_gemm(ref, g, 0, V, w, 0, C, N, C, V, dt);
   for (int i = 0; i < N * C; i++) want[i] = (float)ref[i];
   float *dlg = dev((size_t)N * V * 4, lg), *dw = dev(V * C * 4, w), *dout = dev(N * C * 4, NULL);
   float *dloss = dev(N * 4, NULL), *dxin = dev(N * C * 4, xin), *dwte = dev(V * C * 4, NULL);
   int *dtgt = dev(N * sizeof *tgt, tgt);
-  gpt2_cuda_gemm_setup(ZRT_BF16, scratch, sb);
+  gpt2_cuda_gemm_setup(dt, scratch, sb);
   gpt2_cuda_ops_f32.crossentropy(dloss, dlg, dtgt, N, V, 1.0f / N);
   ZT_OK(gpt2_cuda_ops_f32.gemm(eng, 0, 0, N, C, V, 1, dlg, V, dw, C, 0, dout, C));
   /* dwte's shape: the copy read transposed, the other operand rounded past it */
   ZT_OK(gpt2_cuda_ops_f32.gemm(eng, 1, 0, V, C, N, 1, dlg, V, dxin, C, 0, dwte, C));
-  check_op("bf16 run: cross-entropy loss", dloss, loss, N, 1e-4);
-  check_op("bf16 run: the GEMM on the logits reads the bf16 gradient copy", dout, want, N * C,
-           1e-5);
-  ref_gemm(ref, g, 1, V, xin, 0, C, V, C, N, ZRT_BF16);
+  char what[96];
+  const char *dn = zrt_dtype_name(dt);
+  snprintf(what, sizeof what, "%s run: cross-entropy loss", dn);
+  check_op(what, dloss, loss, N, 1e-4);
+  snprintf(what, sizeof what, "%s run: the GEMM on the logits reads the 16-bit gradient copy", dn);
+  check_op(what, dout, want, N * C, 1e-5);
+  ref_gemm(ref, g, 1, V, xin, 0, C, V, C, N, dt);
   for (int i = 0; i < V * C; i++) want[i] = (float)ref[i];
-  check_op("bf16 run: dwte = copy^T x (the copy transposed, x after it)", dwte, want, V * C, 1e-5);
+  snprintf(what, sizeof what, "%s run: dwte = copy^T x (the copy transposed, x after it)", dn);
+  check_op(what, dwte, want, V * C, 1e-5);
   ZT_OK(zrt_engine_memcpy(eng, back, dlg, (size_t)N * V * 4, ZRT_COPY_D2H));
   ZT_CHECK(memcmp(back, lg, (size_t)N * V * 4) == 0); /* the logits stay */
   gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb);
@@ -578,7 +583,8 @@ int main(void) {
   }
   gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb);
   ops_case();
-  ce16_case(scratch, sb);
+  ce16_case(ZRT_BF16, scratch, sb);
+  ce16_case(ZRT_F16, scratch, sb);
   reuse_case(scratch, sb);
   act16_case(ZRT_BF16, scratch, sb);
   act16_case(ZRT_F16, scratch, sb);

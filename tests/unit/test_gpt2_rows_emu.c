@@ -12,9 +12,9 @@
  *     [-8, 8] around offsets up to 30 (the max subtraction matters), dloss 0
  *     (the row must be left as it was) and 1/N. Tolerance: 1e-5 absolute
  *     on the loss (magnitudes <= ~40), 1e-6 * dloss on the gradient; the
- *     bf16 run's form (the gradient into a bf16 copy, g16) leaves the row
- *     as it was, gives the same losses, and its copy is the in-place
- *     gradient rounded to nearest even, bit for bit;
+ *     16-bit runs' form (the gradient into a bf16 or fp16 copy, g16)
+ *     leaves the row as it was, gives the same losses, and its copy is the
+ *     in-place gradient rounded to nearest even, bit for bit;
  *   - column sums, ADDED onto non-zero outputs: the bias's db (inp NULL; dw
  *     then untouched) and the LayerNorm's dw and db, at N = 1, 7, 33, 100,
  *     129, 1000, 8192 rows (the lanes' stride of 32 rows times 4 unrolled
@@ -40,10 +40,10 @@ static float frand(uint64_t *s) { /* uniform in [-1, 1) */
 
 /* the CUDA grids, block by block */
 static void emu_crossentropy(float *losses, float *logits, const int *targets, int N, int V,
-                             float dloss, uint16_t *g16) {
+                             float dloss, uint16_t *g16, int f16) {
   static rw_ce_smem sm;
   for (int row = 0; row < N; row++)
-    rw_crossentropy_block(losses, logits, targets, V, dloss, row, &sm, g16);
+    rw_crossentropy_block(losses, logits, targets, V, dloss, row, &sm, g16, f16);
 }
 
 static void emu_colsum(float *dw, float *db, const float *dout, const float *inp, const float *mean,
@@ -68,21 +68,28 @@ static void ce_case(int N, int V, int with_grad, uint64_t seed) {
   tg[N - 1] = V - 1; /* the last column as a target */
   memcpy(l, l0, n * sizeof *l);
   float dloss = with_grad ? 1.0f / (float)N : 0.0f;
-  /* the bf16 run's form first: the gradient into a bf16 copy, the row kept */
-  uint16_t *g16 = malloc(n * sizeof *g16);
+  /* the 16-bit runs' form first: the gradient into a bf16 (then an fp16)
+   * copy, the row kept */
+  uint16_t *g16[2] = {malloc(n * sizeof(uint16_t)), malloc(n * sizeof(uint16_t))};
   float *loss16 = malloc(N * sizeof *loss16);
-  for (size_t e = 0; e < n; e++) g16[e] = 0xdead;
-  emu_crossentropy(loss16, l, tg, N, V, dloss, with_grad ? g16 : NULL);
-  ZT_CHECK(memcmp(l, l0, n * sizeof *l) == 0); /* the logits stay */
-  emu_crossentropy(loss, l, tg, N, V, dloss, NULL);
+  for (int f16 = 0; f16 < 2; f16++) {
+    for (size_t e = 0; e < n; e++) g16[f16][e] = 0xdead;
+    emu_crossentropy(loss16, l, tg, N, V, dloss, with_grad ? g16[f16] : NULL, f16);
+    ZT_CHECK(memcmp(l, l0, n * sizeof *l) == 0); /* the logits stay */
+  }
+  emu_crossentropy(loss, l, tg, N, V, dloss, NULL, 0);
   ZT_CHECK(memcmp(loss, loss16, N * sizeof *loss) == 0);
-  if (with_grad) { /* the copy: the in-place gradient rounded to nearest even, bit for bit */
+  for (int f16 = 0; f16 < 2 && with_grad; f16++) {
+    /* the copy: the in-place gradient rounded to nearest even, bit for bit */
     size_t bad = 0;
-    for (size_t e = 0; e < n; e++) bad += g16[e] != (uint16_t)gb_bf16(l[e]);
-    if (bad) printf("  cross-entropy N %d V %d: %zu bf16 gradient entries differ\n", N, V, bad);
+    for (size_t e = 0; e < n; e++)
+      bad += g16[f16][e] != (uint16_t)(f16 ? gb_f16(l[e]) : gb_bf16(l[e]));
+    if (bad)
+      printf("  cross-entropy N %d V %d: %zu %s gradient entries differ\n", N, V, bad,
+             f16 ? "fp16" : "bf16");
     ZT_CHECK(bad == 0);
   }
-  free(g16);
+  free(g16[0]), free(g16[1]);
   free(loss16);
   int ok = 1;
   for (int i = 0; i < N && ok; i++) {
