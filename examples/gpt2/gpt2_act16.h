@@ -7,8 +7,8 @@
  * their producers (LayerNorm forward, attention forward, GELU forward)
  * write 16 bits, the GEMMs read them as they are instead of rounding an
  * fp32 copy into the scratch (the same bits: both round to nearest even),
- * and a bf16 run's attention backward reads atty's bf16 for D = dO . O
- * (an fp16 run's, on the CUDA cores, does not read it). The registry
+ * and the attention backward reads atty's 16 bits for D = dO . O. The
+ * registry
  * (gpt2_a16_set) says which slots those are; the CUDA ops ask it
  * (gpt2_a16_is).
  *
@@ -42,7 +42,7 @@ extern "C" {
 zrt_status gpt2_a16_set(const gpt2_acts_layout *L, const gpt2_config *cfg, int B,
                         const float *acts);
 void gpt2_a16_clear(void);
-/* 1 when p is the start of a registered slot (where its bf16 elements are). */
+/* 1 when p is the start of a registered slot (where its 16-bit elements are). */
 int gpt2_a16_is(const void *p);
 
 /* Wraps *ops (kept by pointer) into *out: one audit per process. */

@@ -155,26 +155,33 @@ __global__ void __launch_bounds__(FA_NT)
 }
 
 /* The tensor-core attention of 16-bit runs (gpt2_flash_tc.h): 64 rows a
- * block, f16: fp16 operands (else bf16). */
+ * block; F16: fp16 operands (else bf16), a constant of each instance so
+ * that the block functions (inlined) carry no branch on it. */
+template <int F16>
 __global__ void __launch_bounds__(TC_NT)
-    k_tc_forward(void *out, int o16, float *lse, const float *qkv, int T, int C, int NH, int f16) {
+    k_tc_forward(void *out, int o16, float *lse, const float *qkv, int T, int C, int NH) {
+  const int f16 = F16;
   __shared__ tc_fwd_smem sm;
   tc_fwd_lane st[1];
   tc_forward_block(qkv, out, o16, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, f16, &sm, st);
 }
 
+template <int F16>
 __global__ void __launch_bounds__(TC_NT)
     k_tc_dq(float *dqkv, float *dstat, const float *dout, const float *qkv, const void *out,
-            int o16, const float *lse, int T, int C, int NH, int f16) {
+            int o16, const float *lse, int T, int C, int NH) {
+  const int f16 = F16;
   __shared__ tc_dq_smem sm;
   tc_dq_lane st[1];
   tc_dq_block(dqkv, dstat, dout, qkv, out, o16, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y,
               f16, &sm, st);
 }
 
+template <int F16>
 __global__ void __launch_bounds__(TC_NT)
     k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dstat,
-             int T, int C, int NH, int f16) {
+             int T, int C, int NH) {
+  const int f16 = F16;
   __shared__ tc_dkv_smem sm;
   tc_dkv_lane st[1];
   tc_dkv_block(dqkv, dout, qkv, lse, dstat, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, f16, &sm,
@@ -445,8 +452,12 @@ static zrt_status cu_attention_forward(void *ctx, float *out, float *att, const 
   if (st != ZRT_OK) return st;
   if (g_gemm_dt != ZRT_F32) { /* tensor cores, operands rounded as the GEMMs' */
     dim3 grid((unsigned)((T + TC_ROWS - 1) / TC_ROWS), (unsigned)(B * NH));
-    k_tc_forward<<<grid, TC_NT, 0, g_stream>>>(out, o16_at(out), att /* lse rows */, qkv, T, C, NH,
-                                               g_gemm_dt == ZRT_F16);
+    if (g_gemm_dt == ZRT_F16)
+      k_tc_forward<1>
+          <<<grid, TC_NT, 0, g_stream>>>(out, o16_at(out), att /* lse rows */, qkv, T, C, NH);
+    else
+      k_tc_forward<0>
+          <<<grid, TC_NT, 0, g_stream>>>(out, o16_at(out), att /* lse rows */, qkv, T, C, NH);
     return ZRT_OK;
   }
   dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * NH));
@@ -470,10 +481,15 @@ static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dou
   float *dstat = (float *)(g_scratch + g_scratch_res);
   if (g_gemm_dt != ZRT_F32) {
     dim3 grid((unsigned)((T + TC_ROWS - 1) / TC_ROWS), (unsigned)(B * NH));
-    int f16 = g_gemm_dt == ZRT_F16;
-    k_tc_dq<<<grid, TC_NT, 0, g_stream>>>(dqkv, dstat, dout, qkv, out, o16_at(out), att, T, C, NH,
-                                          f16);
-    k_tc_dkv<<<grid, TC_NT, 0, g_stream>>>(dqkv, dout, qkv, att, dstat, T, C, NH, f16);
+    if (g_gemm_dt == ZRT_F16) {
+      k_tc_dq<1>
+          <<<grid, TC_NT, 0, g_stream>>>(dqkv, dstat, dout, qkv, out, o16_at(out), att, T, C, NH);
+      k_tc_dkv<1><<<grid, TC_NT, 0, g_stream>>>(dqkv, dout, qkv, att, dstat, T, C, NH);
+    } else {
+      k_tc_dq<0>
+          <<<grid, TC_NT, 0, g_stream>>>(dqkv, dstat, dout, qkv, out, o16_at(out), att, T, C, NH);
+      k_tc_dkv<0><<<grid, TC_NT, 0, g_stream>>>(dqkv, dout, qkv, att, dstat, T, C, NH);
+    }
     return ZRT_OK;
   }
   (void)out; /* the fp32 kernels find D from P and dP */

@@ -149,7 +149,8 @@ GB_DEV void tc_mma(float *d, const uint32_t *a, const uint32_t *b, size_t stride
   for (int m = 0; m < 16; m++)
     for (int n = 0; n < 8; n++) {
       float acc = D[m][n];
-      for (int k = 0; k < 16; k++) acc += A[m][k] * Bm[k][n]; /* bf16 products are exact in fp32 */
+      for (int k = 0; k < 16; k++)
+        acc += A[m][k] * Bm[k][n]; /* bf16 and fp16 products are exact in fp32 */
       D[m][n] = acc;
     }
   for (int l = 0; l < 32; l++) {

@@ -19,8 +19,8 @@
 # almost unchanged; grad_norm shows it at once.
 #
 # The CPU side computes what the CUDA kernels compute (train_gpt2
-# --emulate_cuda: GEMM operands rounded to the dtype, a bf16 run's attention
-# through the tensor-core kernels' emulation), so what the comparison sees
+# --emulate_cuda: GEMM operands rounded to the dtype, a 16-bit run's
+# attention through the tensor-core kernels' emulation), so what the comparison sees
 # is summation order, not bf16 against fp32 activations. ZRT_GPU_CPU_ARGS
 # replaces those flags (default --emulate_cuda on a GPU, none in the
 # self-test; empty: the plain CPU backend). The learning rate is 1e-3: at

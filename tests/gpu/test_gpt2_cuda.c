@@ -50,7 +50,7 @@
  *     the fp32 run's values rounded to the dtype (bit for bit: the
  *     producers round as the GEMMs' operand conversion), the losses are
  *     bitwise equal (the GEMMs see the same bits), and every gradient is
- *     within 1% (bf16) or 0.2% (fp16) of its tensor's largest entry (the
+ *     within 5% (bf16) or 1% (fp16) of its tensor's largest entry (the
  *     attention backward's D = dO . O reads the 16-bit O; P and dS are
  *     16-bit either way); no audit violation.
  * The CPU emulations of the same attention, cross-entropy and column-sum
@@ -164,8 +164,9 @@ static void gemm_case(zrt_dtype dt, int ta, int tb, int64_t m, int64_t n, int64_
 }
 
 /* dt: the run's GEMM dtype, which picks the kernels (ZRT_F32: the fp32
- * cores', gpt2_flash_attn.h; ZRT_BF16: the tensor cores', gpt2_flash_tc.h,
- * fed bf16 values so that the reference sees what the MMAs see) */
+ * cores', gpt2_flash_attn.h; ZRT_BF16 / ZRT_F16: the tensor cores',
+ * gpt2_flash_tc.h, fed values of that type so that the reference sees what
+ * the MMAs see) */
 static void attention_case(zrt_dtype dt, int B, int T, int NH, int HS) {
   int C = NH * HS;
   size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
@@ -438,9 +439,11 @@ static void act16_case(zrt_dtype dt, void *scratch, size_t sb) {
         if (fabs(f32.grad[m][p][i]) > big) big = fabs(f32.grad[m][p][i]);
       char what[96];
       snprintf(what, sizeof what, "%s activations: module %d param %d gradient", dn, m, p);
-      /* D = dO . O from the 16-bit O: relative 2^-9 (bf16), 2^-11 (fp16) */
+      /* D = dO . O from the 16-bit O (rounding unit 2^-8 bf16, 2^-11
+       * fp16): unit.test_gpt2_act16 measures 0.6% and 0.07% of a tensor's
+       * largest entry on the emulated kernels */
       ZT_CLOSE_ARRAY(what, b16.grad[m][p], f32.grad[m][p], (size_t)numel[m][p],
-                     (dt == ZRT_BF16 ? 1e-2 : 2e-3) * big);
+                     (dt == ZRT_BF16 ? 5e-2 : 1e-2) * big);
       free(f32.grad[m][p]), free(b16.grad[m][p]);
       zrt_engine_free(eng, w[m][p]);
     }
