@@ -74,7 +74,7 @@ static int zrt_bench_predict(const zrt_pt_model *m, int ranks, int stage, zrt_me
       zrt_bench_cfg_i64(cfg, "zero_optimization.reduce_bucket_size", 500000000);
   lay.sub_group_size = zrt_bench_cfg_i64(cfg, "zero_optimization.sub_group_size", 1000000000);
   lay.activation_bytes = zrt_model_gpt_activations(
-      &g, m->batch, T, w, 0, zrt_bench_cfg_i64(cfg, "gradient_accumulation_steps", 1));
+      &g, m->batch, T, w, 0, zrt_bench_cfg_i64(cfg, "gradient_accumulation_steps", 1), 0);
   zrt_memest_predict(&lay, out);
   cJSON_AddNumberToObject(why, "params", (double)params);
   cJSON_AddNumberToObject(why, "padded_total", (double)lay.padded_total);

@@ -44,6 +44,9 @@ static void est_usage(FILE *f) {
       "[options]\n"
       "  --model NAME           GPT preset of examples/gpt2: tiny, gpt2, gpt2-medium, "
       "gpt2-large, gpt2-xl\n"
+      "  --backend cpu|cuda     whose activations a --model run allocates (default cpu;\n"
+      "                         cuda: the CUDA kernels' arena, logsumexp-only attention\n"
+      "                         rows, 16-bit GEMM-only activations, the GEMM scratch)\n"
       "  --hf_config FILE       a Hugging Face config.json: GPT-2 (n_layer, n_embd, n_head,\n"
       "                         vocab_size, n_positions): the GPT layout of examples/gpt2;\n"
       "                         llama, mistral or qwen2 (hidden_size, intermediate_size,\n"
@@ -129,7 +132,8 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
   int64_t params = -1, largest = -1, act_bytes = 0, batch = 1, seq = -1;
   int64_t bucket = 500000000, prefetch = 50000000, persist = 100000, reuse = 1000000000;
   uint64_t devmem = 0;
-  int json = 0, nvme = 0, pnvme = 0;
+  int json = 0, nvme = 0, pnvme = 0, cuda = 0;
+  const char *backend = "cpu";
   int64_t pbufs = 5, accum = 1, sgs = 1000000000, ackn = 0;
   int ackcpu = 0;
   int bf16m = 0, bf16s = 0; /* bf16.bf16_master_weights_and_grads, bf16.bf16_optimizer_states */
@@ -152,6 +156,8 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
     int bad = 0;
     if (!strcmp(a, "--model"))
       model = v;
+    else if (!strcmp(a, "--backend"))
+      backend = v;
     else if (!strcmp(a, "--hf_config"))
       hf_path = v;
     else if (!strcmp(a, "--activation_checkpointing")) {
@@ -301,6 +307,12 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
     fprintf(stderr, "zrt estimate-memory: --dtype '%s': expected fp32, fp16 or bf16\n", dtype);
     return 2;
   }
+  if (!strcmp(backend, "cuda"))
+    cuda = 1;
+  else if (strcmp(backend, "cpu")) {
+    fprintf(stderr, "zrt estimate-memory: --backend '%s': expected cpu or cuda\n", backend);
+    return 2;
+  }
   int nstates;
   if (!strcmp(optim, "adam") || !strcmp(optim, "adamw"))
     nstates = 2;
@@ -382,7 +394,7 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
   }
   if (g && ackn > g->layers) ackn = g->layers;
   uint64_t acts =
-      g ? zrt_model_gpt_activations(g, batch, seq, w, ackn, accum) : (uint64_t)act_bytes;
+      g ? zrt_model_gpt_activations(g, batch, seq, w, ackn, accum, cuda) : (uint64_t)act_bytes;
   /* the GPT example's modules and fetch order, for the layout, Twin-Flow and the replay */
   zrt_model_program prog = {0};
   if (g && zrt_model_gpt_program(g, (int)accum, &prog) != 0) {
@@ -479,13 +491,14 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
 
   static const char *off_name[3] = {"none", "optimizer", "optimizer+param"};
   if (json) {
-    printf("{\"model\":\"%s\",\"params\":%lld,\"dtype\":\"%s\",\"batch_size\":%lld,"
+    printf("{\"model\":\"%s\",\"backend\":\"%s\",\"params\":%lld,\"dtype\":\"%s\","
+           "\"batch_size\":%lld,"
            "\"seq_len\":%lld,\"activation_bytes\":%llu,\"device_memory\":%llu,"
            "\"master_dtype\":\"%s\",\"optimizer_state_dtype\":\"%s\",\"configs\":[",
            g         ? g->name
            : hf_path ? "hf_config"
                      : "params",
-           (long long)nparams, dtype, (long long)batch, (long long)(g ? seq : 0),
+           backend, (long long)nparams, dtype, (long long)batch, (long long)(g ? seq : 0),
            (unsigned long long)acts, (unsigned long long)devmem, bf16m ? "bf16" : "fp32",
            bf16s ? "bf16" : "fp32");
     for (int i = 0; i < nrows; i++) {
@@ -531,8 +544,8 @@ int zrt_cmd_estimate_memory(int argc, char **argv) {
       printf(", bf16 master weights and gradient partitions%s (optimizer-offload rows only)",
              bf16s ? " and optimizer states" : "");
     if (g)
-      printf(", micro batch %lld x seq %lld: activations %s per rank", (long long)batch,
-             (long long)seq, zrt_format_size(acts, a, sizeof a));
+      printf(", micro batch %lld x seq %lld: activations %s per rank (%s kernels)",
+             (long long)batch, (long long)seq, zrt_format_size(acts, a, sizeof a), backend);
     printf("\n");
     if (devmem) printf("device memory per rank: %s\n", zrt_format_size(devmem, a, sizeof a));
     printf("%-6s %-6s %-16s %14s %14s %14s%s%s  %s\n", "world", "stage", "offload", "model states",

@@ -101,22 +101,59 @@ int zrt_model_gpt_program(const zrt_model_gpt *g, int grad_accum, zrt_model_prog
   return 0;
 }
 
+/* gpt2_acts_layout_init's buffers, in its order (floats): lse, the
+ * attention's logsumexp rows only; h16, the 16-bit slots at half size and
+ * every buffer on 64 floats */
+static uint64_t gpt_arena(uint64_t B, uint64_t T, uint64_t C, uint64_t H, uint64_t V,
+                          uint64_t slots, int lse, int h16) {
+  uint64_t N = B * T, off = 0;
+#define GA_ALIGN(x) (h16 ? ((x) + 63) & ~(uint64_t)63 : (x))
+#define GA_TAKE(n) (off = GA_ALIGN(off) + (n))
+#define GA_16(n) (h16 ? GA_ALIGN(((n) + 1) / 2) : (n))
+  GA_TAKE(N * C); /* encoded */
+  uint64_t layer0 = GA_ALIGN(off);
+  off = 0; /* one layer slot: ln1, its mean and rstd, qkv, att, atty, res2, ln2 (+2), fch,
+              fch_gelu, res3 */
+  GA_TAKE(GA_16(N * C)), GA_TAKE(N), GA_TAKE(N), GA_TAKE(3 * N * C);
+  GA_TAKE(B * H * T * (lse ? 1 : T)), GA_TAKE(GA_16(N * C)), GA_TAKE(N * C);
+  GA_TAKE(GA_16(N * C)), GA_TAKE(N), GA_TAKE(N), GA_TAKE(4 * N * C), GA_TAKE(GA_16(4 * N * C));
+  GA_TAKE(N * C);
+  uint64_t stride = GA_ALIGN(off);
+  off = layer0 + stride * slots;
+  /* lnf, its mean and rstd, logits, losses, dres, dC, d4C */
+  GA_TAKE(GA_16(N * C)), GA_TAKE(N), GA_TAKE(N), GA_TAKE(N * V), GA_TAKE(N), GA_TAKE(N * C);
+  GA_TAKE(N * C), GA_TAKE(4 * N * C);
+#undef GA_ALIGN
+#undef GA_TAKE
+#undef GA_16
+  return off;
+}
+
 uint64_t zrt_model_gpt_activations(const zrt_model_gpt *g, int64_t B, int64_t T, int w,
-                                   int64_t nckpt, int64_t grad_accum) {
+                                   int64_t nckpt, int64_t grad_accum, int cuda) {
   uint64_t N = (uint64_t)B * (uint64_t)T, C = (uint64_t)g->d_model, V = (uint64_t)g->vocab;
   uint64_t H = (uint64_t)g->heads, L = (uint64_t)g->layers;
-  uint64_t layer = 16 * N * C + 4 * N + (uint64_t)B * H * (uint64_t)T * (uint64_t)T;
   /* gpt2_acts_layer_slots: checkpointed blocks share one slot */
   uint64_t slots = L - (uint64_t)nckpt + (nckpt > 0);
-  uint64_t floats = N * C + slots * layer + N * C + 3 * N + N * V + 6 * N * C; /* arena */
+  uint64_t floats = gpt_arena((uint64_t)B, (uint64_t)T, C, H, V, slots, cuda, cuda && w != 4);
   uint64_t wte = V * C;
   floats += wte;                                          /* dwte */
   if (grad_accum > 1) floats += (uint64_t)grad_accum * N; /* the window's losses */
-  if (w != 4) {
+  if (w != 4) { /* the staging of the largest module twice, and wte's (not on CUDA) */
     uint64_t big = ZRT_MAX(wte + (uint64_t)g->max_seq * C, 12 * C * C + 13 * C);
-    floats += 2 * big + wte;
+    floats += 2 * big + (cuda ? 0 : wte);
   }
-  return 4 * floats + 8 * N;
+  uint64_t bytes = 4 * floats + 8 * N;
+  if (cuda) { /* gpt2_cuda_scratch_bytes: the attention's D rows, the GEMMs' 16-bit operands */
+    uint64_t att = (uint64_t)B * H * (uint64_t)T * 4, s = att;
+    if (w != 4) {
+      uint64_t up = 255, gemm = ((N * V * 2 + up) & ~up) + N * C * 2;
+      uint64_t blk = ((N * 4 * C * 2 + up) & ~up) + ((N * C * 2 + up) & ~up);
+      s = ZRT_MAX(ZRT_MAX(gemm, blk), att);
+    }
+    bytes += s;
+  }
+  return bytes;
 }
 
 uint64_t zrt_model_gpt_host_bytes(int64_t B, int64_t T, int64_t grad_accum) {

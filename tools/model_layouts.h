@@ -47,16 +47,17 @@ int zrt_model_gpt_program(const zrt_model_gpt *g, int grad_accum, zrt_model_prog
  * arena, the fp32 wte gradient, the token/target ints, the window's losses
  * (grad_accum rows of batch * seq floats when grad_accum > 1), and for
  * a 16-bit working dtype the fp32 staging of the largest module twice plus
- * wte (the CPU backend's figure: on CUDA the example adds its GEMM scratch,
- * gpt2_cuda_scratch_bytes, drops the wte staging, and keeps batch * heads *
- * seq floats per layer for the attention instead of batch * heads * seq^2,
- * and in a bf16 run holds ln1, atty, ln2, fch_gelu and lnf at half size,
- * GPT2_ACTS_HALF16).
+ * wte. cuda: the CUDA backend's figure, where the example lays the arena
+ * out with GPT2_ACTS_LSE_ONLY (batch * heads * seq floats per layer for the
+ * attention instead of batch * heads * seq^2) and, in a 16-bit run,
+ * GPT2_ACTS_HALF16 (ln1, atty, ln2, fch_gelu and lnf at half size, every
+ * buffer on 256 bytes), adds its GEMM scratch (gpt2_cuda_scratch_bytes)
+ * and drops the wte staging (its GEMMs read the 16-bit wte).
  * nckpt: blocks checkpointed (train_gpt2 --activation_checkpointing), which
  * share one per-layer slot; their inputs are the engine's (actckpt_* of the
  * layout: nckpt blocks of 4 * batch * seq * d_model bytes). */
 uint64_t zrt_model_gpt_activations(const zrt_model_gpt *g, int64_t batch, int64_t seq,
-                                   int dtype_bytes, int64_t nckpt, int64_t grad_accum);
+                                   int dtype_bytes, int64_t nckpt, int64_t grad_accum, int cuda);
 
 /* Bytes train_gpt2 allocates with zrt_engine_host_alloc (ZRT_MEM_ACTIVATIONS,
  * in the host pool): the token/target ints of every micro-batch of the

@@ -21,10 +21,6 @@ extern "C" {
 extern const gpt2_ops_f32 gpt2_cuda_ops_f32;
 /* The stream every kernel of this file launches on: zrt_engine_stream(eng). */
 void gpt2_cuda_set_stream(void *stream);
-/* Device scratch bytes the CUDA ops need for batch B in GEMM dtype dt: the
- * 16-bit copies of fp32 GEMM operands (bf16 / fp16) and the attention
- * backward's per-row statistics (any dtype). */
-size_t gpt2_cuda_scratch_bytes(const gpt2_config *cfg, int B, zrt_dtype dt);
 /* Before the first op: GEMMs in dtype dt (ZRT_F32: fp32 cuBLAS as given;
  * ZRT_BF16 / ZRT_F16: tensor cores, fp32 accumulate and C) and the scratch
  * (device memory of gpt2_cuda_scratch_bytes, owned by the caller). */

@@ -307,6 +307,20 @@ double gpt2_flops_per_token(const gpt2_config *cfg) {
   return 6.0 * (L * 12.0 * C * C + V * C) + 6.0 * L * T * C;
 }
 
+size_t gpt2_cuda_scratch_bytes(const gpt2_config *cfg, int B, zrt_dtype dt) {
+  size_t N = (size_t)B * (size_t)cfg->seq_len, C = (size_t)cfg->n_embd, V = (size_t)cfg->vocab;
+  size_t att = (size_t)B * (size_t)cfg->n_head * (size_t)cfg->seq_len * sizeof(float);
+  if (dt == ZRT_F32) return att;
+  /* the largest pair of converted operands: dwte = dlogits^T lnf (N x V and
+   * N x C), 256-byte aligned; every block GEMM needs at most 5 N C, an N x C
+   * and an N x 4C operand in either order (dW_fc = ln2^T d4C puts the N x C
+   * one first: both rounded up) */
+  size_t gemm = (N * V * 2 + 255) / 256 * 256 + N * C * 2;
+  size_t blk = (N * 4 * C * 2 + 255) / 256 * 256 + (N * C * 2 + 255) / 256 * 256;
+  if (blk > gemm) gemm = blk;
+  return gemm > att ? gemm : att;
+}
+
 size_t gpt2_acts_block_input(const gpt2_acts_layout *L, int layer) {
   if (layer == 0) return L->encoded;
   int prev = layer - 1, slot = prev < L->nckpt ? 0 : prev - L->nckpt + (L->nckpt > 0);

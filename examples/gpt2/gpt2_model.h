@@ -119,6 +119,12 @@ typedef struct gpt2_acts_layout {
 #define GPT2_ACTS_HALF16 2
 void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, int nckpt,
                            int flags);
+/* Device scratch bytes the CUDA ops (gpt2_cuda.cu) need for batch B in
+ * GEMM dtype dt: the 16-bit copies of fp32 GEMM operands (bf16 / fp16) and
+ * the attention backward's per-row statistics (any dtype). Plain
+ * arithmetic, here so that builds without CUDA (estimate-memory's check,
+ * unit.test_memest_cuda_acts) see the same figure. */
+size_t gpt2_cuda_scratch_bytes(const gpt2_config *cfg, int B, zrt_dtype dt);
 /* Element offset of layer's input in the layout (where its forward reads it). */
 size_t gpt2_acts_block_input(const gpt2_acts_layout *L, int layer);
 /* Per-layer slots of the layout: n_layer - nckpt, plus the shared one. */

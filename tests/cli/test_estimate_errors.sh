@@ -8,7 +8,8 @@
 # hf_configs), and refuses other architectures, missing keys and bad
 # values by name; every row of stages 1-3 carries DeepSpeed's figure;
 # --offload_ratio out of range or with nvme is refused, and the Twin-Flow
-# split of the stage-3 optimizer rows is printed. bf16 master weights
+# split of the stage-3 optimizer rows is printed; --backend takes cpu or
+# cuda (cuda: a smaller GPT-2 activation figure, named in the table). bf16 master weights
 # (--bf16_master_weights_and_grads, --bf16_optimizer_states): refused
 # without --dtype bf16 / Adam / the masters, as the engine refuses them;
 # accepted, only the optimizer-offload rows, whose host master32 and grads
@@ -28,6 +29,16 @@ E=("$ZRT" estimate-memory)
 
 check 2 "give exactly one of --model NAME, --hf_config config.json or --params N" "${E[@]}"
 check 2 "unknown --model 'gpt5'" "${E[@]}" --model gpt5
+check 2 "--backend 'gpu': expected cpu or cuda" "${E[@]}" --model tiny --backend gpu
+# --backend cuda: the CUDA kernels' arena (unit.test_memest_cuda_acts checks it to the byte)
+check 0 '"backend":"cuda"' "${E[@]}" --model gpt2 --batch_size 8 --dtype bf16 --backend cuda --json
+cuda_act=$(sed -n 's/.*"activation_bytes":\([0-9]*\).*/\1/p' out.txt)
+check 0 '"backend":"cpu"' "${E[@]}" --model gpt2 --batch_size 8 --dtype bf16 --json
+cpu_act=$(sed -n 's/.*"activation_bytes":\([0-9]*\).*/\1/p' out.txt)
+[ -n "$cuda_act" ] && [ -n "$cpu_act" ] && [ "$cuda_act" -lt "$cpu_act" ] ||
+  fail "--backend cuda: activation_bytes $cuda_act not below the cpu figure $cpu_act"
+check 0 "activations 3.82 GiB per rank \(cuda kernels\)" "${E[@]}" --model gpt2 --batch_size 8 \
+  --dtype bf16 --backend cuda
 check 2 "unknown option '--bogus' \(see --help\)" "${E[@]}" --params 1e6 --bogus 1
 check 2 "--max_reuse 'x' is not a non-negative number" "${E[@]}" --params 1e6 --max_reuse x
 check 2 "--offload_device 'disk' is not cpu or nvme" "${E[@]}" --params 1e6 --offload_device disk
