@@ -64,15 +64,13 @@ int main(void) {
                 int nckpt = ck == 0 ? 0 : ck == 1 ? 2 : cfg.n_layer;
                 int w = dts[d] == ZRT_F32 ? 4 : 2;
                 uint64_t want = trainer_bytes(&cfg, B, nckpt, dts[d], accum, cuda);
-                uint64_t got =
-                    zrt_model_gpt_activations(g, B, cfg.seq_len, w, nckpt, accum, cuda);
+                uint64_t got = zrt_model_gpt_activations(g, B, cfg.seq_len, w, nckpt, accum, cuda);
                 cases++;
                 if (got != want) {
                   bad++;
                   printf("%s B=%d T=%d %s nckpt=%d accum=%d %s: estimate %llu, train_gpt2 %llu\n",
                          models[mi], B, cfg.seq_len, zrt_dtype_name(dts[d]), nckpt, accum,
-                         cuda ? "cuda" : "cpu", (unsigned long long)got,
-                         (unsigned long long)want);
+                         cuda ? "cuda" : "cpu", (unsigned long long)got, (unsigned long long)want);
                 }
               }
   }
