@@ -16,6 +16,8 @@
  *     passes over it (ops that do nothing, under the audit, with 0 and 2
  *     checkpointed layers) stay inside each slot's 16-bit extent with the
  *     same writes and reads as over the fp32 layout;
+ *   - the emulation's GEMM rounds both operands (copies) to the dtype and
+ *     accumulates in fp32 (against double on rounded values, 1e-5);
  *   - what gpu.test_gpt2_cuda's micro-step asserts, on the CUDA kernels'
  *     numbers emulated here (gpt2_emu.h, bf16 and fp16): registering the
  *     slots leaves the losses bitwise equal, and moves each gradient (only
@@ -235,6 +237,48 @@ static void half_layout(void) {
   }
 }
 
+/* The emulation's GEMM (gpt2_emu.h): both operands rounded to the dtype
+ * (round to nearest even), every transpose pair, beta 1, against double
+ * on the rounded values: only fp32 accumulation is left (entries are sums
+ * of 40 products of magnitude <= 1: within 1e-5). The operands must stay
+ * as they were (the emulation rounds copies). */
+static void emulated_gemm(zrt_dtype dt) {
+  enum { M = 13, N = 17, K = 40 };
+  gpt2_ops_f32 e;
+  gpt2_emu_cuda_ops(&gpt2_cpu_ops_f32, dt, &e);
+  float a[M * K], b[K * N], a0[M * K], b0[K * N], c[M * N], c0[M * N];
+  for (int i = 0; i < M * K; i++) a0[i] = a[i] = urand();
+  for (int i = 0; i < K * N; i++) b0[i] = b[i] = urand();
+  for (int i = 0; i < M * N; i++) c0[i] = urand();
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      memcpy(c, c0, sizeof c);
+      int64_t lda = ta ? M : K, ldb = tb ? K : N;
+      ZT_OK(e.gemm(NULL, ta, tb, M, N, K, 0.5f, a, lda, b, ldb, 1.0f, c, N));
+      double worst = 0;
+      for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+          double acc = 0;
+          for (int k = 0; k < K; k++) {
+            float av = ta ? a[k * lda + i] : a[i * lda + k],
+                  bv = tb ? b[j * ldb + k] : b[k * ldb + j];
+            acc += (double)emu_round(av) * (double)emu_round(bv);
+          }
+          worst = fmax(worst, fabs(c[i * N + j] - (0.5 * acc + c0[i * N + j])));
+        }
+      if (worst > 1e-5)
+        printf("emulated %s gemm %d%d: max diff %.3g\n", zrt_dtype_name(dt), ta, tb, worst);
+      ZT_CHECK(worst <= 1e-5);
+    }
+  ZT_CHECK(!memcmp(a, a0, sizeof a) && !memcmp(b, b0, sizeof b));
+  /* rounding happened: a bf16/fp16 product differs from the fp32 one */
+  float craw[M * N], cemu[M * N];
+  ZT_OK(gpt2_cpu_ops_f32.gemm(NULL, 0, 0, M, N, K, 1.0f, a, K, b, N, 0.0f, craw, N));
+  ZT_OK(e.gemm(NULL, 0, 0, M, N, K, 1.0f, a, K, b, N, 0.0f, cemu, N));
+  ZT_CHECK(memcmp(craw, cemu, sizeof craw) != 0);
+  gpt2_emu_cuda_done();
+}
+
 /* The GPU test's micro-step on the emulated CUDA numbers: the worst
  * gradient change from registering the slots, over each tensor's largest
  * entry. */
@@ -355,6 +399,8 @@ int main(void) {
   passes(0);
   passes(2);
   half_layout();
+  emulated_gemm(ZRT_BF16);
+  emulated_gemm(ZRT_F16);
   emulated(ZRT_BF16, 5e-2);
   emulated(ZRT_F16, 1e-2);
   expect_violation(V_GELU_BWD, "gelu_backward's argument inp");
