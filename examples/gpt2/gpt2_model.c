@@ -336,20 +336,21 @@ void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, i
   size_t T = (size_t)cfg->seq_len, C = (size_t)cfg->n_embd, NH = (size_t)cfg->n_head;
   size_t N = (size_t)B * T, off = 0;
   int lse_only = (flags & GPT2_ACTS_LSE_ONLY) != 0, h16 = (flags & GPT2_ACTS_HALF16) != 0;
-  /* floats for n elements of a 16-bit slot (gpt2_act16.h) */
-#define A16(n) (h16 ? (((n) + 1) / 2 + 63) & ~(size_t)63 : (n))
-  memset(L, 0, sizeof *L);
-  L->half16 = h16;
   /* a 16-bit layout starts every buffer on 256 bytes (64 floats): the
    * GEMMs read its 16-bit slots in place, as aligned as the scratch */
+#define ALIGN64(x) (h16 ? ((x) + 63) & ~(size_t)63 : (x))
+  /* floats for n elements of a 16-bit slot (gpt2_act16.h) */
+#define A16(n) (h16 ? ALIGN64(((n) + 1) / 2) : (n))
+  memset(L, 0, sizeof *L);
+  L->half16 = h16;
 #define TAKE(field, n)                                                                             \
   do {                                                                                             \
-    if (h16) off = (off + 63) & ~(size_t)63;                                                       \
+    off = ALIGN64(off);                                                                            \
     L->field = off;                                                                                \
     off += (n);                                                                                    \
   } while (0)
   TAKE(encoded, N * C);
-  size_t layer0 = h16 ? (off + 63) & ~(size_t)63 : off;
+  size_t layer0 = ALIGN64(off);
   off = 0; /* per-layer offsets are relative to the layer base */
   TAKE(ln1, A16(N * C));
   TAKE(ln1_mean, N);
@@ -364,8 +365,7 @@ void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, i
   TAKE(fch, 4 * N * C);
   TAKE(fch_gelu, A16(4 * N * C));
   TAKE(res3, N * C);
-  if (h16) off = (off + 63) & ~(size_t)63; /* each layer slot aligned as the first */
-  L->layer_stride = off;
+  L->layer_stride = ALIGN64(off); /* each layer slot aligned as the first */
   /* Shift the per-layer offsets so that acts + stride * l + field works. */
   L->ln1 += layer0, L->ln1_mean += layer0, L->ln1_rstd += layer0, L->qkv += layer0;
   L->att += layer0, L->atty += layer0, L->res2 += layer0, L->ln2 += layer0;
@@ -383,6 +383,7 @@ void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, i
   TAKE(d4C, 4 * N * C);
 #undef TAKE
 #undef A16
+#undef ALIGN64
   L->total = off;
 }
 

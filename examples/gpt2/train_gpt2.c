@@ -325,8 +325,9 @@ typedef struct trainer {
   int64_t (*numel)[GPT2_BLOCK_NPARAMS];
   int mod_np[2]; /* param counts of embed / final modules */
   gpt2_ops_f32 ops;
-  /* The backend's own ops (the MFU peak's GEMM): ops wraps them in a bf16
-   * run (gpt2_act16.h's audit) and with --profile_ops. */
+  /* The backend's own ops (the MFU peak's GEMM): ops wraps them with
+   * --emulate_cuda (gpt2_emu.h), in a 16-bit run (gpt2_act16.h's audit)
+   * and with --profile_ops. */
   gpt2_ops_f32 kern;
   void (*to_f32)(float *dst, const void *src, zrt_dtype dt, int64_t n);
   void (*add_from_f32)(void *dst, const float *src, zrt_dtype dt, int64_t n);
@@ -1104,9 +1105,7 @@ static double measure_gemm_peak(trainer *tr, int gpu) {
   int64_t cap = gpu ? GPT2_PEAK_SIDE_GPU : GPT2_PEAK_SIDE_CPU, n = cap;
   int int16 = tr->w16 != NULL; /* CUDA GEMMs in the run's 16-bit dtype */
   size_t scratch = 0;
-#ifdef GPT2_HAVE_CUDA
   if (int16) scratch = gpt2_cuda_scratch_bytes(&tr->cfg, tr->B, tr->info.dtype);
-#endif
   while (n >= 64 && (int16 ? (size_t)(4 * n * n) > scratch || (size_t)(n * n) > tr->L.total
                            : (size_t)(3 * n * n) > tr->L.total))
     n -= 64;
@@ -1380,10 +1379,8 @@ int main(int argc, char **argv) {
   }
   /* the CUDA ops' scratch: 16-bit GEMM operands, attention statistics */
   size_t scratch_bytes = 0;
-#ifdef GPT2_HAVE_CUDA
   if (!strcmp(tr.info.backend, "cuda"))
     scratch_bytes = gpt2_cuda_scratch_bytes(&tr.cfg, tr.B, tr.info.dtype);
-#endif
   {
     uint64_t act = (uint64_t)tr.L.total * 4 + wte_n * 4 + 2 * N * sizeof(int) + scratch_bytes +
                    (tr.accum > 1 ? (uint64_t)tr.accum * N * sizeof(float) : 0);
