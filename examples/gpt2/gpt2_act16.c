@@ -182,22 +182,27 @@ static zrt_status a_attention_backward(void *ctx, float *dqkv, const float *dout
   a16_arg("attention_backward", "att", att, F4((size_t)B * NH * T), A_NONE);
   return g_aud.in->attention_backward(ctx, dqkv, dout, qkv, out, att, B, T, C, NH);
 }
-static void a_gelu_forward(float *out, const float *inp, size_t n) {
-  a16_arg("gelu_forward", "out", out, F4(n), A_WRITE);
-  a16_arg("gelu_forward", "inp", inp, F4(n), A_NONE);
-  g_aud.in->gelu_forward(out, inp, n);
+static void a_gelu_forward(float *out, const float *inp, const float *bias, int N, int OC) {
+  size_t n = F4((size_t)N * OC);
+  a16_arg("gelu_forward", "out", out, n, A_WRITE);
+  a16_arg("gelu_forward", "inp", inp, n, A_NONE);
+  g_aud.in->gelu_forward(out, inp, bias, N, OC);
 }
-static void a_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-  a16_arg("gelu_backward", "dinp", dinp, F4(n), A_NONE);
-  a16_arg("gelu_backward", "inp", inp, F4(n), A_NONE);
-  a16_arg("gelu_backward", "dout", dout, F4(n), A_NONE);
-  g_aud.in->gelu_backward(dinp, inp, dout, n);
+static void a_gelu_backward(float *dinp, float *db, const float *inp, const float *bias,
+                            const float *dout, int N, int OC) {
+  size_t n = F4((size_t)N * OC);
+  a16_arg("gelu_backward", "dinp", dinp, n, A_NONE);
+  a16_arg("gelu_backward", "inp", inp, n, A_NONE);
+  a16_arg("gelu_backward", "dout", dout, n, A_NONE);
+  g_aud.in->gelu_backward(dinp, db, inp, bias, dout, N, OC);
 }
-static void a_residual(float *out, const float *a, const float *b, size_t n) {
-  a16_arg("residual_forward", "out", out, F4(n), A_NONE);
-  a16_arg("residual_forward", "a", a, F4(n), A_NONE);
-  a16_arg("residual_forward", "b", b, F4(n), A_NONE);
-  g_aud.in->residual_forward(out, a, b, n);
+static void a_residual(float *out, const float *a, const float *b, const float *bias, int N,
+                       int C) {
+  size_t n = F4((size_t)N * C);
+  a16_arg("residual_forward", "out", out, n, A_NONE);
+  a16_arg("residual_forward", "a", a, n, A_NONE);
+  a16_arg("residual_forward", "b", b, n, A_NONE);
+  g_aud.in->residual_forward(out, a, b, bias, N, C);
 }
 static void a_crossentropy(float *losses, float *logits, const int *targets, int N, int V,
                            float dloss) {

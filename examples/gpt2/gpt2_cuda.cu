@@ -221,26 +221,37 @@ __global__ void k_fill16(void *dst, int64_t n, int dt) {
     ((__half *)dst)[e] = __float2half(x);
 }
 
-/* out: see store_act. */
-__global__ void k_gelu_forward(void *out, int o16, const float *inp, size_t n) {
+/* out = gelu(inp + bias), [N, OC] (bias NULL: none). out: see store_act. */
+__global__ void k_gelu_forward(void *out, int o16, const float *inp, const float *bias, int N,
+                               int OC) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  float x = inp[i];
+  if (i >= (size_t)N * OC) return;
+  float x = inp[i] + (bias ? bias[i % (size_t)OC] : 0.0f);
   store_act(out, o16, i, 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x))));
 }
 
-__global__ void k_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+/* dinp = dout * gelu'(inp + bias), without the bias's gradient
+ * (k_gelu_colsum has it). */
+__global__ void k_gelu_backward(float *dinp, const float *inp, const float *bias, const float *dout,
+                                int N, int OC) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  float x = inp[i], th = tanhf(GELU_S * (x + 0.044715f * x * x * x));
-  float g =
-      0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
-  dinp[i] = g * dout[i];
+  if (i >= (size_t)N * OC) return;
+  dinp[i] = dout[i] * rw_gelu_grad(inp[i] + (bias ? bias[i % (size_t)OC] : 0.0f));
 }
 
-__global__ void k_residual(float *out, const float *a, const float *b, size_t n) {
+/* gpt2_rows.h's fused GELU backward and bias gradient. */
+__global__ void __launch_bounds__(RW_COL_NT)
+    k_gelu_colsum(float *dinp, float *db, const float *dout, const float *inp, const float *bias,
+                  int N, int OC) {
+  __shared__ rw_col_smem sm;
+  rw_gelu_colsum_block(dinp, db, dout, inp, bias, N, OC, (int)blockIdx.x, &sm);
+}
+
+/* out = a + (b + bias), [N, C] (bias NULL: none). */
+__global__ void k_residual(float *out, const float *a, const float *b, const float *bias, int N,
+                           int C) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = a[i] + b[i];
+  if (i < (size_t)N * C) out[i] = a[i] + (b[i] + (bias ? bias[i % (size_t)C] : 0.0f));
 }
 
 /* One block per row (gpt2_rows.h). */
@@ -498,17 +509,25 @@ static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dou
   k_fa_dkv<<<grid, FA_NT, 0, g_stream>>>(dqkv, dout, qkv, att, dstat, T, C, NH);
   return ZRT_OK;
 }
-static void cu_gelu_forward(float *out, const float *inp, size_t n) {
+static void cu_gelu_forward(float *out, const float *inp, const float *bias, int N, int OC) {
   r16_forget();
-  k_gelu_forward<<<nblocks(n, TPB), TPB, 0, g_stream>>>(out, o16_at(out), inp, n);
+  k_gelu_forward<<<nblocks((size_t)N * OC, TPB), TPB, 0, g_stream>>>(out, o16_at(out), inp, bias, N,
+                                                                     OC);
 }
-static void cu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+static void cu_gelu_backward(float *dinp, float *db, const float *inp, const float *bias,
+                             const float *dout, int N, int OC) {
   r16_forget();
-  k_gelu_backward<<<nblocks(n, TPB), TPB, 0, g_stream>>>(dinp, inp, dout, n);
+  if (db)
+    k_gelu_colsum<<<nblocks((size_t)OC, RW_COLS), RW_COL_NT, 0, g_stream>>>(dinp, db, dout, inp,
+                                                                            bias, N, OC);
+  else
+    k_gelu_backward<<<nblocks((size_t)N * OC, TPB), TPB, 0, g_stream>>>(dinp, inp, bias, dout, N,
+                                                                        OC);
 }
-static void cu_residual(float *out, const float *a, const float *b, size_t n) {
+static void cu_residual(float *out, const float *a, const float *b, const float *bias, int N,
+                        int C) {
   r16_forget();
-  k_residual<<<nblocks(n, TPB), TPB, 0, g_stream>>>(out, a, b, n);
+  k_residual<<<nblocks((size_t)N * C, TPB), TPB, 0, g_stream>>>(out, a, b, bias, N, C);
 }
 static void cu_crossentropy(float *losses, float *logits, const int *targets, int N, int V,
                             float dloss) {

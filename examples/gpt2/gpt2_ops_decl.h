@@ -36,10 +36,18 @@ typedef struct GPT2_SFX(gpt2_ops) {
   zrt_status (*attention_backward)(void *ctx, GPT2_REAL *dqkv, const GPT2_REAL *dout,
                                    const GPT2_REAL *qkv, const GPT2_REAL *out, const GPT2_REAL *att,
                                    int B, int T, int C, int NH);
-  void (*gelu_forward)(GPT2_REAL *out, const GPT2_REAL *inp, size_t n);
-  /* dinp = dout * gelu'(inp) (writes, may alias dout). */
-  void (*gelu_backward)(GPT2_REAL *dinp, const GPT2_REAL *inp, const GPT2_REAL *dout, size_t n);
-  void (*residual_forward)(GPT2_REAL *out, const GPT2_REAL *a, const GPT2_REAL *b, size_t n);
+  /* The bias of the GEMM that wrote inp / b is added where it is read
+   * (the passes keep fch and the projections' outputs without it): one
+   * pass over the [N, OC] rows instead of two. bias NULL: none. */
+  /* out = gelu(inp + bias). */
+  void (*gelu_forward)(GPT2_REAL *out, const GPT2_REAL *inp, const GPT2_REAL *bias, int N, int OC);
+  /* dinp = dout * gelu'(inp + bias) (writes, may alias dout); db non-NULL:
+   * then db += dinp's column sums (bias_backward of dinp, fused). */
+  void (*gelu_backward)(GPT2_REAL *dinp, GPT2_REAL *db, const GPT2_REAL *inp, const GPT2_REAL *bias,
+                        const GPT2_REAL *dout, int N, int OC);
+  /* out = a + (b + bias) (may alias a or b). */
+  void (*residual_forward)(GPT2_REAL *out, const GPT2_REAL *a, const GPT2_REAL *b,
+                           const GPT2_REAL *bias, int N, int C);
   /* losses[i] = -log softmax(logits[i])[targets[i]]; when dloss != 0 the
    * logits are overwritten by dloss * (softmax - onehot). */
   void (*crossentropy)(GPT2_REAL *losses, GPT2_REAL *logits, const int *targets, int N, int V,

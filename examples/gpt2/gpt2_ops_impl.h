@@ -339,29 +339,59 @@ static zrt_status S(cpu_attention_backward)(void *ctx, R *dqkv, const R *dout, c
 }
 
 #define GELU_S 0.7978845608028654 /* sqrt(2/pi) */
-static void S(cpu_gelu_forward)(R *out, const R *inp, size_t n) {
-#pragma omp parallel for simd if (n >= PAR_MIN)
-  for (size_t i = 0; i < n; i++) {
-    R x = inp[i];
-    out[i] = (R)0.5 * x * ((R)1 + R_TANH((R)GELU_S * (x + (R)0.044715 * x * x * x)));
+/* The row loops below branch on bias once, outside the vector loop. */
+static R S(gelu)(R x) {
+  return (R)0.5 * x * ((R)1 + R_TANH((R)GELU_S * (x + (R)0.044715 * x * x * x)));
+}
+static void S(cpu_gelu_forward)(R *out, const R *inp, const R *bias, int N, int OC) {
+#pragma omp parallel for if ((size_t)N * OC >= PAR_MIN)
+  for (int i = 0; i < N; i++) {
+    const R *x = inp + (size_t)i * OC;
+    R *o = out + (size_t)i * OC;
+    if (bias) {
+#pragma omp simd
+      for (int c = 0; c < OC; c++) o[c] = S(gelu)(x[c] + bias[c]);
+    } else {
+#pragma omp simd
+      for (int c = 0; c < OC; c++) o[c] = S(gelu)(x[c]);
+    }
   }
 }
 
-static void S(cpu_gelu_backward)(R *dinp, const R *inp, const R *dout, size_t n) {
-#pragma omp parallel for simd if (n >= PAR_MIN)
-  for (size_t i = 0; i < n; i++) {
-    R x = inp[i];
-    R th = R_TANH((R)GELU_S * (x + (R)0.044715 * x * x * x));
-    R sech2 = (R)1 - th * th;
-    R g =
-        (R)0.5 * ((R)1 + th) + (R)0.5 * x * sech2 * (R)GELU_S * ((R)1 + (R)3 * (R)0.044715 * x * x);
-    dinp[i] = g * dout[i];
+static R S(gelu_grad)(R x) {
+  R th = R_TANH((R)GELU_S * (x + (R)0.044715 * x * x * x));
+  R sech2 = (R)1 - th * th;
+  return (R)0.5 * ((R)1 + th) +
+         (R)0.5 * x * sech2 * (R)GELU_S * ((R)1 + (R)3 * (R)0.044715 * x * x);
+}
+static void S(cpu_gelu_backward)(R *dinp, R *db, const R *inp, const R *bias, const R *dout, int N,
+                                 int OC) {
+#pragma omp parallel for if ((size_t)N * OC >= PAR_MIN)
+  for (int i = 0; i < N; i++) {
+    size_t r = (size_t)i * OC;
+    if (bias) {
+#pragma omp simd
+      for (int c = 0; c < OC; c++) dinp[r + c] = S(gelu_grad)(inp[r + c] + bias[c]) * dout[r + c];
+    } else {
+#pragma omp simd
+      for (int c = 0; c < OC; c++) dinp[r + c] = S(gelu_grad)(inp[r + c]) * dout[r + c];
+    }
   }
+  if (db) S(cpu_bias_backward)(db, dinp, N, OC); /* the CPU gains nothing from fusing */
 }
 
-static void S(cpu_residual_forward)(R *out, const R *a, const R *b, size_t n) {
-#pragma omp parallel for simd if (n >= PAR_MIN)
-  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+static void S(cpu_residual_forward)(R *out, const R *a, const R *b, const R *bias, int N, int C) {
+#pragma omp parallel for if ((size_t)N * C >= PAR_MIN)
+  for (int i = 0; i < N; i++) {
+    size_t r = (size_t)i * C;
+    if (bias) {
+#pragma omp simd
+      for (int c = 0; c < C; c++) out[r + c] = a[r + c] + (b[r + c] + bias[c]);
+    } else {
+#pragma omp simd
+      for (int c = 0; c < C; c++) out[r + c] = a[r + c] + b[r + c];
+    }
+  }
 }
 
 static void S(cpu_crossentropy)(R *losses, R *logits, const int *targets, int N, int V, R dloss) {
@@ -416,7 +446,6 @@ zrt_status S(gpt2_block_forward)(const S(gpt2_ops) * ops, const gpt2_config *cfg
                                  const gpt2_acts_layout *L, R *acts, int B, int layer, const R *in,
                                  R *const *w) {
   int T = cfg->seq_len, C = cfg->n_embd, NH = cfg->n_head, N = B * T;
-  size_t NC = (size_t)N * C;
   R *base = S(layer_base)(L, acts, layer);
   const R *res = in ? in : S(res_in)(L, acts, layer);
   R *ln1 = base + L->ln1, *qkv = base + L->qkv, *atty = base + L->atty, *res2 = base + L->res2;
@@ -430,16 +459,13 @@ zrt_status S(gpt2_block_forward)(const S(gpt2_ops) * ops, const gpt2_config *cfg
   ops->bias_add(qkv, w[GPT2_ATTN_B], N, 3 * C);
   GPT2_PASS_CHECK(ops->attention_forward(x, atty, base + L->att, qkv, B, T, C, NH));
   GPT2_PASS_CHECK(ops->gemm(x, 0, 0, N, C, C, 1, atty, C, w[GPT2_ATTNPROJ_W], C, 0, tmp, C));
-  ops->bias_add(tmp, w[GPT2_ATTNPROJ_B], N, C);
-  ops->residual_forward(res2, res, tmp, NC);
+  ops->residual_forward(res2, res, tmp, w[GPT2_ATTNPROJ_B], N, C);
   ops->layernorm_forward(ln2, base + L->ln2_mean, base + L->ln2_rstd, res2, w[GPT2_LN2_W],
                          w[GPT2_LN2_B], N, C);
   GPT2_PASS_CHECK(ops->gemm(x, 0, 0, N, 4 * C, C, 1, ln2, C, w[GPT2_FC_W], 4 * C, 0, fch, 4 * C));
-  ops->bias_add(fch, w[GPT2_FC_B], N, 4 * C);
-  ops->gelu_forward(fchg, fch, 4 * NC);
+  ops->gelu_forward(fchg, fch, w[GPT2_FC_B], N, 4 * C); /* fch stays without the bias */
   GPT2_PASS_CHECK(ops->gemm(x, 0, 0, N, C, 4 * C, 1, fchg, 4 * C, w[GPT2_FCPROJ_W], C, 0, tmp, C));
-  ops->bias_add(tmp, w[GPT2_FCPROJ_B], N, C);
-  ops->residual_forward(res3, res2, tmp, NC);
+  ops->residual_forward(res3, res2, tmp, w[GPT2_FCPROJ_B], N, C);
   return ops->check ? ops->check() : ZRT_OK;
 }
 
@@ -481,10 +507,9 @@ zrt_status S(gpt2_block_backward)(const S(gpt2_ops) * ops, const gpt2_config *cf
   GPT2_PASS_CHECK(ops->gemm(x, 0, 1, N, 4 * C, C, 1, dres, C, w[GPT2_FCPROJ_W], C, 0, d4C, 4 * C));
   GPT2_PASS_CHECK(ops->gemm(x, 1, 0, 4 * C, C, N, 1, fchg, 4 * C, dres, C, 1, g[GPT2_FCPROJ_W], C));
   ops->bias_backward(g[GPT2_FCPROJ_B], dres, N, C);
-  ops->gelu_backward(d4C, fch, d4C, (size_t)N * 4 * C);
+  ops->gelu_backward(d4C, g[GPT2_FC_B], fch, w[GPT2_FC_B], d4C, N, 4 * C);
   GPT2_PASS_CHECK(ops->gemm(x, 0, 1, N, C, 4 * C, 1, d4C, 4 * C, w[GPT2_FC_W], 4 * C, 0, dC, C));
   GPT2_PASS_CHECK(ops->gemm(x, 1, 0, C, 4 * C, N, 1, ln2, C, d4C, 4 * C, 1, g[GPT2_FC_W], 4 * C));
-  ops->bias_backward(g[GPT2_FC_B], d4C, N, 4 * C);
   ops->layernorm_backward(dres, g[GPT2_LN2_W], g[GPT2_LN2_B], dC, res2, w[GPT2_LN2_W],
                           base + L->ln2_mean, base + L->ln2_rstd, N, C);
 

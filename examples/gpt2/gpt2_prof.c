@@ -100,19 +100,21 @@ static zrt_status p_attention_backward(void *ctx, float *dqkv, const float *dout
   P_END(GPT2_PROF_ATTENTION_BWD);
   return st;
 }
-static void p_gelu_forward(float *out, const float *inp, size_t n) {
+static void p_gelu_forward(float *out, const float *inp, const float *bias, int N, int OC) {
   P_BEGIN(GPT2_PROF_GELU_FWD);
-  g_prof.in->gelu_forward(out, inp, n);
+  g_prof.in->gelu_forward(out, inp, bias, N, OC);
   P_END(GPT2_PROF_GELU_FWD);
 }
-static void p_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+static void p_gelu_backward(float *dinp, float *db, const float *inp, const float *bias,
+                            const float *dout, int N, int OC) {
   P_BEGIN(GPT2_PROF_GELU_BWD);
-  g_prof.in->gelu_backward(dinp, inp, dout, n);
+  g_prof.in->gelu_backward(dinp, db, inp, bias, dout, N, OC);
   P_END(GPT2_PROF_GELU_BWD);
 }
-static void p_residual(float *out, const float *a, const float *b, size_t n) {
+static void p_residual(float *out, const float *a, const float *b, const float *bias, int N,
+                       int C) {
   P_BEGIN(GPT2_PROF_RESIDUAL);
-  g_prof.in->residual_forward(out, a, b, n);
+  g_prof.in->residual_forward(out, a, b, bias, N, C);
   P_END(GPT2_PROF_RESIDUAL);
 }
 static void p_crossentropy(float *losses, float *logits, const int *targets, int N, int V,

@@ -24,6 +24,9 @@
  *     order. Deterministic and without atomics (the LayerNorm's used two
  *     same-address atomicAdd per element, N-way contended; the bias's ran
  *     one thread per column on OC / 256 blocks).
+ *   GELU backward with its bias's gradient: the column sum's walk, each
+ *     element turned into dout * gelu'(inp + bias) and written back before
+ *     it is summed (one pass over the MLP's [N, 4C] instead of two).
  * Every output has one writer; both ADD into their outputs (the ops
  * contract). Invariants: a barrier separates a phase that writes shared
  * memory from one that reads it; control flow around barriers depends only
@@ -105,6 +108,23 @@ typedef struct rw_col_smem {
   float b[RW_ROWS][RW_COLS + 1]; /* the lanes' db partials */
 } rw_col_smem;
 
+/* The lanes' partials in sm folded in lane order: db[c] += the b's, and
+ * dw[c] += the a's when dw is non-NULL. */
+GB_DEV void rw_col_fold(float *dw, float *db, int OC, int grp, rw_col_smem *sm) {
+  GB_THREADS(tid, RW_COL_NT)
+  const int c = grp * RW_COLS + tid;
+  if (tid < RW_COLS && c < OC) {
+    float a = 0.0f, b = 0.0f;
+    for (int r = 0; r < RW_ROWS; r++) {
+      a += sm->a[r][tid];
+      b += sm->b[r][tid];
+    }
+    if (dw) dw[c] += a;
+    db[c] += b;
+  }
+  GB_END
+}
+
 /* Columns [grp * RW_COLS, +RW_COLS) of the [N, OC] matrices: db[c] +=
  * sum_i dout[i, c]; with inp (then dw, mean and rstd too), dw[c] += sum_i
  * (inp[i, c] - mean[i]) * rstd[i] * dout[i, c]. */
@@ -131,18 +151,53 @@ GB_DEV void rw_colsum_block(float *dw, float *db, const float *dout, const float
   sm->b[lane][col] = b;
   GB_END
   GB_SYNC();
+  rw_col_fold(inp ? dw : NULL, db, OC, grp, sm);
+}
+
+#define RW_GELU_S 0.7978845608028654f /* sqrt(2/pi) */
+
+/* d gelu(x) / dx of the tanh GELU (the CPU op's formula, in fp32) */
+GB_DEV float rw_gelu_grad(float x) {
+  const float th = tanhf(RW_GELU_S * (x + 0.044715f * x * x * x));
+  return 0.5f * (1.0f + th) +
+         0.5f * x * (1.0f - th * th) * RW_GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+/* The GELU backward with its bias's gradient in the same pass, columns
+ * [grp * RW_COLS, +RW_COLS) of the [N, OC] matrices: dinp[i, c] = dout[i,
+ * c] * gelu'(inp[i, c] + bias[c]) (dinp may alias dout: each element is
+ * read, then written, by one thread), db[c] += sum_i dinp[i, c] (summed as
+ * rw_colsum_block sums). bias NULL: none. */
+GB_DEV void rw_gelu_colsum_block(float *dinp, float *db, const float *dout, const float *inp,
+                                 const float *bias, int N, int OC, int grp, rw_col_smem *sm) {
   GB_THREADS(tid, RW_COL_NT)
-  const int c = grp * RW_COLS + tid;
-  if (tid < RW_COLS && c < OC) {
-    float a = 0.0f, b = 0.0f;
-    for (int r = 0; r < RW_ROWS; r++) {
-      a += sm->a[r][tid];
-      b += sm->b[r][tid];
+  const int col = tid % RW_COLS, lane = tid / RW_COLS, c = grp * RW_COLS + col;
+  float b = 0.0f;
+  if (c < OC) {
+    const float bc = bias ? bias[c] : 0.0f;
+    for (int i0 = lane; i0 < N; i0 += RW_UNROLL * RW_ROWS) {
+      float d[RW_UNROLL], x[RW_UNROLL];
+      for (int k = 0; k < RW_UNROLL; k++) { /* the loads first: RW_UNROLL in flight */
+        const int i = i0 + k * RW_ROWS;
+        const size_t e = (size_t)i * (size_t)OC + (size_t)c;
+        d[k] = i < N ? dout[e] : 0.0f;
+        x[k] = i < N ? inp[e] : 0.0f;
+      }
+      for (int k = 0; k < RW_UNROLL; k++) {
+        const int i = i0 + k * RW_ROWS;
+        if (i < N) {
+          const float g = d[k] * rw_gelu_grad(x[k] + bc);
+          dinp[(size_t)i * (size_t)OC + (size_t)c] = g;
+          b += g;
+        }
+      }
     }
-    if (inp) dw[c] += a;
-    db[c] += b;
   }
+  sm->a[lane][col] = 0.0f;
+  sm->b[lane][col] = b;
   GB_END
+  GB_SYNC();
+  rw_col_fold(NULL, db, OC, grp, sm);
 }
 
 #endif

@@ -491,8 +491,8 @@ static zrt_status task_run(void *arg) {
   case GPT2_TASK_EMBED_BWD:
     stage_grads(tr, t, 0);
     /* The LM head's share of the tied wte gradient joins the embedding's. */
-    ops->residual_forward(tr->g[GPT2_WTE], tr->g[GPT2_WTE], tr->dwte,
-                          (size_t)tr->numel[0][GPT2_WTE]);
+    ops->residual_forward(tr->g[GPT2_WTE], tr->g[GPT2_WTE], tr->dwte, NULL,
+                          (int)(tr->numel[0][GPT2_WTE] / tr->cfg.n_embd), tr->cfg.n_embd);
     st = gpt2_embed_backward_f32(ops, &tr->cfg, &tr->L, tr->acts, tr->d_tok, B, tr->g);
     if (st == ZRT_OK) flush_grads(tr, 0);
     return st;

@@ -248,7 +248,7 @@ static void reuse_case(void *scratch, size_t sb) {
   ZT_OK(G->gemm(eng, 1, 0, K, N, M, 1, dx, K, d2, N, 0, c2, N)); /* x's copy reused */
   ZT_OK(G->gemm(eng, 0, 0, M, K, K, 1, dx, K, d3, K, 0, dx, K)); /* reads x's copy, C over x */
   ZT_OK(G->gemm(eng, 0, 0, M, N, K, 1, dx, K, d1, N, 0, c4, N)); /* the new x rounded */
-  G->residual_forward(dx, dx, dx, MAX);                          /* x doubled, off the GEMMs */
+  G->residual_forward(dx, dx, dx, NULL, MAX / K, K);             /* x doubled, off the GEMMs */
   ZT_OK(G->gemm(eng, 1, 0, K, N, M, 1, dx, K, d2, N, 0, c6, N)); /* the doubled x rounded */
   ZT_OK(G->check());
   ZT_OK(zrt_engine_memcpy(eng, xn, dx, MAX * 4, ZRT_COPY_D2H));
@@ -511,18 +511,31 @@ static void ops_case(void) {
   H->bias_backward(bo2, o, N, OC);
   check_op("bias_backward", ddb, bo2, OC, 1e-4);
 
-  /* GELU forward and backward (not aliased), residual */
-  fill(x, noc, 3.0f, &s), fill(y, noc, 1.0f, &s);
+  /* GELU forward and backward (not aliased), residual: with the bias of
+   * the GEMM before them (the passes'), and without */
+  fill(x, noc, 3.0f, &s), fill(y, noc, 1.0f, &s), fill(bo, OC, 1.0f, &s), fill(bo2, OC, 1.0f, &s);
   float *dg = dev(noc * 4, x), *dgo = dev(noc * 4, y), *dgi = dev(noc * 4, NULL);
-  G->gelu_forward(dgi, dg, noc);
-  H->gelu_forward(o, x, noc);
-  check_op("gelu_forward", dgi, o, noc, 1e-5);
-  G->gelu_backward(dgi, dg, dgo, noc);
-  H->gelu_backward(o, x, y, noc);
-  check_op("gelu_backward", dgi, o, noc, 1e-5);
-  G->residual_forward(dgi, dg, dgo, noc);
-  H->residual_forward(o, x, y, noc);
-  check_op("residual_forward", dgi, o, noc, 1e-5);
+  ZT_OK(zrt_engine_memcpy(eng, dbias, bo, OC * 4, ZRT_COPY_H2D));
+  ZT_OK(zrt_engine_memcpy(eng, ddb, bo2, OC * 4, ZRT_COPY_H2D));
+  for (int wb = 0; wb < 2; wb++) {
+    const float *gb = wb ? dbias : NULL, *hb = wb ? bo : NULL;
+    G->gelu_forward(dgi, dg, gb, N, OC);
+    H->gelu_forward(o, x, hb, N, OC);
+    check_op(wb ? "gelu_forward (bias)" : "gelu_forward", dgi, o, noc, 1e-5);
+    G->gelu_backward(dgi, NULL, dg, gb, dgo, N, OC);
+    H->gelu_backward(o, NULL, x, hb, y, N, OC);
+    check_op(wb ? "gelu_backward (bias)" : "gelu_backward", dgi, o, noc, 1e-5);
+    G->residual_forward(dgi, dg, dgo, gb, N, OC);
+    H->residual_forward(o, x, y, hb, N, OC);
+    check_op(wb ? "residual_forward (bias)" : "residual_forward", dgi, o, noc, 1e-5);
+  }
+  /* the fused bias gradient (ADDs into db), in place as the passes run it */
+  ZT_OK(zrt_engine_memcpy(eng, dgi, y, noc * 4, ZRT_COPY_H2D));
+  memcpy(o, y, noc * 4);
+  G->gelu_backward(dgi, ddb, dg, dbias, dgi, N, OC);
+  H->gelu_backward(o, bo2, x, bo, o, N, OC);
+  check_op("gelu_backward in place, fused", dgi, o, noc, 1e-5);
+  check_op("gelu_backward's bias gradient", ddb, bo2, OC, 1e-4);
 
   /* cross-entropy over GPT-2's vocabulary: loss only, then with the gradient */
   float *lg = malloc(nce * 4), *lg2 = malloc(nce * 4), *loss = malloc(NCE * 4);

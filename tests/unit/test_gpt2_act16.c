@@ -164,9 +164,15 @@ static void n_ln_bwd(float *di, float *dw, float *db, const float *d, const floa
   (void)di, (void)dw, (void)db, (void)d, (void)i, (void)w, (void)m, (void)r, (void)N, (void)C;
 }
 static void n_bias(float *o, const float *b, int N, int OC) { (void)o, (void)b, (void)N, (void)OC; }
-static void n_unary(float *o, const float *i, size_t n) { (void)o, (void)i, (void)n; }
-static void n_binary(float *o, const float *a, const float *b, size_t n) {
-  (void)o, (void)a, (void)b, (void)n;
+static void n_gelu_fwd(float *o, const float *i, const float *b, int N, int OC) {
+  (void)o, (void)i, (void)b, (void)N, (void)OC;
+}
+static void n_gelu_bwd(float *di, float *db, const float *i, const float *b, const float *d, int N,
+                       int OC) {
+  (void)di, (void)db, (void)i, (void)b, (void)d, (void)N, (void)OC;
+}
+static void n_residual(float *o, const float *a, const float *b, const float *bias, int N, int C) {
+  (void)o, (void)a, (void)b, (void)bias, (void)N, (void)C;
 }
 static void n_ce(float *l, float *g, const int *t, int N, int V, float d) {
   (void)l, (void)g, (void)t, (void)N, (void)V, (void)d;
@@ -181,9 +187,9 @@ static const gpt2_ops_f32 null_ops = {.gemm = n_gemm,
                                       .bias_backward = n_bias,
                                       .attention_forward = n_attn_fwd,
                                       .attention_backward = n_attn_bwd,
-                                      .gelu_forward = n_unary,
-                                      .gelu_backward = n_binary,
-                                      .residual_forward = n_binary,
+                                      .gelu_forward = n_gelu_fwd,
+                                      .gelu_backward = n_gelu_bwd,
+                                      .residual_forward = n_residual,
                                       .crossentropy = n_ce};
 
 static void half_layout(void) {
@@ -340,10 +346,10 @@ static void expect_violation(violation v, const char *needle) {
   fflush(stderr);
   dup2(fd, 2);
   switch (v) {
-  case V_GELU_BWD: o.gelu_backward(acts + L.dC, s1 + L.fch_gelu, acts + L.dC, (size_t)N * C); break;
-  case V_RESIDUAL:
-    o.residual_forward(acts + L.dres, s1 + L.atty, acts + L.dC, (size_t)N * C);
+  case V_GELU_BWD:
+    o.gelu_backward(acts + L.dC, NULL, s1 + L.fch_gelu, NULL, acts + L.dC, N, C);
     break;
+  case V_RESIDUAL: o.residual_forward(acts + L.dres, s1 + L.atty, acts + L.dC, NULL, N, C); break;
   case V_GEMM_INSIDE:
     (void)o.gemm(NULL, 0, 0, N - 1, C, C, 1, acts + L.ln1 + C, C, w[1][GPT2_ATTNPROJ_W], C, 0,
                  acts + L.dC, C);

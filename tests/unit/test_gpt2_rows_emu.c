@@ -20,7 +20,14 @@
  *     129, 1000, 8192 rows (the lanes' stride of 32 rows times 4 unrolled
  *     loads: ragged tails) and OC = 1, 31, 32, 33, 65, 768 columns (groups
  *     of 32: a ragged last group). Tolerance: 4e-7 * N + 1e-6 absolute
- *     (sums of N terms of magnitude <= ~2).
+ *     (sums of N terms of magnitude <= ~2);
+ *   - the GELU backward with its bias's gradient fused (the MLP's
+ *     gelu_backward with db): dinp = dout * gelu'(inp + bias) against the
+ *     tanh GELU's derivative in double, in place (dinp = dout, the passes'
+ *     form) and not, with a bias and without, db ADDED onto non-zero
+ *     values, over the same N and OC = 1, 33, 3072 (GPT-2's MLP width).
+ *     Tolerance: 4e-6 absolute on dinp (|gelu'| <= 1.13, |dout| <= 1),
+ *     the column sums' on db.
  * The kernels compile from the same text (gpt2_cuda.cu); test_gpt2_cuda
  * (gpu label) runs them against the CPU ops on a GPU.
  */
@@ -53,7 +60,14 @@ static void emu_colsum(float *dw, float *db, const float *dout, const float *inp
     rw_colsum_block(dw, db, dout, inp, mean, rstd, N, OC, g, &sm);
 }
 
-static double worst_ce = 0, worst_grad = 0, worst_col = 0;
+static void emu_gelu_colsum(float *dinp, float *db, const float *dout, const float *inp,
+                            const float *bias, int N, int OC) {
+  static rw_col_smem sm;
+  for (int g = 0; g < (OC + RW_COLS - 1) / RW_COLS; g++)
+    rw_gelu_colsum_block(dinp, db, dout, inp, bias, N, OC, g, &sm);
+}
+
+static double worst_ce = 0, worst_grad = 0, worst_col = 0, worst_gelu = 0, worst_gelu_db = 0;
 
 static void ce_case(int N, int V, int with_grad, uint64_t seed) {
   uint64_t s = seed;
@@ -170,6 +184,61 @@ static void col_case(int N, int OC, int ln, uint64_t seed) {
   free(db0);
 }
 
+static double gelu_grad_ref(double x) {
+  const double k = 0.7978845608028654, th = tanh(k * (x + 0.044715 * x * x * x));
+  return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * k * (1 + 3 * 0.044715 * x * x);
+}
+
+static void gelu_case(int N, int OC, int with_bias, int in_place, uint64_t seed) {
+  uint64_t s = seed;
+  size_t n = (size_t)N * OC;
+  float *dout = malloc(n * sizeof *dout), *inp = malloc(n * sizeof *inp);
+  float *dinp = in_place ? dout : malloc(n * sizeof *dinp);
+  float *keep = malloc(n * sizeof *keep), *bias = malloc(OC * sizeof *bias);
+  float *db = malloc(OC * sizeof *db), *db0 = malloc(OC * sizeof *db0);
+  for (size_t i = 0; i < n; i++) {
+    keep[i] = dout[i] = frand(&s);
+    inp[i] = 3.0f * frand(&s);
+  }
+  for (int c = 0; c < OC; c++) {
+    bias[c] = 0.5f * frand(&s);
+    db0[c] = db[c] = frand(&s);
+  }
+  emu_gelu_colsum(dinp, db, dout, inp, with_bias ? bias : NULL, N, OC);
+  double tol_db = 4e-7 * N + 1e-6;
+  int ok = 1;
+  for (int c = 0; c < OC && ok; c++) {
+    double sb = db0[c];
+    for (int i = 0; i < N && ok; i++) {
+      size_t k = (size_t)i * OC + c;
+      double x = (double)inp[k] + (with_bias ? (double)bias[c] : 0.0);
+      double want = keep[k] * gelu_grad_ref((float)x), e = fabs(dinp[k] - want);
+      sb += dinp[k];
+      if (e > worst_gelu) worst_gelu = e;
+      if (e > 4e-6) {
+        printf("  gelu backward N %d OC %d [%d, %d]: %.9g want %.9g\n", N, OC, i, c, dinp[k], want);
+        ok = 0;
+      }
+    }
+    double eb = fabs(db[c] - sb);
+    if (eb > worst_gelu_db) worst_gelu_db = eb;
+    if (eb > tol_db) {
+      printf("  gelu backward's db N %d OC %d col %d: %.9g want %.9g\n", N, OC, c, db[c], sb);
+      ok = 0;
+    }
+  }
+  if (!in_place)
+    for (size_t i = 0; i < n && ok; i++) ok = dout[i] == keep[i]; /* dout left as it was */
+  ZT_CHECK(ok);
+  if (!in_place) free(dinp);
+  free(dout);
+  free(inp);
+  free(keep);
+  free(bias);
+  free(db);
+  free(db0);
+}
+
 int main(void) {
   static const int Vs[] = {1, 7, 255, 256, 257, 1000, 50257};
   for (size_t k = 0; k < sizeof Vs / sizeof Vs[0]; k++)
@@ -184,5 +253,14 @@ int main(void) {
     }
   printf("column sums: worst error %.3g (bias and layernorm, ADD onto non-zero outputs)\n",
          worst_col);
+  static const int gOCs[] = {1, 33, 3072};
+  for (size_t i = 0; i < sizeof Ns / sizeof Ns[0]; i++)
+    for (size_t j = 0; j < sizeof gOCs / sizeof gOCs[0]; j++) {
+      if (Ns[i] == 8192 && gOCs[j] == 3072) continue; /* 100 MB of doubles: too slow */
+      for (int v = 0; v < 4; v++)
+        gelu_case(Ns[i], gOCs[j], v & 1, v >> 1, 500 + 11 * i + 3 * j + (size_t)v);
+    }
+  printf("gelu backward with the bias's gradient: worst dinp error %.3g, worst db error %.3g\n",
+         worst_gelu, worst_gelu_db);
   ZT_DONE();
 }
