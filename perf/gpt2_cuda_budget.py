@@ -24,16 +24,23 @@ Each class is timed at its peak (tensor bf16 dense, fp32 CUDA-core FMA, HBM
 bandwidth; H100 SXM datasheet figures by default) and the classes are summed
 (no overlap between kernels of one stream): the step cannot run faster, so
 zrt's MFU (gpt2_flops_per_token over the bf16 GEMM peak, train_gpt2's
-convention) cannot exceed flops / (peak * floor). Four shapes: zrt_cuda_now
+convention) cannot exceed flops / (peak * floor). Five shapes: zrt_cuda_now
 (a bf16 run today: tensor-core attention, the bf16 gradient copy, rounded
-operands reused, and the activations only GEMMs read, ln1 / atty / ln2 /
-fch_gelu / lnf, in bf16: gpt2_act16.h; the others fp32), fp32_activations
-(the same with every activation fp32, session 13's kernels), fp32_core_attention
-(the kernels before session 13: CUDA-core attention,
-the gradient in place, every operand rounded per GEMM), and the shape PyTorch's
-eager bf16 run takes (autocast: 16-bit activations between the kernels,
-flash attention on tensor cores with its 5 backward products), as the
-peer's bound.
+operands reused, the activations only GEMMs read, ln1 / atty / ln2 /
+fch_gelu / lnf, in bf16: gpt2_act16.h, the others fp32; no bias-add pass:
+each linear's bias is added by its reader, the attention as it loads q, k,
+v, GELU, the residual adds; the fc bias's gradient summed by the GELU
+backward's pass, which writes its gradient only as the 16-bit copy the
+MLP's two backward GEMMs read; the attention backward writes dqkv without
+a zeroing pass),
+separate_bias_adds (session 14's kernels: the same with the bias-add
+passes, the bias gradient pass, the zeroing and the GELU gradient in fp32), fp32_activations (session 13's kernels: every
+activation fp32), fp32_core_attention (the kernels before session 13:
+CUDA-core attention, the gradient in place, every operand rounded per GEMM),
+and the shape PyTorch's eager bf16 run takes (autocast: 16-bit activations
+between the kernels, the bias in the GEMM's epilogue (addmm), flash
+attention on tensor cores with its 5 backward products, writing its
+gradients), as the peer's bound.
 Prints one JSON object; --table adds a readable table on stderr.
 
 Usage: perf/gpt2_cuda_budget.py [--batch 8] [--seq 1024] [--tensor_tflops 989]
@@ -45,11 +52,19 @@ import sys
 
 
 def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_copy16=False,
-                reuse=False, act16=False):
+                reuse=False, act16=False, bias_fwd_fused=False, bias_grad_fused=False,
+                attn_writes=False, gelu_copy16=False):
     """Per-class totals of one step (forward + backward, embedding to head).
     act16: the activations only GEMMs read (ln1, atty, ln2, fch_gelu, lnf)
     are written in bf16 by their producers and read as they are (the GEMMs'
-    operands and the attention backward's out), gpt2_act16.h."""
+    operands and the attention backward's out), gpt2_act16.h.
+    bias_fwd_fused: no pass adds a linear's bias; its reader adds it (the
+    attention as it loads q, k, v; GELU; the residual adds) or, for the
+    peer, the GEMM's epilogue. bias_grad_fused: the fc bias's gradient is
+    summed by the GELU backward's pass (gpt2_rows.h). attn_writes: the
+    attention backward writes dqkv, no zeroing pass before it. gelu_copy16:
+    the GELU backward writes its gradient only as the 16-bit copy the MLP's
+    dX and dW GEMMs read (no fp32 write, no rounding pass)."""
     N = B * T
     hs = C // NH
     k = {"gemm_flops": 0.0, "gemm_bytes": 0.0, "elem_bytes": 0.0, "attn_fma": 0.0,
@@ -94,17 +109,21 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
     for _ in range(L):
         produce(N * C, N * C)  # ln1
         gemm(N, 3 * C, C, g16, 0)  # qkv
-        elem(3 * N * C, 3 * N * C)  # bias
+        if not bias_fwd_fused:
+            elem(3 * N * C, 3 * N * C)  # bias
         attention(True)
         gemm(N, C, C, g16, 0)  # attn proj
-        elem(N * C, N * C)  # bias
+        if not bias_fwd_fused:
+            elem(N * C, N * C)  # bias
         elem(2 * N * C, N * C)  # residual
         produce(N * C, N * C)  # ln2
         gemm(N, 4 * C, C, g16, 0)  # fc
-        elem(4 * N * C, 4 * N * C)  # bias
+        if not bias_fwd_fused:
+            elem(4 * N * C, 4 * N * C)  # bias
         produce(4 * N * C, 4 * N * C)  # gelu
         gemm(N, C, 4 * C, g16, 0)  # fc proj
-        elem(N * C, N * C)  # bias
+        if not bias_fwd_fused:
+            elem(N * C, N * C)  # bias
         elem(2 * N * C, N * C)  # residual
     produce(N * C, N * C)  # lnf
     gemm(N, V, C, g16, 0)  # logits (wte is the 16-bit weight)
@@ -122,16 +141,23 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
         gemm(N, 4 * C, C, 1, 0)  # d4C = dres W_fcproj^T
         gemm(4 * C, C, N, g16, 2, beta=1)  # dW_fcproj (dout: the dX GEMM's copy)
         elem(N * C, 0)  # bias backward
-        elem(2 * 4 * N * C, 4 * N * C)  # gelu backward
-        gemm(N, C, 4 * C, 1, 0)  # dC
-        gemm(C, 4 * C, N, g16, 2, beta=1)  # dW_fc (dout: the dX GEMM's copy)
-        elem(4 * N * C, 0)  # bias backward
+        if gelu_copy16:  # gelu backward: its gradient as the copy both GEMMs read
+            k["elem_bytes"] += 2 * 4 * N * C * a + 4 * N * C * 2
+            gemm(N, C, 4 * C, 0, 0)  # dC
+            gemm(C, 4 * C, N, g16, 0, beta=1)  # dW_fc
+        else:
+            elem(2 * 4 * N * C, 4 * N * C)  # gelu backward
+            gemm(N, C, 4 * C, 1, 0)  # dC
+            gemm(C, 4 * C, N, g16, 2, beta=1)  # dW_fc (dout: the dX GEMM's copy)
+        if not bias_grad_fused:
+            elem(4 * N * C, 0)  # bias backward
         elem(3 * N * C, N * C)  # ln2 backward: dinp (read dout, inp, dinp; write dinp)
         elem(2 * N * C, 0)  # its column sums
         gemm(N, C, C, 1, 0)  # dC
         gemm(C, C, N, g16, 2, beta=1)  # dW_attnproj (dout: the dX GEMM's copy)
         elem(N * C, 0)  # bias backward
-        elem(0, 3 * N * C)  # zero d4C (the dqkv the attention adds into)
+        if not attn_writes:
+            elem(0, 3 * N * C)  # zero d4C (the dqkv the attention adds into)
         attention(False)
         gemm(N, C, 3 * C, 1, 0)  # dC
         gemm(C, 3 * C, N, g16, 2, beta=1)  # dW_attn (dout: the dX GEMM's copy)
@@ -173,12 +199,17 @@ def main():
     out = {"shape": {"batch": B, "seq": T, "layers": L, "embd": C, "heads": NH, "vocab": V},
            "peaks": {"tensor_bf16_flops": tensor, "fp32_flops": fp32, "hbm_bytes_per_s": hbm},
            "flops_per_step": step_flops}
-    shapes = (("zrt_cuda_now", 4, True, 7, True, True, True),
-              ("fp32_activations", 4, True, 7, True, True, False),
-              ("fp32_core_attention", 4, False, 9, False, False, False),
-              ("bf16_activations_tensor_attention", 2, True, 5, True, False, False))
-    for name, act, tens, bwd, ce16, reuse, a16 in shapes:
-        k = step_budget(B, T, C, L, NH, V, act, tens, bwd, ce16, reuse, a16)
+    # name, activation bytes, tensor-core attention, its backward products, the
+    # 16-bit gradient copy, operand reuse, act16, bias adds fused, fc bias
+    # gradient fused, attention backward writes dqkv, GELU backward's 16-bit copy
+    shapes = (("zrt_cuda_now", 4, True, 7, True, True, True, True, True, True, True),
+              ("separate_bias_adds", 4, True, 7, True, True, True, False, False, False, False),
+              ("fp32_activations", 4, True, 7, True, True, False, False, False, False, False),
+              ("fp32_core_attention", 4, False, 9, False, False, False, False, False, False, False),
+              ("bf16_activations_tensor_attention", 2, True, 5, True, False, False, True, False, True,
+               False))
+    for name, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16 in shapes:
+        k = step_budget(B, T, C, L, NH, V, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16)
         # the op list's GEMMs are the formula's non-attention FLOPs, exactly
         gemm_want = 6.0 * (L * 12.0 * C * C + V * C) * B * T
         if abs(k["gemm_flops"] - gemm_want) > 1e-9 * gemm_want:
@@ -194,11 +225,13 @@ def main():
     if a.table:
         rows = ["gemm_tensor_s", "gemm_bytes_s", "elementwise_s", "attention_compute_s", "attention_bytes_s",
                 "floor_s", "max_mfu"]
-        print("%-22s %14s %14s %14s %14s" % ("ms per step (floor)", "zrt now", "fp32 acts", "fp32-core attn",
-                                             "bf16 act+flash"), file=sys.stderr)
+        print("%-22s %14s %14s %14s %14s %14s" % ("ms per step (floor)", "zrt now", "separate bias",
+                                                  "fp32 acts", "fp32-core attn", "bf16 act+flash"),
+              file=sys.stderr)
         for r in rows:
             f = (lambda v: "%.3f" % v) if r == "max_mfu" else (lambda v: "%.2f" % (1e3 * v))
-            print("%-22s %14s %14s %14s %14s" % (r, *(f(out[n][r]) for n, *_ in shapes)), file=sys.stderr)
+            print("%-22s %14s %14s %14s %14s %14s" % (r, *(f(out[n][r]) for n, *_ in shapes)),
+                  file=sys.stderr)
 
 
 if __name__ == "__main__":

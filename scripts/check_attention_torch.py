@@ -8,8 +8,8 @@ the tensors test_gpt2_cuda writes (B=2, T=1024, 12 heads of 64):
 
 PyTorch runs in float64 (on the GPU when there is one; before torch 2.0,
 which has no scaled_dot_product_attention, the same causal softmax attention
-written out): out must match within 1e-4 and dqkv (zrt ADDs into the dqkv0
-it was given) within 1e-3 absolute for the fp32-core kernels (shape.json's
+written out): out must match within 1e-4 and dqkv (dqkv0 + the gradient;
+zrt's backward writes dqkv, and the tests dump zeros as dqkv0) within 1e-3 absolute for the fp32-core kernels (shape.json's
 dtype "f32"), 4e-3 and 1e-2 for the tensor-core ones ("bf16": P and dS
 rounded to bf16 for the products; their inputs are bf16 values already),
 the tolerances test_gpt2_cuda and the emulations' tests use against their

@@ -76,7 +76,52 @@ int gpt2_a16_is(const void *p) {
 static struct {
   const gpt2_ops_f32 *in;
   long writes, reads, violations;
+  /* the fp32 range a 16-bit CUDA run holds only as a 16-bit copy for the
+   * GEMMs right after its producer (gpt2_cuda.cu's held copy), or NULL */
+  const char *held, *held_by;
+  size_t held_bytes;
 } g_aud;
+
+/* The first violation's message (later ones are only counted). */
+static int a16_first(void) { return g_aud.violations++ == 0; }
+
+/* bytes as an fp32 extent; a registered slot's in a half16 layout holds 2
+ * bytes per element. */
+static int a16_in_held(const void *p, size_t bytes) {
+  const char *q = (const char *)p;
+  if (g_reg.half && gpt2_a16_is(p)) bytes /= 2;
+  return g_aud.held && p && bytes && q < g_aud.held + g_aud.held_bytes && g_aud.held < q + bytes;
+}
+
+/* An op other than a GEMM touches [p, p + bytes) while it is held. */
+static void a16_held_arg(const char *op, const char *arg, const void *p, size_t bytes) {
+  if (!a16_in_held(p, bytes) || !a16_first()) return;
+  fprintf(stderr,
+          "train_gpt2: internal error: %s's argument %s touches the %s's result, which a 16-bit "
+          "CUDA run keeps only as the 16-bit copy the GEMMs right after it read (gpt2_cuda.cu's "
+          "held copy; its fp32 range holds other values): the model's passes and that rule "
+          "disagree: please report it\n",
+          op, arg, g_aud.held_by);
+}
+
+/* A GEMM reads held values only from an operand inside the range (the
+ * CUDA GEMM then reads the copy), never C with beta != 0. */
+static void a16_held_gemm(const char *arg, const void *p, size_t bytes, int reads_fp32) {
+  const char *q = (const char *)p;
+  if (g_reg.half && gpt2_a16_is(p)) bytes /= 2;
+  int inside = q >= g_aud.held && q + bytes <= g_aud.held + g_aud.held_bytes;
+  if (a16_in_held(p, bytes) && (reads_fp32 || !inside)) a16_held_arg("gemm", arg, p, bytes);
+}
+
+/* [p, p + bytes) held from here (by: its producer), or nothing (p NULL):
+ * any op but a GEMM ends the holding, as it voids the CUDA copy. (What the
+ * fp32 range holds after that is not tracked: the passes rewrite it, the
+ * attention backward d4C's dqkv, before anything reads it.) */
+static void a16_hold(const char *by, const void *p, size_t bytes) {
+  g_aud.held = (const char *)p;
+  g_aud.held_bytes = bytes;
+  g_aud.held_by = by;
+}
 
 enum { A_NONE, A_WRITE, A_READ }; /* what an argument may do to a slot */
 
@@ -84,6 +129,7 @@ enum { A_NONE, A_WRITE, A_READ }; /* what an argument may do to a slot */
  * at a slot's start counts 2 bytes per element in a half16 layout. */
 static void a16_arg(const char *op, const char *arg, const void *p, size_t bytes, int may) {
   if (!p) return;
+  if (strcmp(op, "gemm")) a16_held_arg(op, arg, p, bytes);
   if (may != A_NONE && g_reg.half && gpt2_a16_is(p)) bytes /= 2;
   const a16_slot *s = a16_overlap(p, bytes);
   if (!s) return;
@@ -94,7 +140,7 @@ static void a16_arg(const char *op, const char *arg, const void *p, size_t bytes
       g_aud.reads++;
     return;
   }
-  if (g_aud.violations++) return;
+  if (!a16_first()) return;
   char where[32] = "the final";
   if (s->layer_slot >= 0) snprintf(where, sizeof where, "layer slot %d's", s->layer_slot);
   fprintf(stderr,
@@ -119,20 +165,27 @@ static zrt_status a_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_
   a16_arg("gemm", "A", a, ta ? a16_mat(k, m, lda) : a16_mat(m, k, lda), A_READ);
   a16_arg("gemm", "B", b, tb ? a16_mat(n, k, ldb) : a16_mat(k, n, ldb), A_READ);
   a16_arg("gemm", "C", c, a16_mat(m, n, ldc), A_NONE);
+  a16_held_gemm("A", a, ta ? a16_mat(k, m, lda) : a16_mat(m, k, lda), 0);
+  a16_held_gemm("B", b, tb ? a16_mat(n, k, ldb) : a16_mat(k, n, ldb), 0);
+  if (beta != 0) a16_held_gemm("C", c, a16_mat(m, n, ldc), 1);
+  if (a16_in_held(c, a16_mat(m, n, ldc))) a16_hold(NULL, NULL, 0); /* new values there */
   return g_aud.in->gemm(ctx, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 static void a_zero(float *p, size_t n) {
   a16_arg("zero", "p", p, F4(n), A_NONE);
+  a16_hold(NULL, NULL, 0);
   g_aud.in->zero(p, n);
 }
 static void a_encoder_forward(float *out, const int *tok, const float *wte, const float *wpe, int B,
                               int T, int C) {
   a16_arg("encoder_forward", "out", out, F4((size_t)B * T * C), A_NONE);
+  a16_hold(NULL, NULL, 0);
   g_aud.in->encoder_forward(out, tok, wte, wpe, B, T, C);
 }
 static void a_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int B,
                                int T, int C) {
   a16_arg("encoder_backward", "dout", dout, F4((size_t)B * T * C), A_NONE);
+  a16_hold(NULL, NULL, 0);
   g_aud.in->encoder_backward(dwte, dwpe, dout, tok, B, T, C);
 }
 static void a_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
@@ -142,6 +195,7 @@ static void a_layernorm_forward(float *out, float *mean, float *rstd, const floa
   a16_arg("layernorm_forward", "mean", mean, F4(N), A_NONE);
   a16_arg("layernorm_forward", "rstd", rstd, F4(N), A_NONE);
   a16_arg("layernorm_forward", "inp", inp, nc, A_NONE);
+  a16_hold(NULL, NULL, 0);
   g_aud.in->layernorm_forward(out, mean, rstd, inp, w, b, N, C);
 }
 static void a_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
@@ -153,39 +207,40 @@ static void a_layernorm_backward(float *dinp, float *dw, float *db, const float 
   a16_arg("layernorm_backward", "inp", inp, nc, A_NONE);
   a16_arg("layernorm_backward", "mean", mean, F4(N), A_NONE);
   a16_arg("layernorm_backward", "rstd", rstd, F4(N), A_NONE);
+  a16_hold(NULL, NULL, 0);
   g_aud.in->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
-}
-static void a_bias_add(float *out, const float *bias, int N, int OC) {
-  a16_arg("bias_add", "out", out, F4((size_t)N * OC), A_NONE);
-  g_aud.in->bias_add(out, bias, N, OC);
 }
 static void a_bias_backward(float *db, const float *dout, int N, int OC) {
   a16_arg("bias_backward", "dout", dout, F4((size_t)N * OC), A_NONE);
+  a16_hold(NULL, NULL, 0);
   g_aud.in->bias_backward(db, dout, N, OC);
 }
-static zrt_status a_attention_forward(void *ctx, float *out, float *att, const float *qkv, int B,
-                                      int T, int C, int NH) {
+static zrt_status a_attention_forward(void *ctx, float *out, float *att, const float *qkv,
+                                      const float *bias, int B, int T, int C, int NH) {
   size_t btc = F4((size_t)B * T * C);
   a16_arg("attention_forward", "out", out, btc, A_WRITE);
   a16_arg("attention_forward", "att", att, F4((size_t)B * NH * T), A_NONE);
   a16_arg("attention_forward", "qkv", qkv, 3 * btc, A_NONE);
-  return g_aud.in->attention_forward(ctx, out, att, qkv, B, T, C, NH);
+  a16_hold(NULL, NULL, 0);
+  return g_aud.in->attention_forward(ctx, out, att, qkv, bias, B, T, C, NH);
 }
 static zrt_status a_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                                       const float *out, const float *att, int B, int T, int C,
-                                       int NH) {
+                                       const float *bias, const float *out, const float *att, int B,
+                                       int T, int C, int NH) {
   size_t btc = F4((size_t)B * T * C);
   a16_arg("attention_backward", "dqkv", dqkv, 3 * btc, A_NONE);
   a16_arg("attention_backward", "dout", dout, btc, A_NONE);
   a16_arg("attention_backward", "qkv", qkv, 3 * btc, A_NONE);
   a16_arg("attention_backward", "out", out, btc, A_READ);
   a16_arg("attention_backward", "att", att, F4((size_t)B * NH * T), A_NONE);
-  return g_aud.in->attention_backward(ctx, dqkv, dout, qkv, out, att, B, T, C, NH);
+  a16_hold(NULL, NULL, 0);
+  return g_aud.in->attention_backward(ctx, dqkv, dout, qkv, bias, out, att, B, T, C, NH);
 }
 static void a_gelu_forward(float *out, const float *inp, const float *bias, int N, int OC) {
   size_t n = F4((size_t)N * OC);
   a16_arg("gelu_forward", "out", out, n, A_WRITE);
   a16_arg("gelu_forward", "inp", inp, n, A_NONE);
+  a16_hold(NULL, NULL, 0);
   g_aud.in->gelu_forward(out, inp, bias, N, OC);
 }
 static void a_gelu_backward(float *dinp, float *db, const float *inp, const float *bias,
@@ -194,7 +249,9 @@ static void a_gelu_backward(float *dinp, float *db, const float *inp, const floa
   a16_arg("gelu_backward", "dinp", dinp, n, A_NONE);
   a16_arg("gelu_backward", "inp", inp, n, A_NONE);
   a16_arg("gelu_backward", "dout", dout, n, A_NONE);
+  a16_hold(NULL, NULL, 0);
   g_aud.in->gelu_backward(dinp, db, inp, bias, dout, N, OC);
+  if (db) a16_hold("GELU backward", dinp, n); /* the passes' form: held for the MLP's GEMMs */
 }
 static void a_residual(float *out, const float *a, const float *b, const float *bias, int N,
                        int C) {
@@ -202,13 +259,16 @@ static void a_residual(float *out, const float *a, const float *b, const float *
   a16_arg("residual_forward", "out", out, n, A_NONE);
   a16_arg("residual_forward", "a", a, n, A_NONE);
   a16_arg("residual_forward", "b", b, n, A_NONE);
+  a16_hold(NULL, NULL, 0);
   g_aud.in->residual_forward(out, a, b, bias, N, C);
 }
 static void a_crossentropy(float *losses, float *logits, const int *targets, int N, int V,
                            float dloss) {
   a16_arg("crossentropy", "losses", losses, F4(N), A_NONE);
   a16_arg("crossentropy", "logits", logits, F4((size_t)N * V), A_NONE);
+  a16_hold(NULL, NULL, 0);
   g_aud.in->crossentropy(losses, logits, targets, N, V, dloss);
+  if (dloss != 0) a16_hold("cross-entropy", logits, F4((size_t)N * V)); /* the gradient */
 }
 static zrt_status a_check(void) {
   zrt_status st = g_aud.in->check ? g_aud.in->check() : ZRT_OK;
@@ -225,7 +285,6 @@ void gpt2_a16_audit_start(const gpt2_ops_f32 *ops, gpt2_ops_f32 *out) {
   o.encoder_backward = a_encoder_backward;
   o.layernorm_forward = a_layernorm_forward;
   o.layernorm_backward = a_layernorm_backward;
-  o.bias_add = a_bias_add;
   o.bias_backward = a_bias_backward;
   o.attention_forward = a_attention_forward;
   o.attention_backward = a_attention_backward;

@@ -134,24 +134,20 @@ __global__ void __launch_bounds__(RW_COL_NT)
   rw_colsum_block(dw, db, dout, inp, mean, rstd, N, OC, (int)blockIdx.x, &sm);
 }
 
-__global__ void k_bias_add(float *out, const float *bias, int N, int OC) {
-  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < (size_t)N * OC) out[i] += bias[i % OC];
-}
-
-__global__ void __launch_bounds__(FA_NT)
-    k_fa_forward(float *out, float *lse, const float *qkv, int T, int C, int NH) {
+__global__ void __launch_bounds__(FA_NT) k_fa_forward(float *out, float *lse, const float *qkv,
+                                                      const float *bias, int T, int C, int NH) {
   __shared__ fa_fwd_smem sm;
   fa_fwd_ts ts[1];
-  fa_forward_block(qkv, out, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm, ts);
+  fa_forward_block(qkv, bias, out, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm, ts);
 }
 
 __global__ void __launch_bounds__(FA_NT)
-    k_fa_dq(float *dqkv, float *dstat, const float *dout, const float *qkv, const float *lse, int T,
-            int C, int NH) {
+    k_fa_dq(float *dqkv, float *dstat, const float *dout, const float *qkv, const float *bias,
+            const float *lse, int T, int C, int NH) {
   __shared__ fa_dq_smem sm;
   fa_dq_ts ts[1];
-  fa_dq_block(dqkv, dstat, dout, qkv, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm, ts);
+  fa_dq_block(dqkv, dstat, dout, qkv, bias, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm,
+              ts);
 }
 
 /* The tensor-core attention of 16-bit runs (gpt2_flash_tc.h): 64 rows a
@@ -159,41 +155,44 @@ __global__ void __launch_bounds__(FA_NT)
  * that the block functions (inlined) carry no branch on it. */
 template <int F16>
 __global__ void __launch_bounds__(TC_NT)
-    k_tc_forward(void *out, int o16, float *lse, const float *qkv, int T, int C, int NH) {
+    k_tc_forward(void *out, int o16, float *lse, const float *qkv, const float *bias, int T, int C,
+                 int NH) {
   const int f16 = F16;
   __shared__ tc_fwd_smem sm;
   tc_fwd_lane st[1];
-  tc_forward_block(qkv, out, o16, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, f16, &sm, st);
+  tc_forward_block(qkv, bias, out, o16, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, f16, &sm,
+                   st);
 }
 
 template <int F16>
 __global__ void __launch_bounds__(TC_NT)
-    k_tc_dq(float *dqkv, float *dstat, const float *dout, const float *qkv, const void *out,
-            int o16, const float *lse, int T, int C, int NH) {
+    k_tc_dq(float *dqkv, float *dstat, const float *dout, const float *qkv, const float *bias,
+            const void *out, int o16, const float *lse, int T, int C, int NH) {
   const int f16 = F16;
   __shared__ tc_dq_smem sm;
   tc_dq_lane st[1];
-  tc_dq_block(dqkv, dstat, dout, qkv, out, o16, lse, T, C, NH, (int)blockIdx.x, (int)blockIdx.y,
-              f16, &sm, st);
+  tc_dq_block(dqkv, dstat, dout, qkv, bias, out, o16, lse, T, C, NH, (int)blockIdx.x,
+              (int)blockIdx.y, f16, &sm, st);
 }
 
 template <int F16>
 __global__ void __launch_bounds__(TC_NT)
-    k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dstat,
-             int T, int C, int NH) {
+    k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *bias, const float *lse,
+             const float *dstat, int T, int C, int NH) {
   const int f16 = F16;
   __shared__ tc_dkv_smem sm;
   tc_dkv_lane st[1];
-  tc_dkv_block(dqkv, dout, qkv, lse, dstat, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, f16, &sm,
-               st);
+  tc_dkv_block(dqkv, dout, qkv, bias, lse, dstat, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, f16,
+               &sm, st);
 }
 
 __global__ void __launch_bounds__(FA_NT)
-    k_fa_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dstat,
-             int T, int C, int NH) {
+    k_fa_dkv(float *dqkv, const float *dout, const float *qkv, const float *bias, const float *lse,
+             const float *dstat, int T, int C, int NH) {
   __shared__ fa_dkv_smem sm;
   fa_dkv_ts ts[1];
-  fa_dkv_block(dqkv, dout, qkv, lse, dstat, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm, ts);
+  fa_dkv_block(dqkv, dout, qkv, bias, lse, dstat, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, &sm,
+               ts);
 }
 
 /* dst (packed rows x cols, dtype dt) = src (rows x cols, row stride ld) */
@@ -242,9 +241,9 @@ __global__ void k_gelu_backward(float *dinp, const float *inp, const float *bias
 /* gpt2_rows.h's fused GELU backward and bias gradient. */
 __global__ void __launch_bounds__(RW_COL_NT)
     k_gelu_colsum(float *dinp, float *db, const float *dout, const float *inp, const float *bias,
-                  int N, int OC) {
+                  int N, int OC, uint16_t *g16, int f16) {
   __shared__ rw_col_smem sm;
-  rw_gelu_colsum_block(dinp, db, dout, inp, bias, N, OC, (int)blockIdx.x, &sm);
+  rw_gelu_colsum_block(dinp, db, dout, inp, bias, N, OC, (int)blockIdx.x, &sm, g16, f16);
 }
 
 /* out = a + (b + bias), [N, C] (bias NULL: none). */
@@ -309,20 +308,24 @@ static struct {
 } g_w16[GPT2_CUDA_MAX_W16];
 static int g_nw16;
 
-/* The 16-bit copy of an fp32 activation that its producer wrote beside it
- * (the cross-entropy's gradient in a 16-bit run, in the run's dtype: g16
- * at the scratch's start,
- * g_scratch_res bytes held until the next module's staging clears it): a
- * GEMM operand inside the fp32 range is read from the copy, at the same
- * element offset and stride, instead of being rounded into the scratch
- * again (same bits: both round to nearest even). */
+/* The 16-bit copy of an fp32 activation that its producer wrote instead of
+ * it (in a 16-bit run, in the run's dtype, at the scratch's start,
+ * g_scratch_res bytes): the cross-entropy's gradient of the logits, and the
+ * GELU backward's gradient of fch (with the fc bias's gradient). A GEMM
+ * operand inside the fp32 range is read from the copy, at the same element
+ * offset and stride, instead of being rounded into the scratch (same bits:
+ * both round to nearest even). The fp32 range does not hold those values:
+ * only the GEMMs that directly follow the producer may read it, and any
+ * other op of the table voids the copy (r16_forget). The audit
+ * (gpt2_act16.c) checks on every backend that no other op reads the range
+ * in between. */
 static struct {
   const char *p, *t16;
   size_t bytes; /* of the fp32 range */
 } g_t16;
 static size_t g_scratch_res;
 
-/* The held copy is void (a new cross-entropy, a GEMM writing over its
+/* The held copy is void (any op but a GEMM, a GEMM writing over its
  * source, the next module's staging): the scratch is free again. */
 static void t16_drop(void) {
   memset(&g_t16, 0, sizeof g_t16);
@@ -354,7 +357,11 @@ static int is_w16(const void *p) {
  * point of this file calls r16_forget first: it may write a copy's source
  * or the scratch. */
 static g16_state g_g16;
-static void r16_forget(void) { g16_forget(&g_g16); }
+static void t16_drop(void);
+static void r16_forget(void) {
+  g16_forget(&g_g16);
+  t16_drop();
+}
 
 static zrt_status cu_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
                           const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
@@ -436,10 +443,6 @@ static void cu_layernorm_backward(float *dinp, float *dw, float *db, const float
   k_colsum<<<nblocks((size_t)C, RW_COLS), RW_COL_NT, 0, g_stream>>>(dw, db, dout, inp, mean, rstd,
                                                                     N, C);
 }
-static void cu_bias_add(float *out, const float *bias, int N, int OC) {
-  r16_forget();
-  k_bias_add<<<nblocks((size_t)N * OC, TPB), TPB, 0, g_stream>>>(out, bias, N, OC);
-}
 static void cu_bias_backward(float *db, const float *dout, int N, int OC) {
   r16_forget();
   k_colsum<<<nblocks((size_t)OC, RW_COLS), RW_COL_NT, 0, g_stream>>>(NULL, db, dout, NULL, NULL,
@@ -455,8 +458,8 @@ static zrt_status fa_shape_ok(int B, int T, int C, int NH) {
           FA_HS, C, NH, B);
   return ZRT_ERR_UNSUPPORTED;
 }
-static zrt_status cu_attention_forward(void *ctx, float *out, float *att, const float *qkv, int B,
-                                       int T, int C, int NH) {
+static zrt_status cu_attention_forward(void *ctx, float *out, float *att, const float *qkv,
+                                       const float *bias, int B, int T, int C, int NH) {
   r16_forget();
   (void)ctx;
   zrt_status st = fa_shape_ok(B, T, C, NH);
@@ -465,19 +468,19 @@ static zrt_status cu_attention_forward(void *ctx, float *out, float *att, const 
     dim3 grid((unsigned)((T + TC_ROWS - 1) / TC_ROWS), (unsigned)(B * NH));
     if (g_gemm_dt == ZRT_F16)
       k_tc_forward<1>
-          <<<grid, TC_NT, 0, g_stream>>>(out, o16_at(out), att /* lse rows */, qkv, T, C, NH);
+          <<<grid, TC_NT, 0, g_stream>>>(out, o16_at(out), att /* lse rows */, qkv, bias, T, C, NH);
     else
       k_tc_forward<0>
-          <<<grid, TC_NT, 0, g_stream>>>(out, o16_at(out), att /* lse rows */, qkv, T, C, NH);
+          <<<grid, TC_NT, 0, g_stream>>>(out, o16_at(out), att /* lse rows */, qkv, bias, T, C, NH);
     return ZRT_OK;
   }
   dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * NH));
-  k_fa_forward<<<grid, FA_NT, 0, g_stream>>>(out, att /* lse rows */, qkv, T, C, NH);
+  k_fa_forward<<<grid, FA_NT, 0, g_stream>>>(out, att /* lse rows */, qkv, bias, T, C, NH);
   return ZRT_OK; /* launch errors: the pass's check() */
 }
 static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                                        const float *out, const float *att, int B, int T, int C,
-                                        int NH) {
+                                        const float *bias, const float *out, const float *att,
+                                        int B, int T, int C, int NH) {
   r16_forget();
   (void)ctx;
   zrt_status st = fa_shape_ok(B, T, C, NH);
@@ -493,20 +496,20 @@ static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dou
   if (g_gemm_dt != ZRT_F32) {
     dim3 grid((unsigned)((T + TC_ROWS - 1) / TC_ROWS), (unsigned)(B * NH));
     if (g_gemm_dt == ZRT_F16) {
-      k_tc_dq<1>
-          <<<grid, TC_NT, 0, g_stream>>>(dqkv, dstat, dout, qkv, out, o16_at(out), att, T, C, NH);
-      k_tc_dkv<1><<<grid, TC_NT, 0, g_stream>>>(dqkv, dout, qkv, att, dstat, T, C, NH);
+      k_tc_dq<1><<<grid, TC_NT, 0, g_stream>>>(dqkv, dstat, dout, qkv, bias, out, o16_at(out), att,
+                                               T, C, NH);
+      k_tc_dkv<1><<<grid, TC_NT, 0, g_stream>>>(dqkv, dout, qkv, bias, att, dstat, T, C, NH);
     } else {
-      k_tc_dq<0>
-          <<<grid, TC_NT, 0, g_stream>>>(dqkv, dstat, dout, qkv, out, o16_at(out), att, T, C, NH);
-      k_tc_dkv<0><<<grid, TC_NT, 0, g_stream>>>(dqkv, dout, qkv, att, dstat, T, C, NH);
+      k_tc_dq<0><<<grid, TC_NT, 0, g_stream>>>(dqkv, dstat, dout, qkv, bias, out, o16_at(out), att,
+                                               T, C, NH);
+      k_tc_dkv<0><<<grid, TC_NT, 0, g_stream>>>(dqkv, dout, qkv, bias, att, dstat, T, C, NH);
     }
     return ZRT_OK;
   }
   (void)out; /* the fp32 kernels find D from P and dP */
   dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * NH));
-  k_fa_dq<<<grid, FA_NT, 0, g_stream>>>(dqkv, dstat, dout, qkv, att, T, C, NH);
-  k_fa_dkv<<<grid, FA_NT, 0, g_stream>>>(dqkv, dout, qkv, att, dstat, T, C, NH);
+  k_fa_dq<<<grid, FA_NT, 0, g_stream>>>(dqkv, dstat, dout, qkv, bias, att, T, C, NH);
+  k_fa_dkv<<<grid, FA_NT, 0, g_stream>>>(dqkv, dout, qkv, bias, att, dstat, T, C, NH);
   return ZRT_OK;
 }
 static void cu_gelu_forward(float *out, const float *inp, const float *bias, int N, int OC) {
@@ -514,13 +517,27 @@ static void cu_gelu_forward(float *out, const float *inp, const float *bias, int
   k_gelu_forward<<<nblocks((size_t)N * OC, TPB), TPB, 0, g_stream>>>(out, o16_at(out), inp, bias, N,
                                                                      OC);
 }
+/* The held 16-bit copy of the fp32 range [p, p + n floats) at the
+ * scratch's start, or NULL (an fp32 run, or a scratch too small for it:
+ * not from gpt2_cuda_scratch_bytes; the fp32 values then, the same
+ * numbers). */
+static uint16_t *t16_hold(const float *p, size_t n) {
+  size_t bytes16 = n * 2;
+  if (g_gemm_dt == ZRT_F32 || bytes16 > g_scratch_bytes) return NULL;
+  g_t16.p = (const char *)p;
+  g_t16.bytes = n * sizeof(float);
+  g_t16.t16 = g_scratch;
+  g_scratch_res = (bytes16 + 255) / 256 * 256;
+  return (uint16_t *)g_scratch;
+}
 static void cu_gelu_backward(float *dinp, float *db, const float *inp, const float *bias,
                              const float *dout, int N, int OC) {
-  r16_forget();
-  if (db)
-    k_gelu_colsum<<<nblocks((size_t)OC, RW_COLS), RW_COL_NT, 0, g_stream>>>(dinp, db, dout, inp,
-                                                                            bias, N, OC);
-  else
+  r16_forget(); /* also voids an earlier held copy */
+  if (db) {     /* the passes' form: the MLP's dX and dW GEMMs read the 16-bit copy next */
+    uint16_t *g16 = t16_hold(dinp, (size_t)N * OC);
+    k_gelu_colsum<<<nblocks((size_t)OC, RW_COLS), RW_COL_NT, 0, g_stream>>>(
+        dinp, db, dout, inp, bias, N, OC, g16, g_gemm_dt == ZRT_F16);
+  } else
     k_gelu_backward<<<nblocks((size_t)N * OC, TPB), TPB, 0, g_stream>>>(dinp, inp, bias, dout, N,
                                                                         OC);
 }
@@ -531,22 +548,12 @@ static void cu_residual(float *out, const float *a, const float *b, const float 
 }
 static void cu_crossentropy(float *losses, float *logits, const int *targets, int N, int V,
                             float dloss) {
-  r16_forget();
+  r16_forget(); /* also voids an earlier held copy */
   if (N <= 0) return;
-  t16_drop(); /* an earlier held copy is void from here */
-  uint16_t *g16 = NULL;
-  size_t bytes16 = (size_t)N * (size_t)V * 2;
   /* a 16-bit run's backward: the gradient as the 16-bit copy the head's two
    * GEMMs read (gpt2_cuda_scratch_bytes holds it beside their other
-   * operand); a scratch too small for it (not from gpt2_cuda_scratch_bytes)
-   * keeps the in-place fp32 gradient, the same numbers */
-  if (dloss != 0.0f && g_gemm_dt != ZRT_F32 && bytes16 <= g_scratch_bytes) {
-    g16 = (uint16_t *)g_scratch;
-    g_t16.p = (const char *)logits;
-    g_t16.bytes = (size_t)N * (size_t)V * sizeof(float);
-    g_t16.t16 = (const char *)g16;
-    g_scratch_res = (bytes16 + 255) / 256 * 256;
-  }
+   * operand); the logits stay */
+  uint16_t *g16 = dloss != 0.0f ? t16_hold(logits, (size_t)N * (size_t)V) : NULL;
   k_crossentropy<<<(unsigned)N, RW_CE_NT, 0, g_stream>>>(losses, logits, targets, V, dloss, g16,
                                                          g_gemm_dt == ZRT_F16);
 }
@@ -566,7 +573,6 @@ static gpt2_ops_f32 make_cuda_ops(void) {
   o.encoder_backward = cu_encoder_backward;
   o.layernorm_forward = cu_layernorm_forward;
   o.layernorm_backward = cu_layernorm_backward;
-  o.bias_add = cu_bias_add;
   o.bias_backward = cu_bias_backward;
   o.attention_forward = cu_attention_forward;
   o.attention_backward = cu_attention_backward;
@@ -591,9 +597,8 @@ void gpt2_cuda_gemm_setup(zrt_dtype dt, void *scratch, size_t bytes) {
 }
 
 void gpt2_cuda_weight16_clear(void) {
-  r16_forget();
+  r16_forget(); /* the scratch's held 16-bit copy goes too */
   g_nw16 = 0;
-  t16_drop(); /* the scratch's held 16-bit copy goes too */
 }
 
 int gpt2_cuda_weight16(const void *raw, int64_t n) {

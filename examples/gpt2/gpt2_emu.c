@@ -108,15 +108,15 @@ static zrt_status emu_tc_ok(int B, int T, int C, int NH) {
   return ZRT_ERR_OOM;
 }
 
-static zrt_status e_attention_forward(void *ctx, float *out, float *att, const float *qkv, int B,
-                                      int T, int C, int NH) {
+static zrt_status e_attention_forward(void *ctx, float *out, float *att, const float *qkv,
+                                      const float *bias, int B, int T, int C, int NH) {
   (void)ctx;
   zrt_status st = emu_tc_ok(B, T, C, NH);
   if (st != ZRT_OK) return st;
   int f16 = g_emu.dt == ZRT_F16;
   for (int bh = 0; bh < B * NH; bh++)
     for (int qt = 0; qt < (T + TC_ROWS - 1) / TC_ROWS; qt++)
-      tc_forward_block(qkv, out, 0, att /* lse rows */, T, C, NH, qt, bh, f16, g_emu.fsm,
+      tc_forward_block(qkv, bias, out, 0, att /* lse rows */, T, C, NH, qt, bh, f16, g_emu.fsm,
                        g_emu.fst);
   if (gpt2_a16_is(out)) /* a 16-bit run keeps it in 16 bits: D reads those */
     for (size_t i = 0; i < (size_t)B * T * C; i++) out[i] = emu_round(out[i]);
@@ -124,8 +124,8 @@ static zrt_status e_attention_forward(void *ctx, float *out, float *att, const f
 }
 
 static zrt_status e_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                                       const float *out, const float *att, int B, int T, int C,
-                                       int NH) {
+                                       const float *bias, const float *out, const float *att, int B,
+                                       int T, int C, int NH) {
   (void)ctx;
   zrt_status st = emu_tc_ok(B, T, C, NH);
   if (st != ZRT_OK) return st;
@@ -134,10 +134,11 @@ static zrt_status e_attention_backward(void *ctx, float *dqkv, const float *dout
   int nt = (T + TC_ROWS - 1) / TC_ROWS, f16 = g_emu.dt == ZRT_F16;
   for (int bh = 0; bh < B * NH; bh++)
     for (int t = 0; t < nt; t++)
-      tc_dq_block(dqkv, dstat, dout, qkv, out, 0, att, T, C, NH, t, bh, f16, g_emu.qsm, g_emu.qst);
+      tc_dq_block(dqkv, dstat, dout, qkv, bias, out, 0, att, T, C, NH, t, bh, f16, g_emu.qsm,
+                  g_emu.qst);
   for (int bh = 0; bh < B * NH; bh++)
     for (int t = 0; t < nt; t++)
-      tc_dkv_block(dqkv, dout, qkv, att, dstat, T, C, NH, t, bh, f16, g_emu.ksm, g_emu.kst);
+      tc_dkv_block(dqkv, dout, qkv, bias, att, dstat, T, C, NH, t, bh, f16, g_emu.ksm, g_emu.kst);
   return ZRT_OK;
 }
 

@@ -21,7 +21,9 @@
  *     second, and stores D; dkv (thread = key row, grid over key tiles) walks
  *     the query tiles at or below the diagonal and accumulates dk, dv of its
  *     own row in registers: every output element has exactly one writer.
- *     Both ADD into dqkv (the ops contract).
+ *     Both WRITE dqkv (the ops contract): no zeroing pass precedes them.
+ * bias: qkv's bias [3C] (or NULL), added to q, k and v as their tiles are
+ * loaded: the passes keep the qkv GEMM's output without it.
  * Invariants: a barrier separates a phase that writes shared memory from one
  * that reads it; control flow around barriers depends only on the block
  * (tile) index; rows past T are loaded as zeros and never written; a key
@@ -85,23 +87,31 @@ typedef struct fa_dkv_ts {
 /* Loads rows [r0, r0+FA_TILE) of one head's slice (offset `col` in rows of
  * `ld` floats, hs columns) into a tile; rows >= T and columns >= hs become
  * zeros. Consecutive threads take consecutive elements (coalesced). */
-#define FA_LOAD_TILE(dst, src, ld, col, r0, T, hs, tid)                                            \
+#define FA_LOAD_TILE(dst, src, ld, col, r0, T, hs, tid, bias)                                      \
   for (int e_ = (tid); e_ < FA_TILE * FA_HS; e_ += FA_NT) {                                        \
     int r_ = e_ / FA_HS, d_ = e_ % FA_HS, row_ = (r0) + r_;                                        \
-    (dst)[r_][d_] =                                                                                \
-        row_ < (T) && d_ < (hs) ? (src)[(size_t)row_ * (size_t)(ld) + (size_t)(col) + d_] : 0.0f;  \
+    const float *b_ = (bias); /* the slice's bias from its column 0, or NULL */                    \
+    float x_ = 0.0f;                                                                               \
+    if (row_ < (T) && d_ < (hs)) {                                                                 \
+      x_ = (src)[(size_t)row_ * (size_t)(ld) + (size_t)(col) + d_];                                \
+      if (b_) x_ += b_[d_];                                                                        \
+    }                                                                                              \
+    (dst)[r_][d_] = x_;                                                                            \
   }
 
+/* The bias of qkv's column `col` on, or NULL (no bias). */
+#define FA_BIAS(bias, col) ((bias) ? (bias) + (col) : (const float *)NULL)
+
 /* Forward of query tile qt of head bh. lse: [B*NH, T]. */
-FA_DEV void fa_forward_block(const float *qkv, float *out, float *lse, int T, int C, int NH, int qt,
-                             int bh, fa_fwd_smem *sm, fa_fwd_ts *ts) {
+FA_DEV void fa_forward_block(const float *qkv, const float *bias, float *out, float *lse, int T,
+                             int C, int NH, int qt, int bh, fa_fwd_smem *sm, fa_fwd_ts *ts) {
   const int b = bh / NH, h = bh % NH, C3 = 3 * C, q0 = qt * FA_TILE;
   const int hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
   const float *base = qkv + (size_t)b * T * C3;
   const int q_last = (q0 + FA_TILE < T ? q0 + FA_TILE : T) - 1;
   FA_THREADS(tid)
-  FA_LOAD_TILE(sm->q, base, C3, h * hs, q0, T, hs, tid);
+  FA_LOAD_TILE(sm->q, base, C3, h * hs, q0, T, hs, tid, FA_BIAS(bias, h * hs));
   FA_TS(ts, tid).m = -INFINITY;
   FA_TS(ts, tid).l = 0.0f;
   FA_UNROLL for (int d = 0; d < FA_HS; d++) FA_TS(ts, tid).o[d] = 0.0f;
@@ -109,8 +119,8 @@ FA_DEV void fa_forward_block(const float *qkv, float *out, float *lse, int T, in
   for (int k0 = 0; k0 <= q_last; k0 += FA_TILE) {
     FA_SYNC(); /* q is loaded; the previous tile's k, v are no longer read */
     FA_THREADS(tid)
-    FA_LOAD_TILE(sm->k, base, C3, C + h * hs, k0, T, hs, tid);
-    FA_LOAD_TILE(sm->v, base, C3, 2 * C + h * hs, k0, T, hs, tid);
+    FA_LOAD_TILE(sm->k, base, C3, C + h * hs, k0, T, hs, tid, FA_BIAS(bias, C + h * hs));
+    FA_LOAD_TILE(sm->v, base, C3, 2 * C + h * hs, k0, T, hs, tid, FA_BIAS(bias, 2 * C + h * hs));
     FA_END
     FA_SYNC();
     FA_THREADS(tid)
@@ -159,19 +169,19 @@ FA_DEV void fa_forward_block(const float *qkv, float *out, float *lse, int T, in
   FA_END
 }
 
-/* dq of query tile qt of head bh, ADDed into dqkv's q part; stores
+/* dq of query tile qt of head bh, written into dqkv's q part; stores
  * D_i = sum_j P_ij (dO_i . v_j) into dstat [B*NH, T] for fa_dkv_block. */
 FA_DEV void fa_dq_block(float *dqkv, float *dstat, const float *dout, const float *qkv,
-                        const float *lse, int T, int C, int NH, int qt, int bh, fa_dq_smem *sm,
-                        fa_dq_ts *ts) {
+                        const float *bias, const float *lse, int T, int C, int NH, int qt, int bh,
+                        fa_dq_smem *sm, fa_dq_ts *ts) {
   const int b = bh / NH, h = bh % NH, C3 = 3 * C, q0 = qt * FA_TILE;
   const int hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
   const float *base = qkv + (size_t)b * T * C3, *dbase = dout + (size_t)b * T * C;
   const int q_last = (q0 + FA_TILE < T ? q0 + FA_TILE : T) - 1;
   FA_THREADS(tid)
-  FA_LOAD_TILE(sm->q, base, C3, h * hs, q0, T, hs, tid);
-  FA_LOAD_TILE(sm->dout, dbase, C, h * hs, q0, T, hs, tid);
+  FA_LOAD_TILE(sm->q, base, C3, h * hs, q0, T, hs, tid, FA_BIAS(bias, h * hs));
+  FA_LOAD_TILE(sm->dout, dbase, C, h * hs, q0, T, hs, tid, (const float *)NULL);
   const int i = q0 + tid;
   FA_TS(ts, tid).lse = i < T ? lse[(size_t)bh * T + i] : 0.0f;
   FA_TS(ts, tid).d = 0.0f;
@@ -182,8 +192,8 @@ FA_DEV void fa_dq_block(float *dqkv, float *dstat, const float *dout, const floa
     for (int k0 = 0; k0 <= q_last; k0 += FA_TILE) {
       FA_SYNC();
       FA_THREADS(tid)
-      FA_LOAD_TILE(sm->k, base, C3, C + h * hs, k0, T, hs, tid);
-      FA_LOAD_TILE(sm->v, base, C3, 2 * C + h * hs, k0, T, hs, tid);
+      FA_LOAD_TILE(sm->k, base, C3, C + h * hs, k0, T, hs, tid, FA_BIAS(bias, C + h * hs));
+      FA_LOAD_TILE(sm->v, base, C3, 2 * C + h * hs, k0, T, hs, tid, FA_BIAS(bias, 2 * C + h * hs));
       FA_END
       FA_SYNC();
       FA_THREADS(tid)
@@ -213,24 +223,24 @@ FA_DEV void fa_dq_block(float *dqkv, float *dstat, const float *dout, const floa
   if (i < T) {
     fa_dq_ts *me = &FA_TS(ts, tid);
     float *dq = dqkv + ((size_t)b * T + i) * C3 + h * hs;
-    FA_UNROLL for (int d = 0; d < FA_HS; d++) if (d < hs) dq[d] += me->dq[d];
+    FA_UNROLL for (int d = 0; d < FA_HS; d++) if (d < hs) dq[d] = me->dq[d];
     dstat[(size_t)bh * T + i] = me->d;
   }
   FA_END
 }
 
-/* dk, dv of key tile kt of head bh, ADDed into dqkv's k and v parts. Needs
+/* dk, dv of key tile kt of head bh, written into dqkv's k and v parts. Needs
  * lse (forward) and dstat (fa_dq_block) of every query row. */
-FA_DEV void fa_dkv_block(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                         const float *dstat, int T, int C, int NH, int kt, int bh, fa_dkv_smem *sm,
-                         fa_dkv_ts *ts) {
+FA_DEV void fa_dkv_block(float *dqkv, const float *dout, const float *qkv, const float *bias,
+                         const float *lse, const float *dstat, int T, int C, int NH, int kt, int bh,
+                         fa_dkv_smem *sm, fa_dkv_ts *ts) {
   const int b = bh / NH, h = bh % NH, C3 = 3 * C, k0 = kt * FA_TILE;
   const int hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
   const float *base = qkv + (size_t)b * T * C3, *dbase = dout + (size_t)b * T * C;
   FA_THREADS(tid)
-  FA_LOAD_TILE(sm->k, base, C3, C + h * hs, k0, T, hs, tid);
-  FA_LOAD_TILE(sm->v, base, C3, 2 * C + h * hs, k0, T, hs, tid);
+  FA_LOAD_TILE(sm->k, base, C3, C + h * hs, k0, T, hs, tid, FA_BIAS(bias, C + h * hs));
+  FA_LOAD_TILE(sm->v, base, C3, 2 * C + h * hs, k0, T, hs, tid, FA_BIAS(bias, 2 * C + h * hs));
   FA_UNROLL for (int d = 0; d < FA_HS; d++) {
     FA_TS(ts, tid).dk[d] = 0.0f;
     FA_TS(ts, tid).dv[d] = 0.0f;
@@ -240,8 +250,8 @@ FA_DEV void fa_dkv_block(float *dqkv, const float *dout, const float *qkv, const
   for (int q0 = k0; q0 < T; q0 += FA_TILE) {
     FA_SYNC();
     FA_THREADS(tid)
-    FA_LOAD_TILE(sm->q, base, C3, h * hs, q0, T, hs, tid);
-    FA_LOAD_TILE(sm->dout, dbase, C, h * hs, q0, T, hs, tid);
+    FA_LOAD_TILE(sm->q, base, C3, h * hs, q0, T, hs, tid, FA_BIAS(bias, h * hs));
+    FA_LOAD_TILE(sm->dout, dbase, C, h * hs, q0, T, hs, tid, (const float *)NULL);
     const int i = q0 + tid;
     sm->lse[tid] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
     sm->d[tid] = i < T ? dstat[(size_t)bh * T + i] : 0.0f;
@@ -277,8 +287,8 @@ FA_DEV void fa_dkv_block(float *dqkv, const float *dout, const float *qkv, const
     float *dk = dqkv + ((size_t)b * T + j) * C3 + C + h * hs, *dv = dk + C;
     FA_UNROLL for (int d = 0; d < FA_HS; d++) {
       if (d < hs) {
-        dk[d] += me->dk[d];
-        dv[d] += me->dv[d];
+        dk[d] = me->dk[d];
+        dv[d] = me->dv[d];
       }
     }
   }

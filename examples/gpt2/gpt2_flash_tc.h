@@ -37,8 +37,11 @@
  *   backward, two kernels, no atomics: dq (per query tile; first stores
  *     D_i = dO_i . O_i, which equals sum_j P_ij dP_ij, for dkv, from the
  *     forward's out as stored: fp32 or 16-bit) and dkv (per
- *     key tile, over the query tiles from the diagonal on); both ADD into
- *     dqkv; every output element has exactly one writer.
+ *     key tile, over the query tiles from the diagonal on); both WRITE
+ *     dqkv (the ops contract); every output element has exactly one
+ *     writer, so no zeroing pass precedes them.
+ * bias: qkv's bias [3C] (or NULL), added to q, k and v as their tiles are
+ * loaded: the passes keep the qkv GEMM's output without it.
  * Precision: q, k, v, dO, P and dS are rounded to the operand type for
  * the products (as the run's GEMMs round their operands), sums and the
  * softmax are fp32. In an fp16 run dO and dS carry the loss scale, as the
@@ -282,17 +285,21 @@ GB_DEV void tc_zero(float (*acc)[4], int n) {
 /* Rows [r0, r0 + 64) of one head's slice (offset col in rows of ld floats,
  * hs columns) as pairs of the block's operand type (f16); rows >= T and
  * columns >= hs become zeros. */
-#define TC_LOAD_TILE(dst, src, ld, col, r0, T, hs, tid)                                            \
+#define TC_LOAD_TILE(dst, src, ld, col, r0, T, hs, tid, bias)                                      \
   for (int e_ = (tid); e_ < TC_ROWS * (TC_HS / 2); e_ += TC_NT) {                                  \
     int r_ = e_ / (TC_HS / 2), c_ = e_ % (TC_HS / 2), d_ = 2 * c_, row_ = (r0) + r_;               \
     float x0_ = 0.0f, x1_ = 0.0f;                                                                  \
     if (row_ < (T) && d_ < (hs)) {                                                                 \
       const float *p_ = (src) + (size_t)row_ * (size_t)(ld) + (size_t)(col) + d_;                  \
-      x0_ = p_[0];                                                                                 \
-      x1_ = d_ + 1 < (hs) ? p_[1] : 0.0f;                                                          \
+      const float *b_ = (bias); /* the slice's bias from its column 0, or NULL */                  \
+      x0_ = b_ ? p_[0] + b_[d_] : p_[0];                                                           \
+      if (d_ + 1 < (hs)) x1_ = b_ ? p_[1] + b_[d_ + 1] : p_[1];                                    \
     }                                                                                              \
     (dst)[r_][c_] = tc_pack(x0_, x1_, f16);                                                        \
   }
+
+/* The bias of qkv's column `col` on, or NULL (no bias). */
+#define TC_BIAS(bias, col) ((bias) ? (bias) + (col) : (const float *)NULL)
 
 typedef struct tc_fwd_smem {
   TC_ALIGN tc_tile q, k, v;
@@ -311,14 +318,15 @@ typedef struct tc_fwd_lane {
  * (a 16-bit run's 16-bit atty, gpt2_act16.h: same element index). lse:
  * [B*NH, T]. st: the lanes' registers (one on CUDA, TC_NT in the
  * emulation). */
-GB_DEV void tc_forward_block(const float *qkv, void *out, int o16, float *lse, int T, int C, int NH,
-                             int qt, int bh, int f16, tc_fwd_smem *sm, tc_fwd_lane *st) {
+GB_DEV void tc_forward_block(const float *qkv, const float *bias, void *out, int o16, float *lse,
+                             int T, int C, int NH, int qt, int bh, int f16, tc_fwd_smem *sm,
+                             tc_fwd_lane *st) {
   const int b = bh / NH, h = bh % NH, C3 = 3 * C, q0 = qt * TC_ROWS, hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
   const float *base = qkv + (size_t)b * T * C3;
   const int q_last = (q0 + TC_ROWS < T ? q0 + TC_ROWS : T) - 1;
   GB_THREADS(tid, TC_NT)
-  TC_LOAD_TILE(sm->q, base, C3, h * hs, q0, T, hs, tid);
+  TC_LOAD_TILE(sm->q, base, C3, h * hs, q0, T, hs, tid, TC_BIAS(bias, h * hs));
   GB_END
   GB_SYNC();
   TC_WARP(w)
@@ -336,8 +344,8 @@ GB_DEV void tc_forward_block(const float *qkv, void *out, int o16, float *lse, i
   for (int k0 = 0; k0 <= q_last; k0 += TC_COLS) {
     GB_SYNC(); /* the previous tile's k, v are no longer read */
     GB_THREADS(tid, TC_NT)
-    TC_LOAD_TILE(sm->k, base, C3, C + h * hs, k0, T, hs, tid);
-    TC_LOAD_TILE(sm->v, base, C3, 2 * C + h * hs, k0, T, hs, tid);
+    TC_LOAD_TILE(sm->k, base, C3, C + h * hs, k0, T, hs, tid, TC_BIAS(bias, C + h * hs));
+    TC_LOAD_TILE(sm->v, base, C3, 2 * C + h * hs, k0, T, hs, tid, TC_BIAS(bias, 2 * C + h * hs));
     GB_END
     GB_SYNC();
     TC_WARP(w)
@@ -430,19 +438,19 @@ typedef struct tc_dq_lane {
   float lse[2], d[2];
 } tc_dq_lane;
 
-/* dq of query tile qt of head bh, ADDed into dqkv's q part; stores
+/* dq of query tile qt of head bh, written into dqkv's q part; stores
  * D_i = dO_i . O_i (out: the forward's output, of the operand type f16
  * when o16) into dstat [B*NH, T] for tc_dkv_block. */
 GB_DEV void tc_dq_block(float *dqkv, float *dstat, const float *dout, const float *qkv,
-                        const void *out, int o16, const float *lse, int T, int C, int NH, int qt,
-                        int bh, int f16, tc_dq_smem *sm, tc_dq_lane *st) {
+                        const float *bias, const void *out, int o16, const float *lse, int T, int C,
+                        int NH, int qt, int bh, int f16, tc_dq_smem *sm, tc_dq_lane *st) {
   const int b = bh / NH, h = bh % NH, C3 = 3 * C, q0 = qt * TC_ROWS, hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
   const float *base = qkv + (size_t)b * T * C3, *dbase = dout + (size_t)b * T * C;
   const int q_last = (q0 + TC_ROWS < T ? q0 + TC_ROWS : T) - 1;
   GB_THREADS(tid, TC_NT)
-  TC_LOAD_TILE(sm->q, base, C3, h * hs, q0, T, hs, tid);
-  TC_LOAD_TILE(sm->dout, dbase, C, h * hs, q0, T, hs, tid);
+  TC_LOAD_TILE(sm->q, base, C3, h * hs, q0, T, hs, tid, TC_BIAS(bias, h * hs));
+  TC_LOAD_TILE(sm->dout, dbase, C, h * hs, q0, T, hs, tid, (const float *)NULL);
   /* D_i = dO_i . O_i in fp32: 8 threads per row, a row's 8 threads reading
    * 8 neighbouring columns together (coalesced) */
   for (int r = tid >> 3; r < TC_ROWS; r += TC_NT / 8) {
@@ -489,8 +497,8 @@ GB_DEV void tc_dq_block(float *dqkv, float *dstat, const float *dout, const floa
   for (int k0 = 0; k0 <= q_last; k0 += TC_COLS) {
     GB_SYNC();
     GB_THREADS(tid, TC_NT)
-    TC_LOAD_TILE(sm->k, base, C3, C + h * hs, k0, T, hs, tid);
-    TC_LOAD_TILE(sm->v, base, C3, 2 * C + h * hs, k0, T, hs, tid);
+    TC_LOAD_TILE(sm->k, base, C3, C + h * hs, k0, T, hs, tid, TC_BIAS(bias, C + h * hs));
+    TC_LOAD_TILE(sm->v, base, C3, 2 * C + h * hs, k0, T, hs, tid, TC_BIAS(bias, 2 * C + h * hs));
     GB_END
     GB_SYNC();
     TC_WARP(w)
@@ -530,7 +538,7 @@ GB_DEV void tc_dq_block(float *dqkv, float *dstat, const float *dout, const floa
       float *dq = dqkv + ((size_t)b * T + row) * C3 + h * hs;
       GB_UNROLL for (int nt = 0; nt < TC_NTH; nt++) GB_UNROLL for (int c = 0; c < 2; c++) {
         const int d = 8 * nt + 2 * t + c;
-        if (d < hs) dq[d] += me->dq[nt][2 * r + c];
+        if (d < hs) dq[d] = me->dq[nt][2 * r + c];
       }
     }
   }
@@ -550,17 +558,17 @@ typedef struct tc_dkv_lane {
   float dk[TC_NTH][4], dv[TC_NTH][4];
 } tc_dkv_lane;
 
-/* dk, dv of key tile kt of head bh, ADDed into dqkv's k and v parts. Needs
+/* dk, dv of key tile kt of head bh, written into dqkv's k and v parts. Needs
  * lse (forward) and dstat (tc_dq_block) of every query row. */
-GB_DEV void tc_dkv_block(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                         const float *dstat, int T, int C, int NH, int kt, int bh, int f16,
-                         tc_dkv_smem *sm, tc_dkv_lane *st) {
+GB_DEV void tc_dkv_block(float *dqkv, const float *dout, const float *qkv, const float *bias,
+                         const float *lse, const float *dstat, int T, int C, int NH, int kt, int bh,
+                         int f16, tc_dkv_smem *sm, tc_dkv_lane *st) {
   const int b = bh / NH, h = bh % NH, C3 = 3 * C, k0 = kt * TC_ROWS, hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
   const float *base = qkv + (size_t)b * T * C3, *dbase = dout + (size_t)b * T * C;
   GB_THREADS(tid, TC_NT)
-  TC_LOAD_TILE(sm->k, base, C3, C + h * hs, k0, T, hs, tid);
-  TC_LOAD_TILE(sm->v, base, C3, 2 * C + h * hs, k0, T, hs, tid);
+  TC_LOAD_TILE(sm->k, base, C3, C + h * hs, k0, T, hs, tid, TC_BIAS(bias, C + h * hs));
+  TC_LOAD_TILE(sm->v, base, C3, 2 * C + h * hs, k0, T, hs, tid, TC_BIAS(bias, 2 * C + h * hs));
   GB_END
   GB_SYNC();
   TC_WARP(w)
@@ -579,8 +587,8 @@ GB_DEV void tc_dkv_block(float *dqkv, const float *dout, const float *qkv, const
   for (int q0 = k0; q0 < T; q0 += TC_COLS) {
     GB_SYNC();
     GB_THREADS(tid, TC_NT)
-    TC_LOAD_TILE(sm->q, base, C3, h * hs, q0, T, hs, tid);
-    TC_LOAD_TILE(sm->dout, dbase, C, h * hs, q0, T, hs, tid);
+    TC_LOAD_TILE(sm->q, base, C3, h * hs, q0, T, hs, tid, TC_BIAS(bias, h * hs));
+    TC_LOAD_TILE(sm->dout, dbase, C, h * hs, q0, T, hs, tid, (const float *)NULL);
     if (tid < TC_COLS) {
       const int i = q0 + tid;
       sm->lse[tid] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
@@ -631,8 +639,8 @@ GB_DEV void tc_dkv_block(float *dqkv, const float *dout, const float *qkv, const
       GB_UNROLL for (int nt = 0; nt < TC_NTH; nt++) GB_UNROLL for (int c = 0; c < 2; c++) {
         const int d = 8 * nt + 2 * t + c;
         if (d < hs) {
-          dk[d] += me->dk[nt][2 * r + c];
-          dv[d] += me->dv[nt][2 * r + c];
+          dk[d] = me->dk[nt][2 * r + c];
+          dv[d] = me->dv[nt][2 * r + c];
         }
       }
     }

@@ -25,20 +25,22 @@ typedef struct GPT2_SFX(gpt2_ops) {
   void (*layernorm_backward)(GPT2_REAL *dinp, GPT2_REAL *dw, GPT2_REAL *db, const GPT2_REAL *dout,
                              const GPT2_REAL *inp, const GPT2_REAL *w, const GPT2_REAL *mean,
                              const GPT2_REAL *rstd, int N, int C);
-  void (*bias_add)(GPT2_REAL *out, const GPT2_REAL *bias, int N, int OC);
   void (*bias_backward)(GPT2_REAL *db, const GPT2_REAL *dout, int N, int OC);
-  /* qkv [B,T,3C] -> out [B,T,C]; att [B,NH,T,T] keeps the softmax (its
+  /* qkv [B,T,3C] + bias [3C] (the qkv GEMM's, added as q, k, v are read;
+   * NULL: none) -> out [B,T,C]; att [B,NH,T,T] keeps the softmax (its
    * upper triangle is zero). ctx as for gemm. */
   zrt_status (*attention_forward)(void *ctx, GPT2_REAL *out, GPT2_REAL *att, const GPT2_REAL *qkv,
-                                  int B, int T, int C, int NH);
-  /* ADDs into dqkv. out: the forward's output (the CUDA kernels take
-   * D_i = dO_i . out_i from it; the CPU's use att). */
+                                  const GPT2_REAL *bias, int B, int T, int C, int NH);
+  /* WRITES dqkv ("=": every element, no zeroing before it). qkv, bias: the
+   * forward's. out: the forward's output (the CUDA kernels take D_i =
+   * dO_i . out_i from it; the CPU's use att). */
   zrt_status (*attention_backward)(void *ctx, GPT2_REAL *dqkv, const GPT2_REAL *dout,
-                                   const GPT2_REAL *qkv, const GPT2_REAL *out, const GPT2_REAL *att,
-                                   int B, int T, int C, int NH);
-  /* The bias of the GEMM that wrote inp / b is added where it is read
-   * (the passes keep fch and the projections' outputs without it): one
-   * pass over the [N, OC] rows instead of two. bias NULL: none. */
+                                   const GPT2_REAL *qkv, const GPT2_REAL *bias,
+                                   const GPT2_REAL *out, const GPT2_REAL *att, int B, int T, int C,
+                                   int NH);
+  /* The bias of the GEMM that wrote inp / b (qkv for the attention) is
+   * added where it is read: the passes keep every linear's output without
+   * it, one pass over the rows instead of two. bias NULL: none. */
   /* out = gelu(inp + bias). */
   void (*gelu_forward)(GPT2_REAL *out, const GPT2_REAL *inp, const GPT2_REAL *bias, int N, int OC);
   /* dinp = dout * gelu'(inp + bias) (writes, may alias dout); db non-NULL:

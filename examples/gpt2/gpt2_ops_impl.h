@@ -143,15 +143,6 @@ static void S(cpu_layernorm_backward)(R *dinp, R *dw, R *db, const R *dout, cons
   }
 }
 
-static void S(cpu_bias_add)(R *out, const R *bias, int N, int OC) {
-#pragma omp parallel for if ((size_t)N * OC >= PAR_MIN)
-  for (int i = 0; i < N; i++) {
-    R *o = out + (size_t)i * OC;
-#pragma omp simd
-    for (int c = 0; c < OC; c++) o[c] += bias[c];
-  }
-}
-
 static void S(cpu_bias_backward)(R *db, const R *dout, int N, int OC) {
 #pragma omp parallel for if ((size_t)N * OC >= PAR_MIN)
   for (int c0 = 0; c0 < OC; c0 += COLBLK) {
@@ -227,72 +218,151 @@ static zrt_status S(att_finish)(void *ctx, const S(att_fail) * f) {
   return again != ZRT_OK ? again : f->st;
 }
 
-static zrt_status S(cpu_attention_forward)(void *ctx, R *out, R *att, const R *qkv, int B, int T,
-                                           int C, int NH) {
-  int hs = C / NH;
-  int64_t C3 = 3 * (int64_t)C;
-  R scale = (R)1 / R_SQRT((R)hs);
-  S(att_fail) fail = {.st = ZRT_OK};
-#pragma omp parallel for schedule(dynamic) if ((size_t)B * NH * T * T * hs >= PAR_MIN)
-  for (int bh = 0; bh < B * NH; bh++) {
-    int b = bh / NH, h = bh % NH;
-    const R *q0 = qkv + (size_t)b * T * C3 + h * hs, *k0 = q0 + C, *v0 = q0 + 2 * C;
-    R *abh = att + (size_t)bh * T * T, *o0 = out + (size_t)b * T * C + h * hs;
-    for (int r0 = 0; r0 < T; r0 += ATT_BLK) {
-      int r1 = r0 + ATT_BLK < T ? r0 + ATT_BLK : T, m = r1 - r0;
-      R *ablk = abh + (size_t)r0 * T;
-      S(att_gemm) qk = {0, 1, m, r1, hs, q0 + (size_t)r0 * C3, C3, k0, C3, 0.0f, ablk, T};
-      if (S(att_call)(ctx, &qk, &fail)) break;
-      for (int t = r0; t < r1; t++) {
-        R *a = abh + (size_t)t * T, mx = -INFINITY, sum = 0;
-#pragma omp simd reduction(max : mx)
-        for (int t2 = 0; t2 <= t; t2++) {
-          a[t2] *= scale;
-          mx = a[t2] > mx ? a[t2] : mx;
-        }
-#pragma omp simd reduction(+ : sum)
-        for (int t2 = 0; t2 <= t; t2++) {
-          a[t2] = R_EXP(a[t2] - mx);
-          sum += a[t2];
-        }
-        R inv = (R)1 / sum;
+/* Per-thread scratch of an attention pass: host memory on the cpu backend
+ * (outside the pools, as the memory estimate assumes); on a device-like
+ * backend (the twin), where a kernel cannot read pageable host memory and
+ * the scratch is a GEMM operand, one slice per thread of backend memory,
+ * taken before the team forms. */
+typedef struct S(att_ws) {
+  unsigned char *ws; /* nthr slices of `bytes`, or NULL: each thread mallocs its own */
+  size_t bytes;
+} S(att_ws);
+
+static zrt_status S(att_ws_open)(void *ctx, size_t bytes, int nthr, S(att_ws) * w) {
+  zrt_engine_info ei;
+  w->ws = NULL;
+  w->bytes = bytes;
+  if (ctx && GPT2_IS_FLOAT && zrt_engine_get_info(ctx, &ei) == ZRT_OK &&
+      strcmp(ei.backend, "cpu") &&
+      zrt_engine_alloc(ctx, bytes * (size_t)nthr, ZRT_MEM_ACTIVATIONS, (void **)&w->ws) != ZRT_OK)
+    return ZRT_ERR_OOM;
+  return ZRT_OK;
+}
+static R *S(att_ws_take)(const S(att_ws) * w) {
+  return w->ws ? (R *)(w->ws + w->bytes * (size_t)omp_get_thread_num()) : malloc(w->bytes);
+}
+static void S(att_ws_give)(const S(att_ws) * w, R *p) {
+  if (!w->ws) free(p);
+}
+static void S(att_ws_close)(void *ctx, S(att_ws) * w) {
+  if (w->ws) zrt_engine_free(ctx, w->ws);
+}
+
+/* Head h of sequence b: q, k, v with the qkv GEMM's bias added, packed as
+ * three [T][hs] matrices into hb (3 T hs elements). */
+static void S(att_head)(R *hb, const R *qkv, const R *bias, int b, int h, int T, int C, int hs) {
+  size_t C3 = 3 * (size_t)C;
+  for (int p = 0; p < 3; p++) {
+    const R *src = qkv + (size_t)b * T * C3 + (size_t)p * C + (size_t)h * hs;
+    const R *bb = bias + (size_t)p * C + (size_t)h * hs;
+    R *dst = hb + (size_t)p * T * hs;
+    for (int t = 0; t < T; t++) {
 #pragma omp simd
-        for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
-        for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0;
-      }
-      S(att_gemm) pv = {0, 0, m, hs, r1, ablk, T, v0, C3, 0.0f, o0 + (size_t)r0 * C, C};
-      if (S(att_call)(ctx, &pv, &fail)) break;
+      for (int e = 0; e < hs; e++) dst[(size_t)t * hs + e] = src[(size_t)t * C3 + e] + bb[e];
     }
   }
+}
+
+/* Where a head's q, k and v are read from: qkv itself (ld 3C) without a
+ * bias, else hb packed by att_head (ld hs). */
+typedef struct S(att_qkv) {
+  const R *q, *k, *v;
+  int64_t ld;
+} S(att_qkv);
+
+static S(att_qkv)
+    S(att_src)(R *hb, const R *qkv, const R *bias, int b, int h, int T, int C, int hs) {
+  if (!bias) {
+    const R *q = qkv + (size_t)b * T * 3 * (size_t)C + (size_t)h * hs;
+    return (S(att_qkv)){q, q + C, q + 2 * (size_t)C, 3 * (int64_t)C};
+  }
+  S(att_head)(hb, qkv, bias, b, h, T, C, hs);
+  return (S(att_qkv)){hb, hb + (size_t)T * hs, hb + 2 * (size_t)T * hs, hs};
+}
+
+static zrt_status S(att_oom)(const char *pass, size_t bytes, int T) {
+  fprintf(stderr,
+          "train_gpt2: attention %s: out of memory for %zu bytes of scratch per thread (seq_len "
+          "%d)\n",
+          pass, bytes, T);
+  return ZRT_ERR_OOM;
+}
+
+static zrt_status S(cpu_attention_forward)(void *ctx, R *out, R *att, const R *qkv, const R *bias,
+                                           int B, int T, int C, int NH) {
+  int hs = C / NH;
+  R scale = (R)1 / R_SQRT((R)hs);
+  S(att_fail) fail = {.st = ZRT_OK};
+  int par = (size_t)B * NH * T * T * hs >= PAR_MIN, nthr = par ? omp_get_max_threads() : 1;
+  int oom = 0;
+  size_t hbytes = bias ? 3 * (size_t)T * hs * sizeof(R) : 0;
+  S(att_ws) w = {0};
+  if (hbytes && S(att_ws_open)(ctx, hbytes, nthr, &w) != ZRT_OK)
+    return S(att_oom)("forward", hbytes, T);
+#pragma omp parallel num_threads(nthr) if (par)
+  {
+    R *hb = hbytes ? S(att_ws_take)(&w) : NULL;
+    if (hbytes && !hb) {
+#pragma omp atomic write
+      oom = 1;
+    }
+#pragma omp for schedule(dynamic)
+    for (int bh = 0; bh < B * NH; bh++) {
+      if (hbytes && !hb) continue;
+      int b = bh / NH, h = bh % NH;
+      S(att_qkv) a = S(att_src)(hb, qkv, bias, b, h, T, C, hs);
+      R *abh = att + (size_t)bh * T * T, *o0 = out + (size_t)b * T * C + h * hs;
+      for (int r0 = 0; r0 < T; r0 += ATT_BLK) {
+        int r1 = r0 + ATT_BLK < T ? r0 + ATT_BLK : T, m = r1 - r0;
+        R *ablk = abh + (size_t)r0 * T;
+        S(att_gemm) qk = {0, 1, m, r1, hs, a.q + (size_t)r0 * a.ld, a.ld, a.k, a.ld, 0.0f, ablk, T};
+        if (S(att_call)(ctx, &qk, &fail)) break;
+        for (int t = r0; t < r1; t++) {
+          R *p = abh + (size_t)t * T, mx = -INFINITY, sum = 0;
+#pragma omp simd reduction(max : mx)
+          for (int t2 = 0; t2 <= t; t2++) {
+            p[t2] *= scale;
+            mx = p[t2] > mx ? p[t2] : mx;
+          }
+#pragma omp simd reduction(+ : sum)
+          for (int t2 = 0; t2 <= t; t2++) {
+            p[t2] = R_EXP(p[t2] - mx);
+            sum += p[t2];
+          }
+          R inv = (R)1 / sum;
+#pragma omp simd
+          for (int t2 = 0; t2 <= t; t2++) p[t2] *= inv;
+          for (int t2 = t + 1; t2 < T; t2++) p[t2] = 0;
+        }
+        S(att_gemm) pv = {0, 0, m, hs, r1, ablk, T, a.v, a.ld, 0.0f, o0 + (size_t)r0 * C, C};
+        if (S(att_call)(ctx, &pv, &fail)) break;
+      }
+    }
+    if (hb) S(att_ws_give)(&w, hb);
+  }
+  S(att_ws_close)(ctx, &w);
+  if (oom) return S(att_oom)("forward", hbytes, T);
   return S(att_finish)(ctx, &fail);
 }
 
 static zrt_status S(cpu_attention_backward)(void *ctx, R *dqkv, const R *dout, const R *qkv,
-                                            const R *out, const R *att, int B, int T, int C,
-                                            int NH) {
+                                            const R *bias, const R *out, const R *att, int B, int T,
+                                            int C, int NH) {
   (void)out; /* att keeps the whole softmax */
   int hs = C / NH;
   int64_t C3 = 3 * (int64_t)C;
   R scale = (R)1 / R_SQRT((R)hs);
   S(att_fail) fail = {.st = ZRT_OK};
   int oom = 0;
-  size_t scratch = (size_t)(T < ATT_BLK ? T : ATT_BLK) * (size_t)T * sizeof(R);
-  /* The per-thread scratch is a GEMM operand: host memory on the cpu
-   * backend (outside the pools, as the memory estimate assumes), backend
-   * memory on a device-like backend (the twin), where a kernel cannot read
-   * pageable host memory: one slice per thread, taken before the team forms. */
-  int par = (size_t)B * NH * T * T * hs >= PAR_MIN;
-  int nthr = par ? omp_get_max_threads() : 1;
-  unsigned char *ws = NULL;
-  zrt_engine_info ei;
-  if (ctx && GPT2_IS_FLOAT && zrt_engine_get_info(ctx, &ei) == ZRT_OK &&
-      strcmp(ei.backend, "cpu") &&
-      zrt_engine_alloc(ctx, scratch * (size_t)nthr, ZRT_MEM_ACTIVATIONS, (void **)&ws) != ZRT_OK)
-    return ZRT_ERR_OOM;
+  /* dP, then dS, of one row block (ld r1); then the head's biased q, k, v */
+  size_t dsn = (size_t)(T < ATT_BLK ? T : ATT_BLK) * (size_t)T;
+  size_t scratch = (dsn + (bias ? 3 * (size_t)T * hs : 0)) * sizeof(R);
+  int par = (size_t)B * NH * T * T * hs >= PAR_MIN, nthr = par ? omp_get_max_threads() : 1;
+  S(att_ws) w;
+  if (S(att_ws_open)(ctx, scratch, nthr, &w) != ZRT_OK) return S(att_oom)("backward", scratch, T);
 #pragma omp parallel num_threads(nthr) if (par)
   {
-    R *ds = ws ? (R *)(ws + scratch * (size_t)omp_get_thread_num())
-               : malloc(scratch); /* dP, then dS, of one row block (ld r1) */
+    R *ds = S(att_ws_take)(&w);
     if (!ds) {
 #pragma omp atomic write
       oom = 1;
@@ -301,14 +371,20 @@ static zrt_status S(cpu_attention_backward)(void *ctx, R *dqkv, const R *dout, c
     for (int bh = 0; bh < B * NH; bh++) {
       if (!ds) continue;
       int b = bh / NH, h = bh % NH;
-      const R *q0 = qkv + (size_t)b * T * C3 + h * hs, *k0 = q0 + C, *v0 = q0 + 2 * C;
+      S(att_qkv) a = S(att_src)(ds + dsn, qkv, bias, b, h, T, C, hs);
       R *dq0 = dqkv + (size_t)b * T * C3 + h * hs, *dk0 = dq0 + C, *dv0 = dq0 + 2 * C;
       const R *abh = att + (size_t)bh * T * T, *do0 = dout + (size_t)b * T * C + h * hs;
+      /* dqkv is written: dq per row block (beta 0), dk and dv summed over
+       * the row blocks from zero */
+      for (int t = 0; t < T; t++) {
+        memset(dk0 + (size_t)t * C3, 0, (size_t)hs * sizeof(R));
+        memset(dv0 + (size_t)t * C3, 0, (size_t)hs * sizeof(R));
+      }
       for (int r0 = 0; r0 < T; r0 += ATT_BLK) {
         int r1 = r0 + ATT_BLK < T ? r0 + ATT_BLK : T, m = r1 - r0;
         const R *pblk = abh + (size_t)r0 * T, *doblk = do0 + (size_t)r0 * C;
         S(att_gemm) dv = {1, 0, r1, hs, m, pblk, T, doblk, C, 1.0f, dv0, C3};
-        S(att_gemm) dp = {0, 1, m, r1, hs, doblk, C, v0, C3, 0.0f, ds, r1};
+        S(att_gemm) dp = {0, 1, m, r1, hs, doblk, C, a.v, a.ld, 0.0f, ds, r1};
         if (S(att_call)(ctx, &dv, &fail) || S(att_call)(ctx, &dp, &fail)) break;
         for (int i = 0; i < m; i++) {
           const R *p = pblk + (size_t)i * T;
@@ -320,21 +396,15 @@ static zrt_status S(cpu_attention_backward)(void *ctx, R *dqkv, const R *dout, c
           for (int t2 = 0; t2 <= t; t2++) d[t2] = p[t2] * (d[t2] - sum) * scale;
           for (int t2 = t + 1; t2 < r1; t2++) d[t2] = 0;
         }
-        S(att_gemm) dq = {0, 0, m, hs, r1, ds, r1, k0, C3, 1.0f, dq0 + (size_t)r0 * C3, C3};
-        S(att_gemm) dk = {1, 0, r1, hs, m, ds, r1, q0 + (size_t)r0 * C3, C3, 1.0f, dk0, C3};
+        S(att_gemm) dq = {0, 0, m, hs, r1, ds, r1, a.k, a.ld, 0.0f, dq0 + (size_t)r0 * C3, C3};
+        S(att_gemm) dk = {1, 0, r1, hs, m, ds, r1, a.q + (size_t)r0 * a.ld, a.ld, 1.0f, dk0, C3};
         if (S(att_call)(ctx, &dq, &fail) || S(att_call)(ctx, &dk, &fail)) break;
       }
     }
-    if (!ws) free(ds);
+    if (ds) S(att_ws_give)(&w, ds);
   }
-  if (ws) zrt_engine_free(ctx, ws);
-  if (oom) {
-    fprintf(stderr,
-            "train_gpt2: attention backward: out of host memory for %zu bytes of scratch per "
-            "thread (seq_len %d)\n",
-            scratch, T);
-    return ZRT_ERR_OOM;
-  }
+  S(att_ws_close)(ctx, &w);
+  if (oom) return S(att_oom)("backward", scratch, T);
   return S(att_finish)(ctx, &fail);
 }
 
@@ -456,8 +526,8 @@ zrt_status S(gpt2_block_forward)(const S(gpt2_ops) * ops, const gpt2_config *cfg
   ops->layernorm_forward(ln1, base + L->ln1_mean, base + L->ln1_rstd, res, w[GPT2_LN1_W],
                          w[GPT2_LN1_B], N, C);
   GPT2_PASS_CHECK(ops->gemm(x, 0, 0, N, 3 * C, C, 1, ln1, C, w[GPT2_ATTN_W], 3 * C, 0, qkv, 3 * C));
-  ops->bias_add(qkv, w[GPT2_ATTN_B], N, 3 * C);
-  GPT2_PASS_CHECK(ops->attention_forward(x, atty, base + L->att, qkv, B, T, C, NH));
+  /* qkv stays without its bias: the attention adds it as it reads */
+  GPT2_PASS_CHECK(ops->attention_forward(x, atty, base + L->att, qkv, w[GPT2_ATTN_B], B, T, C, NH));
   GPT2_PASS_CHECK(ops->gemm(x, 0, 0, N, C, C, 1, atty, C, w[GPT2_ATTNPROJ_W], C, 0, tmp, C));
   ops->residual_forward(res2, res, tmp, w[GPT2_ATTNPROJ_B], N, C);
   ops->layernorm_forward(ln2, base + L->ln2_mean, base + L->ln2_rstd, res2, w[GPT2_LN2_W],
@@ -516,8 +586,8 @@ zrt_status S(gpt2_block_backward)(const S(gpt2_ops) * ops, const gpt2_config *cf
   GPT2_PASS_CHECK(ops->gemm(x, 0, 1, N, C, C, 1, dres, C, w[GPT2_ATTNPROJ_W], C, 0, dC, C));
   GPT2_PASS_CHECK(ops->gemm(x, 1, 0, C, C, N, 1, atty, C, dres, C, 1, g[GPT2_ATTNPROJ_W], C));
   ops->bias_backward(g[GPT2_ATTNPROJ_B], dres, N, C);
-  ops->zero(d4C, (size_t)N * 3 * C);
-  GPT2_PASS_CHECK(ops->attention_backward(x, d4C, dC, qkv, atty, base + L->att, B, T, C, NH));
+  GPT2_PASS_CHECK(ops->attention_backward(x, d4C, dC, qkv, w[GPT2_ATTN_B], atty, base + L->att, B,
+                                          T, C, NH)); /* writes d4C's 3C columns */
   GPT2_PASS_CHECK(ops->gemm(x, 0, 1, N, C, 3 * C, 1, d4C, 3 * C, w[GPT2_ATTN_W], 3 * C, 0, dC, C));
   GPT2_PASS_CHECK(ops->gemm(x, 1, 0, C, 3 * C, N, 1, ln1, C, d4C, 3 * C, 1, g[GPT2_ATTN_W], 3 * C));
   ops->bias_backward(g[GPT2_ATTN_B], d4C, N, 3 * C);
@@ -606,7 +676,6 @@ const S(gpt2_ops) S(gpt2_cpu_ops) = {
     .encoder_backward = S(cpu_encoder_backward),
     .layernorm_forward = S(cpu_layernorm_forward),
     .layernorm_backward = S(cpu_layernorm_backward),
-    .bias_add = S(cpu_bias_add),
     .bias_backward = S(cpu_bias_backward),
     .attention_forward = S(cpu_attention_forward),
     .attention_backward = S(cpu_attention_backward),

@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 const char *const gpt2_prof_names[GPT2_PROF_KINDS] = {
-    "gemm",          "zero",     "encoder_fwd", "encoder_bwd",   "layernorm_fwd",
-    "layernorm_bwd", "bias_add", "bias_bwd",    "attention_fwd", "attention_bwd",
-    "gelu_fwd",      "gelu_bwd", "residual",    "crossentropy"};
+    "gemm",          "zero",     "encoder_fwd",   "encoder_bwd",   "layernorm_fwd",
+    "layernorm_bwd", "bias_bwd", "attention_fwd", "attention_bwd", "gelu_fwd",
+    "gelu_bwd",      "residual", "crossentropy"};
 
 /* ------------------------------------------------------------ the profiler */
 
@@ -75,28 +75,23 @@ static void p_layernorm_backward(float *dinp, float *dw, float *db, const float 
   g_prof.in->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   P_END(GPT2_PROF_LAYERNORM_BWD);
 }
-static void p_bias_add(float *out, const float *bias, int N, int OC) {
-  P_BEGIN(GPT2_PROF_BIAS_ADD);
-  g_prof.in->bias_add(out, bias, N, OC);
-  P_END(GPT2_PROF_BIAS_ADD);
-}
 static void p_bias_backward(float *db, const float *dout, int N, int OC) {
   P_BEGIN(GPT2_PROF_BIAS_BWD);
   g_prof.in->bias_backward(db, dout, N, OC);
   P_END(GPT2_PROF_BIAS_BWD);
 }
-static zrt_status p_attention_forward(void *ctx, float *out, float *att, const float *qkv, int B,
-                                      int T, int C, int NH) {
+static zrt_status p_attention_forward(void *ctx, float *out, float *att, const float *qkv,
+                                      const float *bias, int B, int T, int C, int NH) {
   P_BEGIN(GPT2_PROF_ATTENTION_FWD);
-  zrt_status st = g_prof.in->attention_forward(ctx, out, att, qkv, B, T, C, NH);
+  zrt_status st = g_prof.in->attention_forward(ctx, out, att, qkv, bias, B, T, C, NH);
   P_END(GPT2_PROF_ATTENTION_FWD);
   return st;
 }
 static zrt_status p_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                                       const float *out, const float *att, int B, int T, int C,
-                                       int NH) {
+                                       const float *bias, const float *out, const float *att, int B,
+                                       int T, int C, int NH) {
   P_BEGIN(GPT2_PROF_ATTENTION_BWD);
-  zrt_status st = g_prof.in->attention_backward(ctx, dqkv, dout, qkv, out, att, B, T, C, NH);
+  zrt_status st = g_prof.in->attention_backward(ctx, dqkv, dout, qkv, bias, out, att, B, T, C, NH);
   P_END(GPT2_PROF_ATTENTION_BWD);
   return st;
 }
@@ -136,7 +131,6 @@ zrt_status gpt2_prof_start(const gpt2_ops_f32 *ops, const gpt2_prof_clock *clock
   o.encoder_backward = p_encoder_backward;
   o.layernorm_forward = p_layernorm_forward;
   o.layernorm_backward = p_layernorm_backward;
-  o.bias_add = p_bias_add;
   o.bias_backward = p_bias_backward;
   o.attention_forward = p_attention_forward;
   o.attention_backward = p_attention_backward;

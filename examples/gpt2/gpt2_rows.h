@@ -26,7 +26,8 @@
  *     one thread per column on OC / 256 blocks).
  *   GELU backward with its bias's gradient: the column sum's walk, each
  *     element turned into dout * gelu'(inp + bias) and written back before
- *     it is summed (one pass over the MLP's [N, 4C] instead of two).
+ *     it is summed (one pass over the MLP's [N, 4C] instead of two); in a
+ *     16-bit run written only as the 16-bit copy the next two GEMMs read.
  * Every output has one writer; both ADD into their outputs (the ops
  * contract). Invariants: a barrier separates a phase that writes shared
  * memory from one that reads it; control flow around barriers depends only
@@ -167,9 +168,13 @@ GB_DEV float rw_gelu_grad(float x) {
  * [grp * RW_COLS, +RW_COLS) of the [N, OC] matrices: dinp[i, c] = dout[i,
  * c] * gelu'(inp[i, c] + bias[c]) (dinp may alias dout: each element is
  * read, then written, by one thread), db[c] += sum_i dinp[i, c] (summed as
- * rw_colsum_block sums). bias NULL: none. */
+ * rw_colsum_block sums, from the fp32 values). bias NULL: none. g16
+ * non-NULL (a 16-bit run): the gradient goes to g16 [N, OC] instead of
+ * dinp, rounded to bf16 (fp16 when f16; to nearest even), the copy the
+ * next GEMMs read; dinp is not written. */
 GB_DEV void rw_gelu_colsum_block(float *dinp, float *db, const float *dout, const float *inp,
-                                 const float *bias, int N, int OC, int grp, rw_col_smem *sm) {
+                                 const float *bias, int N, int OC, int grp, rw_col_smem *sm,
+                                 uint16_t *g16, int f16) {
   GB_THREADS(tid, RW_COL_NT)
   const int col = tid % RW_COLS, lane = tid / RW_COLS, c = grp * RW_COLS + col;
   float b = 0.0f;
@@ -187,7 +192,11 @@ GB_DEV void rw_gelu_colsum_block(float *dinp, float *db, const float *dout, cons
         const int i = i0 + k * RW_ROWS;
         if (i < N) {
           const float g = d[k] * rw_gelu_grad(x[k] + bc);
-          dinp[(size_t)i * (size_t)OC + (size_t)c] = g;
+          const size_t e = (size_t)i * (size_t)OC + (size_t)c;
+          if (g16)
+            g16[e] = (uint16_t)(f16 ? gb_f16(g) : gb_bf16(g));
+          else
+            dinp[e] = g;
           b += g;
         }
       }

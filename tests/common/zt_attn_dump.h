@@ -1,7 +1,9 @@
 /*
  * zt_attn_dump.h — writes one attention case's tensors for
  * scripts/check_attention_torch.py (PyTorch's causal attention against
- * zrt's): qkv, dout, dqkv0 (what the backward added onto), out and dqkv as
+ * zrt's): qkv (as the kernels read it: with the bias added and rounded to
+ * their operand type), dout, dqkv0 (zeros: the backward writes dqkv; the
+ * checker adds the gradient onto it), out and dqkv as
  * raw float32 (DIR/NAME.f32) and the shape and the kernels' dtype ("f32":
  * the fp32-core kernels; "bf16": the tensor-core ones, whose inputs are
  * already bf16 values) as DIR/shape.json. Used by test_gpt2_cuda (the GPU's

@@ -5,7 +5,8 @@
  * dqkv += the backward for the upstream gradient dout. qkv [B, T, 3C]
  * (q | k | v, head h at h * C / NH), out and dout [B, T, C], lse [B*NH, T].
  * zt_attn_case runs one shape through a kernel's emulation (its forward and
- * backward over the whole grid) against it, on seeded inputs.
+ * backward over the whole grid) against it, on seeded inputs, without and
+ * with the qkv GEMM's bias (which the kernels add as they load q, k, v).
  */
 #ifndef ZT_ATTN_REF_H
 #define ZT_ATTN_REF_H
@@ -67,11 +68,14 @@ static inline void zt_attn_ref(const float *qkv, const float *dout, double *out,
 }
 
 /* An attention's emulation, whole grids: forward (out, lse) and backward
- * (ADDs into dqkv; dstat: its per-row scratch; out: the forward's). */
+ * (WRITES dqkv; dstat: its per-row scratch; out: the forward's). bias: [3C]
+ * or NULL, added to qkv as it is read. */
 typedef struct zt_attn_kernel {
-  void (*forward)(const float *qkv, float *out, float *lse, int B, int T, int C, int NH);
-  void (*backward)(float *dqkv, float *dstat, const float *dout, const float *qkv, const float *out,
-                   const float *lse, int B, int T, int C, int NH);
+  void (*forward)(const float *qkv, const float *bias, float *out, float *lse, int B, int T, int C,
+                  int NH);
+  void (*backward)(float *dqkv, float *dstat, const float *dout, const float *qkv,
+                   const float *bias, const float *out, const float *lse, int B, int T, int C,
+                   int NH);
   float (*round)(float); /* the inputs' rounding (the kernel's operand type), NULL: none */
   double tol_out, tol_lse, tol_dqkv; /* absolute */
   const char *dtype;                 /* for zt_attn_dump */
@@ -83,17 +87,30 @@ static inline float zt_attn_frand(uint64_t *s) {
   return (float)((*s >> 40) & 0xffffff) / 8388608.0f - 1.0f;
 }
 
+/* q, k, v as the kernels read them: qkv + bias (bias NULL: qkv), rounded
+ * to the operand type by round (NULL: fp32) after the add, as the kernels'
+ * loads round. */
+static inline void zt_attn_effective(float *qe, const float *qkv, const float *bias, size_t n,
+                                     int C3, float (*round)(float)) {
+  for (size_t i = 0; i < n; i++) {
+    float x = bias ? qkv[i] + bias[i % (size_t)C3] : qkv[i];
+    qe[i] = round ? round(x) : x;
+  }
+}
+
 /* One shape: inputs uniform in [-1, 1) from seed (rounded by k->round),
- * dqkv starting non-zero (the backward adds), out poisoned with NaN (every
- * row must be written); checked against zt_attn_ref at k's tolerances. */
-static inline void zt_attn_case(const zt_attn_kernel *k, int B, int T, int NH, int hs,
-                                uint64_t seed) {
+ * with_bias: a bias in [-0.5, 0.5) the kernels add to q, k, v as they load
+ * them; dqkv and out poisoned with NaN (the backward writes every element
+ * of dqkv, the forward every row of out); checked against zt_attn_ref on
+ * the effective q, k, v at k's tolerances. */
+static inline void zt_attn_case_bias(const zt_attn_kernel *k, int B, int T, int NH, int hs,
+                                     uint64_t seed, int with_bias) {
   int C = NH * hs;
   size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nst = (size_t)B * NH * T;
   float *qkv = malloc(nqkv * 4), *dout = malloc(nout * 4), *out = malloc(nout * 4);
   float *lse = malloc(nst * 4), *dstat = malloc(nst * 4), *dqkv = malloc(nqkv * 4);
-  float *dqkv0 = malloc(nqkv * 4);
-  double *rout = malloc(nout * 8), *rlse = malloc(nst * 8), *rdqkv = malloc(nqkv * 8);
+  float *qe = malloc(nqkv * 4), *zero = calloc(nqkv, 4), *bias = NULL;
+  double *rout = malloc(nout * 8), *rlse = malloc(nst * 8), *rdqkv = calloc(nqkv, 8);
   uint64_t s = seed;
   for (size_t i = 0; i < nqkv; i++) qkv[i] = zt_attn_frand(&s);
   for (size_t i = 0; i < nout; i++) dout[i] = zt_attn_frand(&s);
@@ -101,25 +118,37 @@ static inline void zt_attn_case(const zt_attn_kernel *k, int B, int T, int NH, i
     for (size_t i = 0; i < nqkv; i++) qkv[i] = k->round(qkv[i]);
     for (size_t i = 0; i < nout; i++) dout[i] = k->round(dout[i]);
   }
-  for (size_t i = 0; i < nqkv; i++) rdqkv[i] = dqkv[i] = 0.25f * zt_attn_frand(&s);
+  if (with_bias) {
+    bias = malloc((size_t)3 * C * 4);
+    for (int i = 0; i < 3 * C; i++) bias[i] = 0.5f * zt_attn_frand(&s);
+  }
+  zt_attn_effective(qe, qkv, bias, nqkv, 3 * C, k->round);
+  for (size_t i = 0; i < nqkv; i++) dqkv[i] = NAN;
   for (size_t i = 0; i < nout; i++) out[i] = NAN;
   for (size_t i = 0; i < nst; i++) lse[i] = dstat[i] = NAN;
-  memcpy(dqkv0, dqkv, nqkv * 4);
-  k->forward(qkv, out, lse, B, T, C, NH);
-  k->backward(dqkv, dstat, dout, qkv, out, lse, B, T, C, NH);
+  k->forward(qkv, bias, out, lse, B, T, C, NH);
+  k->backward(dqkv, dstat, dout, qkv, bias, out, lse, B, T, C, NH);
   const char *dump = getenv("ZRT_ATTN_DUMP");
-  if (dump && *dump && T == 100 && hs == k->dump_hs)
-    zt_attn_dump(dump, qkv, dout, dqkv0, out, dqkv, B, T, NH, hs, k->dtype);
-  zt_attn_ref(qkv, dout, rout, rlse, rdqkv, B, T, C, NH);
+  if (dump && *dump && T == 100 && hs == k->dump_hs && !with_bias)
+    zt_attn_dump(dump, qe, dout, zero, out, dqkv, B, T, NH, hs, k->dtype);
+  zt_attn_ref(qe, dout, rout, rlse, rdqkv, B, T, C, NH);
   char what[96];
-  snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d out", B, T, NH, hs);
+  const char *bw = with_bias ? " bias" : "";
+  snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d%s out", B, T, NH, hs, bw);
   ZT_CLOSE_ARRAY(what, out, rout, nout, k->tol_out);
-  snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d lse", B, T, NH, hs);
+  snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d%s lse", B, T, NH, hs, bw);
   ZT_CLOSE_ARRAY(what, lse, rlse, nst, k->tol_lse);
-  snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d dqkv", B, T, NH, hs);
+  snprintf(what, sizeof what, "B=%d T=%d NH=%d hs=%d%s dqkv", B, T, NH, hs, bw);
   ZT_CLOSE_ARRAY(what, dqkv, rdqkv, nqkv, k->tol_dqkv);
-  free(qkv), free(dout), free(out), free(lse), free(dstat), free(dqkv), free(dqkv0);
-  free(rout), free(rlse), free(rdqkv);
+  free(qkv), free(dout), free(out), free(lse), free(dstat), free(dqkv), free(qe), free(zero);
+  free(bias), free(rout), free(rlse), free(rdqkv);
+}
+
+/* One shape without and with the bias. */
+static inline void zt_attn_case(const zt_attn_kernel *k, int B, int T, int NH, int hs,
+                                uint64_t seed) {
+  zt_attn_case_bias(k, B, T, NH, hs, seed, 0);
+  zt_attn_case_bias(k, B, T, NH, hs, seed + 1000003u, 1);
 }
 
 #endif

@@ -18,8 +18,9 @@
  *     two operand types): GPT-2 124M's head shape (12 heads of 64)
  *     at T = 1024, and T = 100 (a ragged last tile), batch 2, the tiny
  *     preset's (2 heads of 32, T = 64: tiles zero-padded past the head), T = 7
- *     (under a warp's 16 rows) and T = 130 with heads of 48; out
- *     within 1e-4 absolute, dqkv (added onto a non-zero dqkv) within 1e-3
+ *     (under a warp's 16 rows) and T = 130 with heads of 48, each without
+ *     and with the qkv GEMM's bias (the kernels add it as they load); out
+ *     within 1e-4 absolute, dqkv (written over NaN) within 1e-3
  *     (fp32 cores), 4e-3 and 1e-2 (tensor cores, bf16: P and dS in bf16),
  *     5e-4 and 1.5e-3 (fp16), the tolerances of their emulations' tests.
  * With ZRT_ATTN_DUMP=DIR the T = 1024 cases also write their inputs and
@@ -167,34 +168,39 @@ static void gemm_case(zrt_dtype dt, int ta, int tb, int64_t m, int64_t n, int64_
  * cores', gpt2_flash_attn.h; ZRT_BF16 / ZRT_F16: the tensor cores',
  * gpt2_flash_tc.h, fed values of that type so that the reference sees what
  * the MMAs see) */
-static void attention_case(zrt_dtype dt, int B, int T, int NH, int HS) {
+static void attention_case(zrt_dtype dt, int B, int T, int NH, int HS, int with_bias) {
   int C = NH * HS;
   size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
   float *qkv = malloc(nqkv * 4), *dout = malloc(nout * 4), *out = malloc(nout * 4);
   float *dqkv = malloc(nqkv * 4);
   double *rout = malloc(nout * 8), *rdqkv = malloc(nqkv * 8);
-  uint64_t s = 99u + (uint64_t)T;
+  uint64_t s = 99u + (uint64_t)T + 7u * (uint64_t)with_bias;
+  float *bias = malloc((size_t)3 * C * 4), *qe = malloc(nqkv * 4);
   for (size_t i = 0; i < nqkv; i++) qkv[i] = round_to(frand(&s), dt);
   for (size_t i = 0; i < nout; i++) dout[i] = round_to(frand(&s), dt);
-  for (size_t i = 0; i < nqkv; i++) rdqkv[i] = dqkv[i] = 0.25f * frand(&s);
-  zt_attn_ref(qkv, dout, rout, NULL, rdqkv, B, T, C, NH);
+  for (int i = 0; i < 3 * C; i++) bias[i] = 0.5f * frand(&s);
+  for (size_t i = 0; i < nqkv; i++) { /* q, k, v as the kernels read them */
+    qe[i] = round_to(with_bias ? qkv[i] + bias[i % (size_t)(3 * C)] : qkv[i], dt);
+    rdqkv[i] = 0, dqkv[i] = NAN; /* the backward writes every element */
+  }
+  zt_attn_ref(qe, dout, rout, NULL, rdqkv, B, T, C, NH);
   gpt2_cuda_gemm_setup(dt, g_scratch, g_scratch_bytes);
   float *dq = dev(nqkv * 4, qkv), *ddo = dev(nout * 4, dout), *dout_ = dev(nout * 4, NULL);
   float *datt = dev(natt * 4, NULL), *ddqkv = dev(nqkv * 4, dqkv);
-  ZT_OK(gpt2_cuda_ops_f32.attention_forward(eng, dout_, datt, dq, B, T, C, NH));
-  ZT_OK(gpt2_cuda_ops_f32.attention_backward(eng, ddqkv, ddo, dq, dout_, datt, B, T, C, NH));
+  float *dbias = with_bias ? dev((size_t)3 * C * 4, bias) : NULL;
+  ZT_OK(gpt2_cuda_ops_f32.attention_forward(eng, dout_, datt, dq, dbias, B, T, C, NH));
+  ZT_OK(gpt2_cuda_ops_f32.attention_backward(eng, ddqkv, ddo, dq, dbias, dout_, datt, B, T, C, NH));
   ZT_OK(gpt2_cuda_ops_f32.check());
-  float *dqkv0 = malloc(nqkv * 4);
-  memcpy(dqkv0, dqkv, nqkv * 4);
+  float *dqkv0 = calloc(nqkv, 4); /* for the dump: the backward writes, from zero */
   ZT_OK(zrt_engine_memcpy(eng, out, dout_, nout * 4, ZRT_COPY_D2H));
   ZT_OK(zrt_engine_memcpy(eng, dqkv, ddqkv, nqkv * 4, ZRT_COPY_D2H));
   const char *dump = getenv("ZRT_ATTN_DUMP");
   /* the fp32 case in DIR, the bf16 case in DIR/bf16 (fp16: not dumped) */
-  if (dump && *dump && T == 1024 && HS == 64 && dt != ZRT_F16) {
+  if (dump && *dump && T == 1024 && HS == 64 && dt != ZRT_F16 && !with_bias) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s%s", dump, dt == ZRT_BF16 ? "/bf16" : "");
     ZT_CHECK(dt != ZRT_BF16 || mkdir(dir, 0755) == 0 || errno == EEXIST);
-    zt_attn_dump(dir, qkv, dout, dqkv0, out, dqkv, B, T, NH, HS, dt == ZRT_BF16 ? "bf16" : "f32");
+    zt_attn_dump(dir, qe, dout, dqkv0, out, dqkv, B, T, NH, HS, dt == ZRT_BF16 ? "bf16" : "f32");
     printf("attention tensors written to %s\n", dir);
   }
   free(dqkv0);
@@ -202,13 +208,15 @@ static void attention_case(zrt_dtype dt, int B, int T, int NH, int HS) {
   const int tc = dt != ZRT_F32;
   const char *kind = dt == ZRT_BF16 ? "tensor-core bf16" : tc ? "tensor-core fp16" : "fused fp32";
   char what[112];
-  snprintf(what, sizeof what, "%s attention B=%d T=%d NH=%d HS=%d out", kind, B, T, NH, HS);
+  const char *bw = with_bias ? " bias" : "";
+  snprintf(what, sizeof what, "%s attention B=%d T=%d NH=%d HS=%d%s out", kind, B, T, NH, HS, bw);
   ZT_CLOSE_ARRAY(what, out, rout, nout, dt == ZRT_BF16 ? 4e-3 : tc ? 5e-4 : 1e-4);
-  snprintf(what, sizeof what, "%s attention B=%d T=%d NH=%d HS=%d dqkv", kind, B, T, NH, HS);
+  snprintf(what, sizeof what, "%s attention B=%d T=%d NH=%d HS=%d%s dqkv", kind, B, T, NH, HS, bw);
   ZT_CLOSE_ARRAY(what, dqkv, rdqkv, nqkv, dt == ZRT_BF16 ? 1e-2 : tc ? 1.5e-3 : 1e-3);
   zrt_engine_free(eng, dq), zrt_engine_free(eng, ddo), zrt_engine_free(eng, dout_);
   zrt_engine_free(eng, datt), zrt_engine_free(eng, ddqkv);
-  free(qkv), free(dout), free(out), free(dqkv), free(rout), free(rdqkv);
+  if (dbias) zrt_engine_free(eng, dbias);
+  free(qkv), free(dout), free(out), free(dqkv), free(rout), free(rdqkv), free(bias), free(qe);
 }
 
 static void fill(float *x, size_t n, float scale, uint64_t *s) {
@@ -326,6 +334,54 @@ static void ce16_case(zrt_dtype dt, void *scratch, size_t sb) {
   zrt_engine_free(eng, dloss), zrt_engine_free(eng, dtgt), zrt_engine_free(eng, dxin);
   zrt_engine_free(eng, dwte);
   free(lg), free(g), free(w), free(loss), free(back), free(want), free(tgt), free(xin), free(ref);
+}
+
+/* The GELU backward's 16-bit copy (a bf16 / fp16 run): the passes' call
+ * (in place, with the fc bias's gradient) writes the gradient only as the
+ * copy, which the MLP's dX GEMM (the copy times a weight) and dW GEMM (an
+ * fp32 activation, rounded past the copy, times the copy) read: both
+ * against double on the CPU op's gradient rounded, the bias gradient
+ * against the CPU op's, and the fp32 range left as it was. */
+static void gelu16_case(zrt_dtype dt, void *scratch, size_t sb) {
+  enum { N = 37, C = 64, OC = 4 * C };
+  uint64_t s = 4242;
+  size_t n = (size_t)N * OC;
+  float *d = malloc(n * 4), *keep = malloc(n * 4), *fch = malloc(n * 4), *bias = malloc(OC * 4);
+  float *db = malloc(OC * 4), *wfc = malloc((size_t)C * OC * 4), *x = malloc((size_t)N * C * 4);
+  float *want = malloc((size_t)C * OC * 4), *back = malloc(n * 4);
+  double *ref = malloc((size_t)C * OC * 8);
+  for (size_t i = 0; i < n; i++) keep[i] = d[i] = frand(&s), fch[i] = 3.0f * frand(&s);
+  for (int c = 0; c < OC; c++) bias[c] = 0.5f * frand(&s), db[c] = frand(&s);
+  for (int i = 0; i < C * OC; i++) wfc[i] = frand(&s);
+  for (int i = 0; i < N * C; i++) x[i] = frand(&s);
+  float *dd = dev(n * 4, d), *dfch = dev(n * 4, fch), *dbias = dev(OC * 4, bias);
+  float *ddb = dev(OC * 4, db), *dw = dev((size_t)C * OC * 4, wfc), *dx = dev((size_t)N * C * 4, x);
+  float *ddx = dev((size_t)N * C * 4, NULL), *ddw = dev((size_t)C * OC * 4, NULL);
+  gpt2_cpu_ops_f32.gelu_backward(d, db, fch, bias, d, N, OC);
+  gpt2_cuda_gemm_setup(dt, scratch, sb);
+  gpt2_cuda_ops_f32.gelu_backward(dd, ddb, dfch, dbias, dd, N, OC);
+  ZT_OK(gpt2_cuda_ops_f32.gemm(eng, 0, 1, N, C, OC, 1, dd, OC, dw, OC, 0, ddx, C));
+  ZT_OK(gpt2_cuda_ops_f32.gemm(eng, 1, 0, C, OC, N, 1, dx, C, dd, OC, 0, ddw, OC));
+  char what[112];
+  const char *dn = zrt_dtype_name(dt);
+  ref_gemm(ref, d, 0, OC, wfc, 1, OC, N, C, OC, dt);
+  for (int i = 0; i < N * C; i++) want[i] = (float)ref[i];
+  snprintf(what, sizeof what, "%s run: the MLP's dX GEMM reads the GELU backward's copy", dn);
+  check_op(what, ddx, want, (size_t)N * C, 1e-5);
+  ref_gemm(ref, x, 1, C, d, 0, OC, C, OC, N, dt);
+  for (int i = 0; i < C * OC; i++) want[i] = (float)ref[i];
+  snprintf(what, sizeof what, "%s run: dW = x^T copy (x rounded past the copy)", dn);
+  check_op(what, ddw, want, (size_t)C * OC, 1e-5);
+  snprintf(what, sizeof what, "%s run: the fused fc bias gradient", dn);
+  check_op(what, ddb, db, OC, 1e-4);
+  ZT_OK(zrt_engine_memcpy(eng, back, dd, n * 4, ZRT_COPY_D2H));
+  ZT_CHECK(memcmp(back, keep, n * 4) == 0); /* only the copy was written */
+  gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb);
+  zrt_engine_free(eng, dd), zrt_engine_free(eng, dfch), zrt_engine_free(eng, dbias);
+  zrt_engine_free(eng, ddb), zrt_engine_free(eng, dw), zrt_engine_free(eng, dx);
+  zrt_engine_free(eng, ddx), zrt_engine_free(eng, ddw);
+  free(d), free(keep), free(fch), free(bias), free(db), free(wfc), free(x), free(want), free(back);
+  free(ref);
 }
 
 /* One micro-step of the passes on the CUDA ops in a dt (bf16 / fp16) run
@@ -500,13 +556,10 @@ static void ops_case(void) {
   check_op("layernorm_backward dw", dgw, gw, C, 1e-4);
   check_op("layernorm_backward db", dgb, gb, C, 1e-4);
 
-  /* bias add and backward (ADD into db), at the MLP's width */
+  /* bias backward (ADD into db), at the MLP's width */
   fill(x, noc, 1.0f, &s), fill(bo, OC, 1.0f, &s), fill(bo2, OC, 1.0f, &s);
   float *dbig = dev(noc * 4, x), *dbias = dev(OC * 4, bo), *ddb = dev(OC * 4, bo2);
-  G->bias_add(dbig, dbias, N, OC);
   memcpy(o, x, noc * 4);
-  H->bias_add(o, bo, N, OC);
-  check_op("bias_add", dbig, o, noc, 1e-5);
   G->bias_backward(ddb, dbig, N, OC);
   H->bias_backward(bo2, o, N, OC);
   check_op("bias_backward", ddb, bo2, OC, 1e-4);
@@ -590,17 +643,20 @@ int main(void) {
   gemm_case(ZRT_BF16, 1, 0, 64, 256, 33, 0, 1.0f);
   g_scratch = scratch, g_scratch_bytes = sb; /* attention needs only the scratch */
   static const zrt_dtype adts[] = {ZRT_F32, ZRT_BF16, ZRT_F16};
-  for (int d = 0; d < 3; d++) {
-    attention_case(adts[d], 2, 100, 12, 64);
-    attention_case(adts[d], 2, 1024, 12, 64);
-    attention_case(adts[d], 2, 64, 2, 32);  /* the tiny preset's heads (zero-padded tiles) */
-    attention_case(adts[d], 1, 7, 2, 64);   /* under one warp's 16 rows */
-    attention_case(adts[d], 1, 130, 2, 48); /* ragged tiles, a zero-padded 48-wide head */
-  }
+  for (int d = 0; d < 3; d++)
+    for (int wb = 0; wb < 2; wb++) { /* without and with the qkv GEMM's bias */
+      attention_case(adts[d], 2, 100, 12, 64, wb);
+      attention_case(adts[d], 2, 1024, 12, 64, wb);
+      attention_case(adts[d], 2, 64, 2, 32, wb);  /* the tiny preset's heads (zero-padded tiles) */
+      attention_case(adts[d], 1, 7, 2, 64, wb);   /* under one warp's 16 rows */
+      attention_case(adts[d], 1, 130, 2, 48, wb); /* ragged tiles, a zero-padded 48-wide head */
+    }
   gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb);
   ops_case();
   ce16_case(ZRT_BF16, scratch, sb);
   ce16_case(ZRT_F16, scratch, sb);
+  gelu16_case(ZRT_BF16, scratch, sb);
+  gelu16_case(ZRT_F16, scratch, sb);
   reuse_case(scratch, sb);
   act16_case(ZRT_BF16, scratch, sb);
   act16_case(ZRT_F16, scratch, sb);

@@ -137,14 +137,16 @@ static zrt_status n_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_
   (void)b, (void)ldb, (void)beta, (void)c, (void)ldc;
   return ZRT_OK;
 }
-static zrt_status n_attn_fwd(void *ctx, float *out, float *att, const float *qkv, int B_, int T,
-                             int C, int NH) {
-  (void)ctx, (void)out, (void)att, (void)qkv, (void)B_, (void)T, (void)C, (void)NH;
+static zrt_status n_attn_fwd(void *ctx, float *out, float *att, const float *qkv, const float *bias,
+                             int B_, int T, int C, int NH) {
+  (void)ctx, (void)out, (void)att, (void)qkv, (void)bias, (void)B_, (void)T, (void)C, (void)NH;
   return ZRT_OK;
 }
 static zrt_status n_attn_bwd(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                             const float *out, const float *att, int B_, int T, int C, int NH) {
-  (void)ctx, (void)dqkv, (void)dout, (void)qkv, (void)out, (void)att, (void)B_, (void)T, (void)C;
+                             const float *bias, const float *out, const float *att, int B_, int T,
+                             int C, int NH) {
+  (void)ctx, (void)dqkv, (void)dout, (void)qkv, (void)bias, (void)out, (void)att, (void)B_, (void)T;
+  (void)C;
   (void)NH;
   return ZRT_OK;
 }
@@ -183,7 +185,6 @@ static const gpt2_ops_f32 null_ops = {.gemm = n_gemm,
                                       .encoder_backward = n_enc_bwd,
                                       .layernorm_forward = n_ln_fwd,
                                       .layernorm_backward = n_ln_bwd,
-                                      .bias_add = n_bias,
                                       .bias_backward = n_bias,
                                       .attention_forward = n_attn_fwd,
                                       .attention_backward = n_attn_bwd,
@@ -330,7 +331,17 @@ static void emulated(zrt_dtype dt, double gpu_tol) {
 }
 
 /* Runs one op through a fresh audit: its check() and the message. */
-typedef enum { V_GELU_BWD, V_RESIDUAL, V_GEMM_INSIDE, V_GEMM_C, V_ZERO_EDGE } violation;
+typedef enum {
+  V_GELU_BWD,
+  V_RESIDUAL,
+  V_GEMM_INSIDE,
+  V_GEMM_C,
+  V_ZERO_EDGE,
+  V_HELD_READ,  /* the GELU backward's result read by an op that is not a GEMM */
+  V_HELD_BETA,  /* ... by a GEMM's C with beta 1 */
+  V_HELD_SLICE, /* ... by a GEMM operand reaching past it */
+  V_HELD_CE,    /* the cross-entropy's gradient read by the LayerNorm backward */
+} violation;
 
 static void expect_violation(violation v, const char *needle) {
   gpt2_acts_layout L;
@@ -359,6 +370,24 @@ static void expect_violation(violation v, const char *needle) {
                  C);
     break;
   case V_ZERO_EDGE: o.zero(s1 + L.ln2 - 4, 5); break;
+  case V_HELD_READ:
+  case V_HELD_BETA:
+  case V_HELD_SLICE: {
+    float *d4C = acts + L.d4C;
+    o.gelu_backward(d4C, g[1][GPT2_FC_B], s1 + L.fch, w[1][GPT2_FC_B], d4C, N, 4 * C);
+    if (v == V_HELD_READ) o.bias_backward(g[1][GPT2_FC_B], d4C, N, 4 * C);
+    if (v == V_HELD_BETA)
+      (void)o.gemm(NULL, 0, 0, N, C, C, 1, acts + L.dC, C, w[1][GPT2_ATTNPROJ_W], C, 1, d4C, C);
+    if (v == V_HELD_SLICE) /* rows of 4C + 1 floats: the last row ends past the range */
+      (void)o.gemm(NULL, 0, 1, N, C, 4 * C, 1, d4C + 1, 4 * C, w[1][GPT2_FC_W], 4 * C, 0,
+                   acts + L.dC, C);
+    break;
+  }
+  case V_HELD_CE:
+    o.crossentropy(acts + L.losses, acts + L.logits, targets, N, cfg.vocab, 1.0f);
+    o.layernorm_backward(acts + L.dres, g[0][0], g[0][0], acts + L.logits, acts + L.dC,
+                         w[NL + 1][0], acts + L.lnf_mean, acts + L.lnf_rstd, N, C);
+    break;
   }
   fflush(stderr);
   dup2(saved, 2);
@@ -374,7 +403,7 @@ static void expect_violation(violation v, const char *needle) {
   ZT_CHECK(bad == 1);
   ZT_CHECK(o.check() == ZRT_ERR_INTERNAL);
   ZT_CONTAINS(msg, needle);
-  ZT_CONTAINS(msg, "keeps in 16 bits");
+  ZT_CONTAINS(msg, v >= V_HELD_READ ? "keeps only as the 16-bit copy" : "keeps in 16 bits");
   gpt2_a16_clear();
   free(acts);
 }
@@ -415,6 +444,10 @@ int main(void) {
   expect_violation(V_GEMM_C, "gemm's argument C");
   expect_violation(V_ZERO_EDGE, "zero's argument p");
   expect_violation(V_GELU_BWD, "layer slot 1's fch_gelu activation");
+  expect_violation(V_HELD_READ, "bias_backward's argument dout touches the GELU backward's");
+  expect_violation(V_HELD_BETA, "gemm's argument C touches the GELU backward's");
+  expect_violation(V_HELD_SLICE, "gemm's argument A touches the GELU backward's");
+  expect_violation(V_HELD_CE, "layernorm_backward's argument dout touches the cross-entropy's");
   for (int m = 0; m < nmod; m++)
     for (int p = 0; p < mod_np[m]; p++) {
       free(w[m][p]);

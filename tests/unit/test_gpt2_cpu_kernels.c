@@ -12,7 +12,8 @@
  *     loops written here: T = 150 spans three query blocks of 64 (the last
  *     one ragged), 3 heads of 16, batch 2; float within 2e-5 absolute
  *     (att, out) and 1e-4 (dqkv, entries of size <= ~2), double within
- *     1e-12; att exactly 0 above the diagonal; dqkv is added into;
+ *     1e-12; att exactly 0 above the diagonal; dqkv is written (NaN before);
+ *     without and with the qkv GEMM's bias (added as q, k, v are read);
  *   - the branch-free float exp / tanh against libm in double: exp within
  *     2 ulp relative on [-87, 0] (the callers' range), exactly 0 below -87.3
  *     and NaN in -> NaN out; tanh within 2e-7 absolute on [-12, 12].
@@ -105,7 +106,7 @@ static void ref_attention(double *out, double *att, double *dqkv, const double *
 
 /* Runs the float (engine) and double (loops) kernels and compares both
  * with ref_attention. */
-static void check_attention(void *eng) {
+static void check_attention(void *eng, int with_bias) {
   enum { AB = 2, AT = 150, AC = 48, ANH = 3 };
   size_t nq = (size_t)AB * AT * 3 * AC, no = (size_t)AB * AT * AC, na = (size_t)AB * ANH * AT * AT;
   double *q64 = malloc(nq * 8), *dq64 = malloc(nq * 8), *do64 = malloc(no * 8);
@@ -113,19 +114,26 @@ static void check_attention(void *eng) {
   double *ro = malloc(no * 8), *ra = malloc(na * 8);
   float *q32 = malloc(nq * 4), *dq32 = malloc(nq * 4), *do32 = malloc(no * 4);
   float *o32 = malloc(no * 4), *a32 = malloc(na * 4);
-  uint64_t s = 12345;
+  uint64_t s = 12345 + (uint64_t)with_bias;
+  float b32[3 * AC];
+  double b64[3 * AC];
+  for (int i = 0; i < 3 * AC; i++) b32[i] = frand(&s), b64[i] = b32[i];
+  double *qe = malloc(nq * 8); /* q, k, v as read: with the bias */
   for (size_t i = 0; i < nq; i++) {
     q32[i] = 2 * frand(&s), q64[i] = q32[i];
-    dq32[i] = frand(&s), dq64[i] = rq[i] = dq32[i]; /* added into */
+    qe[i] = q64[i] + (with_bias ? b64[i % (3 * AC)] : 0.0);
+    dq32[i] = NAN, dq64[i] = NAN, rq[i] = 0; /* written */
   }
   for (size_t i = 0; i < no; i++) do32[i] = frand(&s), do64[i] = do32[i];
   for (size_t i = 0; i < na; i++) a32[i] = 7.0f, a64[i] = 7.0; /* must be overwritten */
-  ref_attention(ro, ra, rq, q64, do64, AB, AT, AC, ANH);
+  ref_attention(ro, ra, rq, qe, do64, AB, AT, AC, ANH);
 
-  ZT_OK(gpt2_cpu_ops_f32.attention_forward(eng, o32, a32, q32, AB, AT, AC, ANH));
-  ZT_OK(gpt2_cpu_ops_f32.attention_backward(eng, dq32, do32, q32, o32, a32, AB, AT, AC, ANH));
-  ZT_OK(gpt2_cpu_ops_f64.attention_forward(NULL, o64, a64, q64, AB, AT, AC, ANH));
-  ZT_OK(gpt2_cpu_ops_f64.attention_backward(NULL, dq64, do64, q64, o64, a64, AB, AT, AC, ANH));
+  const float *bf = with_bias ? b32 : NULL;
+  const double *bd = with_bias ? b64 : NULL;
+  ZT_OK(gpt2_cpu_ops_f32.attention_forward(eng, o32, a32, q32, bf, AB, AT, AC, ANH));
+  ZT_OK(gpt2_cpu_ops_f32.attention_backward(eng, dq32, do32, q32, bf, o32, a32, AB, AT, AC, ANH));
+  ZT_OK(gpt2_cpu_ops_f64.attention_forward(NULL, o64, a64, q64, bd, AB, AT, AC, ANH));
+  ZT_OK(gpt2_cpu_ops_f64.attention_backward(NULL, dq64, do64, q64, bd, o64, a64, AB, AT, AC, ANH));
   double e32[3] = {0}, e64[3] = {0};
   int upper_zero = 1;
   for (size_t i = 0; i < na; i++) {
@@ -142,12 +150,12 @@ static void check_attention(void *eng) {
     e32[2] = fmax(e32[2], fabs(dq32[i] - rq[i]));
     e64[2] = fmax(e64[2], fabs(dq64[i] - rq[i]));
   }
-  printf("attention T=%d: float max diff att %.3g out %.3g dqkv %.3g; double %.3g %.3g %.3g\n", AT,
-         e32[0], e32[1], e32[2], e64[0], e64[1], e64[2]);
+  printf("attention T=%d%s: float max diff att %.3g out %.3g dqkv %.3g; double %.3g %.3g %.3g\n",
+         AT, with_bias ? " (bias)" : "", e32[0], e32[1], e32[2], e64[0], e64[1], e64[2]);
   ZT_CHECK(e32[0] <= 2e-5 && e32[1] <= 2e-5 && e32[2] <= 1e-4);
   ZT_CHECK(e64[0] <= 1e-12 && e64[1] <= 1e-12 && e64[2] <= 1e-12);
   ZT_CHECK(upper_zero);
-  free(q64), free(dq64), free(do64), free(o64), free(a64), free(rq), free(ro), free(ra);
+  free(qe), free(q64), free(dq64), free(do64), free(o64), free(a64), free(rq), free(ro), free(ra);
   free(q32), free(dq32), free(do32), free(o32), free(a32);
 }
 
@@ -185,7 +193,8 @@ int main(void) {
     free(a), free(b), free(c);
   }
 
-  check_attention(eng);
+  check_attention(eng, 0);
+  check_attention(eng, 1);
 
   /* exp / tanh of the simd kernels. */
   double max_ulp = 0, max_th = 0;

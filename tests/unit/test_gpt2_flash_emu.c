@@ -4,7 +4,8 @@
  * same block functions, tiles and online softmax the kernels use, with the
  * threads of a block run one after the other between barriers. Checked
  * against plain causal attention in double (softmax, out, and the backward
- * into dq, dk, dv, added onto a non-zero dqkv as the ops contract says):
+ * into dq, dk, dv, written over a NaN-poisoned dqkv as the ops contract
+ * says), each shape without and with the qkv GEMM's bias (added on load):
  * head size 64, T = 1, 31, 32, 33, 100 (tiles of 32: a ragged last tile, a
  * single row), 3 heads, batch 2; and heads smaller than the tiles' 64
  * columns (zero-padded): 32 (the tiny preset's, T = 64 and 33) and 48
@@ -26,16 +27,18 @@
 #include "ztest.h"
 
 /* the CUDA grids, block by block */
-static void emu_forward(const float *qkv, float *out, float *lse, int B, int T, int C, int NH) {
+static void emu_forward(const float *qkv, const float *bias, float *out, float *lse, int B, int T,
+                        int C, int NH) {
   static fa_fwd_smem sm;
   static fa_fwd_ts ts[FA_NT];
   for (int bh = 0; bh < B * NH; bh++)
     for (int qt = 0; qt < (T + FA_TILE - 1) / FA_TILE; qt++)
-      fa_forward_block(qkv, out, lse, T, C, NH, qt, bh, &sm, ts);
+      fa_forward_block(qkv, bias, out, lse, T, C, NH, qt, bh, &sm, ts);
 }
 
 static void emu_backward(float *dqkv, float *dstat, const float *dout, const float *qkv,
-                         const float *out, const float *lse, int B, int T, int C, int NH) {
+                         const float *bias, const float *out, const float *lse, int B, int T, int C,
+                         int NH) {
   static fa_dq_smem sq;
   static fa_dq_ts tq[FA_NT];
   static fa_dkv_smem skv;
@@ -43,10 +46,11 @@ static void emu_backward(float *dqkv, float *dstat, const float *dout, const flo
   (void)out; /* D from P and dP */
   int nt = (T + FA_TILE - 1) / FA_TILE;
   for (int bh = 0; bh < B * NH; bh++)
-    for (int t = 0; t < nt; t++) fa_dq_block(dqkv, dstat, dout, qkv, lse, T, C, NH, t, bh, &sq, tq);
+    for (int t = 0; t < nt; t++)
+      fa_dq_block(dqkv, dstat, dout, qkv, bias, lse, T, C, NH, t, bh, &sq, tq);
   for (int bh = 0; bh < B * NH; bh++)
     for (int t = 0; t < nt; t++)
-      fa_dkv_block(dqkv, dout, qkv, lse, dstat, T, C, NH, t, bh, &skv, tkv);
+      fa_dkv_block(dqkv, dout, qkv, bias, lse, dstat, T, C, NH, t, bh, &skv, tkv);
 }
 
 /* fp32 inputs; tolerances 2e-5 on out and lse, 1e-4 on dqkv (see the top) */

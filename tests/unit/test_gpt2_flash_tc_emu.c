@@ -43,17 +43,18 @@ static float bf16_round(float x) { return gb_from_bf16(gb_bf16(x)); }
 static float f16_round(float x) { return gb_from_f16(gb_f16(x)); }
 
 /* the CUDA grids, block by block */
-static void emu_forward(const float *qkv, float *out, float *lse, int B, int T, int C, int NH) {
+static void emu_forward(const float *qkv, const float *bias, float *out, float *lse, int B, int T,
+                        int C, int NH) {
   static tc_fwd_smem sm;
   static tc_fwd_lane st[TC_NT];
   for (int bh = 0; bh < B * NH; bh++)
     for (int qt = 0; qt < (T + TC_ROWS - 1) / TC_ROWS; qt++)
-      tc_forward_block(qkv, out, 0, lse, T, C, NH, qt, bh, g_f16, &sm, st);
+      tc_forward_block(qkv, bias, out, 0, lse, T, C, NH, qt, bh, g_f16, &sm, st);
 }
 
 static void emu_backward_as(float *dqkv, float *dstat, const float *dout, const float *qkv,
-                            const void *out, int o16, const float *lse, int B, int T, int C,
-                            int NH) {
+                            const float *bias, const void *out, int o16, const float *lse, int B,
+                            int T, int C, int NH) {
   static tc_dq_smem sq;
   static tc_dq_lane tq[TC_NT];
   static tc_dkv_smem skv;
@@ -61,15 +62,16 @@ static void emu_backward_as(float *dqkv, float *dstat, const float *dout, const 
   int nt = (T + TC_ROWS - 1) / TC_ROWS;
   for (int bh = 0; bh < B * NH; bh++)
     for (int t = 0; t < nt; t++)
-      tc_dq_block(dqkv, dstat, dout, qkv, out, o16, lse, T, C, NH, t, bh, g_f16, &sq, tq);
+      tc_dq_block(dqkv, dstat, dout, qkv, bias, out, o16, lse, T, C, NH, t, bh, g_f16, &sq, tq);
   for (int bh = 0; bh < B * NH; bh++)
     for (int t = 0; t < nt; t++)
-      tc_dkv_block(dqkv, dout, qkv, lse, dstat, T, C, NH, t, bh, g_f16, &skv, tkv);
+      tc_dkv_block(dqkv, dout, qkv, bias, lse, dstat, T, C, NH, t, bh, g_f16, &skv, tkv);
 }
 
 static void emu_backward(float *dqkv, float *dstat, const float *dout, const float *qkv,
-                         const float *out, const float *lse, int B, int T, int C, int NH) {
-  emu_backward_as(dqkv, dstat, dout, qkv, out, 0, lse, B, T, C, NH);
+                         const float *bias, const float *out, const float *lse, int B, int T, int C,
+                         int NH) {
+  emu_backward_as(dqkv, dstat, dout, qkv, bias, out, 0, lse, B, T, C, NH);
 }
 
 /* bf16 inputs; tolerances 4e-3 on out, 5e-6 on lse, 1e-2 on dqkv (see the top) */
@@ -83,15 +85,16 @@ static const zt_attn_kernel kernel = {emu_forward, emu_backward, bf16_round, 4e-
  * values, so its tolerance adds bf16's half ulp (2^-9 of entries <= 1):
  * 6e-3. */
 static long o16_bad;
-static void emu_forward16(const float *qkv, float *out, float *lse, int B, int T, int C, int NH) {
+static void emu_forward16(const float *qkv, const float *bias, float *out, float *lse, int B, int T,
+                          int C, int NH) {
   static tc_fwd_smem sm;
   static tc_fwd_lane st[TC_NT];
   size_t n = (size_t)B * T * C;
   uint16_t *o16 = malloc(n * 2);
-  emu_forward(qkv, out, lse, B, T, C, NH);
+  emu_forward(qkv, bias, out, lse, B, T, C, NH);
   for (int bh = 0; bh < B * NH; bh++)
     for (int qt = 0; qt < (T + TC_ROWS - 1) / TC_ROWS; qt++)
-      tc_forward_block(qkv, o16, 1, lse, T, C, NH, qt, bh, g_f16, &sm, st);
+      tc_forward_block(qkv, bias, o16, 1, lse, T, C, NH, qt, bh, g_f16, &sm, st);
   for (size_t i = 0; i < n; i++) {
     o16_bad += o16[i] != (uint16_t)tc_bits(out[i], g_f16);
     out[i] = tc_val(o16[i], g_f16);
@@ -99,11 +102,12 @@ static void emu_forward16(const float *qkv, float *out, float *lse, int B, int T
   free(o16);
 }
 static void emu_backward16(float *dqkv, float *dstat, const float *dout, const float *qkv,
-                           const float *out, const float *lse, int B, int T, int C, int NH) {
+                           const float *bias, const float *out, const float *lse, int B, int T,
+                           int C, int NH) {
   size_t n = (size_t)B * T * C;
   uint16_t *o16 = malloc(n * 2); /* what the forward stored: out holds its values */
   for (size_t i = 0; i < n; i++) o16[i] = (uint16_t)tc_bits(out[i], g_f16);
-  emu_backward_as(dqkv, dstat, dout, qkv, o16, 1, lse, B, T, C, NH);
+  emu_backward_as(dqkv, dstat, dout, qkv, bias, o16, 1, lse, B, T, C, NH);
   free(o16);
 }
 /* fp16 operands (an fp16 run): fp16 inputs, P and dS in fp16 (relative

@@ -27,7 +27,10 @@
  *     form) and not, with a bias and without, db ADDED onto non-zero
  *     values, over the same N and OC = 1, 33, 3072 (GPT-2's MLP width).
  *     Tolerance: 4e-6 absolute on dinp (|gelu'| <= 1.13, |dout| <= 1),
- *     the column sums' on db.
+ *     the column sums' on db. Its 16-bit runs' form (the gradient into a
+ *     bf16 or fp16 copy, g16, for the GEMMs after it) leaves dinp as it
+ *     was, gives db bit for bit, and its copy is the fp32 gradient rounded
+ *     to nearest even, bit for bit.
  * The kernels compile from the same text (gpt2_cuda.cu); test_gpt2_cuda
  * (gpu label) runs them against the CPU ops on a GPU.
  */
@@ -60,11 +63,15 @@ static void emu_colsum(float *dw, float *db, const float *dout, const float *inp
     rw_colsum_block(dw, db, dout, inp, mean, rstd, N, OC, g, &sm);
 }
 
-static void emu_gelu_colsum(float *dinp, float *db, const float *dout, const float *inp,
-                            const float *bias, int N, int OC) {
+static void emu_gelu_colsum16(float *dinp, float *db, const float *dout, const float *inp,
+                              const float *bias, int N, int OC, uint16_t *g16, int f16) {
   static rw_col_smem sm;
   for (int g = 0; g < (OC + RW_COLS - 1) / RW_COLS; g++)
-    rw_gelu_colsum_block(dinp, db, dout, inp, bias, N, OC, g, &sm);
+    rw_gelu_colsum_block(dinp, db, dout, inp, bias, N, OC, g, &sm, g16, f16);
+}
+static void emu_gelu_colsum(float *dinp, float *db, const float *dout, const float *inp,
+                            const float *bias, int N, int OC) {
+  emu_gelu_colsum16(dinp, db, dout, inp, bias, N, OC, NULL, 0);
 }
 
 static double worst_ce = 0, worst_grad = 0, worst_col = 0, worst_gelu = 0, worst_gelu_db = 0;
@@ -239,6 +246,33 @@ static void gelu_case(int N, int OC, int with_bias, int in_place, uint64_t seed)
   free(db0);
 }
 
+/* A 16-bit run's form (g16): the copy is the fp32 form's dinp rounded to
+ * nearest even, bit for bit; db bitwise the fp32 form's; dinp (here aliased
+ * with dout, as the passes run it) left as it was. */
+static void gelu16_case(int N, int OC, int f16, uint64_t seed) {
+  uint64_t s = seed;
+  size_t n = (size_t)N * OC;
+  float *d32 = malloc(n * 4), *d16 = malloc(n * 4), *keep = malloc(n * 4), *inp = malloc(n * 4);
+  float *bias = malloc(OC * 4), *db32 = malloc(OC * 4), *db16 = malloc(OC * 4);
+  uint16_t *g16 = malloc(n * 2);
+  for (size_t i = 0; i < n; i++) {
+    keep[i] = d32[i] = d16[i] = frand(&s);
+    inp[i] = 3.0f * frand(&s);
+  }
+  for (int c = 0; c < OC; c++) {
+    bias[c] = 0.5f * frand(&s);
+    db32[c] = db16[c] = frand(&s);
+  }
+  emu_gelu_colsum(d32, db32, d32, inp, bias, N, OC);
+  emu_gelu_colsum16(d16, db16, d16, inp, bias, N, OC, g16, f16);
+  long bad = 0;
+  for (size_t i = 0; i < n; i++)
+    bad += g16[i] != (uint16_t)(f16 ? gb_f16(d32[i]) : gb_bf16(d32[i])) || d16[i] != keep[i];
+  ZT_CHECK(bad == 0);
+  ZT_CHECK(memcmp(db16, db32, OC * 4) == 0);
+  free(d32), free(d16), free(keep), free(inp), free(bias), free(db32), free(db16), free(g16);
+}
+
 int main(void) {
   static const int Vs[] = {1, 7, 255, 256, 257, 1000, 50257};
   for (size_t k = 0; k < sizeof Vs / sizeof Vs[0]; k++)
@@ -262,5 +296,10 @@ int main(void) {
     }
   printf("gelu backward with the bias's gradient: worst dinp error %.3g, worst db error %.3g\n",
          worst_gelu, worst_gelu_db);
+  for (int f16 = 0; f16 < 2; f16++) {
+    gelu16_case(129, 33, f16, 900 + (uint64_t)f16);
+    gelu16_case(1000, 3072, f16, 910 + (uint64_t)f16);
+  }
+  printf("gelu backward's 16-bit copy: bf16 and fp16 bit for bit the fp32 gradient rounded\n");
   ZT_DONE();
 }
