@@ -32,7 +32,8 @@ each linear's bias is added by its reader, the attention as it loads q, k,
 v, GELU, the residual adds; the fc bias's gradient summed by the GELU
 backward's pass, which writes its gradient only as the 16-bit copy the
 MLP's two backward GEMMs read; the attention backward writes dqkv without
-a zeroing pass),
+a zeroing pass; fch, the fc GEMM's output, in bf16 too, written by the
+GEMM and read so by the GELU forward and backward),
 separate_bias_adds (session 14's kernels: the same with the bias-add
 passes, the bias gradient pass, the zeroing and the GELU gradient in fp32), fp32_activations (session 13's kernels: every
 activation fp32), fp32_core_attention (the kernels before session 13:
@@ -53,11 +54,13 @@ import sys
 
 def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_copy16=False,
                 reuse=False, act16=False, bias_fwd_fused=False, bias_grad_fused=False,
-                attn_writes=False, gelu_copy16=False):
+                attn_writes=False, gelu_copy16=False, fch16=False):
     """Per-class totals of one step (forward + backward, embedding to head).
     act16: the activations only GEMMs read (ln1, atty, ln2, fch_gelu, lnf)
     are written in bf16 by their producers and read as they are (the GEMMs'
-    operands and the attention backward's out), gpt2_act16.h.
+    operands and the attention backward's out), gpt2_act16.h. fch16: fch
+    too, written in bf16 by the fc GEMM and read so by the GELU forward and
+    backward.
     bias_fwd_fused: no pass adds a linear's bias; its reader adds it (the
     attention as it loads q, k, v; GELU; the residual adds) or, for the
     peer, the GEMM's epilogue. bias_grad_fused: the fc bias's gradient is
@@ -71,15 +74,16 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
          "attn_tensor_flops": 0.0, "attn_bytes": 0.0}
     a = act_bytes  # bytes per activation element between kernels
 
-    def gemm(m, n, kk, a_act, b_act, beta=0):
+    def gemm(m, n, kk, a_act, b_act, beta=0, c16=False):
         """m x k times k x n; a_act / b_act: the operand is an fp32 activation
-        (2: one the previous GEMM rounded, read from its copy when reused)."""
+        (2: one the previous GEMM rounded, read from its copy when reused);
+        c16: C written in bf16 (a 16-bit slot)."""
         k["gemm_flops"] += 2.0 * m * n * kk
         for act, cnt in ((a_act, m * kk), (b_act, kk * n)):
             if act and a == 4 and not (act == 2 and reuse):
                 k["gemm_bytes"] += cnt * (4 + 2)  # to16: read fp32, write bf16
             k["gemm_bytes"] += cnt * 2  # the GEMM reads the 16-bit operand
-        k["gemm_bytes"] += m * n * a * (2 if beta else 1)
+        k["gemm_bytes"] += m * n * (2 if c16 else a) * (2 if beta else 1)
 
     def elem(n_read, n_write):
         k["elem_bytes"] += (n_read + n_write) * a
@@ -117,10 +121,13 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
             elem(N * C, N * C)  # bias
         elem(2 * N * C, N * C)  # residual
         produce(N * C, N * C)  # ln2
-        gemm(N, 4 * C, C, g16, 0)  # fc
+        gemm(N, 4 * C, C, g16, 0, c16=fch16)  # fc (fch in bf16 with fch16)
         if not bias_fwd_fused:
             elem(4 * N * C, 4 * N * C)  # bias
-        produce(4 * N * C, 4 * N * C)  # gelu
+        if fch16:  # gelu: reads the bf16 fch, writes the bf16 fch_gelu
+            k["elem_bytes"] += 4 * N * C * 2 + 4 * N * C * 2
+        else:
+            produce(4 * N * C, 4 * N * C)  # gelu
         gemm(N, C, 4 * C, g16, 0)  # fc proj
         if not bias_fwd_fused:
             elem(N * C, N * C)  # bias
@@ -142,7 +149,7 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
         gemm(4 * C, C, N, g16, 2, beta=1)  # dW_fcproj (dout: the dX GEMM's copy)
         elem(N * C, 0)  # bias backward
         if gelu_copy16:  # gelu backward: its gradient as the copy both GEMMs read
-            k["elem_bytes"] += 2 * 4 * N * C * a + 4 * N * C * 2
+            k["elem_bytes"] += 4 * N * C * a + 4 * N * C * (2 if fch16 else a) + 4 * N * C * 2
             gemm(N, C, 4 * C, 0, 0)  # dC
             gemm(C, 4 * C, N, g16, 0, beta=1)  # dW_fc
         else:
@@ -201,15 +208,17 @@ def main():
            "flops_per_step": step_flops}
     # name, activation bytes, tensor-core attention, its backward products, the
     # 16-bit gradient copy, operand reuse, act16, bias adds fused, fc bias
-    # gradient fused, attention backward writes dqkv, GELU backward's 16-bit copy
-    shapes = (("zrt_cuda_now", 4, True, 7, True, True, True, True, True, True, True),
-              ("separate_bias_adds", 4, True, 7, True, True, True, False, False, False, False),
-              ("fp32_activations", 4, True, 7, True, True, False, False, False, False, False),
-              ("fp32_core_attention", 4, False, 9, False, False, False, False, False, False, False),
+    # gradient fused, attention backward writes dqkv, GELU backward's 16-bit copy, fch in bf16
+    shapes = (("zrt_cuda_now", 4, True, 7, True, True, True, True, True, True, True, True),
+              ("separate_bias_adds", 4, True, 7, True, True, True, False, False, False, False, False),
+              ("fp32_activations", 4, True, 7, True, True, False, False, False, False, False, False),
+              ("fp32_core_attention", 4, False, 9, False, False, False, False, False, False, False,
+               False),
               ("bf16_activations_tensor_attention", 2, True, 5, True, False, False, True, False, True,
-               False))
-    for name, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16 in shapes:
-        k = step_budget(B, T, C, L, NH, V, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16)
+               False, False))
+    for name, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16, f16 in shapes:
+        k = step_budget(B, T, C, L, NH, V, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16,
+                        f16)
         # the op list's GEMMs are the formula's non-attention FLOPs, exactly
         gemm_want = 6.0 * (L * 12.0 * C * C + V * C) * B * T
         if abs(k["gemm_flops"] - gemm_want) > 1e-9 * gemm_want:

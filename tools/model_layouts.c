@@ -116,7 +116,8 @@ static uint64_t gpt_arena(uint64_t B, uint64_t T, uint64_t C, uint64_t H, uint64
               fch_gelu, res3 */
   GA_TAKE(GA_16(N * C)), GA_TAKE(N), GA_TAKE(N), GA_TAKE(3 * N * C);
   GA_TAKE(B * H * T * (lse ? 1 : T)), GA_TAKE(GA_16(N * C)), GA_TAKE(N * C);
-  GA_TAKE(GA_16(N * C)), GA_TAKE(N), GA_TAKE(N), GA_TAKE(4 * N * C), GA_TAKE(GA_16(4 * N * C));
+  GA_TAKE(GA_16(N * C)), GA_TAKE(N), GA_TAKE(N), GA_TAKE(GA_16(4 * N * C));
+  GA_TAKE(GA_16(4 * N * C));
   GA_TAKE(N * C);
   uint64_t stride = GA_ALIGN(off);
   off = layer0 + stride * slots;

@@ -50,7 +50,7 @@ int zrt_model_gpt_program(const zrt_model_gpt *g, int grad_accum, zrt_model_prog
  * wte. cuda: the CUDA backend's figure, where the example lays the arena
  * out with GPT2_ACTS_LSE_ONLY (batch * heads * seq floats per layer for the
  * attention instead of batch * heads * seq^2) and, in a 16-bit run,
- * GPT2_ACTS_HALF16 (ln1, atty, ln2, fch_gelu and lnf at half size, every
+ * GPT2_ACTS_HALF16 (ln1, atty, ln2, fch, fch_gelu and lnf at half size, every
  * buffer on 256 bytes), adds its GEMM scratch (gpt2_cuda_scratch_bytes)
  * and drops the wte staging (its GEMMs read the 16-bit wte).
  * nckpt: blocks checkpointed (train_gpt2 --activation_checkpointing), which

@@ -10,8 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { A16_LN1, A16_ATTY, A16_LN2, A16_FCH_GELU, A16_LNF };
-static const char *const a16_names[] = {"ln1", "atty", "ln2", "fch_gelu", "lnf"};
+/* In a layer slot's (and the layout's) order. */
+enum { A16_LN1, A16_ATTY, A16_LN2, A16_FCH, A16_FCH_GELU, A16_LNF, A16_KINDS };
+static const char *const a16_names[A16_KINDS] = {"ln1", "atty", "ln2", "fch", "fch_gelu", "lnf"};
 
 typedef struct a16_slot {
   const char *p;
@@ -35,14 +36,14 @@ zrt_status gpt2_a16_set(const gpt2_acts_layout *L, const gpt2_config *cfg, int B
                         const float *acts) {
   gpt2_a16_clear();
   int slots = gpt2_acts_layer_slots(cfg, L->nckpt);
-  a16_slot *s = calloc((size_t)slots * 4 + 1, sizeof *s);
+  a16_slot *s = calloc((size_t)slots * A16_LNF + 1, sizeof *s);
   if (!s) return ZRT_ERR_OOM;
   size_t NC = (size_t)B * (size_t)cfg->seq_len * (size_t)cfg->n_embd, n = 0;
   size_t el = L->half16 ? 2 : sizeof(float);
-  const size_t off[4] = {L->ln1, L->atty, L->ln2, L->fch_gelu};
-  const size_t len[4] = {NC, NC, NC, 4 * NC};
+  const size_t off[A16_LNF] = {L->ln1, L->atty, L->ln2, L->fch, L->fch_gelu};
+  const size_t len[A16_LNF] = {NC, NC, NC, 4 * NC, 4 * NC};
   for (int l = 0; l < slots; l++)
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < A16_LNF; k++)
       s[n++] = (a16_slot){(const char *)(acts + off[k] + L->layer_stride * (size_t)l), len[k] * el,
                           k, l};
   s[n++] = (a16_slot){(const char *)(acts + L->lnf), NC * el, A16_LNF, -1};
@@ -123,7 +124,18 @@ static void a16_hold(const char *by, const void *p, size_t bytes) {
   g_aud.held_by = by;
 }
 
-enum { A_NONE, A_WRITE, A_READ }; /* what an argument may do to a slot */
+/* What an argument may do to a slot: nothing, or one of its kind's roles:
+ * ln1, atty, ln2, fch_gelu and lnf are written by their producer (the
+ * LayerNorm, attention and GELU forwards' out: A_WRITE) and read by GEMM
+ * operands and the attention backward's out (A_READ); fch is written by
+ * the fc GEMM's C (beta 0: A_GEMM_C) and read by the GELU forward's and
+ * backward's inp (A_GELU_INP). */
+enum { A_NONE, A_WRITE, A_READ, A_GEMM_C, A_GELU_INP };
+
+static int a16_role_ok(int kind, int may) {
+  if (kind == A16_FCH) return may == A_GEMM_C || may == A_GELU_INP;
+  return may == A_WRITE || may == A_READ;
+}
 
 /* bytes: the argument's extent as fp32 elements; a producer's or reader's
  * at a slot's start counts 2 bytes per element in a half16 layout. */
@@ -133,8 +145,8 @@ static void a16_arg(const char *op, const char *arg, const void *p, size_t bytes
   if (may != A_NONE && g_reg.half && gpt2_a16_is(p)) bytes /= 2;
   const a16_slot *s = a16_overlap(p, bytes);
   if (!s) return;
-  if (may != A_NONE && s->p == (const char *)p && bytes <= s->bytes) {
-    if (may == A_WRITE)
+  if (may != A_NONE && s->p == (const char *)p && bytes <= s->bytes && a16_role_ok(s->kind, may)) {
+    if (may == A_WRITE || may == A_GEMM_C)
       g_aud.writes++;
     else
       g_aud.reads++;
@@ -145,11 +157,13 @@ static void a16_arg(const char *op, const char *arg, const void *p, size_t bytes
   if (s->layer_slot >= 0) snprintf(where, sizeof where, "layer slot %d's", s->layer_slot);
   fprintf(stderr,
           "train_gpt2: internal error: %s's argument %s (%zu bytes at offset %lld of the slot) "
-          "touches %s %s activation, which a 16-bit run keeps in 16 bits: only the LayerNorm, "
-          "attention and GELU forwards write it and only GEMM operands and the attention "
-          "backward's out read it, from its start (gpt2_act16.h); the model's passes and that "
-          "rule disagree: please report it\n",
-          op, arg, bytes, (long long)((const char *)p - s->p), where, a16_names[s->kind]);
+          "touches %s %s activation, which a 16-bit run keeps in 16 bits: %s, from its start "
+          "(gpt2_act16.h); the model's passes and that rule disagree: please report it\n",
+          op, arg, bytes, (long long)((const char *)p - s->p), where, a16_names[s->kind],
+          s->kind == A16_FCH ? "only the fc GEMM's C (beta 0) writes it and only the GELU "
+                               "forward's and backward's inp read it"
+                             : "only the LayerNorm, attention and GELU forwards write it and only "
+                               "GEMM operands and the attention backward's out read it");
 }
 
 /* Bytes of a row-major operand: rows of ld floats, the last cols wide. */
@@ -164,7 +178,7 @@ static zrt_status a_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_
                          float *c, int64_t ldc) {
   a16_arg("gemm", "A", a, ta ? a16_mat(k, m, lda) : a16_mat(m, k, lda), A_READ);
   a16_arg("gemm", "B", b, tb ? a16_mat(n, k, ldb) : a16_mat(k, n, ldb), A_READ);
-  a16_arg("gemm", "C", c, a16_mat(m, n, ldc), A_NONE);
+  a16_arg("gemm", "C", c, a16_mat(m, n, ldc), beta == 0 ? A_GEMM_C : A_NONE);
   a16_held_gemm("A", a, ta ? a16_mat(k, m, lda) : a16_mat(m, k, lda), 0);
   a16_held_gemm("B", b, tb ? a16_mat(n, k, ldb) : a16_mat(k, n, ldb), 0);
   if (beta != 0) a16_held_gemm("C", c, a16_mat(m, n, ldc), 1);
@@ -239,7 +253,7 @@ static zrt_status a_attention_backward(void *ctx, float *dqkv, const float *dout
 static void a_gelu_forward(float *out, const float *inp, const float *bias, int N, int OC) {
   size_t n = F4((size_t)N * OC);
   a16_arg("gelu_forward", "out", out, n, A_WRITE);
-  a16_arg("gelu_forward", "inp", inp, n, A_NONE);
+  a16_arg("gelu_forward", "inp", inp, n, A_GELU_INP);
   a16_hold(NULL, NULL, 0);
   g_aud.in->gelu_forward(out, inp, bias, N, OC);
 }
@@ -247,7 +261,7 @@ static void a_gelu_backward(float *dinp, float *db, const float *inp, const floa
                             const float *dout, int N, int OC) {
   size_t n = F4((size_t)N * OC);
   a16_arg("gelu_backward", "dinp", dinp, n, A_NONE);
-  a16_arg("gelu_backward", "inp", inp, n, A_NONE);
+  a16_arg("gelu_backward", "inp", inp, n, A_GELU_INP);
   a16_arg("gelu_backward", "dout", dout, n, A_NONE);
   a16_hold(NULL, NULL, 0);
   g_aud.in->gelu_backward(dinp, db, inp, bias, dout, N, OC);

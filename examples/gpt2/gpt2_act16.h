@@ -1,27 +1,36 @@
 /*
  * gpt2_act16.h — the activations a 16-bit run keeps in 16 bits, and the
  * audit that checks no op reads them as fp32. In a bf16 or fp16 CUDA run
- * the slots read only by GEMMs — ln1, atty, ln2, fch_gelu of every layer
- * slot and lnf — hold elements of the run's dtype (same element index and
- * row stride; the layout gives them half the floats, GPT2_ACTS_HALF16):
- * their producers (LayerNorm forward, attention forward, GELU forward)
- * write 16 bits, the GEMMs read them as they are instead of rounding an
- * fp32 copy into the scratch (the same bits: both round to nearest even),
- * and the attention backward reads atty's 16 bits for D = dO . O. The
- * registry
- * (gpt2_a16_set) says which slots those are; the CUDA ops ask it
- * (gpt2_a16_is).
+ * these slots hold elements of the run's dtype (same element index and row
+ * stride; the layout gives them half the floats, GPT2_ACTS_HALF16):
+ *   - those only GEMMs read — ln1, atty, ln2, fch_gelu of every layer slot
+ *     and lnf: their producers (LayerNorm forward, attention forward, GELU
+ *     forward) write 16 bits, the GEMMs read them as they are instead of
+ *     rounding an fp32 copy into the scratch (the same bits: both round to
+ *     nearest even), and the attention backward reads atty's 16 bits for
+ *     D = dO . O;
+ *   - fch, the fc GEMM's output (without its bias): the GEMM writes its C
+ *     in 16 bits (fp32 accumulation, rounded once), and the GELU forward
+ *     and backward read it as they are, adding the bias in fp32 (as
+ *     autocast's GELU reads a 16-bit input; unlike the slots above this
+ *     rounds a value the fp32 path keeps, so the numbers move by the
+ *     rounding).
+ * The registry (gpt2_a16_set) says which slots those are; the CUDA ops ask
+ * it (gpt2_a16_is).
  *
- * The rule "a registered slot is written only by those three producers and
- * read only by GEMMs and the attention backward's `out`, always through the
- * slot's own start" is what makes the CUDA path right, and the audit
- * checks it on every backend: gpt2_a16_audit_start wraps any ops table and
- * checks each pointer argument's byte extent against the registry; a
- * violation is kept (the first one, with the op, the argument and the
- * slot) and returned by the table's check(). train_gpt2 registers and
- * audits every 16-bit run, on cpu and the twin too, where the ops still
- * compute in fp32: a pass that a later change makes read a 16-bit slot as
- * fp32 fails there, in CI, before it would compute garbage on a GPU.
+ * The rule "a registered slot is written only by its kind's producer and
+ * read only by its kind's readers, always through the slot's own start" is
+ * what makes the CUDA path right, and the audit checks it on every backend:
+ * gpt2_a16_audit_start wraps any ops table and checks each pointer
+ * argument's byte extent against the registry; a violation is kept (the
+ * first one, with the op, the argument and the slot) and returned by the
+ * table's check(). train_gpt2 registers and audits every 16-bit run, on cpu
+ * and the twin too, where the ops still compute in fp32: a pass that a
+ * later change makes read a 16-bit slot as fp32 fails there, in CI, before
+ * it would compute garbage on a GPU. The audit also checks the CUDA ops'
+ * held copies (gpt2_cuda.cu): the cross-entropy's and the GELU backward's
+ * result, kept only as the 16-bit copy their next GEMMs read, must not be
+ * read by anything else.
  */
 #ifndef GPT2_ACT16_H
 #define GPT2_ACT16_H
@@ -33,8 +42,8 @@ extern "C" {
 #endif
 
 /* Registers the 16-bit slots of layout L (config cfg, micro-batch B) over
- * the buffer acts: ln1, atty, ln2, fch_gelu of each of the layout's layer
- * slots, and lnf. A layout with half16 (GPT2_ACTS_HALF16, for ops that
+ * the buffer acts: ln1, atty, ln2, fch, fch_gelu of each of the layout's
+ * layer slots, and lnf. A layout with half16 (GPT2_ACTS_HALF16, for ops that
  * write them in 16 bits) holds each in half the bytes; the audit then
  * counts a producer's or reader's fp32-typed extent at 2 bytes per element.
  * Replaces an earlier registration. ZRT_ERR_OOM when the table cannot be

@@ -220,30 +220,31 @@ __global__ void k_fill16(void *dst, int64_t n, int dt) {
     ((__half *)dst)[e] = __float2half(x);
 }
 
-/* out = gelu(inp + bias), [N, OC] (bias NULL: none). out: see store_act. */
-__global__ void k_gelu_forward(void *out, int o16, const float *inp, const float *bias, int N,
-                               int OC) {
+/* out = gelu(inp + bias), [N, OC] (bias NULL: none). out: see store_act;
+ * inp: fp32, or with i16 the 16-bit fch (gpt2_act16.h) of type f16. */
+__global__ void k_gelu_forward(void *out, int o16, const void *inp, int i16, int f16,
+                               const float *bias, int N, int OC) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= (size_t)N * OC) return;
-  float x = inp[i] + (bias ? bias[i % (size_t)OC] : 0.0f);
+  float x = rw_act(inp, i, i16, f16) + (bias ? bias[i % (size_t)OC] : 0.0f);
   store_act(out, o16, i, 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x))));
 }
 
 /* dinp = dout * gelu'(inp + bias), without the bias's gradient
  * (k_gelu_colsum has it). */
-__global__ void k_gelu_backward(float *dinp, const float *inp, const float *bias, const float *dout,
-                                int N, int OC) {
+__global__ void k_gelu_backward(float *dinp, const void *inp, int i16, int f16, const float *bias,
+                                const float *dout, int N, int OC) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= (size_t)N * OC) return;
-  dinp[i] = dout[i] * rw_gelu_grad(inp[i] + (bias ? bias[i % (size_t)OC] : 0.0f));
+  dinp[i] = dout[i] * rw_gelu_grad(rw_act(inp, i, i16, f16) + (bias ? bias[i % (size_t)OC] : 0.0f));
 }
 
 /* gpt2_rows.h's fused GELU backward and bias gradient. */
 __global__ void __launch_bounds__(RW_COL_NT)
-    k_gelu_colsum(float *dinp, float *db, const float *dout, const float *inp, const float *bias,
-                  int N, int OC, uint16_t *g16, int f16) {
+    k_gelu_colsum(float *dinp, float *db, const float *dout, const void *inp, int i16,
+                  const float *bias, int N, int OC, uint16_t *g16, int f16) {
   __shared__ rw_col_smem sm;
-  rw_gelu_colsum_block(dinp, db, dout, inp, bias, N, OC, (int)blockIdx.x, &sm, g16, f16);
+  rw_gelu_colsum_block(dinp, db, dout, inp, i16, bias, N, OC, (int)blockIdx.x, &sm, g16, f16);
 }
 
 /* out = a + (b + bias), [N, C] (bias NULL: none). */
@@ -386,6 +387,16 @@ static zrt_status cu_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64
     else
       op[i].round = 1;
   }
+  /* C in the run's dtype when it is a 16-bit slot (a 16-bit run's fch,
+   * gpt2_act16.h: written once, beta 0); else fp32 */
+  const int c16 = o16_at(c);
+  if (c16 && beta != 0.0f) {
+    fprintf(stderr,
+            "train_gpt2: internal error: a GEMM accumulates (beta %g) into the 16-bit "
+            "activation slot at %p; only a beta-0 GEMM may write it\n",
+            (double)beta, (void *)c);
+    return ZRT_ERR_INTERNAL;
+  }
   /* a C over the held cross-entropy copy's fp32 range voids the copy */
   const char *c0 = (const char *)c, *c1 = c0 + ((size_t)(m - 1) * (size_t)ldc + (size_t)n) * 4;
   int c_over_t16 = g_t16.p && c0 < g_t16.p + g_t16.bytes && g_t16.p < c1;
@@ -410,7 +421,7 @@ static zrt_status cu_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64
   }
   if (c_over_t16) t16_drop();
   return zrt_engine_gemm((zrt_engine *)ctx, ta, tb, m, n, k, alpha, p16[0], ld16[0], p16[1],
-                         ld16[1], g_gemm_dt, beta, c, ldc, ZRT_F32);
+                         ld16[1], g_gemm_dt, beta, c, ldc, c16 ? (zrt_dtype)c16 : ZRT_F32);
 }
 static void cu_zero(float *p, size_t n) {
   r16_forget();
@@ -514,8 +525,8 @@ static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dou
 }
 static void cu_gelu_forward(float *out, const float *inp, const float *bias, int N, int OC) {
   r16_forget();
-  k_gelu_forward<<<nblocks((size_t)N * OC, TPB), TPB, 0, g_stream>>>(out, o16_at(out), inp, bias, N,
-                                                                     OC);
+  k_gelu_forward<<<nblocks((size_t)N * OC, TPB), TPB, 0, g_stream>>>(
+      out, o16_at(out), inp, o16_at(inp) != 0, g_gemm_dt == ZRT_F16, bias, N, OC);
 }
 /* The held 16-bit copy of the fp32 range [p, p + n floats) at the
  * scratch's start, or NULL (an fp32 run, or a scratch too small for it:
@@ -536,10 +547,10 @@ static void cu_gelu_backward(float *dinp, float *db, const float *inp, const flo
   if (db) {     /* the passes' form: the MLP's dX and dW GEMMs read the 16-bit copy next */
     uint16_t *g16 = t16_hold(dinp, (size_t)N * OC);
     k_gelu_colsum<<<nblocks((size_t)OC, RW_COLS), RW_COL_NT, 0, g_stream>>>(
-        dinp, db, dout, inp, bias, N, OC, g16, g_gemm_dt == ZRT_F16);
+        dinp, db, dout, inp, o16_at(inp) != 0, bias, N, OC, g16, g_gemm_dt == ZRT_F16);
   } else
-    k_gelu_backward<<<nblocks((size_t)N * OC, TPB), TPB, 0, g_stream>>>(dinp, inp, bias, dout, N,
-                                                                        OC);
+    k_gelu_backward<<<nblocks((size_t)N * OC, TPB), TPB, 0, g_stream>>>(
+        dinp, inp, o16_at(inp) != 0, g_gemm_dt == ZRT_F16, bias, dout, N, OC);
 }
 static void cu_residual(float *out, const float *a, const float *b, const float *bias, int N,
                         int C) {

@@ -67,7 +67,11 @@ static zrt_status e_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_
             (long long)m, (long long)n, (long long)k);
     return ZRT_ERR_OOM;
   }
-  return g_emu.in->gemm(ctx, ta, tb, m, n, k, alpha, a16, lda, b16, ldb, beta, c, ldc);
+  zrt_status st = g_emu.in->gemm(ctx, ta, tb, m, n, k, alpha, a16, lda, b16, ldb, beta, c, ldc);
+  if (st == ZRT_OK && gpt2_a16_is(c)) /* a 16-bit slot (fch): the GEMM writes 16 bits */
+    for (int64_t r = 0; r < m; r++)
+      for (int64_t j = 0; j < n; j++) c[r * ldc + j] = emu_round(c[r * ldc + j]);
+  return st;
 }
 
 /* shared memory: ldmatrix's rows are 16-byte aligned (TC_ALIGN) */

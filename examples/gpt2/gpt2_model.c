@@ -362,7 +362,7 @@ void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, i
   TAKE(ln2, A16(N * C));
   TAKE(ln2_mean, N);
   TAKE(ln2_rstd, N);
-  TAKE(fch, 4 * N * C);
+  TAKE(fch, A16(4 * N * C));
   TAKE(fch_gelu, A16(4 * N * C));
   TAKE(res3, N * C);
   L->layer_stride = ALIGN64(off); /* each layer slot aligned as the first */

@@ -107,13 +107,13 @@ typedef struct gpt2_acts_layout {
   size_t lnf, lnf_mean, lnf_rstd, logits, losses;
   size_t dres, dC, d4C; /* backward scratch (dC and d4C also forward temporaries) */
   size_t total;
-  int half16; /* ln1, atty, ln2, fch_gelu, lnf sized for 16-bit elements */
+  int half16; /* ln1, atty, ln2, fch, fch_gelu, lnf sized for 16-bit elements */
 } gpt2_acts_layout;
 /* flags: GPT2_ACTS_LSE_ONLY: the layer's att slot holds B * n_head * T
  * floats (the fused CUDA attention keeps only each row's logsumexp there)
  * instead of the CPU attention's B * n_head * T * T softmax.
  * GPT2_ACTS_HALF16: the slots a bf16 / fp16 CUDA run keeps in 16 bits
- * (gpt2_act16.h: ln1, atty, ln2, fch_gelu, lnf) take half the floats
+ * (gpt2_act16.h: ln1, atty, ln2, fch, fch_gelu, lnf) take half the floats
  * (rounded up to 64 floats), only for ops that write them in 16 bits. */
 #define GPT2_ACTS_LSE_ONLY 1
 #define GPT2_ACTS_HALF16 2

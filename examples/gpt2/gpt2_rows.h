@@ -164,6 +164,14 @@ GB_DEV float rw_gelu_grad(float x) {
          0.5f * x * (1.0f - th * th) * RW_GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
+/* Element e of an activation: fp32, or with in16 of the 16-bit type f16
+ * selects (0 bf16, 1 fp16). */
+GB_DEV float rw_act(const void *p, size_t e, int in16, int f16) {
+  if (!in16) return ((const float *)p)[e];
+  const uint32_t b = ((const uint16_t *)p)[e];
+  return f16 ? gb_from_f16(b) : gb_from_bf16(b);
+}
+
 /* The GELU backward with its bias's gradient in the same pass, columns
  * [grp * RW_COLS, +RW_COLS) of the [N, OC] matrices: dinp[i, c] = dout[i,
  * c] * gelu'(inp[i, c] + bias[c]) (dinp may alias dout: each element is
@@ -171,10 +179,11 @@ GB_DEV float rw_gelu_grad(float x) {
  * rw_colsum_block sums, from the fp32 values). bias NULL: none. g16
  * non-NULL (a 16-bit run): the gradient goes to g16 [N, OC] instead of
  * dinp, rounded to bf16 (fp16 when f16; to nearest even), the copy the
- * next GEMMs read; dinp is not written. */
-GB_DEV void rw_gelu_colsum_block(float *dinp, float *db, const float *dout, const float *inp,
-                                 const float *bias, int N, int OC, int grp, rw_col_smem *sm,
-                                 uint16_t *g16, int f16) {
+ * next GEMMs read; dinp is not written. in16: inp holds 16-bit elements of
+ * that type (a 16-bit run's fch, gpt2_act16.h). */
+GB_DEV void rw_gelu_colsum_block(float *dinp, float *db, const float *dout, const void *inp,
+                                 int in16, const float *bias, int N, int OC, int grp,
+                                 rw_col_smem *sm, uint16_t *g16, int f16) {
   GB_THREADS(tid, RW_COL_NT)
   const int col = tid % RW_COLS, lane = tid / RW_COLS, c = grp * RW_COLS + col;
   float b = 0.0f;
@@ -186,7 +195,7 @@ GB_DEV void rw_gelu_colsum_block(float *dinp, float *db, const float *dout, cons
         const int i = i0 + k * RW_ROWS;
         const size_t e = (size_t)i * (size_t)OC + (size_t)c;
         d[k] = i < N ? dout[e] : 0.0f;
-        x[k] = i < N ? inp[e] : 0.0f;
+        x[k] = i < N ? rw_act(inp, e, in16, f16) : 0.0f;
       }
       for (int k = 0; k < RW_UNROLL; k++) {
         const int i = i0 + k * RW_ROWS;

@@ -98,6 +98,17 @@ static float round_to(float x, zrt_dtype dt) {
   memcpy(&y, &u, 4);
   return y;
 }
+static float from16(uint16_t h, zrt_dtype dt) {
+  if (dt == ZRT_F16) {
+    _Float16 x;
+    memcpy(&x, &h, 2);
+    return (float)x;
+  }
+  uint32_t u = (uint32_t)h << 16;
+  float y;
+  memcpy(&y, &u, 4);
+  return y;
+}
 static void to16(void *dst, const float *src, size_t n, zrt_dtype dt) {
   uint16_t *d = dst;
   for (size_t i = 0; i < n; i++) {
@@ -389,9 +400,10 @@ static void gelu16_case(zrt_dtype dt, void *scratch, size_t sb) {
  * the step's losses, every gradient (module by module) and the slots (ln1,
  * atty, ln2, fch_gelu of layer 1, lnf: 16-bit elements when reg). */
 enum { A16_L = 2, A16_B = 2 };
+enum { A16_SLOTS = 6 };
 typedef struct a16_run {
   float *loss, *grad[A16_L + 2][GPT2_BLOCK_NPARAMS];
-  unsigned char *slot[5];
+  unsigned char *slot[A16_SLOTS]; /* layer 0's ln1, atty, ln2, fch, fch_gelu; lnf */
 } a16_run;
 
 static void act16_step(const gpt2_config *cfg, float *const (*w)[GPT2_BLOCK_NPARAMS], const int *np,
@@ -427,9 +439,9 @@ static void act16_step(const gpt2_config *cfg, float *const (*w)[GPT2_BLOCK_NPAR
   ZT_CHECK(bad == 0);
   r->loss = malloc((size_t)N * 4);
   ZT_OK(zrt_engine_memcpy(eng, r->loss, acts + L.losses, (size_t)N * 4, ZRT_COPY_D2H));
-  const size_t at[5] = {L.ln1, L.atty, L.ln2, L.fch_gelu, L.lnf};
-  for (int k = 0; k < 5; k++) {
-    size_t n = (size_t)N * C * (k == 3 ? 4 : 1), off = at[k] + (k < 4 ? L.layer_stride : 0);
+  const size_t at[A16_SLOTS] = {L.ln1, L.atty, L.ln2, L.fch, L.fch_gelu, L.lnf};
+  for (int k = 0; k < A16_SLOTS; k++) {
+    size_t n = (size_t)N * C * (k == 3 || k == 4 ? 4 : 1), off = at[k];
     size_t bytes = n * (reg ? 2 : 4); /* 16-bit elements, or the fp32 run's */
     r->slot[k] = malloc(bytes);
     ZT_OK(zrt_engine_memcpy(eng, r->slot[k], acts + off, bytes, ZRT_COPY_D2H));
@@ -474,20 +486,46 @@ static void act16_case(zrt_dtype dt, void *scratch, size_t sb) {
   a16_run f32 = {0}, b16 = {0};
   act16_step(&cfg, w, np, numel, dtok, dt, 0, scratch, sb, &f32);
   act16_step(&cfg, w, np, numel, dtok, dt, 1, scratch, sb, &b16);
-  static const char *names[5] = {"ln1", "atty", "ln2", "fch_gelu", "lnf"};
+  static const char *names[A16_SLOTS] = {"ln1", "atty", "ln2", "fch", "fch_gelu", "lnf"};
   const char *dn = zrt_dtype_name(dt);
-  for (int k = 0; k < 5; k++) {
-    size_t n = (size_t)N * C * (k == 3 ? 4 : 1), differ = 0;
+  /* the gradients' and the later slots' tolerance, of a tensor's largest
+   * entry: unit.test_gpt2_act16 measures 0.83% (bf16) and 0.09% (fp16) on
+   * the gradients of the emulated kernels */
+  const double rel = dt == ZRT_BF16 ? 5e-2 : 1e-2;
+  for (int k = 0; k < A16_SLOTS; k++) {
+    size_t n = (size_t)N * C * (k == 3 || k == 4 ? 4 : 1), differ = 0, far = 0;
     uint16_t *want = malloc(n * 2);
+    float *got = malloc(n * 4);
     to16(want, (const float *)f32.slot[k], n, dt); /* the fp32 run's values, rounded */
     const uint16_t *h = (const uint16_t *)b16.slot[k];
-    for (size_t i = 0; i < n; i++) differ += h[i] != want[i];
-    printf("%s activations: %s: %zu of %zu elements differ from the fp32 run's rounding\n", dn,
-           names[k], differ, n);
-    ZT_CHECK(differ == 0);
-    free(want);
+    for (size_t i = 0; i < n; i++) {
+      differ += h[i] != want[i];
+      far += abs((int)h[i] - (int)want[i]) > 1; /* more than one unit in the last place */
+      got[i] = from16(h[i], dt);
+    }
+    printf("%s activations: layer 0 %s: %zu of %zu elements differ from the fp32 run's rounding, "
+           "%zu by more than 1 ulp\n",
+           dn, names[k], differ, n, far);
+    if (k < 3) /* before fch, the first value a 16-bit run rounds that the fp32 run keeps */
+      ZT_CHECK(differ == 0);
+    else if (k ==
+             3) /* the fc GEMM's own 16-bit C: its rounding (cuBLAS may sum in another order) */
+      ZT_CHECK(far == 0);
+    else { /* after it: moved by fch's rounding */
+      double big = 0;
+      for (size_t i = 0; i < n; i++) big = fmax(big, fabs(((const float *)f32.slot[k])[i]));
+      char what[96];
+      snprintf(what, sizeof what, "%s activations: %s", dn, names[k]);
+      ZT_CLOSE_ARRAY(what, got, (const float *)f32.slot[k], n, rel * big);
+    }
+    free(want), free(got);
   }
-  ZT_CHECK(memcmp(f32.loss, b16.loss, (size_t)N * 4) == 0);
+  double l0 = 0, l1 = 0;
+  for (int i = 0; i < N; i++) l0 += f32.loss[i], l1 += b16.loss[i];
+  printf("%s activations: loss %.9g, fp32 activations %.9g (relative %.3g; the emulation: 1.5e-5 "
+         "bf16, 6.0e-6 fp16)\n",
+         dn, l1, l0, fabs(l1 - l0) / fabs(l0));
+  ZT_CHECK(fabs(l1 - l0) <= 1e-4 * fabs(l0));
   for (int m = 0; m < A16_L + 2; m++)
     for (int p = 0; p < np[m]; p++) {
       double big = 0;
@@ -495,15 +533,13 @@ static void act16_case(zrt_dtype dt, void *scratch, size_t sb) {
         if (fabs(f32.grad[m][p][i]) > big) big = fabs(f32.grad[m][p][i]);
       char what[96];
       snprintf(what, sizeof what, "%s activations: module %d param %d gradient", dn, m, p);
-      /* D = dO . O from the 16-bit O (rounding unit 2^-8 bf16, 2^-11
-       * fp16): unit.test_gpt2_act16 measures 0.6% and 0.07% of a tensor's
-       * largest entry on the emulated kernels */
-      ZT_CLOSE_ARRAY(what, b16.grad[m][p], f32.grad[m][p], (size_t)numel[m][p],
-                     (dt == ZRT_BF16 ? 5e-2 : 1e-2) * big);
+      /* D = dO . O from the 16-bit O, fch rounded (rounding unit 2^-8
+       * bf16, 2^-11 fp16) */
+      ZT_CLOSE_ARRAY(what, b16.grad[m][p], f32.grad[m][p], (size_t)numel[m][p], rel * big);
       free(f32.grad[m][p]), free(b16.grad[m][p]);
       zrt_engine_free(eng, w[m][p]);
     }
-  for (int k = 0; k < 5; k++) free(f32.slot[k]), free(b16.slot[k]);
+  for (int k = 0; k < A16_SLOTS; k++) free(f32.slot[k]), free(b16.slot[k]);
   free(f32.loss), free(b16.loss), free(tok);
   zrt_engine_free(eng, dtok);
 }

@@ -90,12 +90,13 @@ static void registry(const gpt2_acts_layout *L, const float *acts, int nckpt) {
   ZT_OK(gpt2_a16_set(L, &cfg, B, acts));
   size_t n = 0;
   for (size_t i = 0; i < L->total; i++) n += (size_t)gpt2_a16_is(acts + i);
-  ZT_CHECK(n == (size_t)slots * 4 + 1);
+  ZT_CHECK(n == (size_t)slots * 5 + 1);
   for (int s = 0; s < slots; s++) {
     const float *base = acts + L->layer_stride * (size_t)s;
     ZT_CHECK(gpt2_a16_is(base + L->ln1) && gpt2_a16_is(base + L->atty));
     ZT_CHECK(gpt2_a16_is(base + L->ln2) && gpt2_a16_is(base + L->fch_gelu));
-    ZT_CHECK(!gpt2_a16_is(base + L->ln1 + 1) && !gpt2_a16_is(base + L->fch));
+    ZT_CHECK(gpt2_a16_is(base + L->fch));
+    ZT_CHECK(!gpt2_a16_is(base + L->ln1 + 1) && !gpt2_a16_is(base + L->res2));
     ZT_CHECK(!gpt2_a16_is(base + L->qkv) && !gpt2_a16_is(base + L->res3));
   }
   ZT_CHECK(gpt2_a16_is(acts + L->lnf) && !gpt2_a16_is(acts + L->encoded));
@@ -121,8 +122,11 @@ static void passes(int nckpt) {
          nckpt, loss, plain, wr, rd, bad);
   ZT_CHECK(loss == plain);
   ZT_CHECK(bad == 0);
-  ZT_CHECK(wr == 4 * fwd + 1);
-  ZT_CHECK(rd == 4 * fwd + 5 * NL + 2);
+  /* per block forward 5 writes (4 producers, the fc GEMM's C) and 5 reads
+   * (4 GEMM operands, GELU's fch); per backward 6 reads (5 GEMM operands and
+   * attention's out, GELU's fch); the head 1 and 2 */
+  ZT_CHECK(wr == 5 * fwd + 1);
+  ZT_CHECK(rd == 5 * fwd + 6 * NL + 2);
   ZT_CHECK(audited.check() == ZRT_OK);
   gpt2_a16_clear();
   free(acts);
@@ -200,14 +204,14 @@ static void half_layout(void) {
   gpt2_acts_layout_init(&full, &big, 8, 0, GPT2_ACTS_LSE_ONLY);
   gpt2_acts_layout_init(&half, &big, 8, 0, GPT2_ACTS_LSE_ONLY | GPT2_ACTS_HALF16);
   size_t NC = (size_t)8 * big.seq_len * big.n_embd;
-  size_t want = (size_t)big.n_layer * (7 * NC / 2) + NC / 2;
-  printf("GPT-2 124M, B = 8, CUDA layout: %.1f MiB fp32, %.1f MiB with bf16 GEMM-only "
+  size_t want = (size_t)big.n_layer * (11 * NC / 2) + NC / 2;
+  printf("GPT-2 124M, B = 8, CUDA layout: %.1f MiB fp32, %.1f MiB with the 16-bit "
          "activations (per layer %.1f -> %.1f MiB)\n",
          full.total * 4 / 1048576.0, half.total * 4 / 1048576.0, full.layer_stride * 4 / 1048576.0,
          half.layer_stride * 4 / 1048576.0);
   ZT_CHECK(half.half16 == 1 && full.half16 == 0);
   ZT_CHECK(full.total - half.total == want);
-  ZT_CHECK(full.layer_stride - half.layer_stride == 7 * NC / 2);
+  ZT_CHECK(full.layer_stride - half.layer_stride == 11 * NC / 2);
   /* an odd B*T: every buffer of a 16-bit layout still starts on 256 bytes */
   gpt2_config odd = cfg;
   odd.seq_len = 33;
@@ -232,7 +236,7 @@ static void half_layout(void) {
     gpt2_a16_audit_counts(&wr, &rd, &bad);
     printf("half layout, nckpt %d: %ld slot writes, %ld reads, %ld violations\n", nckpt, wr, rd,
            bad);
-    ZT_CHECK(bad == 0 && wr == 4 * fwd + 1 && rd == 4 * fwd + 5 * NL + 2);
+    ZT_CHECK(bad == 0 && wr == 5 * fwd + 1 && rd == 5 * fwd + 6 * NL + 2);
     ZT_CHECK(audited.check() == ZRT_OK);
     /* an fp32 reader of a half slot is still caught */
     audited.layernorm_backward(acts + L.dres, NULL, NULL, acts + L.dC, acts + L.ln1, NULL, NULL,
@@ -289,7 +293,7 @@ static void emulated_gemm(zrt_dtype dt) {
 /* The GPU test's micro-step on the emulated CUDA numbers: the worst
  * gradient change from registering the slots, over each tensor's largest
  * entry. */
-static void emulated(zrt_dtype dt, double gpu_tol) {
+static void emulated(zrt_dtype dt, double gpu_loss_tol, double gpu_tol) {
   gpt2_acts_layout L;
   gpt2_acts_layout_init(&L, &cfg, B, 0, 0);
   float *acts = calloc(L.total, sizeof(float));
@@ -321,10 +325,12 @@ static void emulated(zrt_dtype dt, double gpu_tol) {
         free(g0[m][p]);
       }
   }
-  printf("emulated %s micro-step: losses %s, worst gradient change %.3g of its tensor's largest "
-         "entry (the GPU test allows %g)\n",
-         zrt_dtype_name(dt), loss[0] == loss[1] ? "bitwise equal" : "DIFFER", worst, gpu_tol);
-  ZT_CHECK(loss[0] == loss[1]);
+  double dl = fabs(loss[1] - loss[0]) / fabs(loss[0]);
+  printf("emulated %s micro-step: loss moved %.3g (relative), worst gradient change %.3g of its "
+         "tensor's largest entry (the GPU test allows %g and %g)\n",
+         zrt_dtype_name(dt), dl, worst, gpu_loss_tol, gpu_tol);
+  /* fch's rounding moves the loss (the other slots hold what the GEMMs read) */
+  ZT_CHECK(dl > 0 && dl * 4 <= gpu_loss_tol);
   ZT_CHECK(worst > 0 && worst * 4 <= gpu_tol); /* > 0: the registry reached D */
   gpt2_emu_cuda_done();
   free(acts);
@@ -436,8 +442,8 @@ int main(void) {
   half_layout();
   emulated_gemm(ZRT_BF16);
   emulated_gemm(ZRT_F16);
-  emulated(ZRT_BF16, 5e-2);
-  emulated(ZRT_F16, 1e-2);
+  emulated(ZRT_BF16, 1e-4, 5e-2);
+  emulated(ZRT_F16, 1e-4, 1e-2);
   expect_violation(V_GELU_BWD, "gelu_backward's argument inp");
   expect_violation(V_RESIDUAL, "residual_forward's argument a");
   expect_violation(V_GEMM_INSIDE, "gemm's argument A");

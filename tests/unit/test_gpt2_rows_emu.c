@@ -67,7 +67,7 @@ static void emu_gelu_colsum16(float *dinp, float *db, const float *dout, const f
                               const float *bias, int N, int OC, uint16_t *g16, int f16) {
   static rw_col_smem sm;
   for (int g = 0; g < (OC + RW_COLS - 1) / RW_COLS; g++)
-    rw_gelu_colsum_block(dinp, db, dout, inp, bias, N, OC, g, &sm, g16, f16);
+    rw_gelu_colsum_block(dinp, db, dout, inp, 0, bias, N, OC, g, &sm, g16, f16);
 }
 static void emu_gelu_colsum(float *dinp, float *db, const float *dout, const float *inp,
                             const float *bias, int N, int OC) {
