@@ -384,9 +384,9 @@ static void expect_violation(violation v, const char *needle) {
     if (v == V_HELD_READ) o.bias_backward(g[1][GPT2_FC_B], d4C, N, 4 * C);
     if (v == V_HELD_BETA)
       (void)o.gemm(NULL, 0, 0, N, C, C, 1, acts + L.dC, C, w[1][GPT2_ATTNPROJ_W], C, 1, d4C, C);
-    if (v == V_HELD_SLICE) /* rows of 4C + 1 floats: the last row ends past the range */
-      (void)o.gemm(NULL, 0, 1, N, C, 4 * C, 1, d4C + 1, 4 * C, w[1][GPT2_FC_W], 4 * C, 0,
-                   acts + L.dC, C);
+    if (v == V_HELD_SLICE) /* one float before the range (dC's last): starts outside it */
+      (void)o.gemm(NULL, 0, 1, N, C, 4 * C, 1, d4C - 1, 4 * C, w[1][GPT2_FC_W], 4 * C, 0,
+                   acts + L.dres, C);
     break;
   }
   case V_HELD_CE:
