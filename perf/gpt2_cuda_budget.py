@@ -102,11 +102,12 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
         else:
             k["attn_fma"] += (2 if fwd else 9) * pairs * hs
         # qkv read; forward writes out, backward reads dout (and the tensor
-        # cores' kernels the forward's out, for D) and adds into dqkv; out
-        # in bf16 with act16
+        # cores' kernels the forward's out, for D) and adds into dqkv (reads
+        # and writes it), or with attn_writes writes it; out in bf16 with act16
         o = 2 if act16 else a
         extra = N * C * o if attn_tensor and not fwd else 0
-        k["attn_bytes"] += 3 * N * C * a + N * C * o if fwd else (3 * N * C + N * C + 2 * 3 * N * C) * a + extra
+        dqkv = (1 if attn_writes else 2) * 3 * N * C * a
+        k["attn_bytes"] += 3 * N * C * a + N * C * o if fwd else (3 * N * C + N * C) * a + dqkv + extra
 
     # forward
     elem(N, N * C)  # encoder: tokens, wte/wpe rows (read N C each, counted once), out
