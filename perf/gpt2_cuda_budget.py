@@ -32,8 +32,9 @@ each linear's bias is added by its reader, the attention as it loads q, k,
 v, GELU, the residual adds; the fc bias's gradient summed by the GELU
 backward's pass, which writes its gradient only as the 16-bit copy the
 MLP's two backward GEMMs read; the attention backward writes dqkv without
-a zeroing pass; fch, the fc GEMM's output, in bf16 too, written by the
-GEMM and read so by the GELU forward and backward),
+a zeroing pass, and in a 16-bit run only as the bf16 copy the qkv GEMMs
+and the qkv bias's gradient read; fch, the fc GEMM's output, in bf16 too,
+written by the GEMM and read so by the GELU forward and backward),
 separate_bias_adds (session 14's kernels: the same with the bias-add
 passes, the bias gradient pass, the zeroing and the GELU gradient in fp32), fp32_activations (session 13's kernels: every
 activation fp32), fp32_core_attention (the kernels before session 13:
@@ -54,13 +55,14 @@ import sys
 
 def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_copy16=False,
                 reuse=False, act16=False, bias_fwd_fused=False, bias_grad_fused=False,
-                attn_writes=False, gelu_copy16=False, fch16=False):
+                attn_writes=False, gelu_copy16=False, fch16=False, dqkv16=False):
     """Per-class totals of one step (forward + backward, embedding to head).
     act16: the activations only GEMMs read (ln1, atty, ln2, fch_gelu, lnf)
     are written in bf16 by their producers and read as they are (the GEMMs'
     operands and the attention backward's out), gpt2_act16.h. fch16: fch
     too, written in bf16 by the fc GEMM and read so by the GELU forward and
-    backward.
+    backward. dqkv16: the attention backward writes dqkv only as the bf16
+    copy the qkv GEMMs and the qkv bias's gradient read.
     bias_fwd_fused: no pass adds a linear's bias; its reader adds it (the
     attention as it loads q, k, v; GELU; the residual adds) or, for the
     peer, the GEMM's epilogue. bias_grad_fused: the fc bias's gradient is
@@ -96,7 +98,7 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
 
     pairs = B * NH * T * (T + 1) / 2  # visible (query, key) pairs of the causal mask
 
-    def attention(fwd):
+    def attention(fwd, d16=False):
         if attn_tensor:
             k["attn_tensor_flops"] += 2.0 * (2 if fwd else bwd_products) * pairs * hs
         else:
@@ -106,7 +108,7 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
         # and writes it), or with attn_writes writes it; out in bf16 with act16
         o = 2 if act16 else a
         extra = N * C * o if attn_tensor and not fwd else 0
-        dqkv = (1 if attn_writes else 2) * 3 * N * C * a
+        dqkv = 3 * N * C * 2 if d16 else (1 if attn_writes else 2) * 3 * N * C * a
         k["attn_bytes"] += 3 * N * C * a + N * C * o if fwd else (3 * N * C + N * C) * a + dqkv + extra
 
     # forward
@@ -166,10 +168,15 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
         elem(N * C, 0)  # bias backward
         if not attn_writes:
             elem(0, 3 * N * C)  # zero d4C (the dqkv the attention adds into)
-        attention(False)
-        gemm(N, C, 3 * C, 1, 0)  # dC
-        gemm(C, 3 * C, N, g16, 2, beta=1)  # dW_attn (dout: the dX GEMM's copy)
-        elem(3 * N * C, 0)  # bias backward
+        attention(False, dqkv16)
+        if dqkv16:  # the held bf16 dqkv: no rounding pass; the bias gradient reads it too
+            gemm(N, C, 3 * C, 0, 0)  # dC
+            gemm(C, 3 * C, N, g16, 0, beta=1)  # dW_attn
+            k["elem_bytes"] += 3 * N * C * 2  # bias backward
+        else:
+            gemm(N, C, 3 * C, 1, 0)  # dC
+            gemm(C, 3 * C, N, g16, 2, beta=1)  # dW_attn (dout: the dX GEMM's copy)
+            elem(3 * N * C, 0)  # bias backward
         elem(3 * N * C, N * C)  # ln1 backward
         elem(2 * N * C, 0)  # its column sums
     elem(N * C, 2 * N * C)  # encoder backward (atomics into dwte, dwpe)
@@ -209,17 +216,17 @@ def main():
            "flops_per_step": step_flops}
     # name, activation bytes, tensor-core attention, its backward products, the
     # 16-bit gradient copy, operand reuse, act16, bias adds fused, fc bias
-    # gradient fused, attention backward writes dqkv, GELU backward's 16-bit copy, fch in bf16
-    shapes = (("zrt_cuda_now", 4, True, 7, True, True, True, True, True, True, True, True),
-              ("separate_bias_adds", 4, True, 7, True, True, True, False, False, False, False, False),
-              ("fp32_activations", 4, True, 7, True, True, False, False, False, False, False, False),
-              ("fp32_core_attention", 4, False, 9, False, False, False, False, False, False, False,
-               False),
-              ("bf16_activations_tensor_attention", 2, True, 5, True, False, False, True, False, True,
-               False, False))
-    for name, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16, f16 in shapes:
+    # gradient fused, attention backward writes dqkv, GELU backward's 16-bit copy, fch in bf16,
+    # the attention backward's 16-bit dqkv copy
+    T_, F_ = True, False
+    shapes = (("zrt_cuda_now", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_),
+              ("separate_bias_adds", 4, T_, 7, T_, T_, T_, F_, F_, F_, F_, F_, F_),
+              ("fp32_activations", 4, T_, 7, T_, T_, F_, F_, F_, F_, F_, F_, F_),
+              ("fp32_core_attention", 4, F_, 9, F_, F_, F_, F_, F_, F_, F_, F_, F_),
+              ("bf16_activations_tensor_attention", 2, T_, 5, T_, F_, F_, T_, F_, T_, F_, F_, F_))
+    for name, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16, f16, d16 in shapes:
         k = step_budget(B, T, C, L, NH, V, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16,
-                        f16)
+                        f16, d16)
         # the op list's GEMMs are the formula's non-attention FLOPs, exactly
         gemm_want = 6.0 * (L * 12.0 * C * C + V * C) * B * T
         if abs(k["gemm_flops"] - gemm_want) > 1e-9 * gemm_want:

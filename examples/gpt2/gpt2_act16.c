@@ -105,13 +105,15 @@ static void a16_held_arg(const char *op, const char *arg, const void *p, size_t 
           op, arg, g_aud.held_by);
 }
 
-/* A GEMM reads held values only from an operand inside the range (the
- * CUDA GEMM then reads the copy), never C with beta != 0. */
-static void a16_held_gemm(const char *arg, const void *p, size_t bytes, int reads_fp32) {
+/* A GEMM operand or the bias backward's dout reads held values only from
+ * inside the range (the CUDA op then reads the copy), never C with beta !=
+ * 0. */
+static void a16_held_reader(const char *op, const char *arg, const void *p, size_t bytes,
+                            int reads_fp32) {
   const char *q = (const char *)p;
   if (g_reg.half && gpt2_a16_is(p)) bytes /= 2;
   int inside = q >= g_aud.held && q + bytes <= g_aud.held + g_aud.held_bytes;
-  if (a16_in_held(p, bytes) && (reads_fp32 || !inside)) a16_held_arg("gemm", arg, p, bytes);
+  if (a16_in_held(p, bytes) && (reads_fp32 || !inside)) a16_held_arg(op, arg, p, bytes);
 }
 
 /* [p, p + bytes) held from here (by: its producer), or nothing (p NULL):
@@ -141,7 +143,7 @@ static int a16_role_ok(int kind, int may) {
  * at a slot's start counts 2 bytes per element in a half16 layout. */
 static void a16_arg(const char *op, const char *arg, const void *p, size_t bytes, int may) {
   if (!p) return;
-  if (strcmp(op, "gemm")) a16_held_arg(op, arg, p, bytes);
+  if (strcmp(op, "gemm") && strcmp(op, "bias_backward")) a16_held_arg(op, arg, p, bytes);
   if (may != A_NONE && g_reg.half && gpt2_a16_is(p)) bytes /= 2;
   const a16_slot *s = a16_overlap(p, bytes);
   if (!s) return;
@@ -179,9 +181,9 @@ static zrt_status a_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_
   a16_arg("gemm", "A", a, ta ? a16_mat(k, m, lda) : a16_mat(m, k, lda), A_READ);
   a16_arg("gemm", "B", b, tb ? a16_mat(n, k, ldb) : a16_mat(k, n, ldb), A_READ);
   a16_arg("gemm", "C", c, a16_mat(m, n, ldc), beta == 0 ? A_GEMM_C : A_NONE);
-  a16_held_gemm("A", a, ta ? a16_mat(k, m, lda) : a16_mat(m, k, lda), 0);
-  a16_held_gemm("B", b, tb ? a16_mat(n, k, ldb) : a16_mat(k, n, ldb), 0);
-  if (beta != 0) a16_held_gemm("C", c, a16_mat(m, n, ldc), 1);
+  a16_held_reader("gemm", "A", a, ta ? a16_mat(k, m, lda) : a16_mat(m, k, lda), 0);
+  a16_held_reader("gemm", "B", b, tb ? a16_mat(n, k, ldb) : a16_mat(k, n, ldb), 0);
+  if (beta != 0) a16_held_reader("gemm", "C", c, a16_mat(m, n, ldc), 1);
   if (a16_in_held(c, a16_mat(m, n, ldc))) a16_hold(NULL, NULL, 0); /* new values there */
   return g_aud.in->gemm(ctx, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
@@ -226,6 +228,7 @@ static void a_layernorm_backward(float *dinp, float *dw, float *db, const float 
 }
 static void a_bias_backward(float *db, const float *dout, int N, int OC) {
   a16_arg("bias_backward", "dout", dout, F4((size_t)N * OC), A_NONE);
+  a16_held_reader("bias_backward", "dout", dout, F4((size_t)N * OC), 0); /* reads the copy */
   a16_hold(NULL, NULL, 0);
   g_aud.in->bias_backward(db, dout, N, OC);
 }
@@ -248,7 +251,9 @@ static zrt_status a_attention_backward(void *ctx, float *dqkv, const float *dout
   a16_arg("attention_backward", "out", out, btc, A_READ);
   a16_arg("attention_backward", "att", att, F4((size_t)B * NH * T), A_NONE);
   a16_hold(NULL, NULL, 0);
-  return g_aud.in->attention_backward(ctx, dqkv, dout, qkv, bias, out, att, B, T, C, NH);
+  zrt_status st = g_aud.in->attention_backward(ctx, dqkv, dout, qkv, bias, out, att, B, T, C, NH);
+  a16_hold("attention backward", dqkv, 3 * btc); /* held for the qkv GEMMs and bias gradient */
+  return st;
 }
 static void a_gelu_forward(float *out, const float *inp, const float *bias, int N, int OC) {
   size_t n = F4((size_t)N * OC);

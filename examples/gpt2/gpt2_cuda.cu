@@ -1,17 +1,22 @@
 /*
  * gpt2_cuda.cu — CUDA C kernels of the GPT-2 example with the contract of
  * the CPU ops table (gpt2_ops_decl.h): encoder, LayerNorm, causal softmax
- * attention, GELU (tanh), residual, bias, softmax cross-entropy, each with
- * its backward, plus the working-dtype staging kernels. GEMMs go through
+ * attention, GELU (tanh), residual, softmax cross-entropy, each with its
+ * backward, and the biases' gradients (a linear's bias is added by its
+ * reader: the attention's tile loads, GELU, the residual add), plus the
+ * working-dtype staging kernels. GEMMs go through
  * zrt_engine_gemm (cuBLAS inside the engine's CUDA backend). In a 16-bit
  * run (gpt2_cuda_gemm_setup with bf16 / fp16) every GEMM runs on tensor
  * cores with fp32 accumulation: the module's weight matrices are the
  * engine's gathered 16-bit tensors themselves (registered with
  * gpt2_cuda_weight16, no fp32 copy); the activations only GEMMs read
  * (ln1, atty, ln2, fch_gelu, lnf: gpt2_act16.h's registry) are written in
- * the run's dtype by their producers and read as they are; other fp32
- * activation operands are rounded to the run's dtype into the scratch (as
- * autocast does), C stays fp32.
+ * the run's dtype by their producers and read as they are, and fch is the
+ * fc GEMM's 16-bit C; other fp32 activation operands are rounded to the
+ * run's dtype into the scratch (as autocast does), other C stays fp32. The
+ * cross-entropy's, the GELU backward's and the attention backward's
+ * gradients are written only as the 16-bit copy their next GEMMs read (the
+ * held copy, below).
  *
  * Attention is fused (online softmax over shared-memory tiles, backward
  * without atomics): on tensor cores in a bf16 or fp16 run (gpt2_flash_tc.h,
@@ -128,10 +133,10 @@ __global__ void k_layernorm_backward(float *dinp, const float *dout, const float
 /* dw, db of the LayerNorm and db of a bias: gpt2_rows.h's column sums
  * (inp NULL: the bias). */
 __global__ void __launch_bounds__(RW_COL_NT)
-    k_colsum(float *dw, float *db, const float *dout, const float *inp, const float *mean,
-             const float *rstd, int N, int OC) {
+    k_colsum(float *dw, float *db, const void *dout, int in16, int f16, const float *inp,
+             const float *mean, const float *rstd, int N, int OC) {
   __shared__ rw_col_smem sm;
-  rw_colsum_block(dw, db, dout, inp, mean, rstd, N, OC, (int)blockIdx.x, &sm);
+  rw_colsum_block(dw, db, dout, in16, f16, inp, mean, rstd, N, OC, (int)blockIdx.x, &sm);
 }
 
 __global__ void __launch_bounds__(FA_NT) k_fa_forward(float *out, float *lse, const float *qkv,
@@ -166,24 +171,24 @@ __global__ void __launch_bounds__(TC_NT)
 
 template <int F16>
 __global__ void __launch_bounds__(TC_NT)
-    k_tc_dq(float *dqkv, float *dstat, const float *dout, const float *qkv, const float *bias,
-            const void *out, int o16, const float *lse, int T, int C, int NH) {
+    k_tc_dq(void *dqkv, int d16, float *dstat, const float *dout, const float *qkv,
+            const float *bias, const void *out, int o16, const float *lse, int T, int C, int NH) {
   const int f16 = F16;
   __shared__ tc_dq_smem sm;
   tc_dq_lane st[1];
-  tc_dq_block(dqkv, dstat, dout, qkv, bias, out, o16, lse, T, C, NH, (int)blockIdx.x,
+  tc_dq_block(dqkv, d16, dstat, dout, qkv, bias, out, o16, lse, T, C, NH, (int)blockIdx.x,
               (int)blockIdx.y, f16, &sm, st);
 }
 
 template <int F16>
 __global__ void __launch_bounds__(TC_NT)
-    k_tc_dkv(float *dqkv, const float *dout, const float *qkv, const float *bias, const float *lse,
-             const float *dstat, int T, int C, int NH) {
+    k_tc_dkv(void *dqkv, int d16, const float *dout, const float *qkv, const float *bias,
+             const float *lse, const float *dstat, int T, int C, int NH) {
   const int f16 = F16;
   __shared__ tc_dkv_smem sm;
   tc_dkv_lane st[1];
-  tc_dkv_block(dqkv, dout, qkv, bias, lse, dstat, T, C, NH, (int)blockIdx.x, (int)blockIdx.y, f16,
-               &sm, st);
+  tc_dkv_block(dqkv, d16, dout, qkv, bias, lse, dstat, T, C, NH, (int)blockIdx.x, (int)blockIdx.y,
+               f16, &sm, st);
 }
 
 __global__ void __launch_bounds__(FA_NT)
@@ -451,13 +456,16 @@ static void cu_layernorm_backward(float *dinp, float *dw, float *db, const float
   r16_forget();
   k_layernorm_backward<<<nblocks((size_t)N * 32, TPB), TPB, 0, g_stream>>>(dinp, dout, inp, w, mean,
                                                                            rstd, N, C);
-  k_colsum<<<nblocks((size_t)C, RW_COLS), RW_COL_NT, 0, g_stream>>>(dw, db, dout, inp, mean, rstd,
-                                                                    N, C);
+  k_colsum<<<nblocks((size_t)C, RW_COLS), RW_COL_NT, 0, g_stream>>>(dw, db, dout, 0, 0, inp, mean,
+                                                                    rstd, N, C);
 }
+/* A bias's gradient: from the held 16-bit copy when dout lies in its range
+ * (the attention backward's dqkv in a 16-bit run), then the copy is void. */
 static void cu_bias_backward(float *db, const float *dout, int N, int OC) {
+  const void *t = N > 0 ? twin16(dout, OC, N, OC) : NULL;
   r16_forget();
-  k_colsum<<<nblocks((size_t)OC, RW_COLS), RW_COL_NT, 0, g_stream>>>(NULL, db, dout, NULL, NULL,
-                                                                     NULL, N, OC);
+  k_colsum<<<nblocks((size_t)OC, RW_COLS), RW_COL_NT, 0, g_stream>>>(
+      NULL, db, t ? t : dout, t != NULL, g_gemm_dt == ZRT_F16, NULL, NULL, NULL, N, OC);
 }
 static zrt_status fa_shape_ok(int B, int T, int C, int NH) {
   (void)T;
@@ -489,31 +497,41 @@ static zrt_status cu_attention_forward(void *ctx, float *out, float *att, const 
   k_fa_forward<<<grid, FA_NT, 0, g_stream>>>(out, att /* lse rows */, qkv, bias, T, C, NH);
   return ZRT_OK; /* launch errors: the pass's check() */
 }
+static uint16_t *t16_hold(const float *p, size_t n);
 static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                         const float *bias, const float *out, const float *att,
                                         int B, int T, int C, int NH) {
-  r16_forget();
+  r16_forget(); /* also voids an earlier held copy */
   (void)ctx;
   zrt_status st = fa_shape_ok(B, T, C, NH);
   if (st != ZRT_OK) return st;
-  size_t dbytes = (size_t)B * NH * T * sizeof(float);
+  size_t dbytes = (size_t)B * NH * T * sizeof(float), n3 = (size_t)B * T * 3 * (size_t)C;
+  /* a 16-bit run: dqkv only as the 16-bit copy the qkv GEMMs and the qkv
+   * bias's gradient read next (held), when the scratch holds it beside D's
+   * rows (gpt2_cuda_scratch_bytes does); else fp32 */
+  void *dst = dqkv;
+  int d16 = 0;
+  if (g_gemm_dt != ZRT_F32 && (n3 * 2 + 255) / 256 * 256 + dbytes <= g_scratch_bytes) {
+    dst = t16_hold(dqkv, n3);
+    d16 = 1;
+  }
   if (g_scratch_res + dbytes > g_scratch_bytes) {
     fprintf(stderr, "train_gpt2: CUDA scratch of %zu bytes is below the attention's %zu\n",
             g_scratch_bytes, dbytes);
     return ZRT_ERR_INTERNAL;
   }
-  /* free between GEMMs (stream order), after a held 16-bit copy */
+  /* free between GEMMs (stream order), after the held 16-bit copy */
   float *dstat = (float *)(g_scratch + g_scratch_res);
   if (g_gemm_dt != ZRT_F32) {
     dim3 grid((unsigned)((T + TC_ROWS - 1) / TC_ROWS), (unsigned)(B * NH));
     if (g_gemm_dt == ZRT_F16) {
-      k_tc_dq<1><<<grid, TC_NT, 0, g_stream>>>(dqkv, dstat, dout, qkv, bias, out, o16_at(out), att,
-                                               T, C, NH);
-      k_tc_dkv<1><<<grid, TC_NT, 0, g_stream>>>(dqkv, dout, qkv, bias, att, dstat, T, C, NH);
+      k_tc_dq<1><<<grid, TC_NT, 0, g_stream>>>(dst, d16, dstat, dout, qkv, bias, out, o16_at(out),
+                                               att, T, C, NH);
+      k_tc_dkv<1><<<grid, TC_NT, 0, g_stream>>>(dst, d16, dout, qkv, bias, att, dstat, T, C, NH);
     } else {
-      k_tc_dq<0><<<grid, TC_NT, 0, g_stream>>>(dqkv, dstat, dout, qkv, bias, out, o16_at(out), att,
-                                               T, C, NH);
-      k_tc_dkv<0><<<grid, TC_NT, 0, g_stream>>>(dqkv, dout, qkv, bias, att, dstat, T, C, NH);
+      k_tc_dq<0><<<grid, TC_NT, 0, g_stream>>>(dst, d16, dstat, dout, qkv, bias, out, o16_at(out),
+                                               att, T, C, NH);
+      k_tc_dkv<0><<<grid, TC_NT, 0, g_stream>>>(dst, d16, dout, qkv, bias, att, dstat, T, C, NH);
     }
     return ZRT_OK;
   }

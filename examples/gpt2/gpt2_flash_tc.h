@@ -301,6 +301,15 @@ GB_DEV void tc_zero(float (*acc)[4], int n) {
 /* The bias of qkv's column `col` on, or NULL (no bias). */
 #define TC_BIAS(bias, col) ((bias) ? (bias) + (col) : (const float *)NULL)
 
+/* p[e] = y: fp32, or with d16 the operand type's bits (round to nearest
+ * even). */
+GB_DEV void tc_store(void *p, int d16, size_t e, float y, int f16) {
+  if (d16)
+    ((uint16_t *)p)[e] = (uint16_t)tc_bits(y, f16);
+  else
+    ((float *)p)[e] = y;
+}
+
 typedef struct tc_fwd_smem {
   TC_ALIGN tc_tile q, k, v;
 } tc_fwd_smem;
@@ -440,8 +449,10 @@ typedef struct tc_dq_lane {
 
 /* dq of query tile qt of head bh, written into dqkv's q part; stores
  * D_i = dO_i . O_i (out: the forward's output, of the operand type f16
- * when o16) into dstat [B*NH, T] for tc_dkv_block. */
-GB_DEV void tc_dq_block(float *dqkv, float *dstat, const float *dout, const float *qkv,
+ * when o16) into dstat [B*NH, T] for tc_dkv_block. dqkv: [B*T, 3C] of
+ * fp32, or with d16 of the operand type (a 16-bit run's gradient copy for
+ * the qkv GEMMs, gpt2_cuda.cu's held copy; same element index). */
+GB_DEV void tc_dq_block(void *dqkv, int d16, float *dstat, const float *dout, const float *qkv,
                         const float *bias, const void *out, int o16, const float *lse, int T, int C,
                         int NH, int qt, int bh, int f16, tc_dq_smem *sm, tc_dq_lane *st) {
   const int b = bh / NH, h = bh % NH, C3 = 3 * C, q0 = qt * TC_ROWS, hs = C / NH;
@@ -535,10 +546,10 @@ GB_DEV void tc_dq_block(float *dqkv, float *dstat, const float *dout, const floa
   GB_UNROLL for (int r = 0; r < 2; r++) {
     const int row = q0 + 16 * w + g + 8 * r;
     if (row < T) {
-      float *dq = dqkv + ((size_t)b * T + row) * C3 + h * hs;
+      const size_t q = ((size_t)b * T + row) * C3 + h * hs;
       GB_UNROLL for (int nt = 0; nt < TC_NTH; nt++) GB_UNROLL for (int c = 0; c < 2; c++) {
         const int d = 8 * nt + 2 * t + c;
-        if (d < hs) dq[d] = me->dq[nt][2 * r + c];
+        if (d < hs) tc_store(dqkv, d16, q + d, me->dq[nt][2 * r + c], f16);
       }
     }
   }
@@ -558,11 +569,12 @@ typedef struct tc_dkv_lane {
   float dk[TC_NTH][4], dv[TC_NTH][4];
 } tc_dkv_lane;
 
-/* dk, dv of key tile kt of head bh, written into dqkv's k and v parts. Needs
- * lse (forward) and dstat (tc_dq_block) of every query row. */
-GB_DEV void tc_dkv_block(float *dqkv, const float *dout, const float *qkv, const float *bias,
-                         const float *lse, const float *dstat, int T, int C, int NH, int kt, int bh,
-                         int f16, tc_dkv_smem *sm, tc_dkv_lane *st) {
+/* dk, dv of key tile kt of head bh, written into dqkv's k and v parts (fp32,
+ * or with d16 as tc_dq_block's). Needs lse (forward) and dstat
+ * (tc_dq_block) of every query row. */
+GB_DEV void tc_dkv_block(void *dqkv, int d16, const float *dout, const float *qkv,
+                         const float *bias, const float *lse, const float *dstat, int T, int C,
+                         int NH, int kt, int bh, int f16, tc_dkv_smem *sm, tc_dkv_lane *st) {
   const int b = bh / NH, h = bh % NH, C3 = 3 * C, k0 = kt * TC_ROWS, hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
   const float *base = qkv + (size_t)b * T * C3, *dbase = dout + (size_t)b * T * C;
@@ -635,12 +647,12 @@ GB_DEV void tc_dkv_block(float *dqkv, const float *dout, const float *qkv, const
   GB_UNROLL for (int r = 0; r < 2; r++) {
     const int key = k0 + 16 * w + g + 8 * r;
     if (key < T) {
-      float *dk = dqkv + ((size_t)b * T + key) * C3 + C + h * hs, *dv = dk + C;
+      const size_t k = ((size_t)b * T + key) * C3 + C + h * hs, v = k + C;
       GB_UNROLL for (int nt = 0; nt < TC_NTH; nt++) GB_UNROLL for (int c = 0; c < 2; c++) {
         const int d = 8 * nt + 2 * t + c;
         if (d < hs) {
-          dk[d] = me->dk[nt][2 * r + c];
-          dv[d] = me->dv[nt][2 * r + c];
+          tc_store(dqkv, d16, k + d, me->dk[nt][2 * r + c], f16);
+          tc_store(dqkv, d16, v + d, me->dv[nt][2 * r + c], f16);
         }
       }
     }

@@ -104,6 +104,14 @@ GB_DEV void rw_crossentropy_block(float *losses, float *logits, const int *targe
   }
 }
 
+/* Element e of an activation: fp32, or with in16 of the 16-bit type f16
+ * selects (0 bf16, 1 fp16). */
+GB_DEV float rw_act(const void *p, size_t e, int in16, int f16) {
+  if (!in16) return ((const float *)p)[e];
+  const uint32_t b = ((const uint16_t *)p)[e];
+  return f16 ? gb_from_f16(b) : gb_from_bf16(b);
+}
+
 typedef struct rw_col_smem {
   float a[RW_ROWS][RW_COLS + 1]; /* the lanes' dw partials (+1: no bank conflicts) */
   float b[RW_ROWS][RW_COLS + 1]; /* the lanes' db partials */
@@ -128,10 +136,11 @@ GB_DEV void rw_col_fold(float *dw, float *db, int OC, int grp, rw_col_smem *sm) 
 
 /* Columns [grp * RW_COLS, +RW_COLS) of the [N, OC] matrices: db[c] +=
  * sum_i dout[i, c]; with inp (then dw, mean and rstd too), dw[c] += sum_i
- * (inp[i, c] - mean[i]) * rstd[i] * dout[i, c]. */
-GB_DEV void rw_colsum_block(float *dw, float *db, const float *dout, const float *inp,
-                            const float *mean, const float *rstd, int N, int OC, int grp,
-                            rw_col_smem *sm) {
+ * (inp[i, c] - mean[i]) * rstd[i] * dout[i, c]. dout: fp32, or with in16
+ * 16-bit elements of the type f16 selects (a held gradient copy). */
+GB_DEV void rw_colsum_block(float *dw, float *db, const void *dout, int in16, int f16,
+                            const float *inp, const float *mean, const float *rstd, int N, int OC,
+                            int grp, rw_col_smem *sm) {
   GB_THREADS(tid, RW_COL_NT)
   const int col = tid % RW_COLS, lane = tid / RW_COLS, c = grp * RW_COLS + col;
   float a = 0.0f, b = 0.0f;
@@ -140,7 +149,7 @@ GB_DEV void rw_colsum_block(float *dw, float *db, const float *dout, const float
       float d[RW_UNROLL], x[RW_UNROLL];
       for (int k = 0; k < RW_UNROLL; k++) { /* the loads first: RW_UNROLL in flight */
         const int i = i0 + k * RW_ROWS;
-        d[k] = i < N ? dout[(size_t)i * (size_t)OC + (size_t)c] : 0.0f;
+        d[k] = i < N ? rw_act(dout, (size_t)i * (size_t)OC + (size_t)c, in16, f16) : 0.0f;
         x[k] = inp && i < N ? (inp[(size_t)i * (size_t)OC + (size_t)c] - mean[i]) * rstd[i] : 0.0f;
       }
       for (int k = 0; k < RW_UNROLL; k++) {
@@ -162,14 +171,6 @@ GB_DEV float rw_gelu_grad(float x) {
   const float th = tanhf(RW_GELU_S * (x + 0.044715f * x * x * x));
   return 0.5f * (1.0f + th) +
          0.5f * x * (1.0f - th * th) * RW_GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
-}
-
-/* Element e of an activation: fp32, or with in16 of the 16-bit type f16
- * selects (0 bf16, 1 fp16). */
-GB_DEV float rw_act(const void *p, size_t e, int in16, int f16) {
-  if (!in16) return ((const float *)p)[e];
-  const uint32_t b = ((const uint16_t *)p)[e];
-  return f16 ? gb_from_f16(b) : gb_from_bf16(b);
 }
 
 /* The GELU backward with its bias's gradient in the same pass, columns

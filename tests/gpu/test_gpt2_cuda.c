@@ -196,15 +196,52 @@ static void attention_case(zrt_dtype dt, int B, int T, int NH, int HS, int with_
   }
   zt_attn_ref(qe, dout, rout, NULL, rdqkv, B, T, C, NH);
   gpt2_cuda_gemm_setup(dt, g_scratch, g_scratch_bytes);
+  const int C3 = 3 * C, tc = dt != ZRT_F32;
   float *dq = dev(nqkv * 4, qkv), *ddo = dev(nout * 4, dout), *dout_ = dev(nout * 4, NULL);
   float *datt = dev(natt * 4, NULL), *ddqkv = dev(nqkv * 4, dqkv);
-  float *dbias = with_bias ? dev((size_t)3 * C * 4, bias) : NULL;
+  float *dbias = with_bias ? dev((size_t)C3 * 4, bias) : NULL;
+  /* a 16-bit run keeps dqkv only as the 16-bit copy the qkv GEMMs and the
+   * bias gradient read (gpt2_cuda.cu's held copy): read it as they do,
+   * through a GEMM with a 16-bit identity weight (exact) and bias_backward */
+  void *deye = NULL;
+  float *dext = NULL, *dcol = NULL;
+  if (tc) {
+    float *eye = calloc((size_t)C3 * C3, 4);
+    uint16_t *eye16 = malloc((size_t)C3 * C3 * 2);
+    for (int i = 0; i < C3; i++) eye[(size_t)i * C3 + i] = 1.0f;
+    to16(eye16, eye, (size_t)C3 * C3, dt);
+    deye = dev((size_t)C3 * C3 * 2, eye16);
+    ZT_CHECK(gpt2_cuda_weight16(deye, (int64_t)C3 * C3) == 0);
+    dext = dev(nqkv * 4, NULL), dcol = dev((size_t)C3 * 4, NULL);
+    gpt2_cuda_ops_f32.zero(dcol, (size_t)C3);
+    free(eye), free(eye16);
+  }
   ZT_OK(gpt2_cuda_ops_f32.attention_forward(eng, dout_, datt, dq, dbias, B, T, C, NH));
   ZT_OK(gpt2_cuda_ops_f32.attention_backward(eng, ddqkv, ddo, dq, dbias, dout_, datt, B, T, C, NH));
+  if (tc) {
+    ZT_OK(gpt2_cuda_ops_f32.gemm(eng, 0, 0, B * T, C3, C3, 1, ddqkv, C3, (const float *)deye, C3, 0,
+                                 dext, C3));
+    gpt2_cuda_ops_f32.bias_backward(dcol, ddqkv, B * T, C3);
+  }
   ZT_OK(gpt2_cuda_ops_f32.check());
   float *dqkv0 = calloc(nqkv, 4); /* for the dump: the backward writes, from zero */
   ZT_OK(zrt_engine_memcpy(eng, out, dout_, nout * 4, ZRT_COPY_D2H));
-  ZT_OK(zrt_engine_memcpy(eng, dqkv, ddqkv, nqkv * 4, ZRT_COPY_D2H));
+  ZT_OK(zrt_engine_memcpy(eng, dqkv, tc ? dext : ddqkv, nqkv * 4, ZRT_COPY_D2H));
+  if (tc) { /* the bias gradient: column sums of those same 16-bit values */
+    float *col = malloc((size_t)C3 * 4);
+    double *want = calloc((size_t)C3, 8), big = 0;
+    ZT_OK(zrt_engine_memcpy(eng, col, dcol, (size_t)C3 * 4, ZRT_COPY_D2H));
+    for (size_t i = 0; i < nqkv; i++)
+      want[i % (size_t)C3] += dqkv[i], big = fmax(big, fabs(dqkv[i]));
+    float *wf = malloc((size_t)C3 * 4);
+    for (int c = 0; c < C3; c++) wf[c] = (float)want[c];
+    char w2[112];
+    snprintf(w2, sizeof w2, "%s attention B=%d T=%d: the qkv bias gradient from the held copy",
+             zrt_dtype_name(dt), B, T);
+    ZT_CLOSE_ARRAY(w2, col, wf, (size_t)C3, 4e-7 * B * T * big + 1e-6);
+    free(col), free(want), free(wf);
+    zrt_engine_free(eng, deye), zrt_engine_free(eng, dext), zrt_engine_free(eng, dcol);
+  }
   const char *dump = getenv("ZRT_ATTN_DUMP");
   /* the fp32 case in DIR, the bf16 case in DIR/bf16 (fp16: not dumped) */
   if (dump && *dump && T == 1024 && HS == 64 && dt != ZRT_F16 && !with_bias) {
@@ -216,14 +253,18 @@ static void attention_case(zrt_dtype dt, int B, int T, int NH, int HS, int with_
   }
   free(dqkv0);
   /* tolerances: the emulations' (test_gpt2_flash_emu, test_gpt2_flash_tc_emu) */
-  const int tc = dt != ZRT_F32;
   const char *kind = dt == ZRT_BF16 ? "tensor-core bf16" : tc ? "tensor-core fp16" : "fused fp32";
   char what[112];
   const char *bw = with_bias ? " bias" : "";
   snprintf(what, sizeof what, "%s attention B=%d T=%d NH=%d HS=%d%s out", kind, B, T, NH, HS, bw);
   ZT_CLOSE_ARRAY(what, out, rout, nout, dt == ZRT_BF16 ? 4e-3 : tc ? 5e-4 : 1e-4);
   snprintf(what, sizeof what, "%s attention B=%d T=%d NH=%d HS=%d%s dqkv", kind, B, T, NH, HS, bw);
-  ZT_CLOSE_ARRAY(what, dqkv, rdqkv, nqkv, dt == ZRT_BF16 ? 1e-2 : tc ? 1.5e-3 : 1e-3);
+  /* a 16-bit run's held copy adds its rounding: half a unit in the last
+   * place, at most 2^-8 (bf16) / 2^-11 (fp16) of the largest entry */
+  double rmax = 0;
+  for (size_t i = 0; i < nqkv; i++) rmax = fmax(rmax, fabs(rdqkv[i]));
+  const double held = dt == ZRT_BF16 ? rmax / 256 : tc ? rmax / 2048 : 0;
+  ZT_CLOSE_ARRAY(what, dqkv, rdqkv, nqkv, (dt == ZRT_BF16 ? 1e-2 : tc ? 1.5e-3 : 1e-3) + held);
   zrt_engine_free(eng, dq), zrt_engine_free(eng, ddo), zrt_engine_free(eng, dout_);
   zrt_engine_free(eng, datt), zrt_engine_free(eng, ddqkv);
   if (dbias) zrt_engine_free(eng, dbias);

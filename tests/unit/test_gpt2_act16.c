@@ -344,6 +344,7 @@ typedef enum {
   V_GEMM_C,
   V_ZERO_EDGE,
   V_HELD_READ,  /* the GELU backward's result read by an op that is not a GEMM */
+  V_HELD_BIAS,  /* ... by the bias backward reaching past it */
   V_HELD_BETA,  /* ... by a GEMM's C with beta 1 */
   V_HELD_SLICE, /* ... by a GEMM operand reaching past it */
   V_HELD_CE,    /* the cross-entropy's gradient read by the LayerNorm backward */
@@ -377,11 +378,13 @@ static void expect_violation(violation v, const char *needle) {
     break;
   case V_ZERO_EDGE: o.zero(s1 + L.ln2 - 4, 5); break;
   case V_HELD_READ:
+  case V_HELD_BIAS:
   case V_HELD_BETA:
   case V_HELD_SLICE: {
     float *d4C = acts + L.d4C;
     o.gelu_backward(d4C, g[1][GPT2_FC_B], s1 + L.fch, w[1][GPT2_FC_B], d4C, N, 4 * C);
-    if (v == V_HELD_READ) o.bias_backward(g[1][GPT2_FC_B], d4C, N, 4 * C);
+    if (v == V_HELD_READ) o.residual_forward(acts + L.dres, d4C, acts + L.dC, NULL, N, C);
+    if (v == V_HELD_BIAS) o.bias_backward(g[1][GPT2_FC_B], d4C - 1, N, 4 * C);
     if (v == V_HELD_BETA)
       (void)o.gemm(NULL, 0, 0, N, C, C, 1, acts + L.dC, C, w[1][GPT2_ATTNPROJ_W], C, 1, d4C, C);
     if (v == V_HELD_SLICE) /* one float before the range (dC's last): starts outside it */
@@ -450,7 +453,8 @@ int main(void) {
   expect_violation(V_GEMM_C, "gemm's argument C");
   expect_violation(V_ZERO_EDGE, "zero's argument p");
   expect_violation(V_GELU_BWD, "layer slot 1's fch_gelu activation");
-  expect_violation(V_HELD_READ, "bias_backward's argument dout touches the GELU backward's");
+  expect_violation(V_HELD_READ, "residual_forward's argument a touches the GELU backward's");
+  expect_violation(V_HELD_BIAS, "bias_backward's argument dout touches the GELU backward's");
   expect_violation(V_HELD_BETA, "gemm's argument C touches the GELU backward's");
   expect_violation(V_HELD_SLICE, "gemm's argument A touches the GELU backward's");
   expect_violation(V_HELD_CE, "layernorm_backward's argument dout touches the cross-entropy's");

@@ -52,7 +52,7 @@ static void emu_forward(const float *qkv, const float *bias, float *out, float *
       tc_forward_block(qkv, bias, out, 0, lse, T, C, NH, qt, bh, g_f16, &sm, st);
 }
 
-static void emu_backward_as(float *dqkv, float *dstat, const float *dout, const float *qkv,
+static void emu_backward_as(void *dqkv, int d16, float *dstat, const float *dout, const float *qkv,
                             const float *bias, const void *out, int o16, const float *lse, int B,
                             int T, int C, int NH) {
   static tc_dq_smem sq;
@@ -62,16 +62,17 @@ static void emu_backward_as(float *dqkv, float *dstat, const float *dout, const 
   int nt = (T + TC_ROWS - 1) / TC_ROWS;
   for (int bh = 0; bh < B * NH; bh++)
     for (int t = 0; t < nt; t++)
-      tc_dq_block(dqkv, dstat, dout, qkv, bias, out, o16, lse, T, C, NH, t, bh, g_f16, &sq, tq);
+      tc_dq_block(dqkv, d16, dstat, dout, qkv, bias, out, o16, lse, T, C, NH, t, bh, g_f16, &sq,
+                  tq);
   for (int bh = 0; bh < B * NH; bh++)
     for (int t = 0; t < nt; t++)
-      tc_dkv_block(dqkv, dout, qkv, bias, lse, dstat, T, C, NH, t, bh, g_f16, &skv, tkv);
+      tc_dkv_block(dqkv, d16, dout, qkv, bias, lse, dstat, T, C, NH, t, bh, g_f16, &skv, tkv);
 }
 
 static void emu_backward(float *dqkv, float *dstat, const float *dout, const float *qkv,
                          const float *bias, const float *out, const float *lse, int B, int T, int C,
                          int NH) {
-  emu_backward_as(dqkv, dstat, dout, qkv, bias, out, 0, lse, B, T, C, NH);
+  emu_backward_as(dqkv, 0, dstat, dout, qkv, bias, out, 0, lse, B, T, C, NH);
 }
 
 /* bf16 inputs; tolerances 4e-3 on out, 5e-6 on lse, 1e-2 on dqkv (see the top) */
@@ -84,7 +85,7 @@ static const zt_attn_kernel kernel = {emu_forward, emu_backward, bf16_round, 4e-
  * even (o16_bad counts the differences); out is then compared as bf16
  * values, so its tolerance adds bf16's half ulp (2^-9 of entries <= 1):
  * 6e-3. */
-static long o16_bad;
+static long o16_bad, d16_bad;
 static void emu_forward16(const float *qkv, const float *bias, float *out, float *lse, int B, int T,
                           int C, int NH) {
   static tc_fwd_smem sm;
@@ -105,9 +106,17 @@ static void emu_backward16(float *dqkv, float *dstat, const float *dout, const f
                            const float *bias, const float *out, const float *lse, int B, int T,
                            int C, int NH) {
   size_t n = (size_t)B * T * C;
-  uint16_t *o16 = malloc(n * 2); /* what the forward stored: out holds its values */
+  uint16_t *o16 = calloc(n, 2); /* what the forward stored: out holds its values */
+  ZT_CHECK(o16 != NULL);
   for (size_t i = 0; i < n; i++) o16[i] = (uint16_t)tc_bits(out[i], g_f16);
-  emu_backward_as(dqkv, dstat, dout, qkv, bias, o16, 1, lse, B, T, C, NH);
+  emu_backward_as(dqkv, 0, dstat, dout, qkv, bias, o16, 1, lse, B, T, C, NH);
+  /* a 16-bit run's held dqkv copy (d16): the fp32 gradient rounded, bit for bit */
+  size_t n3 = 3 * n;
+  uint16_t *d16 = calloc(n3, 2);
+  ZT_CHECK(d16 != NULL);
+  emu_backward_as(d16, 1, dstat, dout, qkv, bias, o16, 1, lse, B, T, C, NH);
+  for (size_t i = 0; i < n3; i++) d16_bad += d16[i] != (uint16_t)tc_bits(dqkv[i], g_f16);
+  free(d16);
   free(o16);
 }
 /* fp16 operands (an fp16 run): fp16 inputs, P and dS in fp16 (relative
@@ -211,18 +220,22 @@ int main(void) {
   for (size_t i = 0; i < sizeof T16 / sizeof T16[0]; i++)
     zt_attn_case(&kernel16, 2, T16[i], 3, TC_HS, 7u + (uint64_t)T16[i]);
   zt_attn_case(&kernel16, 1, 100, 3, 48, 107u);
-  printf("bf16 out: %ld elements differ from the fp32 forward's rounding\n", o16_bad);
-  ZT_CHECK(o16_bad == 0);
+  printf("bf16 out: %ld elements differ from the fp32 forward's rounding; bf16 dqkv: %ld from "
+         "the fp32 backward's\n",
+         o16_bad, d16_bad);
+  ZT_CHECK(o16_bad == 0 && d16_bad == 0);
   /* the same kernels on fp16 operands (an fp16 run) */
   g_f16 = 1;
-  o16_bad = 0;
+  o16_bad = 0, d16_bad = 0;
   for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++)
     zt_attn_case(&kernel_h, 2, Ts[i], 3, TC_HS, 7u + (uint64_t)Ts[i]);
   zt_attn_case(&kernel_h, 2, 33, 2, 32, 40u);
   zt_attn_case(&kernel_h, 1, 100, 3, 48, 107u);
   for (size_t i = 0; i < sizeof T16 / sizeof T16[0]; i++)
     zt_attn_case(&kernel_h16, 2, T16[i], 3, TC_HS, 7u + (uint64_t)T16[i]);
-  printf("fp16 out: %ld elements differ from the fp32 forward's rounding\n", o16_bad);
-  ZT_CHECK(o16_bad == 0);
+  printf("fp16 out: %ld elements differ from the fp32 forward's rounding; fp16 dqkv: %ld from "
+         "the fp32 backward's\n",
+         o16_bad, d16_bad);
+  ZT_CHECK(o16_bad == 0 && d16_bad == 0);
   ZT_DONE();
 }

@@ -20,7 +20,9 @@
  *     129, 1000, 8192 rows (the lanes' stride of 32 rows times 4 unrolled
  *     loads: ragged tails) and OC = 1, 31, 32, 33, 65, 768 columns (groups
  *     of 32: a ragged last group). Tolerance: 4e-7 * N + 1e-6 absolute
- *     (sums of N terms of magnitude <= ~2);
+ *     (sums of N terms of magnitude <= ~2); the bias's also from a held
+ *     16-bit copy (bf16 and fp16 elements, in16) against the double sum of
+ *     those values;
  *   - the GELU backward with its bias's gradient fused (the MLP's
  *     gelu_backward with db): dinp = dout * gelu'(inp + bias) against the
  *     tanh GELU's derivative in double, in place (dinp = dout, the passes'
@@ -60,7 +62,7 @@ static void emu_colsum(float *dw, float *db, const float *dout, const float *inp
                        const float *rstd, int N, int OC) {
   static rw_col_smem sm;
   for (int g = 0; g < (OC + RW_COLS - 1) / RW_COLS; g++)
-    rw_colsum_block(dw, db, dout, inp, mean, rstd, N, OC, g, &sm);
+    rw_colsum_block(dw, db, dout, 0, 0, inp, mean, rstd, N, OC, g, &sm);
 }
 
 static void emu_gelu_colsum16(float *dinp, float *db, const float *dout, const float *inp,
@@ -246,6 +248,37 @@ static void gelu_case(int N, int OC, int with_bias, int in_place, uint64_t seed)
   free(db0);
 }
 
+/* The bias gradient from a held 16-bit copy (in16: the attention
+ * backward's dqkv in a 16-bit run): the column sums of the 16-bit values,
+ * against double at the column sums' tolerance. */
+static void col16_case(int N, int OC, int f16, uint64_t seed) {
+  uint64_t s = seed;
+  size_t n = (size_t)N * OC;
+  uint16_t *d16 = malloc(n * 2);
+  float *db = malloc(OC * 4), *db0 = malloc(OC * 4);
+  for (size_t i = 0; i < n; i++) {
+    float x = frand(&s);
+    d16[i] = (uint16_t)(f16 ? gb_f16(x) : gb_bf16(x));
+  }
+  for (int c = 0; c < OC; c++) db0[c] = db[c] = frand(&s);
+  static rw_col_smem sm;
+  for (int g = 0; g < (OC + RW_COLS - 1) / RW_COLS; g++)
+    rw_colsum_block(NULL, db, d16, 1, f16, NULL, NULL, NULL, N, OC, g, &sm);
+  int ok = 1;
+  for (int c = 0; c < OC; c++) {
+    double want = db0[c];
+    for (int i = 0; i < N; i++) {
+      uint32_t b = d16[(size_t)i * OC + c];
+      want += f16 ? gb_from_f16(b) : gb_from_bf16(b);
+    }
+    double e = fabs(db[c] - want);
+    if (e > worst_col) worst_col = e;
+    ok &= e <= 4e-7 * N + 1e-6;
+  }
+  ZT_CHECK(ok);
+  free(d16), free(db), free(db0);
+}
+
 /* A 16-bit run's form (g16): the copy is the fp32 form's dinp rounded to
  * nearest even, bit for bit; db bitwise the fp32 form's; dinp (here aliased
  * with dout, as the passes run it) left as it was. */
@@ -285,7 +318,12 @@ int main(void) {
       if (Ns[i] == 8192 && OCs[j] != 768) continue; /* the large N at GPT-2's width only */
       for (int ln = 0; ln < 2; ln++) col_case(Ns[i], OCs[j], ln, 77 + 13 * i + 5 * j + (size_t)ln);
     }
-  printf("column sums: worst error %.3g (bias and layernorm, ADD onto non-zero outputs)\n",
+  for (int f16 = 0; f16 < 2; f16++) {
+    col16_case(129, 33, f16, 700 + (uint64_t)f16);
+    col16_case(2048, 2304, f16, 710 + (uint64_t)f16); /* GPT-2's dqkv at B*T = 2048 */
+  }
+  printf("column sums: worst error %.3g (bias and layernorm, ADD onto non-zero outputs; the "
+         "bias's also from a 16-bit copy)\n",
          worst_col);
   static const int gOCs[] = {1, 33, 3072};
   for (size_t i = 0; i < sizeof Ns / sizeof Ns[0]; i++)
