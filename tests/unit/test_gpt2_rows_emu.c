@@ -240,12 +240,7 @@ static void gelu_case(int N, int OC, int with_bias, int in_place, uint64_t seed)
     for (size_t i = 0; i < n && ok; i++) ok = dout[i] == keep[i]; /* dout left as it was */
   ZT_CHECK(ok);
   if (!in_place) free(dinp);
-  free(dout);
-  free(inp);
-  free(keep);
-  free(bias);
-  free(db);
-  free(db0);
+  free(dout), free(inp), free(keep), free(bias), free(db), free(db0);
 }
 
 /* The bias gradient from a held 16-bit copy (in16: the attention
