@@ -74,56 +74,102 @@ int gpt2_a16_is(const void *p) {
 
 /* ------------------------------------------------------------- the audit */
 
+/* A range of the arena a 16-bit CUDA run does not hold in fp32 (gpt2_cuda.cu's
+ * held copies): the cross-entropy's, the GELU backward's (with db) and the
+ * attention backward's result are written only as a 16-bit copy. While the
+ * copy is held, only GEMM operands and a bias gradient inside the range
+ * read it (through the copy) and nothing else touches it; once any other op
+ * voids the copy, the fp32 range is stale until ops write all of it. */
+typedef struct a16_range {
+  const char *p, *by; /* by: the producer */
+  size_t bytes;
+} a16_range;
+#define A16_STALE 4
+
 static struct {
   const gpt2_ops_f32 *in;
   long writes, reads, violations;
-  /* the fp32 range a 16-bit CUDA run holds only as a 16-bit copy for the
-   * GEMMs right after its producer (gpt2_cuda.cu's held copy), or NULL */
-  const char *held, *held_by;
-  size_t held_bytes;
+  a16_range held;             /* p NULL: none */
+  a16_range stale[A16_STALE]; /* the newest last */
+  int nstale;
 } g_aud;
 
 /* The first violation's message (later ones are only counted). */
 static int a16_first(void) { return g_aud.violations++ == 0; }
 
-/* bytes as an fp32 extent; a registered slot's in a half16 layout holds 2
- * bytes per element. */
-static int a16_in_held(const void *p, size_t bytes) {
-  const char *q = (const char *)p;
-  if (g_reg.half && gpt2_a16_is(p)) bytes /= 2;
-  return g_aud.held && p && bytes && q < g_aud.held + g_aud.held_bytes && g_aud.held < q + bytes;
+/* An argument's extent: bytes as fp32 elements, a registered slot's start
+ * in a half16 layout 2 bytes per element. */
+static size_t a16_extent(const void *p, size_t bytes) {
+  return g_reg.half && gpt2_a16_is(p) ? bytes / 2 : bytes;
 }
 
-/* An op other than a GEMM touches [p, p + bytes) while it is held. */
-static void a16_held_arg(const char *op, const char *arg, const void *p, size_t bytes) {
-  if (!a16_in_held(p, bytes) || !a16_first()) return;
+static int a16_overlaps(const a16_range *r, const void *p, size_t bytes) {
+  const char *q = (const char *)p;
+  return r->p && p && bytes && q < r->p + r->bytes && r->p < q + bytes;
+}
+static int a16_inside(const a16_range *r, const void *p, size_t bytes) {
+  const char *q = (const char *)p;
+  return q >= r->p && q + bytes <= r->p + r->bytes;
+}
+
+static void a16_held_msg(const char *op, const char *arg, const a16_range *r, int stale) {
+  if (!a16_first()) return;
   fprintf(stderr,
           "train_gpt2: internal error: %s's argument %s touches the %s's result, which a 16-bit "
           "CUDA run keeps only as the 16-bit copy the GEMMs right after it read (gpt2_cuda.cu's "
-          "held copy; its fp32 range holds other values): the model's passes and that rule "
-          "disagree: please report it\n",
-          op, arg, g_aud.held_by);
+          "held copy; %s): the model's passes and that rule disagree: please report it\n",
+          op, arg, r->by,
+          stale ? "that copy is void by now and the fp32 range was never written"
+                : "its fp32 range holds other values");
 }
 
-/* A GEMM operand or the bias backward's dout reads held values only from
- * inside the range (the CUDA op then reads the copy), never C with beta !=
- * 0. */
+/* A read of [p, p + bytes) by a GEMM operand or a bias gradient: inside a
+ * held range it reads the copy (fine); reaching past it, or reading fp32 C
+ * (beta != 0) there, it does not. */
 static void a16_held_reader(const char *op, const char *arg, const void *p, size_t bytes,
                             int reads_fp32) {
-  const char *q = (const char *)p;
-  if (g_reg.half && gpt2_a16_is(p)) bytes /= 2;
-  int inside = q >= g_aud.held && q + bytes <= g_aud.held + g_aud.held_bytes;
-  if (a16_in_held(p, bytes) && (reads_fp32 || !inside)) a16_held_arg(op, arg, p, bytes);
+  if (a16_overlaps(&g_aud.held, p, bytes) && (reads_fp32 || !a16_inside(&g_aud.held, p, bytes)))
+    a16_held_msg(op, arg, &g_aud.held, 0);
 }
 
-/* [p, p + bytes) held from here (by: its producer), or nothing (p NULL):
- * any op but a GEMM ends the holding, as it voids the CUDA copy. (What the
- * fp32 range holds after that is not tracked: the passes rewrite it, the
- * attention backward d4C's dqkv, before anything reads it.) */
+/* The held copy is void (any op but a GEMM or the bias gradient that reads
+ * it): its fp32 range is stale from here. */
+static void a16_end_hold(void) {
+  if (!g_aud.held.p) return;
+  if (g_aud.nstale == A16_STALE) { /* the oldest goes untracked */
+    memmove(g_aud.stale, g_aud.stale + 1, (A16_STALE - 1) * sizeof g_aud.stale[0]);
+    g_aud.nstale--;
+  }
+  g_aud.stale[g_aud.nstale++] = g_aud.held;
+  memset(&g_aud.held, 0, sizeof g_aud.held);
+}
+
+/* [p, p + bytes) held from here (by: its producer). */
 static void a16_hold(const char *by, const void *p, size_t bytes) {
-  g_aud.held = (const char *)p;
-  g_aud.held_bytes = bytes;
-  g_aud.held_by = by;
+  a16_end_hold();
+  g_aud.held = (a16_range){(const char *)p, by, bytes};
+}
+
+/* An argument against the stale ranges: a read of one is a violation; a
+ * write (out) of a whole stale range, or of its first bytes, makes those
+ * valid again. */
+static void a16_stale_arg(const char *op, const char *arg, const void *p, size_t bytes, int out) {
+  const char *q = (const char *)p;
+  for (int i = 0; i < g_aud.nstale; i++) {
+    a16_range *r = &g_aud.stale[i];
+    if (!a16_overlaps(r, p, bytes)) continue;
+    if (!out) {
+      a16_held_msg(op, arg, r, 1);
+      continue;
+    }
+    if (q <= r->p && q + bytes >= r->p + r->bytes) { /* all of it written */
+      memmove(r, r + 1, (size_t)(g_aud.nstale - i - 1) * sizeof *r);
+      g_aud.nstale--, i--;
+    } else if (q <= r->p) { /* its start written */
+      size_t cut = (size_t)(q + bytes - r->p);
+      r->p += cut, r->bytes -= cut;
+    }
+  }
 }
 
 /* What an argument may do to a slot: nothing, or one of its kind's roles:
@@ -131,20 +177,25 @@ static void a16_hold(const char *by, const void *p, size_t bytes) {
  * LayerNorm, attention and GELU forwards' out: A_WRITE) and read by GEMM
  * operands and the attention backward's out (A_READ); fch is written by
  * the fc GEMM's C (beta 0: A_GEMM_C) and read by the GELU forward's and
- * backward's inp (A_GELU_INP). */
-enum { A_NONE, A_WRITE, A_READ, A_GEMM_C, A_GELU_INP };
+ * backward's inp (A_GELU_INP). A_OUT (or-ed in): the op writes the whole
+ * argument without reading it. */
+enum { A_NONE, A_WRITE, A_READ, A_GEMM_C, A_GELU_INP, A_OUT = 8 };
 
 static int a16_role_ok(int kind, int may) {
   if (kind == A16_FCH) return may == A_GEMM_C || may == A_GELU_INP;
   return may == A_WRITE || may == A_READ;
 }
 
-/* bytes: the argument's extent as fp32 elements; a producer's or reader's
- * at a slot's start counts 2 bytes per element in a half16 layout. */
+/* bytes: the argument's extent as fp32 elements. A wrapper checks the
+ * arguments an op reads before those it writes (they may alias). */
 static void a16_arg(const char *op, const char *arg, const void *p, size_t bytes, int may) {
   if (!p) return;
-  if (strcmp(op, "gemm") && strcmp(op, "bias_backward")) a16_held_arg(op, arg, p, bytes);
-  if (may != A_NONE && g_reg.half && gpt2_a16_is(p)) bytes /= 2;
+  const int out = (may & A_OUT) != 0;
+  may &= ~A_OUT;
+  bytes = a16_extent(p, bytes);
+  if (strcmp(op, "gemm") && strcmp(op, "bias_backward") && a16_overlaps(&g_aud.held, p, bytes))
+    a16_held_msg(op, arg, &g_aud.held, 0);
+  a16_stale_arg(op, arg, p, bytes, out);
   const a16_slot *s = a16_overlap(p, bytes);
   if (!s) return;
   if (may != A_NONE && s->p == (const char *)p && bytes <= s->bytes && a16_role_ok(s->kind, may)) {
@@ -178,40 +229,47 @@ static size_t a16_mat(int64_t rows, int64_t cols, int64_t ld) {
 static zrt_status a_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
                          const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                          float *c, int64_t ldc) {
-  a16_arg("gemm", "A", a, ta ? a16_mat(k, m, lda) : a16_mat(m, k, lda), A_READ);
-  a16_arg("gemm", "B", b, tb ? a16_mat(n, k, ldb) : a16_mat(k, n, ldb), A_READ);
-  a16_arg("gemm", "C", c, a16_mat(m, n, ldc), beta == 0 ? A_GEMM_C : A_NONE);
-  a16_held_reader("gemm", "A", a, ta ? a16_mat(k, m, lda) : a16_mat(m, k, lda), 0);
-  a16_held_reader("gemm", "B", b, tb ? a16_mat(n, k, ldb) : a16_mat(k, n, ldb), 0);
-  if (beta != 0) a16_held_reader("gemm", "C", c, a16_mat(m, n, ldc), 1);
-  if (a16_in_held(c, a16_mat(m, n, ldc))) a16_hold(NULL, NULL, 0); /* new values there */
+  const size_t ab = ta ? a16_mat(k, m, lda) : a16_mat(m, k, lda);
+  const size_t bb = tb ? a16_mat(n, k, ldb) : a16_mat(k, n, ldb), cb = a16_mat(m, n, ldc);
+  a16_arg("gemm", "A", a, ab, A_READ);
+  a16_arg("gemm", "B", b, bb, A_READ);
+  a16_held_reader("gemm", "A", a, a16_extent(a, ab), 0);
+  a16_held_reader("gemm", "B", b, a16_extent(b, bb), 0);
+  if (beta != 0) a16_held_reader("gemm", "C", c, a16_extent(c, cb), 1);
+  /* C over a held range voids the copy: with beta 0 the range is written
+   * where C covers it (stale elsewhere); a beta != 0 read of it was
+   * reported above */
+  const int c_held = a16_overlaps(&g_aud.held, c, a16_extent(c, cb));
+  if (c_held && beta == 0) a16_end_hold();
+  a16_arg("gemm", "C", c, cb, beta == 0 ? (A_GEMM_C | A_OUT) : A_NONE);
+  if (c_held && beta != 0) a16_end_hold();
   return g_aud.in->gemm(ctx, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 static void a_zero(float *p, size_t n) {
-  a16_arg("zero", "p", p, F4(n), A_NONE);
-  a16_hold(NULL, NULL, 0);
+  a16_arg("zero", "p", p, F4(n), A_OUT);
+  a16_end_hold();
   g_aud.in->zero(p, n);
 }
 static void a_encoder_forward(float *out, const int *tok, const float *wte, const float *wpe, int B,
                               int T, int C) {
-  a16_arg("encoder_forward", "out", out, F4((size_t)B * T * C), A_NONE);
-  a16_hold(NULL, NULL, 0);
+  a16_arg("encoder_forward", "out", out, F4((size_t)B * T * C), A_OUT);
+  a16_end_hold();
   g_aud.in->encoder_forward(out, tok, wte, wpe, B, T, C);
 }
 static void a_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int B,
                                int T, int C) {
   a16_arg("encoder_backward", "dout", dout, F4((size_t)B * T * C), A_NONE);
-  a16_hold(NULL, NULL, 0);
+  a16_end_hold();
   g_aud.in->encoder_backward(dwte, dwpe, dout, tok, B, T, C);
 }
 static void a_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                                 const float *w, const float *b, int N, int C) {
   size_t nc = F4((size_t)N * C);
-  a16_arg("layernorm_forward", "out", out, nc, A_WRITE);
-  a16_arg("layernorm_forward", "mean", mean, F4(N), A_NONE);
-  a16_arg("layernorm_forward", "rstd", rstd, F4(N), A_NONE);
   a16_arg("layernorm_forward", "inp", inp, nc, A_NONE);
-  a16_hold(NULL, NULL, 0);
+  a16_arg("layernorm_forward", "out", out, nc, A_WRITE | A_OUT);
+  a16_arg("layernorm_forward", "mean", mean, F4(N), A_OUT);
+  a16_arg("layernorm_forward", "rstd", rstd, F4(N), A_OUT);
+  a16_end_hold();
   g_aud.in->layernorm_forward(out, mean, rstd, inp, w, b, N, C);
 }
 static void a_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
@@ -223,69 +281,69 @@ static void a_layernorm_backward(float *dinp, float *dw, float *db, const float 
   a16_arg("layernorm_backward", "inp", inp, nc, A_NONE);
   a16_arg("layernorm_backward", "mean", mean, F4(N), A_NONE);
   a16_arg("layernorm_backward", "rstd", rstd, F4(N), A_NONE);
-  a16_hold(NULL, NULL, 0);
+  a16_end_hold();
   g_aud.in->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
 static void a_bias_backward(float *db, const float *dout, int N, int OC) {
   a16_arg("bias_backward", "dout", dout, F4((size_t)N * OC), A_NONE);
-  a16_held_reader("bias_backward", "dout", dout, F4((size_t)N * OC), 0); /* reads the copy */
-  a16_hold(NULL, NULL, 0);
+  a16_held_reader("bias_backward", "dout", dout, a16_extent(dout, F4((size_t)N * OC)), 0);
+  a16_end_hold();
   g_aud.in->bias_backward(db, dout, N, OC);
 }
 static zrt_status a_attention_forward(void *ctx, float *out, float *att, const float *qkv,
                                       const float *bias, int B, int T, int C, int NH) {
   size_t btc = F4((size_t)B * T * C);
-  a16_arg("attention_forward", "out", out, btc, A_WRITE);
-  a16_arg("attention_forward", "att", att, F4((size_t)B * NH * T), A_NONE);
   a16_arg("attention_forward", "qkv", qkv, 3 * btc, A_NONE);
-  a16_hold(NULL, NULL, 0);
+  a16_arg("attention_forward", "out", out, btc, A_WRITE | A_OUT);
+  a16_arg("attention_forward", "att", att, F4((size_t)B * NH * T), A_OUT);
+  a16_end_hold();
   return g_aud.in->attention_forward(ctx, out, att, qkv, bias, B, T, C, NH);
 }
 static zrt_status a_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                        const float *bias, const float *out, const float *att, int B,
                                        int T, int C, int NH) {
   size_t btc = F4((size_t)B * T * C);
-  a16_arg("attention_backward", "dqkv", dqkv, 3 * btc, A_NONE);
   a16_arg("attention_backward", "dout", dout, btc, A_NONE);
   a16_arg("attention_backward", "qkv", qkv, 3 * btc, A_NONE);
   a16_arg("attention_backward", "out", out, btc, A_READ);
   a16_arg("attention_backward", "att", att, F4((size_t)B * NH * T), A_NONE);
-  a16_hold(NULL, NULL, 0);
+  a16_arg("attention_backward", "dqkv", dqkv, 3 * btc, A_OUT);
+  a16_end_hold();
   zrt_status st = g_aud.in->attention_backward(ctx, dqkv, dout, qkv, bias, out, att, B, T, C, NH);
   a16_hold("attention backward", dqkv, 3 * btc); /* held for the qkv GEMMs and bias gradient */
   return st;
 }
 static void a_gelu_forward(float *out, const float *inp, const float *bias, int N, int OC) {
   size_t n = F4((size_t)N * OC);
-  a16_arg("gelu_forward", "out", out, n, A_WRITE);
   a16_arg("gelu_forward", "inp", inp, n, A_GELU_INP);
-  a16_hold(NULL, NULL, 0);
+  a16_arg("gelu_forward", "out", out, n, A_WRITE | A_OUT);
+  a16_end_hold();
   g_aud.in->gelu_forward(out, inp, bias, N, OC);
 }
 static void a_gelu_backward(float *dinp, float *db, const float *inp, const float *bias,
                             const float *dout, int N, int OC) {
   size_t n = F4((size_t)N * OC);
-  a16_arg("gelu_backward", "dinp", dinp, n, A_NONE);
   a16_arg("gelu_backward", "inp", inp, n, A_GELU_INP);
   a16_arg("gelu_backward", "dout", dout, n, A_NONE);
-  a16_hold(NULL, NULL, 0);
+  a16_arg("gelu_backward", "dinp", dinp, n, A_OUT);
+  a16_end_hold();
   g_aud.in->gelu_backward(dinp, db, inp, bias, dout, N, OC);
   if (db) a16_hold("GELU backward", dinp, n); /* the passes' form: held for the MLP's GEMMs */
 }
 static void a_residual(float *out, const float *a, const float *b, const float *bias, int N,
                        int C) {
   size_t n = F4((size_t)N * C);
-  a16_arg("residual_forward", "out", out, n, A_NONE);
   a16_arg("residual_forward", "a", a, n, A_NONE);
   a16_arg("residual_forward", "b", b, n, A_NONE);
-  a16_hold(NULL, NULL, 0);
+  a16_arg("residual_forward", "out", out, n, A_OUT);
+  a16_end_hold();
   g_aud.in->residual_forward(out, a, b, bias, N, C);
 }
 static void a_crossentropy(float *losses, float *logits, const int *targets, int N, int V,
                            float dloss) {
-  a16_arg("crossentropy", "losses", losses, F4(N), A_NONE);
   a16_arg("crossentropy", "logits", logits, F4((size_t)N * V), A_NONE);
-  a16_hold(NULL, NULL, 0);
+  a16_arg("crossentropy", "losses", losses, F4(N), A_OUT);
+  a16_end_hold();
   g_aud.in->crossentropy(losses, logits, targets, N, V, dloss);
   if (dloss != 0) a16_hold("cross-entropy", logits, F4((size_t)N * V)); /* the gradient */
 }

@@ -28,9 +28,11 @@
  * and the twin too, where the ops still compute in fp32: a pass that a
  * later change makes read a 16-bit slot as fp32 fails there, in CI, before
  * it would compute garbage on a GPU. The audit also checks the CUDA ops'
- * held copies (gpt2_cuda.cu): the cross-entropy's and the GELU backward's
- * result, kept only as the 16-bit copy their next GEMMs read, must not be
- * read by anything else.
+ * held copies (gpt2_cuda.cu): the cross-entropy's, the GELU backward's and
+ * the attention backward's result, kept only as the 16-bit copy their next
+ * GEMMs (and the qkv bias's gradient) read, must not be read by anything
+ * else, and once another op voids the copy the fp32 range is stale until
+ * an op writes it.
  */
 #ifndef GPT2_ACT16_H
 #define GPT2_ACT16_H

@@ -316,8 +316,10 @@ static int g_nw16;
 
 /* The 16-bit copy of an fp32 activation that its producer wrote instead of
  * it (in a 16-bit run, in the run's dtype, at the scratch's start,
- * g_scratch_res bytes): the cross-entropy's gradient of the logits, and the
- * GELU backward's gradient of fch (with the fc bias's gradient). A GEMM
+ * g_scratch_res bytes): the cross-entropy's gradient of the logits, the
+ * GELU backward's gradient of fch (with the fc bias's gradient), and the
+ * tensor-core attention backward's dqkv (also read by the qkv bias's
+ * gradient, cu_bias_backward). A GEMM
  * operand inside the fp32 range is read from the copy, at the same element
  * offset and stride, instead of being rounded into the scratch (same bits:
  * both round to nearest even). The fp32 range does not hold those values:

@@ -41,19 +41,25 @@
  *     source, or a non-GEMM op that did, it is rounded anew (1e-4);
  *   - a 16-bit run's cross-entropy backward (bf16 and fp16): its gradient
  *     as a copy in the run's dtype that the head's GEMM on the logits
- *     pointer reads (the logits stay), against the CPU op's gradient
- *     rounded to that dtype, within 1e-5 (entries <= 1/37).
+ *     pointer reads (the logits stay), against the CUDA op's own fp32
+ *     gradient rounded to that dtype, within 1e-5 (entries <= 1/37).
+ *   - a 16-bit run's GELU backward with the fc bias's gradient
+ *     (gelu16_case): its gradient only as the copy the MLP's dX and dW
+ *     GEMMs read, against the op's own fp32 gradient rounded (1e-5), the
+ *     bias gradient bitwise the fp32 form's, the fp32 range untouched.
  *   - a 16-bit run's 16-bit activations (gpt2_act16.h), bf16 and fp16:
  *     one training micro-step of a 2-layer model (heads of 64, T = 64,
  *     B = 2) through the real passes, the CUDA ops under the audit, with
  *     and without the registry (and the half-size slots train_gpt2 gives
- *     it, GPT2_ACTS_HALF16): ln1, atty, ln2, fch_gelu and lnf hold exactly
- *     the fp32 run's values rounded to the dtype (bit for bit: the
- *     producers round as the GEMMs' operand conversion), the losses are
- *     bitwise equal (the GEMMs see the same bits), and every gradient is
- *     within 5% (bf16) or 1% (fp16) of its tensor's largest entry (the
- *     attention backward's D = dO . O reads the 16-bit O; P and dS are
- *     16-bit either way); no audit violation.
+ *     it, GPT2_ACTS_HALF16): layer 0's ln1, atty and ln2 hold exactly the
+ *     fp32 run's values rounded to the dtype (bit for bit: the producers
+ *     round as the GEMMs' operand conversion), its fch (the fc GEMM's
+ *     16-bit C) that rounding within half a unit in the last place plus
+ *     1e-4 of the largest entry (cuBLAS's order), its fch_gelu and lnf,
+ *     and every gradient, within 5% (bf16) or 1% (fp16) of the tensor's
+ *     largest entry, the loss within 1e-4 relative (fch's rounding moves
+ *     them: the emulation measures 0.83% / 0.09% and 1.5e-5 / 6.0e-6); no
+ *     audit violation.
  * The CPU emulations of the same attention, cross-entropy and column-sum
  * code are checked in test_gpt2_flash_emu, test_gpt2_flash_tc_emu and
  * test_gpt2_rows_emu (unit). Skips (77) without a GPU,
@@ -359,6 +365,17 @@ static void ce16_case(zrt_dtype dt, void *scratch, size_t sb) {
   for (int i = 0; i < N * C; i++) xin[i] = frand(&s);
   for (int i = 0; i < N; i++) tgt[i] = (int)((frand(&s) * 0.5f + 0.5f) * V) % V;
   gpt2_cpu_ops_f32.crossentropy(loss, g, tgt, N, V, 1.0f / N);
+  /* the reference gradient: the CUDA op's own in fp32 (its expf is not the
+   * CPU op's, and a 1e-7 difference flips a 16-bit rounding) */
+  {
+    float *dg32 = dev((size_t)N * V * 4, lg), *dl32 = dev(N * 4, NULL);
+    int *dt32 = dev(N * sizeof *tgt, tgt);
+    gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb);
+    gpt2_cuda_ops_f32.crossentropy(dl32, dg32, dt32, N, V, 1.0f / N);
+    ZT_OK(gpt2_cuda_ops_f32.check());
+    ZT_OK(zrt_engine_memcpy(eng, g, dg32, (size_t)N * V * 4, ZRT_COPY_D2H));
+    zrt_engine_free(eng, dg32), zrt_engine_free(eng, dl32), zrt_engine_free(eng, dt32);
+  }
   ref_gemm(ref, g, 0, V, w, 0, C, N, C, V, dt);
   for (int i = 0; i < N * C; i++) want[i] = (float)ref[i];
   float *dlg = dev((size_t)N * V * 4, lg), *dw = dev(V * C * 4, w), *dout = dev(N * C * 4, NULL);
@@ -409,7 +426,16 @@ static void gelu16_case(zrt_dtype dt, void *scratch, size_t sb) {
   float *dd = dev(n * 4, d), *dfch = dev(n * 4, fch), *dbias = dev(OC * 4, bias);
   float *ddb = dev(OC * 4, db), *dw = dev((size_t)C * OC * 4, wfc), *dx = dev((size_t)N * C * 4, x);
   float *ddx = dev((size_t)N * C * 4, NULL), *ddw = dev((size_t)C * OC * 4, NULL);
-  gpt2_cpu_ops_f32.gelu_backward(d, db, fch, bias, d, N, OC);
+  /* the reference gradient: the CUDA op's own in fp32 (its tanhf is not the
+   * CPU op's, and a 1e-7 difference flips a 16-bit rounding), run in an
+   * fp32 setup on copies */
+  float *dd32 = dev(n * 4, d), *ddb32 = dev(OC * 4, db);
+  gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb);
+  gpt2_cuda_ops_f32.gelu_backward(dd32, ddb32, dfch, dbias, dd32, N, OC);
+  ZT_OK(gpt2_cuda_ops_f32.check());
+  ZT_OK(zrt_engine_memcpy(eng, d, dd32, n * 4, ZRT_COPY_D2H));
+  ZT_OK(zrt_engine_memcpy(eng, db, ddb32, OC * 4, ZRT_COPY_D2H));
+  zrt_engine_free(eng, dd32), zrt_engine_free(eng, ddb32);
   gpt2_cuda_gemm_setup(dt, scratch, sb);
   gpt2_cuda_ops_f32.gelu_backward(dd, ddb, dfch, dbias, dd, N, OC);
   ZT_OK(gpt2_cuda_ops_f32.gemm(eng, 0, 1, N, C, OC, 1, dd, OC, dw, OC, 0, ddx, C));
@@ -424,8 +450,8 @@ static void gelu16_case(zrt_dtype dt, void *scratch, size_t sb) {
   for (int i = 0; i < C * OC; i++) want[i] = (float)ref[i];
   snprintf(what, sizeof what, "%s run: dW = x^T copy (x rounded past the copy)", dn);
   check_op(what, ddw, want, (size_t)C * OC, 1e-5);
-  snprintf(what, sizeof what, "%s run: the fused fc bias gradient", dn);
-  check_op(what, ddb, db, OC, 1e-4);
+  snprintf(what, sizeof what, "%s run: the fused fc bias gradient (the fp32 form's, bitwise)", dn);
+  check_op(what, ddb, db, OC, 0.0);
   ZT_OK(zrt_engine_memcpy(eng, back, dd, n * 4, ZRT_COPY_D2H));
   ZT_CHECK(memcmp(back, keep, n * 4) == 0); /* only the copy was written */
   gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb);
@@ -439,7 +465,7 @@ static void gelu16_case(zrt_dtype dt, void *scratch, size_t sb) {
 /* One micro-step of the passes on the CUDA ops in a dt (bf16 / fp16) run
  * (see the top): with reg, the 16-bit activation slots registered. Fills
  * the step's losses, every gradient (module by module) and the slots (ln1,
- * atty, ln2, fch_gelu of layer 1, lnf: 16-bit elements when reg). */
+ * atty, ln2, fch, fch_gelu of layer 0, lnf: 16-bit elements when reg). */
 enum { A16_L = 2, A16_B = 2 };
 enum { A16_SLOTS = 6 };
 typedef struct a16_run {
@@ -541,16 +567,24 @@ static void act16_case(zrt_dtype dt, void *scratch, size_t sb) {
     const uint16_t *h = (const uint16_t *)b16.slot[k];
     for (size_t i = 0; i < n; i++) {
       differ += h[i] != want[i];
-      far += abs((int)h[i] - (int)want[i]) > 1; /* more than one unit in the last place */
       got[i] = from16(h[i], dt);
     }
+    /* fch, the fc GEMM's own 16-bit C: its rounding (half a unit in the last
+     * place, at most 2^-8 / 2^-11 of the value) plus cuBLAS's summation
+     * order, which may differ from the fp32-C GEMM's (1e-4 of the slot's
+     * largest entry) */
+    double fbig = 0;
+    for (size_t i = 0; i < n; i++) fbig = fmax(fbig, fabs(((const float *)f32.slot[k])[i]));
+    for (size_t i = 0; i < n; i++) {
+      double w32 = ((const float *)f32.slot[k])[i];
+      far += fabs(got[i] - w32) > fabs(w32) / (dt == ZRT_BF16 ? 256 : 2048) + 1e-4 * fbig;
+    }
     printf("%s activations: layer 0 %s: %zu of %zu elements differ from the fp32 run's rounding, "
-           "%zu by more than 1 ulp\n",
+           "%zu by more than that rounding and 1e-4 of the largest\n",
            dn, names[k], differ, n, far);
     if (k < 3) /* before fch, the first value a 16-bit run rounds that the fp32 run keeps */
       ZT_CHECK(differ == 0);
-    else if (k ==
-             3) /* the fc GEMM's own 16-bit C: its rounding (cuBLAS may sum in another order) */
+    else if (k == 3) /* the fc GEMM's own 16-bit C */
       ZT_CHECK(far == 0);
     else { /* after it: moved by fch's rounding */
       double big = 0;

@@ -123,8 +123,8 @@ static void passes(int nckpt) {
   ZT_CHECK(loss == plain);
   ZT_CHECK(bad == 0);
   /* per block forward 5 writes (4 producers, the fc GEMM's C) and 5 reads
-   * (4 GEMM operands, GELU's fch); per backward 6 reads (5 GEMM operands and
-   * attention's out, GELU's fch); the head 1 and 2 */
+   * (4 GEMM operands, GELU's fch); per backward 6 reads (4 GEMM operands,
+   * the attention's out, GELU's fch); the head 1 and 2 */
   ZT_CHECK(wr == 5 * fwd + 1);
   ZT_CHECK(rd == 5 * fwd + 6 * NL + 2);
   ZT_CHECK(audited.check() == ZRT_OK);
@@ -348,6 +348,9 @@ typedef enum {
   V_HELD_BETA,  /* ... by a GEMM's C with beta 1 */
   V_HELD_SLICE, /* ... by a GEMM operand reaching past it */
   V_HELD_CE,    /* the cross-entropy's gradient read by the LayerNorm backward */
+  V_HELD_ATT,   /* the attention backward's dqkv read by the LayerNorm backward */
+  V_STALE,      /* dqkv read by the qkv GEMM after another op voided its copy */
+  V_STALE_PART, /* d4C's tail, never written since the GELU backward's copy, read */
 } violation;
 
 static void expect_violation(violation v, const char *needle) {
@@ -390,6 +393,28 @@ static void expect_violation(violation v, const char *needle) {
     if (v == V_HELD_SLICE) /* one float before the range (dC's last): starts outside it */
       (void)o.gemm(NULL, 0, 1, N, C, 4 * C, 1, d4C - 1, 4 * C, w[1][GPT2_FC_W], 4 * C, 0,
                    acts + L.dres, C);
+    break;
+  }
+  case V_HELD_ATT:
+  case V_STALE:
+  case V_STALE_PART: {
+    float *d4C = acts + L.d4C;
+    if (v == V_STALE_PART) { /* the GELU copy's range, void; dqkv rewrites its first 3NC */
+      o.gelu_backward(d4C, g[1][GPT2_FC_B], s1 + L.fch, w[1][GPT2_FC_B], d4C, N, 4 * C);
+      o.zero(acts + L.dres, (size_t)N * C);
+    }
+    ZT_OK(o.attention_backward(NULL, d4C, acts + L.dC, acts + L.qkv, w[1][GPT2_ATTN_B],
+                               acts + L.atty, acts + L.att, B, cfg.seq_len, C, cfg.n_head));
+    if (v == V_HELD_ATT)
+      o.layernorm_backward(acts + L.dres, g[1][GPT2_LN1_W], g[1][GPT2_LN1_B], d4C, acts + L.encoded,
+                           w[1][GPT2_LN1_W], acts + L.ln1_mean, acts + L.ln1_rstd, N, C);
+    if (v == V_STALE) o.zero(acts + L.dres, (size_t)N * C);
+    if (v == V_STALE) /* the qkv GEMM's dX reading dqkv [N, 3C] */
+      (void)o.gemm(NULL, 0, 1, N, C, 3 * C, 1, d4C, 3 * C, w[1][GPT2_ATTN_W], 3 * C, 0, acts + L.dC,
+                   C);
+    if (v == V_STALE_PART) /* the N x C floats past dqkv: the GELU copy's, never written */
+      (void)o.gemm(NULL, 0, 0, N, C, C, 1, d4C + (size_t)3 * N * C, C, w[1][GPT2_ATTNPROJ_W], C, 0,
+                   acts + L.dC, C);
     break;
   }
   case V_HELD_CE:
@@ -458,6 +483,11 @@ int main(void) {
   expect_violation(V_HELD_BETA, "gemm's argument C touches the GELU backward's");
   expect_violation(V_HELD_SLICE, "gemm's argument A touches the GELU backward's");
   expect_violation(V_HELD_CE, "layernorm_backward's argument dout touches the cross-entropy's");
+  expect_violation(V_HELD_ATT,
+                   "layernorm_backward's argument dout touches the attention backward's");
+  expect_violation(V_STALE, "gemm's argument A touches the attention backward's result");
+  expect_violation(V_STALE, "that copy is void by now");
+  expect_violation(V_STALE_PART, "gemm's argument A touches the GELU backward's result");
   for (int m = 0; m < nmod; m++)
     for (int p = 0; p < mod_np[m]; p++) {
       free(w[m][p]);

@@ -112,8 +112,9 @@ static void emu_backward16(float *dqkv, float *dstat, const float *dout, const f
   emu_backward_as(dqkv, 0, dstat, dout, qkv, bias, o16, 1, lse, B, T, C, NH);
   /* a 16-bit run's held dqkv copy (d16): the fp32 gradient rounded, bit for bit */
   size_t n3 = 3 * n;
-  uint16_t *d16 = calloc(n3, 2);
+  uint16_t *d16 = malloc(n3 * 2);
   ZT_CHECK(d16 != NULL);
+  memset(d16, 0xff, n3 * 2); /* NaN in both types: every element must be written */
   emu_backward_as(d16, 1, dstat, dout, qkv, bias, o16, 1, lse, B, T, C, NH);
   for (size_t i = 0; i < n3; i++) d16_bad += d16[i] != (uint16_t)tc_bits(dqkv[i], g_f16);
   free(d16);

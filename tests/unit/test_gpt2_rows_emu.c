@@ -298,6 +298,22 @@ static void gelu16_case(int N, int OC, int f16, uint64_t seed) {
     bad += g16[i] != (uint16_t)(f16 ? gb_f16(d32[i]) : gb_bf16(d32[i])) || d16[i] != keep[i];
   ZT_CHECK(bad == 0);
   ZT_CHECK(memcmp(db16, db32, OC * 4) == 0);
+  /* a 16-bit fch as inp (in16): the same numbers as its values in fp32 */
+  uint16_t *i16 = malloc(n * 2);
+  float *ir = malloc(n * 4), *e32 = malloc(n * 4), *e16 = malloc(n * 4);
+  for (size_t i = 0; i < n; i++) {
+    i16[i] = (uint16_t)(f16 ? gb_f16(inp[i]) : gb_bf16(inp[i]));
+    ir[i] = f16 ? gb_from_f16(i16[i]) : gb_from_bf16(i16[i]);
+    e32[i] = e16[i] = keep[i];
+  }
+  memcpy(db16, db32, OC * 4);
+  static rw_col_smem sm;
+  for (int g = 0; g < (OC + RW_COLS - 1) / RW_COLS; g++) {
+    rw_gelu_colsum_block(e32, db32, e32, ir, 0, bias, N, OC, g, &sm, NULL, f16);
+    rw_gelu_colsum_block(e16, db16, e16, i16, 1, bias, N, OC, g, &sm, NULL, f16);
+  }
+  ZT_CHECK(memcmp(e16, e32, n * 4) == 0 && memcmp(db16, db32, OC * 4) == 0);
+  free(i16), free(ir), free(e32), free(e16);
   free(d32), free(d16), free(keep), free(inp), free(bias), free(db32), free(db16), free(g16);
 }
 
