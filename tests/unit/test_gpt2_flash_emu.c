@@ -8,8 +8,8 @@
  * says), each shape without and with the qkv GEMM's bias (added on load):
  * head size 64, T = 1, 31, 32, 33, 100 (tiles of 32: a ragged last tile, a
  * single row), 3 heads, batch 2; and heads smaller than the tiles' 64
- * columns (zero-padded): 32 (the tiny preset's, T = 64 and 33) and 48
- * (T = 100). Tolerance: 2e-5 absolute on out (entries
+ * columns (zero-padded): 32 (the tiny preset's, T = 64 and 33), 48
+ * (T = 100) and an odd 33 (T = 70). Tolerance: 2e-5 absolute on out (entries
  * are averages of values in [-1, 1]) and on lse, 1e-4 on dqkv (entries of
  * size <= ~5). With ZRT_ATTN_DUMP=DIR the B = 2, T = 100, 3 heads of 64
  * case writes its tensors there for scripts/check_attention_torch.py
@@ -67,5 +67,6 @@ int main(void) {
   one_case(2, 64, 2, 32);
   one_case(2, 33, 2, 32);
   one_case(1, 100, 3, 48);
+  one_case(1, 70, 2, 33); /* an odd head: the tiles' last column pair half padded */
   ZT_DONE();
 }

@@ -9,7 +9,8 @@
  * sums. Shapes: head size 64, T = 1, 15, 16, 63, 64, 65, 100, 200 (tiles
  * of 64, warps of 16 rows: a single row, ragged warps and tiles, several
  * tiles, the diagonal's skipped products), 3 heads, batch 2; heads of 32
- * (tiny's) and 48 (zero-padded). Tolerances, from the measured errors with
+ * (tiny's), 48 (zero-padded) and an odd 33 (a half-padded 16-bit pair).
+ * Tolerances, from the measured errors with
  * margin (see the printout): 4e-3 absolute on out and lse (entries of size
  * <= 1 and ~3), 1.5e-2 on dqkv (entries of size <= ~5); a wrong fragment
  * index, a missing rescale or mask, or a skipped product moves them by
@@ -217,6 +218,7 @@ int main(void) {
   one_case(2, 64, 2, 32);
   one_case(2, 33, 2, 32);
   one_case(1, 100, 3, 48);
+  one_case(1, 70, 2, 33); /* an odd head: the last 16-bit pair of a row half padded */
   static const int T16[] = {1, 65, 200};
   for (size_t i = 0; i < sizeof T16 / sizeof T16[0]; i++)
     zt_attn_case(&kernel16, 2, T16[i], 3, TC_HS, 7u + (uint64_t)T16[i]);
