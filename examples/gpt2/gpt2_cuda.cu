@@ -47,8 +47,6 @@
 
 static_assert(TC_HS == FA_HS, "one head-size limit (fa_shape_ok) for both attentions");
 
-#define GELU_S 0.7978845608028654f
-
 static unsigned nblocks(size_t n, unsigned threads) {
   return (unsigned)((n + threads - 1) / threads);
 }
@@ -232,7 +230,7 @@ __global__ void k_gelu_forward(void *out, int o16, const void *inp, int i16, int
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= (size_t)N * OC) return;
   float x = rw_act(inp, i, i16, f16) + (bias ? bias[i % (size_t)OC] : 0.0f);
-  store_act(out, o16, i, 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x))));
+  store_act(out, o16, i, 0.5f * x * (1.0f + tanhf(RW_GELU_S * (x + 0.044715f * x * x * x))));
 }
 
 /* dinp = dout * gelu'(inp + bias), without the bias's gradient
@@ -340,6 +338,20 @@ static void t16_drop(void) {
   g_scratch_res = 0;
 }
 
+/* The held 16-bit copy of the fp32 range [p, p + n floats) at the
+ * scratch's start, or NULL (an fp32 run, or a scratch too small for it:
+ * not from gpt2_cuda_scratch_bytes; the fp32 values then, the same
+ * numbers). */
+static uint16_t *t16_hold(const float *p, size_t n) {
+  size_t bytes16 = n * 2;
+  if (g_gemm_dt == ZRT_F32 || bytes16 > g_scratch_bytes) return NULL;
+  g_t16.p = (const char *)p;
+  g_t16.bytes = n * sizeof(float);
+  g_t16.t16 = g_scratch;
+  g_scratch_res = (bytes16 + 255) / 256 * 256;
+  return (uint16_t *)g_scratch;
+}
+
 static const void *twin16(const void *p, int64_t ld, int64_t rows, int64_t cols) {
   const char *c = (const char *)p;
   size_t last = ((size_t)(rows - 1) * (size_t)ld + (size_t)cols) * sizeof(float);
@@ -365,7 +377,6 @@ static int is_w16(const void *p) {
  * point of this file calls r16_forget first: it may write a copy's source
  * or the scratch. */
 static g16_state g_g16;
-static void t16_drop(void);
 static void r16_forget(void) {
   g16_forget(&g_g16);
   t16_drop();
@@ -404,7 +415,7 @@ static zrt_status cu_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64
             (double)beta, (void *)c);
     return ZRT_ERR_INTERNAL;
   }
-  /* a C over the held cross-entropy copy's fp32 range voids the copy */
+  /* a C over the held copy's fp32 range voids the copy */
   const char *c0 = (const char *)c, *c1 = c0 + ((size_t)(m - 1) * (size_t)ldc + (size_t)n) * 4;
   int c_over_t16 = g_t16.p && c0 < g_t16.p + g_t16.bytes && g_t16.p < c1;
   g_g16.scratch_bytes = g_scratch_bytes;
@@ -499,7 +510,6 @@ static zrt_status cu_attention_forward(void *ctx, float *out, float *att, const 
   k_fa_forward<<<grid, FA_NT, 0, g_stream>>>(out, att /* lse rows */, qkv, bias, T, C, NH);
   return ZRT_OK; /* launch errors: the pass's check() */
 }
-static uint16_t *t16_hold(const float *p, size_t n);
 static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                         const float *bias, const float *out, const float *att,
                                         int B, int T, int C, int NH) {
@@ -547,19 +557,6 @@ static void cu_gelu_forward(float *out, const float *inp, const float *bias, int
   r16_forget();
   k_gelu_forward<<<nblocks((size_t)N * OC, TPB), TPB, 0, g_stream>>>(
       out, o16_at(out), inp, o16_at(inp) != 0, g_gemm_dt == ZRT_F16, bias, N, OC);
-}
-/* The held 16-bit copy of the fp32 range [p, p + n floats) at the
- * scratch's start, or NULL (an fp32 run, or a scratch too small for it:
- * not from gpt2_cuda_scratch_bytes; the fp32 values then, the same
- * numbers). */
-static uint16_t *t16_hold(const float *p, size_t n) {
-  size_t bytes16 = n * 2;
-  if (g_gemm_dt == ZRT_F32 || bytes16 > g_scratch_bytes) return NULL;
-  g_t16.p = (const char *)p;
-  g_t16.bytes = n * sizeof(float);
-  g_t16.t16 = g_scratch;
-  g_scratch_res = (bytes16 + 255) / 256 * 256;
-  return (uint16_t *)g_scratch;
 }
 static void cu_gelu_backward(float *dinp, float *db, const float *inp, const float *bias,
                              const float *dout, int N, int OC) {
