@@ -24,7 +24,10 @@ Each class is timed at its peak (tensor bf16 dense, fp32 CUDA-core FMA, HBM
 bandwidth; H100 SXM datasheet figures by default) and the classes are summed
 (no overlap between kernels of one stream): the step cannot run faster, so
 zrt's MFU (gpt2_flops_per_token over the bf16 GEMM peak, train_gpt2's
-convention) cannot exceed flops / (peak * floor). Five shapes: zrt_cuda_now
+convention) cannot exceed flops / (peak * floor). The floor counts bytes,
+not occupancy: the column sums' grids (gpt2_rows.h rw_col_plan,
+rw_ln_plan) are sized to fill the GPU so that bandwidth is the bound.
+Six shapes: zrt_cuda_now
 (a bf16 run today: tensor-core attention, the bf16 gradient copy, rounded
 operands reused, the activations only GEMMs read, ln1 / atty / ln2 /
 fch_gelu / lnf, in bf16: gpt2_act16.h, the others fp32; no bias-add pass:
@@ -34,7 +37,10 @@ backward's pass, which writes its gradient only as the 16-bit copy the
 MLP's two backward GEMMs read; the attention backward writes dqkv without
 a zeroing pass, and in a 16-bit run only as the bf16 copy the qkv GEMMs
 and the qkv bias's gradient read; fch, the fc GEMM's output, in bf16 too,
-written by the GEMM and read so by the GELU forward and backward),
+written by the GEMM and read so by the GELU forward and backward; the
+LayerNorm backward summing its weight's and bias's gradients in its own
+walk), separate_ln_colsums (session 15's kernels: the same with the
+LayerNorms' column sums in a second pass over dout and inp),
 separate_bias_adds (session 14's kernels: the same with the bias-add
 passes, the bias gradient pass, the zeroing and the GELU gradient in fp32), fp32_activations (session 13's kernels: every
 activation fp32), fp32_core_attention (the kernels before session 13:
@@ -55,7 +61,7 @@ import sys
 
 def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_copy16=False,
                 reuse=False, act16=False, bias_fwd_fused=False, bias_grad_fused=False,
-                attn_writes=False, gelu_copy16=False, fch16=False, dqkv16=False):
+                attn_writes=False, gelu_copy16=False, fch16=False, dqkv16=False, ln_fused=False):
     """Per-class totals of one step (forward + backward, embedding to head).
     act16: the activations only GEMMs read (ln1, atty, ln2, fch_gelu, lnf)
     are written in bf16 by their producers and read as they are (the GEMMs'
@@ -69,7 +75,10 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
     summed by the GELU backward's pass (gpt2_rows.h). attn_writes: the
     attention backward writes dqkv, no zeroing pass before it. gelu_copy16:
     the GELU backward writes its gradient only as the 16-bit copy the MLP's
-    dX and dW GEMMs read (no fp32 write, no rounding pass)."""
+    dX and dW GEMMs read (no fp32 write, no rounding pass). ln_fused: the
+    LayerNorm backward sums its weight's and bias's gradients in the same
+    walk (gpt2_rows.h): dout and inp read once, plus the partials [S, 2C]
+    written and read by the fold (rw_ln_plan's S)."""
     N = B * T
     hs = C // NH
     k = {"gemm_flops": 0.0, "gemm_bytes": 0.0, "elem_bytes": 0.0, "attn_fma": 0.0,
@@ -95,6 +104,18 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
     def produce(n_read, n_write):
         """a producer of one of act16's slots: its output in bf16 when act16"""
         k["elem_bytes"] += n_read * a + n_write * (2 if act16 else a)
+
+    ln_r = -(-N // 256)  # rw_ln_plan: chunks of 32-row multiples, about 256 blocks
+    ln_S = -(-N // (32 if ln_r < 32 else -(-ln_r // 32) * 32))
+
+    def ln_backward(reads_dinp):
+        """dinp (read dout, inp, and dinp when it adds; write dinp), then the
+        weight's and bias's column sums: fused, the partials only"""
+        elem((3 if reads_dinp else 2) * N * C, N * C)
+        if ln_fused:
+            k["elem_bytes"] += (2 * ln_S * 2 * C * 4) if ln_S > 1 else 0
+        else:
+            elem(2 * N * C, 0)  # its column sums (dout, inp again)
 
     pairs = B * NH * T * (T + 1) / 2  # visible (query, key) pairs of the causal mask
 
@@ -145,8 +166,7 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
     # backward: head
     gemm(N, C, V, 0 if ce_copy16 else 1, 0)  # dlnf = dlogits wte
     gemm(V, C, N, 0 if ce_copy16 else 1, g16, beta=1)  # dwte += dlogits^T lnf
-    elem(2 * N * C, N * C)  # lnf backward (dinp) ...
-    elem(2 * N * C, 0)  # ... and its column sums (dout, inp again)
+    ln_backward(False)  # lnf backward
     for _ in range(L):
         gemm(N, 4 * C, C, 1, 0)  # d4C = dres W_fcproj^T
         gemm(4 * C, C, N, g16, 2, beta=1)  # dW_fcproj (dout: the dX GEMM's copy)
@@ -161,8 +181,7 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
             gemm(C, 4 * C, N, g16, 2, beta=1)  # dW_fc (dout: the dX GEMM's copy)
         if not bias_grad_fused:
             elem(4 * N * C, 0)  # bias backward
-        elem(3 * N * C, N * C)  # ln2 backward: dinp (read dout, inp, dinp; write dinp)
-        elem(2 * N * C, 0)  # its column sums
+        ln_backward(True)  # ln2 backward: dinp (read dout, inp, dinp; write dinp)
         gemm(N, C, C, 1, 0)  # dC
         gemm(C, C, N, g16, 2, beta=1)  # dW_attnproj (dout: the dX GEMM's copy)
         elem(N * C, 0)  # bias backward
@@ -177,8 +196,7 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
             gemm(N, C, 3 * C, 1, 0)  # dC
             gemm(C, 3 * C, N, g16, 2, beta=1)  # dW_attn (dout: the dX GEMM's copy)
             elem(3 * N * C, 0)  # bias backward
-        elem(3 * N * C, N * C)  # ln1 backward
-        elem(2 * N * C, 0)  # its column sums
+        ln_backward(True)  # ln1 backward
     elem(N * C, 2 * N * C)  # encoder backward (atomics into dwte, dwpe)
     return k
 
@@ -217,16 +235,17 @@ def main():
     # name, activation bytes, tensor-core attention, its backward products, the
     # 16-bit gradient copy, operand reuse, act16, bias adds fused, fc bias
     # gradient fused, attention backward writes dqkv, GELU backward's 16-bit copy, fch in bf16,
-    # the attention backward's 16-bit dqkv copy
+    # the attention backward's 16-bit dqkv copy, the LayerNorm backward's column sums fused
     T_, F_ = True, False
-    shapes = (("zrt_cuda_now", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_),
-              ("separate_bias_adds", 4, T_, 7, T_, T_, T_, F_, F_, F_, F_, F_, F_),
-              ("fp32_activations", 4, T_, 7, T_, T_, F_, F_, F_, F_, F_, F_, F_),
-              ("fp32_core_attention", 4, F_, 9, F_, F_, F_, F_, F_, F_, F_, F_, F_),
-              ("bf16_activations_tensor_attention", 2, T_, 5, T_, F_, F_, T_, F_, T_, F_, F_, F_))
-    for name, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16, f16, d16 in shapes:
+    shapes = (("zrt_cuda_now", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_),
+              ("separate_ln_colsums", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, F_),
+              ("separate_bias_adds", 4, T_, 7, T_, T_, T_, F_, F_, F_, F_, F_, F_, F_),
+              ("fp32_activations", 4, T_, 7, T_, T_, F_, F_, F_, F_, F_, F_, F_, F_),
+              ("fp32_core_attention", 4, F_, 9, F_, F_, F_, F_, F_, F_, F_, F_, F_, F_),
+              ("bf16_activations_tensor_attention", 2, T_, 5, T_, F_, F_, T_, F_, T_, F_, F_, F_, F_))
+    for name, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16, f16, d16, lnf in shapes:
         k = step_budget(B, T, C, L, NH, V, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16,
-                        f16, d16)
+                        f16, d16, lnf)
         # the op list's GEMMs are the formula's non-attention FLOPs, exactly
         gemm_want = 6.0 * (L * 12.0 * C * C + V * C) * B * T
         if abs(k["gemm_flops"] - gemm_want) > 1e-9 * gemm_want:
@@ -242,12 +261,13 @@ def main():
     if a.table:
         rows = ["gemm_tensor_s", "gemm_bytes_s", "elementwise_s", "attention_compute_s", "attention_bytes_s",
                 "floor_s", "max_mfu"]
-        print("%-22s %14s %14s %14s %14s %14s" % ("ms per step (floor)", "zrt now", "separate bias",
-                                                  "fp32 acts", "fp32-core attn", "bf16 act+flash"),
+        print("%-22s %14s %14s %14s %14s %14s %14s" % ("ms per step (floor)", "zrt now", "separate LN",
+                                                       "separate bias", "fp32 acts", "fp32-core attn",
+                                                       "bf16 act+flash"),
               file=sys.stderr)
         for r in rows:
             f = (lambda v: "%.3f" % v) if r == "max_mfu" else (lambda v: "%.2f" % (1e3 * v))
-            print("%-22s %14s %14s %14s %14s %14s" % (r, *(f(out[n][r]) for n, *_ in shapes)),
+            print("%-22s %14s %14s %14s %14s %14s %14s" % (r, *(f(out[n][r]) for n, *_ in shapes)),
                   file=sys.stderr)
 
 

@@ -130,6 +130,21 @@ static uint64_t gpt_arena(uint64_t B, uint64_t T, uint64_t C, uint64_t H, uint64
   return off;
 }
 
+/* The CUDA column reductions' partials in bytes (examples/gpt2/gpt2_rows.h:
+ * rw_col_plan and rw_ln_plan, 256 blocks aimed at, chunks of 128 and 32
+ * rows; none with one chunk): a bias's over N x OC, a LayerNorm's over N x
+ * C ([S, 2C]). */
+static uint64_t gpt_col_part(uint64_t N, uint64_t OC) {
+  uint64_t G = (OC + 31) / 32, s = G ? (256 + G - 1) / G : 1, smax = (N + 127) / 128;
+  s = ZRT_MAX(ZRT_MIN(s, smax), 1);
+  uint64_t R = ((N + s - 1) / s + 127) / 128 * 128, S = R ? (N + R - 1) / R : 1;
+  return S > 1 ? S * OC * 4 : 0;
+}
+static uint64_t gpt_ln_part(uint64_t N, uint64_t C) {
+  uint64_t r = (N + 255) / 256, R = r < 32 ? 32 : (r + 31) / 32 * 32, S = N ? (N + R - 1) / R : 1;
+  return S > 1 ? S * 2 * C * 4 : 0;
+}
+
 uint64_t zrt_model_gpt_activations(const zrt_model_gpt *g, int64_t B, int64_t T, int w,
                                    int64_t nckpt, int64_t grad_accum, int cuda) {
   uint64_t N = (uint64_t)B * (uint64_t)T, C = (uint64_t)g->d_model, V = (uint64_t)g->vocab;
@@ -145,12 +160,18 @@ uint64_t zrt_model_gpt_activations(const zrt_model_gpt *g, int64_t B, int64_t T,
     floats += 2 * big + (cuda ? 0 : wte);
   }
   uint64_t bytes = 4 * floats + 8 * N;
-  if (cuda) { /* gpt2_cuda_scratch_bytes: the attention's D rows, the GEMMs' 16-bit operands */
-    uint64_t att = (uint64_t)B * H * (uint64_t)T * 4, s = att;
+  if (cuda) { /* gpt2_cuda_scratch_bytes: the attention's D rows, the column reductions'
+                 partials (after the held 16-bit copy in a 16-bit run), the GEMMs' 16-bit
+                 operands */
+    uint64_t up = 255, att = (uint64_t)B * H * (uint64_t)T * 4;
+    uint64_t h3 = w != 4 ? (N * 3 * C * 2 + up) & ~up : 0,
+             h4 = w != 4 ? (N * 4 * C * 2 + up) & ~up : 0;
+    uint64_t s = ZRT_MAX(ZRT_MAX(gpt_ln_part(N, C), gpt_col_part(N, C)), att);
+    s = ZRT_MAX(s, ZRT_MAX(h3 + gpt_col_part(N, 3 * C), h4 + gpt_col_part(N, 4 * C)));
     if (w != 4) {
-      uint64_t up = 255, gemm = ((N * V * 2 + up) & ~up) + N * C * 2;
+      uint64_t gemm = ((N * V * 2 + up) & ~up) + N * C * 2;
       uint64_t blk = ((N * 4 * C * 2 + up) & ~up) + ((N * C * 2 + up) & ~up);
-      s = ZRT_MAX(ZRT_MAX(gemm, blk), att);
+      s = ZRT_MAX(ZRT_MAX(gemm, blk), s);
     }
     bytes += s;
   }

@@ -5,6 +5,9 @@
  * builds them as kernels, a C compiler as an emulation that runs a block's
  * threads one after the other, phase by phase, between barriers.
  *   GB_DEV             a block function (__device__ inline / static inline)
+ *   GB_HD              a function of the launch's shape, for the host that
+ *                      launches and the blocks alike (__host__ __device__
+ *                      inline / static inline)
  *   GB_SYNC()          the block's barrier (__syncthreads / nothing: the
  *                      emulation's phases already run one after the other)
  *   GB_THREADS(tid, n) ... GB_END
@@ -34,6 +37,7 @@
 
 #ifdef __CUDACC__
 #define GB_DEV __device__ __forceinline__
+#define GB_HD __host__ __device__ inline
 #define GB_UNROLL _Pragma("unroll")
 #define GB_SYNC() __syncthreads()
 #define GB_THREADS(tid, n)                                                                         \
@@ -42,6 +46,7 @@
 #define GB_END }
 #else
 #define GB_DEV static inline
+#define GB_HD static inline
 #define GB_UNROLL
 #define GB_SYNC() ((void)0)
 #define GB_THREADS(tid, n) for (int tid = 0; tid < (n); tid++) {

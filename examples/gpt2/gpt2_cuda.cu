@@ -106,35 +106,30 @@ __global__ void k_layernorm_forward(void *out, int o16, float *mean, float *rstd
   }
 }
 
-/* dinp only (the weights' gradients: k_colsum). */
-__global__ void k_layernorm_backward(float *dinp, const float *dout, const float *inp,
-                                     const float *w, const float *mean, const float *rstd, int N,
-                                     int C) {
-  int row = (int)((blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
-  if (row >= N) return;
-  const float *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
-  float m = mean[row], r = rstd[row], a = 0, bsum = 0;
-  for (int c = lane; c < C; c += 32) {
-    float dn = w[c] * d[c];
-    a += dn;
-    bsum += dn * (x[c] - m) * r;
-  }
-  a = warp_sum(a) / C;
-  bsum = warp_sum(bsum) / C;
-  float *di = dinp + (size_t)row * C;
-  for (int c = lane; c < C; c += 32) {
-    float norm = (x[c] - m) * r;
-    di[c] += (w[c] * d[c] - a - norm * bsum) * r;
-  }
+/* gpt2_rows.h's LayerNorm backward with its weight's and bias's
+ * gradients (block s = blockIdx.x of rw_ln_plan(N)). */
+__global__ void __launch_bounds__(RW_LN_NT)
+    k_layernorm_backward(float *dinp, float *dw, float *db, float *part, const float *dout,
+                         const float *inp, const float *w, const float *mean, const float *rstd,
+                         int N, int C, rw_plan p) {
+  __shared__ rw_ln_smem sm;
+  rw_layernorm_backward_block(dinp, dw, db, part, dout, inp, w, mean, rstd, N, C, p,
+                              (int)blockIdx.x, &sm);
 }
 
-/* dw, db of the LayerNorm and db of a bias: gpt2_rows.h's column sums
- * (inp NULL: the bias). */
-__global__ void __launch_bounds__(RW_COL_NT)
-    k_colsum(float *dw, float *db, const void *dout, int in16, int f16, const float *inp,
-             const float *mean, const float *rstd, int N, int OC) {
+/* A bias's gradient: gpt2_rows.h's column sums, block (blockIdx.x,
+ * blockIdx.y) of rw_col_plan(N, OC). */
+__global__ void __launch_bounds__(RW_COL_NT) k_colsum(float *db, float *part, const void *dout,
+                                                      int in16, int f16, int N, int OC, rw_plan p) {
   __shared__ rw_col_smem sm;
-  rw_colsum_block(dw, db, dout, in16, f16, inp, mean, rstd, N, OC, (int)blockIdx.x, &sm);
+  rw_colsum_block(db, part, dout, in16, f16, N, OC, p, (int)blockIdx.x, (int)blockIdx.y, &sm);
+}
+
+/* The partials' rows added to o0 (columns below W0) and o1. */
+__global__ void __launch_bounds__(RW_COL_NT)
+    k_part_fold(float *o0, float *o1, int W0, const float *part, int S, int W) {
+  __shared__ rw_col_smem sm;
+  rw_part_fold_block(o0, o1, W0, part, S, W, (int)blockIdx.x, &sm);
 }
 
 __global__ void __launch_bounds__(FA_NT) k_fa_forward(float *out, float *lse, const float *qkv,
@@ -244,10 +239,11 @@ __global__ void k_gelu_backward(float *dinp, const void *inp, int i16, int f16, 
 
 /* gpt2_rows.h's fused GELU backward and bias gradient. */
 __global__ void __launch_bounds__(RW_COL_NT)
-    k_gelu_colsum(float *dinp, float *db, const float *dout, const void *inp, int i16,
-                  const float *bias, int N, int OC, uint16_t *g16, int f16) {
+    k_gelu_colsum(float *dinp, float *db, float *part, const float *dout, const void *inp, int i16,
+                  const float *bias, int N, int OC, rw_plan p, uint16_t *g16, int f16) {
   __shared__ rw_col_smem sm;
-  rw_gelu_colsum_block(dinp, db, dout, inp, i16, bias, N, OC, (int)blockIdx.x, &sm, g16, f16);
+  rw_gelu_colsum_block(dinp, db, part, dout, inp, i16, bias, N, OC, p, (int)blockIdx.x,
+                       (int)blockIdx.y, &sm, g16, f16);
 }
 
 /* out = a + (b + bias), [N, C] (bias NULL: none). */
@@ -463,22 +459,63 @@ static void cu_layernorm_forward(float *out, float *mean, float *rstd, const flo
   k_layernorm_forward<<<nblocks((size_t)N * 32, TPB), TPB, 0, g_stream>>>(out, o16_at(out), mean,
                                                                           rstd, inp, w, b, N, C);
 }
+/* The partials of a split column reduction (gpt2_rows.h's rw_plan, W
+ * output columns): in the scratch after the held 16-bit copy (the one the
+ * reduction may be reading or writing), gpt2_cuda_scratch_bytes sizes it
+ * so; NULL when none are needed. A scratch too small is this file's
+ * mistake: the sticky error cu_check reports, and no launch. */
+static zrt_status g_err = ZRT_OK;
+static float *part_at(rw_plan p, int W, int *ok) {
+  size_t bytes = rw_part_floats(p, W) * sizeof(float);
+  *ok = 1;
+  if (!bytes) return NULL;
+  if (g_scratch_res + bytes > g_scratch_bytes) {
+    fprintf(stderr,
+            "train_gpt2: internal error: the CUDA scratch (%zu bytes, %zu held) is below the "
+            "%zu bytes of a column reduction's partials (%d chunks of %d columns; "
+            "gpt2_cuda_scratch_bytes undercounts this shape)\n",
+            g_scratch_bytes, g_scratch_res, bytes, p.S, W);
+    g_err = ZRT_ERR_INTERNAL;
+    *ok = 0;
+    return NULL;
+  }
+  return (float *)(g_scratch + g_scratch_res);
+}
+/* The partials' S rows added in order to o0 (columns below W0) and o1. */
+static void part_fold(float *o0, float *o1, int W0, const float *part, rw_plan p, int W) {
+  if (part)
+    k_part_fold<<<nblocks((size_t)W, RW_COLS), RW_COL_NT, 0, g_stream>>>(o0, o1, W0, part, p.S, W);
+}
 static void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                                   const float *inp, const float *w, const float *mean,
                                   const float *rstd, int N, int C) {
   r16_forget();
-  k_layernorm_backward<<<nblocks((size_t)N * 32, TPB), TPB, 0, g_stream>>>(dinp, dout, inp, w, mean,
-                                                                           rstd, N, C);
-  k_colsum<<<nblocks((size_t)C, RW_COLS), RW_COL_NT, 0, g_stream>>>(dw, db, dout, 0, 0, inp, mean,
-                                                                    rstd, N, C);
+  if (N <= 0) return;
+  rw_plan p = rw_ln_plan(N);
+  int ok;
+  float *part = part_at(p, 2 * C, &ok);
+  if (!ok) return;
+  k_layernorm_backward<<<(unsigned)p.S, RW_LN_NT, 0, g_stream>>>(dinp, dw, db, part, dout, inp, w,
+                                                                 mean, rstd, N, C, p);
+  part_fold(dw, db, C, part, p, 2 * C);
 }
 /* A bias's gradient: from the held 16-bit copy when dout lies in its range
- * (the attention backward's dqkv in a 16-bit run), then the copy is void. */
+ * (the attention backward's dqkv in a 16-bit run), then the copy is void
+ * (after the reduction: its partials lie beyond the copy). */
 static void cu_bias_backward(float *db, const float *dout, int N, int OC) {
   const void *t = N > 0 ? twin16(dout, OC, N, OC) : NULL;
+  if (!t) r16_forget();
+  if (N > 0) {
+    rw_plan p = rw_col_plan(N, OC);
+    int ok;
+    float *part = part_at(p, OC, &ok);
+    if (ok) {
+      k_colsum<<<dim3((unsigned)p.G, (unsigned)p.S), RW_COL_NT, 0, g_stream>>>(
+          db, part, t ? t : dout, t != NULL, g_gemm_dt == ZRT_F16, N, OC, p);
+      part_fold(db, NULL, OC, part, p, OC);
+    }
+  }
   r16_forget();
-  k_colsum<<<nblocks((size_t)OC, RW_COLS), RW_COL_NT, 0, g_stream>>>(
-      NULL, db, t ? t : dout, t != NULL, g_gemm_dt == ZRT_F16, NULL, NULL, NULL, N, OC);
 }
 static zrt_status fa_shape_ok(int B, int T, int C, int NH) {
   (void)T;
@@ -562,9 +599,18 @@ static void cu_gelu_backward(float *dinp, float *db, const float *inp, const flo
                              const float *dout, int N, int OC) {
   r16_forget(); /* also voids an earlier held copy */
   if (db) {     /* the passes' form: the MLP's dX and dW GEMMs read the 16-bit copy next */
+    if (N <= 0) return;
     uint16_t *g16 = t16_hold(dinp, (size_t)N * OC);
-    k_gelu_colsum<<<nblocks((size_t)OC, RW_COLS), RW_COL_NT, 0, g_stream>>>(
-        dinp, db, dout, inp, o16_at(inp) != 0, bias, N, OC, g16, g_gemm_dt == ZRT_F16);
+    rw_plan p = rw_col_plan(N, OC);
+    int ok;
+    float *part = part_at(p, OC, &ok); /* after the copy */
+    if (!ok) {
+      t16_drop();
+      return;
+    }
+    k_gelu_colsum<<<dim3((unsigned)p.G, (unsigned)p.S), RW_COL_NT, 0, g_stream>>>(
+        dinp, db, part, dout, inp, o16_at(inp) != 0, bias, N, OC, p, g16, g_gemm_dt == ZRT_F16);
+    part_fold(db, NULL, OC, part, p, OC);
   } else
     k_gelu_backward<<<nblocks((size_t)N * OC, TPB), TPB, 0, g_stream>>>(
         dinp, inp, o16_at(inp) != 0, g_gemm_dt == ZRT_F16, bias, dout, N, OC);
@@ -586,6 +632,11 @@ static void cu_crossentropy(float *losses, float *logits, const int *targets, in
                                                          g_gemm_dt == ZRT_F16);
 }
 static zrt_status cu_check(void) {
+  if (g_err != ZRT_OK) {
+    zrt_status st = g_err;
+    g_err = ZRT_OK;
+    return st;
+  }
   cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) return ZRT_OK;
   fprintf(stderr, "train_gpt2: CUDA kernel failed: %s\n", cudaGetErrorString(e));

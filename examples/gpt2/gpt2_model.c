@@ -22,6 +22,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gpt2_rows.h"
+
 /* exp and tanh of the float kernels, branch-free so that the `omp simd`
  * loops vectorise them (libm's are scalar calls and were a tenth of a
  * step). exp: n = round(x log2 e) by the 1.5 * 2^23 trick, r = x - n ln2
@@ -310,7 +312,24 @@ double gpt2_flops_per_token(const gpt2_config *cfg) {
 size_t gpt2_cuda_scratch_bytes(const gpt2_config *cfg, int B, zrt_dtype dt) {
   size_t N = (size_t)B * (size_t)cfg->seq_len, C = (size_t)cfg->n_embd, V = (size_t)cfg->vocab;
   size_t att = (size_t)B * (size_t)cfg->n_head * (size_t)cfg->seq_len * sizeof(float);
-  if (dt == ZRT_F32) return att;
+  /* the column reductions' partials (gpt2_rows.h): the LayerNorms' [S, 2C],
+   * the biases' [S, OC] for OC = C, 3C, 4C; in a 16-bit run the qkv bias's
+   * and the fc bias's lie after the held 16-bit copy of their input (the
+   * attention backward's dqkv, the GELU backward's gradient) */
+  const int n = (int)N, c = (int)C;
+  size_t ln = rw_part_floats(rw_ln_plan(n), 2 * c) * 4;
+  size_t c1 = rw_part_floats(rw_col_plan(n, c), c) * 4;
+  size_t c3 = rw_part_floats(rw_col_plan(n, 3 * c), 3 * c) * 4;
+  size_t c4 = rw_part_floats(rw_col_plan(n, 4 * c), 4 * c) * 4;
+  if (dt != ZRT_F32) {
+    c3 += (N * 3 * C * 2 + 255) / 256 * 256;
+    c4 += (N * 4 * C * 2 + 255) / 256 * 256;
+  }
+  size_t red = ln > c1 ? ln : c1;
+  if (c3 > red) red = c3;
+  if (c4 > red) red = c4;
+  if (att > red) red = att;
+  if (dt == ZRT_F32) return red;
   /* the largest pair of converted operands: dwte = dlogits^T lnf (N x V and
    * N x C), 256-byte aligned; every block GEMM needs at most 5 N C, an N x C
    * and an N x 4C operand in either order (dW_fc = ln2^T d4C puts the N x C
@@ -318,7 +337,7 @@ size_t gpt2_cuda_scratch_bytes(const gpt2_config *cfg, int B, zrt_dtype dt) {
   size_t gemm = (N * V * 2 + 255) / 256 * 256 + N * C * 2;
   size_t blk = (N * 4 * C * 2 + 255) / 256 * 256 + (N * C * 2 + 255) / 256 * 256;
   if (blk > gemm) gemm = blk;
-  return gemm > att ? gemm : att;
+  return gemm > red ? gemm : red;
 }
 
 size_t gpt2_acts_block_input(const gpt2_acts_layout *L, int layer) {

@@ -120,8 +120,9 @@ typedef struct gpt2_acts_layout {
 void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, int nckpt,
                            int flags);
 /* Device scratch bytes the CUDA ops (gpt2_cuda.cu) need for batch B in
- * GEMM dtype dt: the 16-bit copies of fp32 GEMM operands (bf16 / fp16) and
- * the attention backward's per-row statistics (any dtype). Plain
+ * GEMM dtype dt: the 16-bit copies of fp32 GEMM operands (bf16 / fp16),
+ * the attention backward's per-row statistics and the column reductions'
+ * partials (gpt2_rows.h; any dtype). Plain
  * arithmetic, here so that builds without CUDA (estimate-memory's check,
  * unit.test_memest_cuda_acts) see the same figure. */
 size_t gpt2_cuda_scratch_bytes(const gpt2_config *cfg, int B, zrt_dtype dt);

@@ -16,22 +16,31 @@
  *     fp32 one). Coalesced: the
  *     kernel it replaced ran one thread per row, each walking its own row
  *     of up to 50257 floats, on N / 128 blocks.
- *   column sums: db[c] += sum_i dout[i, c] (the bias's gradient), and with
- *     inp, dw[c] += sum_i (inp[i, c] - mean[i]) rstd[i] dout[i, c] (the
- *     LayerNorm's weight gradient beside its bias's): one block per group
- *     of RW_COLS columns, RW_ROWS row lanes each walking every RW_ROWS-th
- *     row with RW_UNROLL loads in flight, the lanes' partials folded in lane
- *     order. Deterministic and without atomics (the LayerNorm's used two
- *     same-address atomicAdd per element, N-way contended; the bias's ran
- *     one thread per column on OC / 256 blocks).
+ *   column sums: db[c] += sum_i dout[i, c] (a bias's gradient): blocks of
+ *     RW_COLS columns by a chunk of rows (rw_col_plan: about RW_BLOCKS
+ *     blocks in all), RW_ROWS row lanes each walking every RW_ROWS-th row
+ *     of its chunk with RW_UNROLL loads in flight, the lanes' partials
+ *     folded in lane order; with more than one chunk, each block writes
+ *     one row of a partials matrix in the scratch and rw_part_fold_block
+ *     adds the rows in order. Deterministic and without atomics (the
+ *     kernels before: one block per 32 columns over every row, 24 blocks
+ *     for GPT-2's 768 columns on a 132-SM GPU; before those, one thread
+ *     per column, and the LayerNorm's two N-way contended atomicAdd per
+ *     element).
  *   GELU backward with its bias's gradient: the column sum's walk, each
  *     element turned into dout * gelu'(inp + bias) and written back before
  *     it is summed (one pass over the MLP's [N, 4C] instead of two); in a
  *     16-bit run written only as the 16-bit copy the next two GEMMs read.
- * Every output has one writer; both ADD into their outputs (the ops
- * contract). Invariants: a barrier separates a phase that writes shared
- * memory from one that reads it; control flow around barriers depends only
- * on the block's arguments; the sums' order is fixed by the shapes alone.
+ *   LayerNorm backward with its weight's and bias's gradients: blocks of
+ *     a chunk of rows (rw_ln_plan), a warp per row for dinp, then a
+ *     thread per column summing the chunk's rows (from the caches) into
+ *     the partials [S, 2C] the fold adds to dw and db: dout and inp read
+ *     once from HBM, not twice.
+ * Every output has one writer; the outputs of the ops' contract are
+ * ADDED to (partials are written). Invariants: a barrier separates a
+ * phase that writes shared memory from one that reads it; control flow
+ * around barriers depends only on the block's arguments; the sums' order
+ * is fixed by the shapes alone.
  */
 #ifndef GPT2_ROWS_H
 #define GPT2_ROWS_H
@@ -112,56 +121,118 @@ GB_DEV float rw_act(const void *p, size_t e, int in16, int f16) {
   return f16 ? gb_from_f16(b) : gb_from_bf16(b);
 }
 
+/* A column reduction's grid (rw_col_plan, rw_ln_plan): G column groups
+ * by S row chunks of R rows each. With S > 1 each block writes its chunk's
+ * sums as one row of a partials matrix [S, W] in the caller's scratch
+ * (rw_part_floats), and rw_part_fold_block adds the S rows, in order, to
+ * the outputs; with S == 1 the blocks add to the outputs directly. The
+ * plan depends on the shapes alone (RW_BLOCKS is a constant, not the
+ * device's SM count), so the sums' order, and their bits, do too. */
+typedef struct rw_plan {
+  int G, S, R;
+} rw_plan;
+
+#define RW_BLOCKS 256 /* blocks a split reduction aims at: two per SM of an H100's 132 */
+#define RW_STEP (RW_ROWS * RW_UNROLL) /* rows one walk of a column-sum block's lanes covers */
+
+/* The column sums of [N, OC]: RW_COLS columns per group, and the rows
+ * split into chunks (multiples of RW_STEP) until the grid has about
+ * RW_BLOCKS blocks: one group per block left OC / 32 blocks (24 for
+ * GPT-2's 768 columns) on a 132-SM GPU. */
+GB_HD rw_plan rw_col_plan(int N, int OC) {
+  rw_plan p;
+  p.G = (OC + RW_COLS - 1) / RW_COLS;
+  int s = p.G > 0 ? (RW_BLOCKS + p.G - 1) / p.G : 1, smax = (N + RW_STEP - 1) / RW_STEP;
+  if (s > smax) s = smax;
+  if (s < 1) s = 1;
+  const int r = (N + s - 1) / s;
+  p.R = (r + RW_STEP - 1) / RW_STEP * RW_STEP;
+  p.S = p.R > 0 ? (N + p.R - 1) / p.R : 1;
+  return p;
+}
+
+#define RW_LN_ROWS 32 /* rows of one pass of a LayerNorm-backward block: a warp each */
+#define RW_LN_NT (RW_LN_ROWS * 32)
+
+/* The LayerNorm backward's grid over N rows: one group (every column),
+ * chunks of R rows (multiples of RW_LN_ROWS) making about RW_BLOCKS
+ * blocks. */
+GB_HD rw_plan rw_ln_plan(int N) {
+  rw_plan p;
+  p.G = 1;
+  const int r = (N + RW_BLOCKS - 1) / RW_BLOCKS;
+  p.R = r < RW_LN_ROWS ? RW_LN_ROWS : (r + RW_LN_ROWS - 1) / RW_LN_ROWS * RW_LN_ROWS;
+  p.S = N > 0 ? (N + p.R - 1) / p.R : 1;
+  return p;
+}
+
+/* Floats of the partials matrix of a plan over W output columns (0 when
+ * the blocks add to the outputs directly). */
+GB_HD size_t rw_part_floats(rw_plan p, int W) { return p.S > 1 ? (size_t)p.S * (size_t)W : 0; }
+
 typedef struct rw_col_smem {
-  float a[RW_ROWS][RW_COLS + 1]; /* the lanes' dw partials (+1: no bank conflicts) */
-  float b[RW_ROWS][RW_COLS + 1]; /* the lanes' db partials */
+  float b[RW_ROWS][RW_COLS + 1]; /* the lanes' partials (+1: no bank conflicts) */
 } rw_col_smem;
 
-/* The lanes' partials in sm folded in lane order: db[c] += the b's, and
- * dw[c] += the a's when dw is non-NULL. */
-GB_DEV void rw_col_fold(float *dw, float *db, int OC, int grp, rw_col_smem *sm) {
+/* The lanes' partials in sm folded in lane order, for columns c of group
+ * grp below W: into o0[c] when c < W0, else o1[c - W0]; added (add) or
+ * written. */
+GB_DEV void rw_col_fold(float *o0, float *o1, int W0, int add, int W, int grp, rw_col_smem *sm) {
   GB_THREADS(tid, RW_COL_NT)
   const int c = grp * RW_COLS + tid;
-  if (tid < RW_COLS && c < OC) {
-    float a = 0.0f, b = 0.0f;
-    for (int r = 0; r < RW_ROWS; r++) {
-      a += sm->a[r][tid];
-      b += sm->b[r][tid];
-    }
-    if (dw) dw[c] += a;
-    db[c] += b;
+  if (tid < RW_COLS && c < W) {
+    float b = 0.0f;
+    for (int r = 0; r < RW_ROWS; r++) b += sm->b[r][tid];
+    float *o = c < W0 ? o0 + c : o1 + (c - W0);
+    *o = add ? *o + b : b;
   }
   GB_END
 }
 
-/* Columns [grp * RW_COLS, +RW_COLS) of the [N, OC] matrices: db[c] +=
- * sum_i dout[i, c]; with inp (then dw, mean and rstd too), dw[c] += sum_i
- * (inp[i, c] - mean[i]) * rstd[i] * dout[i, c]. dout: fp32, or with in16
- * 16-bit elements of the type f16 selects (a held gradient copy). */
-GB_DEV void rw_colsum_block(float *dw, float *db, const void *dout, int in16, int f16,
-                            const float *inp, const float *mean, const float *rstd, int N, int OC,
-                            int grp, rw_col_smem *sm) {
+/* Where block (grp, s) of a column-sum plan puts its sums: db itself
+ * (added) when S == 1, else row s of the partials (written). */
+#define RW_COL_OUT(p, s, db, part, OC) ((p).S > 1 ? (part) + (size_t)(s) * (size_t)(OC) : (db))
+
+/* Block (grp, s) of plan p (rw_col_plan(N, OC)): columns [grp * RW_COLS,
+ * +RW_COLS) of rows [s * R, +R) of dout [N, OC], summed per column (the
+ * bias's gradient): added to db[c] when S == 1, else written to part[s,
+ * c] for rw_part_fold_block. dout: fp32, or with in16 16-bit elements of
+ * the type f16 selects (a held gradient copy). */
+GB_DEV void rw_colsum_block(float *db, float *part, const void *dout, int in16, int f16, int N,
+                            int OC, rw_plan p, int grp, int s, rw_col_smem *sm) {
+  const int r1 = N < (s + 1) * p.R ? N : (s + 1) * p.R;
   GB_THREADS(tid, RW_COL_NT)
   const int col = tid % RW_COLS, lane = tid / RW_COLS, c = grp * RW_COLS + col;
-  float a = 0.0f, b = 0.0f;
+  float b = 0.0f;
   if (c < OC)
-    for (int i0 = lane; i0 < N; i0 += RW_UNROLL * RW_ROWS) {
-      float d[RW_UNROLL], x[RW_UNROLL];
+    for (int i0 = s * p.R + lane; i0 < r1; i0 += RW_STEP) {
+      float d[RW_UNROLL];
       for (int k = 0; k < RW_UNROLL; k++) { /* the loads first: RW_UNROLL in flight */
         const int i = i0 + k * RW_ROWS;
-        d[k] = i < N ? rw_act(dout, (size_t)i * (size_t)OC + (size_t)c, in16, f16) : 0.0f;
-        x[k] = inp && i < N ? (inp[(size_t)i * (size_t)OC + (size_t)c] - mean[i]) * rstd[i] : 0.0f;
+        d[k] = i < r1 ? rw_act(dout, (size_t)i * (size_t)OC + (size_t)c, in16, f16) : 0.0f;
       }
-      for (int k = 0; k < RW_UNROLL; k++) {
-        b += d[k];
-        a += x[k] * d[k];
-      }
+      for (int k = 0; k < RW_UNROLL; k++) b += d[k];
     }
-  sm->a[lane][col] = a;
   sm->b[lane][col] = b;
   GB_END
   GB_SYNC();
-  rw_col_fold(inp ? dw : NULL, db, OC, grp, sm);
+  rw_col_fold(RW_COL_OUT(p, s, db, part, OC), NULL, OC, p.S == 1, OC, grp, sm);
+}
+
+/* Columns [grp * RW_COLS, +RW_COLS) of the partials part [S, W]: the S
+ * rows summed (lanes striding the rows, folded in lane order) and added
+ * to o0[c] for c < W0, o1[c - W0] beyond (the LayerNorm's dw then db). */
+GB_DEV void rw_part_fold_block(float *o0, float *o1, int W0, const float *part, int S, int W,
+                               int grp, rw_col_smem *sm) {
+  GB_THREADS(tid, RW_COL_NT)
+  const int col = tid % RW_COLS, lane = tid / RW_COLS, c = grp * RW_COLS + col;
+  float b = 0.0f;
+  if (c < W)
+    for (int s = lane; s < S; s += RW_ROWS) b += part[(size_t)s * (size_t)W + (size_t)c];
+  sm->b[lane][col] = b;
+  GB_END
+  GB_SYNC();
+  rw_col_fold(o0, o1, W0, 1, W, grp, sm);
 }
 
 #define RW_GELU_S 0.7978845608028654f /* sqrt(2/pi) */
@@ -173,34 +244,38 @@ GB_DEV float rw_gelu_grad(float x) {
          0.5f * x * (1.0f - th * th) * RW_GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
-/* The GELU backward with its bias's gradient in the same pass, columns
- * [grp * RW_COLS, +RW_COLS) of the [N, OC] matrices: dinp[i, c] = dout[i,
- * c] * gelu'(inp[i, c] + bias[c]) (dinp may alias dout: each element is
- * read, then written, by one thread), db[c] += sum_i dinp[i, c] (summed as
- * rw_colsum_block sums, from the fp32 values). bias NULL: none. g16
- * non-NULL (a 16-bit run): the gradient goes to g16 [N, OC] instead of
- * dinp, rounded to bf16 (fp16 when f16; to nearest even), the copy the
- * next GEMMs read; dinp is not written. in16: inp holds 16-bit elements of
- * that type (a 16-bit run's fch, gpt2_act16.h). */
-GB_DEV void rw_gelu_colsum_block(float *dinp, float *db, const float *dout, const void *inp,
-                                 int in16, const float *bias, int N, int OC, int grp,
-                                 rw_col_smem *sm, uint16_t *g16, int f16) {
+/* The GELU backward with its bias's gradient in the same pass, block
+ * (grp, s) of rw_col_plan(N, OC): columns [grp * RW_COLS, +RW_COLS) of
+ * rows [s * R, +R) of the [N, OC] matrices: dinp[i, c] = dout[i, c] *
+ * gelu'(inp[i, c] + bias[c]) (dinp may alias dout: each element is read,
+ * then written, by one thread), and the column sums of dinp go where
+ * rw_colsum_block puts them (db[c] += when S == 1, else part[s, c]),
+ * summed from the fp32 values. bias NULL: none. g16 non-NULL (a 16-bit
+ * run): the gradient goes to g16 [N, OC] instead of dinp, rounded to bf16
+ * (fp16 when f16; to nearest even), the copy the next GEMMs read; dinp is
+ * not written. in16: inp holds 16-bit elements of that type (a 16-bit
+ * run's fch, gpt2_act16.h). */
+GB_DEV void rw_gelu_colsum_block(float *dinp, float *db, float *part, const float *dout,
+                                 const void *inp, int in16, const float *bias, int N, int OC,
+                                 rw_plan p, int grp, int s, rw_col_smem *sm, uint16_t *g16,
+                                 int f16) {
+  const int r1 = N < (s + 1) * p.R ? N : (s + 1) * p.R;
   GB_THREADS(tid, RW_COL_NT)
   const int col = tid % RW_COLS, lane = tid / RW_COLS, c = grp * RW_COLS + col;
   float b = 0.0f;
   if (c < OC) {
     const float bc = bias ? bias[c] : 0.0f;
-    for (int i0 = lane; i0 < N; i0 += RW_UNROLL * RW_ROWS) {
+    for (int i0 = s * p.R + lane; i0 < r1; i0 += RW_STEP) {
       float d[RW_UNROLL], x[RW_UNROLL];
       for (int k = 0; k < RW_UNROLL; k++) { /* the loads first: RW_UNROLL in flight */
         const int i = i0 + k * RW_ROWS;
         const size_t e = (size_t)i * (size_t)OC + (size_t)c;
-        d[k] = i < N ? dout[e] : 0.0f;
-        x[k] = i < N ? rw_act(inp, e, in16, f16) : 0.0f;
+        d[k] = i < r1 ? dout[e] : 0.0f;
+        x[k] = i < r1 ? rw_act(inp, e, in16, f16) : 0.0f;
       }
       for (int k = 0; k < RW_UNROLL; k++) {
         const int i = i0 + k * RW_ROWS;
-        if (i < N) {
+        if (i < r1) {
           const float g = d[k] * rw_gelu_grad(x[k] + bc);
           const size_t e = (size_t)i * (size_t)OC + (size_t)c;
           if (g16)
@@ -212,11 +287,88 @@ GB_DEV void rw_gelu_colsum_block(float *dinp, float *db, const float *dout, cons
       }
     }
   }
-  sm->a[lane][col] = 0.0f;
   sm->b[lane][col] = b;
   GB_END
   GB_SYNC();
-  rw_col_fold(NULL, db, OC, grp, sm);
+  rw_col_fold(RW_COL_OUT(p, s, db, part, OC), NULL, OC, p.S == 1, OC, grp, sm);
+}
+
+typedef struct rw_ln_smem {
+  float pa[RW_LN_ROWS][33], pb[RW_LN_ROWS][33]; /* the lanes' partial row sums */
+  float ra[RW_LN_ROWS], rb[RW_LN_ROWS];         /* each row's two means */
+} rw_ln_smem;
+
+/* The LayerNorm backward, block s of rw_ln_plan(N): rows [s * R, +R) of
+ * the [N, C] matrices, RW_LN_ROWS at a time (a warp of 32 lanes per row),
+ * with the weight's and bias's gradients in the same walk:
+ *   dinp[i, c] += (w[c] dout[i, c] - a_i - norm[i, c] b_i) rstd[i], where
+ *     norm = (inp - mean[i]) rstd[i], a_i and b_i the row's means of
+ *     w dout and of w dout norm (the lanes' partials folded in lane order);
+ *   then thread t takes columns t, t + RW_LN_NT, ...: the chunk's sums of
+ *     norm dout (dw) and dout (db), row by row in order, added to dw[c] and
+ *     db[c] when S == 1, else written to part[s, c] and part[s, C + c] (the
+ *     partials [S, 2C], rw_part_fold_block's W0 = C).
+ * One HBM read of dout and inp (the chunk's rows are re-read from the
+ * caches): the column sums' own kernel read both again. */
+GB_DEV void rw_layernorm_backward_block(float *dinp, float *dw, float *db, float *part,
+                                        const float *dout, const float *inp, const float *w,
+                                        const float *mean, const float *rstd, int N, int C,
+                                        rw_plan p, int s, rw_ln_smem *sm) {
+  const int r0 = s * p.R, r1 = N < r0 + p.R ? N : r0 + p.R, add = p.S == 1;
+  float *ow = add ? dw : part + (size_t)s * 2 * (size_t)C, *ob = add ? db : ow + C;
+  for (int i0 = r0; i0 < r1; i0 += RW_LN_ROWS) {
+    GB_THREADS(tid, RW_LN_NT)
+    const int row = i0 + tid / 32, lane = tid % 32;
+    float a = 0.0f, b = 0.0f;
+    if (row < r1) {
+      const float *x = inp + (size_t)row * (size_t)C, *d = dout + (size_t)row * (size_t)C;
+      const float m = mean[row], r = rstd[row];
+      for (int c = lane; c < C; c += 32) {
+        const float dn = w[c] * d[c];
+        a += dn;
+        b += dn * (x[c] - m) * r;
+      }
+    }
+    sm->pa[tid / 32][lane] = a;
+    sm->pb[tid / 32][lane] = b;
+    GB_END
+    GB_SYNC();
+    GB_THREADS(tid, RW_LN_NT)
+    if (tid < RW_LN_ROWS) {
+      float a = 0.0f, b = 0.0f;
+      for (int l = 0; l < 32; l++) {
+        a += sm->pa[tid][l];
+        b += sm->pb[tid][l];
+      }
+      sm->ra[tid] = a / (float)C;
+      sm->rb[tid] = b / (float)C;
+    }
+    GB_END
+    GB_SYNC();
+    /* the next pass's first barrier keeps its folds from overwriting ra,
+     * rb before every thread has read them here */
+    GB_THREADS(tid, RW_LN_NT)
+    const int row = i0 + tid / 32, lane = tid % 32;
+    if (row < r1) {
+      const float *x = inp + (size_t)row * (size_t)C, *d = dout + (size_t)row * (size_t)C;
+      const float m = mean[row], r = rstd[row], a = sm->ra[tid / 32], b = sm->rb[tid / 32];
+      float *di = dinp + (size_t)row * (size_t)C;
+      for (int c = lane; c < C; c += 32) di[c] += (w[c] * d[c] - a - (x[c] - m) * r * b) * r;
+    }
+    const int rn = r1 < i0 + RW_LN_ROWS ? r1 : i0 + RW_LN_ROWS;
+    for (int c = tid; c < C; c += RW_LN_NT) {
+      float sw = 0.0f, sb = 0.0f;
+      for (int i = i0; i < rn; i++) {
+        const float d = dout[(size_t)i * (size_t)C + (size_t)c];
+        sw += (inp[(size_t)i * (size_t)C + (size_t)c] - mean[i]) * rstd[i] * d;
+        sb += d;
+      }
+      const int acc = add || i0 > r0; /* a block's first pass writes its partials */
+      ow[c] = acc ? ow[c] + sw : sw;
+      ob[c] = acc ? ob[c] + sb : sb;
+    }
+    GB_END
+  }
 }
 
 #endif

@@ -36,6 +36,12 @@
  *     without its gradient. Tolerances absolute, from the magnitudes:
  *     1e-5 elementwise, 1e-4 for sums over the 200 rows and the losses,
  *     1e-6 for the cross-entropy's gradient (entries <= 1/37).
+ *   - the split column reductions at N = 8225 (gpt2_rows.h's plans: the
+ *     LayerNorm backward in chunks of 64 rows, two passes a block; a
+ *     bias's gradient in 11 chunks), on a scratch of exactly
+ *     gpt2_cuda_scratch_bytes: dinp 1e-5, the column sums 4e-7 per row;
+ *     at N = 200 above the LayerNorm's plan splits into 7 chunks and the
+ *     MLP bias's into 2;
  *   - a bf16 run's operand reuse: a GEMM taking the previous GEMM's fp32
  *     operand reads its rounded copy; after a GEMM whose C overwrote the
  *     source, or a non-GEMM op that did, it is rounded anew (1e-4);
@@ -620,6 +626,44 @@ static void act16_case(zrt_dtype dt, void *scratch, size_t sb) {
 }
 
 /* The non-GEMM, non-attention ops against gpt2_cpu_ops_f32 (see the top). */
+/* The split column reductions at a larger N (gpt2_rows.h): the LayerNorm
+ * backward at 8225 rows (rw_ln_plan: chunks of 64 rows, two passes a
+ * block, a ragged last chunk) and a bias's gradient at GPT-2's width (11
+ * chunks), the partials in the scratch and folded; against the CPU ops,
+ * the column sums within 4e-7 per row (sums of 8225 terms in two orders). */
+static void split_case(void) {
+  const gpt2_ops_f32 *G = &gpt2_cuda_ops_f32, *H = &gpt2_cpu_ops_f32;
+  enum { N = 8225, C = 768 };
+  uint64_t s = 5151;
+  size_t nc = (size_t)N * C;
+  float *x = malloc(nc * 4), *y = malloc(nc * 4), *z = malloc(nc * 4), *o = malloc(nc * 4);
+  float *m = malloc(N * 4), *r = malloc(N * 4), *lw = malloc(C * 4), *lb = malloc(C * 4);
+  float *gw = malloc(C * 4), *gb = malloc(C * 4);
+  fill(x, nc, 2.0f, &s), fill(lw, C, 1.0f, &s), fill(lb, C, 1.0f, &s);
+  float *dx = dev(nc * 4, x), *dlw = dev(C * 4, lw), *dlb = dev(C * 4, lb);
+  float *dm = dev(N * 4, NULL), *dr = dev(N * 4, NULL), *dout = dev(nc * 4, NULL);
+  G->layernorm_forward(dout, dm, dr, dx, dlw, dlb, N, C);
+  H->layernorm_forward(o, m, r, x, lw, lb, N, C);
+  check_op("split: layernorm_forward rstd", dr, r, N, 1e-5);
+  ZT_OK(zrt_engine_memcpy(eng, dm, m, N * 4, ZRT_COPY_H2D)); /* the same statistics */
+  ZT_OK(zrt_engine_memcpy(eng, dr, r, N * 4, ZRT_COPY_H2D));
+  fill(y, nc, 1.0f, &s), fill(z, nc, 1.0f, &s), fill(gw, C, 1.0f, &s), fill(gb, C, 1.0f, &s);
+  float *dy = dev(nc * 4, y), *dz = dev(nc * 4, z), *dgw = dev(C * 4, gw), *dgb = dev(C * 4, gb);
+  G->layernorm_backward(dz, dgw, dgb, dy, dx, dlw, dm, dr, N, C);
+  H->layernorm_backward(z, gw, gb, y, x, lw, m, r, N, C);
+  check_op("split: layernorm_backward dinp", dz, z, nc, 1e-5);
+  check_op("split: layernorm_backward dw", dgw, gw, C, 4e-7 * N);
+  check_op("split: layernorm_backward db", dgb, gb, C, 4e-7 * N);
+  fill(gb, C, 1.0f, &s);
+  ZT_OK(zrt_engine_memcpy(eng, dgb, gb, C * 4, ZRT_COPY_H2D));
+  G->bias_backward(dgb, dy, N, C);
+  H->bias_backward(gb, y, N, C);
+  check_op("split: bias_backward", dgb, gb, C, 4e-7 * N);
+  void *bufs[] = {dx, dlw, dlb, dm, dr, dout, dy, dz, dgw, dgb};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) zrt_engine_free(eng, bufs[i]);
+  free(x), free(y), free(z), free(o), free(m), free(r), free(lw), free(lb), free(gw), free(gb);
+}
+
 static void ops_case(void) {
   const gpt2_ops_f32 *G = &gpt2_cuda_ops_f32, *H = &gpt2_cpu_ops_f32;
   enum { B = 2, T = 100, N = B * T, C = 768, OC = 4 * C, V = 1000, NCE = 37, VCE = 50257 };
@@ -764,6 +808,14 @@ int main(void) {
     }
   gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb);
   ops_case();
+  gpt2_config big = cfg; /* a scratch sized for the split case's N */
+  big.seq_len = 8225;
+  size_t sbig = gpt2_cuda_scratch_bytes(&big, 1, ZRT_F32);
+  void *scr2 = dev(sbig, NULL);
+  gpt2_cuda_gemm_setup(ZRT_F32, scr2, sbig);
+  split_case();
+  zrt_engine_free(eng, scr2);
+  gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb);
   ce16_case(ZRT_BF16, scratch, sb);
   ce16_case(ZRT_F16, scratch, sb);
   gelu16_case(ZRT_BF16, scratch, sb);
