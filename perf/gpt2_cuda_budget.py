@@ -27,7 +27,7 @@ zrt's MFU (gpt2_flops_per_token over the bf16 GEMM peak, train_gpt2's
 convention) cannot exceed flops / (peak * floor). The floor counts bytes,
 not occupancy: the column sums' grids (gpt2_rows.h rw_col_plan,
 rw_ln_plan) are sized to fill the GPU so that bandwidth is the bound.
-Six shapes: zrt_cuda_now
+Seven shapes: zrt_cuda_now
 (a bf16 run today: tensor-core attention, the bf16 gradient copy, rounded
 operands reused, the activations only GEMMs read, ln1 / atty / ln2 /
 fch_gelu / lnf, in bf16: gpt2_act16.h, the others fp32; no bias-add pass:
@@ -39,7 +39,10 @@ a zeroing pass, and in a 16-bit run only as the bf16 copy the qkv GEMMs
 and the qkv bias's gradient read; fch, the fc GEMM's output, in bf16 too,
 written by the GEMM and read so by the GELU forward and backward; the
 LayerNorm backward summing its weight's and bias's gradients in its own
-walk), separate_ln_colsums (session 15's kernels: the same with the
+walk; the logits in bf16, written by the head GEMM, read so by the
+cross-entropy, which writes its bf16 gradient over them), fp32_logits
+(the same with fp32 logits and the gradient as a held bf16 copy),
+separate_ln_colsums (session 15's kernels: the same with the
 LayerNorms' column sums in a second pass over dout and inp),
 separate_bias_adds (session 14's kernels: the same with the bias-add
 passes, the bias gradient pass, the zeroing and the GELU gradient in fp32), fp32_activations (session 13's kernels: every
@@ -61,7 +64,8 @@ import sys
 
 def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_copy16=False,
                 reuse=False, act16=False, bias_fwd_fused=False, bias_grad_fused=False,
-                attn_writes=False, gelu_copy16=False, fch16=False, dqkv16=False, ln_fused=False):
+                attn_writes=False, gelu_copy16=False, fch16=False, dqkv16=False, ln_fused=False,
+                logits16=False):
     """Per-class totals of one step (forward + backward, embedding to head).
     act16: the activations only GEMMs read (ln1, atty, ln2, fch_gelu, lnf)
     are written in bf16 by their producers and read as they are (the GEMMs'
@@ -78,7 +82,9 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
     dX and dW GEMMs read (no fp32 write, no rounding pass). ln_fused: the
     LayerNorm backward sums its weight's and bias's gradients in the same
     walk (gpt2_rows.h): dout and inp read once, plus the partials [S, 2C]
-    written and read by the fold (rw_ln_plan's S)."""
+    written and read by the fold (rw_ln_plan's S). logits16: the head GEMM
+    writes the logits in bf16 and the cross-entropy reads them so, writing
+    its bf16 gradient over them (gpt2_act16.h's logits slot)."""
     N = B * T
     hs = C // NH
     k = {"gemm_flops": 0.0, "gemm_bytes": 0.0, "elem_bytes": 0.0, "attn_fma": 0.0,
@@ -157,10 +163,10 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
             elem(N * C, N * C)  # bias
         elem(2 * N * C, N * C)  # residual
     produce(N * C, N * C)  # lnf
-    gemm(N, V, C, g16, 0)  # logits (wte is the 16-bit weight)
+    gemm(N, V, C, g16, 0, c16=logits16)  # logits (wte is the 16-bit weight)
     if ce_copy16:  # a bf16 run: the gradient written as the bf16 copy the head's GEMMs read
-        elem(N * V, 0)  # cross-entropy: its passes read the row from L2 after the first
-        k["elem_bytes"] += N * V * 2
+        # cross-entropy: its passes read the row from L2 after the first
+        k["elem_bytes"] += N * V * (2 if logits16 else a) + N * V * 2
     else:
         elem(N * V, N * V)  # cross-entropy, the gradient in place
     # backward: head
@@ -235,17 +241,20 @@ def main():
     # name, activation bytes, tensor-core attention, its backward products, the
     # 16-bit gradient copy, operand reuse, act16, bias adds fused, fc bias
     # gradient fused, attention backward writes dqkv, GELU backward's 16-bit copy, fch in bf16,
-    # the attention backward's 16-bit dqkv copy, the LayerNorm backward's column sums fused
+    # the attention backward's 16-bit dqkv copy, the LayerNorm backward's column sums fused,
+    # the logits in bf16
     T_, F_ = True, False
-    shapes = (("zrt_cuda_now", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_),
-              ("separate_ln_colsums", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, F_),
-              ("separate_bias_adds", 4, T_, 7, T_, T_, T_, F_, F_, F_, F_, F_, F_, F_),
-              ("fp32_activations", 4, T_, 7, T_, T_, F_, F_, F_, F_, F_, F_, F_, F_),
-              ("fp32_core_attention", 4, F_, 9, F_, F_, F_, F_, F_, F_, F_, F_, F_, F_),
-              ("bf16_activations_tensor_attention", 2, T_, 5, T_, F_, F_, T_, F_, T_, F_, F_, F_, F_))
-    for name, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16, f16, d16, lnf in shapes:
+    shapes = (("zrt_cuda_now", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_),
+              ("fp32_logits", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, F_),
+              ("separate_ln_colsums", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, F_, F_),
+              ("separate_bias_adds", 4, T_, 7, T_, T_, T_, F_, F_, F_, F_, F_, F_, F_, F_),
+              ("fp32_activations", 4, T_, 7, T_, T_, F_, F_, F_, F_, F_, F_, F_, F_, F_),
+              ("fp32_core_attention", 4, F_, 9, F_, F_, F_, F_, F_, F_, F_, F_, F_, F_, F_),
+              ("bf16_activations_tensor_attention", 2, T_, 5, T_, F_, F_, T_, F_, T_, F_, F_, F_, F_,
+               F_))
+    for name, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16, f16, d16, lnf, l16 in shapes:
         k = step_budget(B, T, C, L, NH, V, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16,
-                        f16, d16, lnf)
+                        f16, d16, lnf, l16)
         # the op list's GEMMs are the formula's non-attention FLOPs, exactly
         gemm_want = 6.0 * (L * 12.0 * C * C + V * C) * B * T
         if abs(k["gemm_flops"] - gemm_want) > 1e-9 * gemm_want:
@@ -261,14 +270,12 @@ def main():
     if a.table:
         rows = ["gemm_tensor_s", "gemm_bytes_s", "elementwise_s", "attention_compute_s", "attention_bytes_s",
                 "floor_s", "max_mfu"]
-        print("%-22s %14s %14s %14s %14s %14s %14s" % ("ms per step (floor)", "zrt now", "separate LN",
-                                                       "separate bias", "fp32 acts", "fp32-core attn",
-                                                       "bf16 act+flash"),
-              file=sys.stderr)
+        hdr = ("zrt now", "fp32 logits", "separate LN", "separate bias", "fp32 acts",
+               "fp32-core attn", "bf16 act+flash")
+        print("%-22s" % "ms per step (floor)" + "".join(" %14s" % h for h in hdr), file=sys.stderr)
         for r in rows:
             f = (lambda v: "%.3f" % v) if r == "max_mfu" else (lambda v: "%.2f" % (1e3 * v))
-            print("%-22s %14s %14s %14s %14s %14s %14s" % (r, *(f(out[n][r]) for n, *_ in shapes)),
-                  file=sys.stderr)
+            print("%-22s" % r + "".join(" %14s" % f(out[n][r]) for n, *_ in shapes), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -121,8 +121,8 @@ static uint64_t gpt_arena(uint64_t B, uint64_t T, uint64_t C, uint64_t H, uint64
   GA_TAKE(N * C);
   uint64_t stride = GA_ALIGN(off);
   off = layer0 + stride * slots;
-  /* lnf, its mean and rstd, logits, losses, dres, dC, d4C */
-  GA_TAKE(GA_16(N * C)), GA_TAKE(N), GA_TAKE(N), GA_TAKE(N * V), GA_TAKE(N), GA_TAKE(N * C);
+  /* lnf, its mean and rstd, logits (16-bit too), losses, dres, dC, d4C */
+  GA_TAKE(GA_16(N * C)), GA_TAKE(N), GA_TAKE(N), GA_TAKE(GA_16(N * V)), GA_TAKE(N), GA_TAKE(N * C);
   GA_TAKE(N * C), GA_TAKE(4 * N * C);
 #undef GA_ALIGN
 #undef GA_TAKE
@@ -168,11 +168,8 @@ uint64_t zrt_model_gpt_activations(const zrt_model_gpt *g, int64_t B, int64_t T,
              h4 = w != 4 ? (N * 4 * C * 2 + up) & ~up : 0;
     uint64_t s = ZRT_MAX(ZRT_MAX(gpt_ln_part(N, C), gpt_col_part(N, C)), att);
     s = ZRT_MAX(s, ZRT_MAX(h3 + gpt_col_part(N, 3 * C), h4 + gpt_col_part(N, 4 * C)));
-    if (w != 4) {
-      uint64_t gemm = ((N * V * 2 + up) & ~up) + N * C * 2;
-      uint64_t blk = ((N * 4 * C * 2 + up) & ~up) + ((N * C * 2 + up) & ~up);
-      s = ZRT_MAX(ZRT_MAX(gemm, blk), s);
-    }
+    if (w != 4) /* the head's GEMMs read 16-bit slots: no N x V operand rounded */
+      s = ZRT_MAX(((N * 4 * C * 2 + up) & ~up) + ((N * C * 2 + up) & ~up), s);
     bytes += s;
   }
   return bytes;

@@ -11,8 +11,9 @@
 #include <string.h>
 
 /* In a layer slot's (and the layout's) order. */
-enum { A16_LN1, A16_ATTY, A16_LN2, A16_FCH, A16_FCH_GELU, A16_LNF, A16_KINDS };
-static const char *const a16_names[A16_KINDS] = {"ln1", "atty", "ln2", "fch", "fch_gelu", "lnf"};
+enum { A16_LN1, A16_ATTY, A16_LN2, A16_FCH, A16_FCH_GELU, A16_LNF, A16_LOGITS, A16_KINDS };
+static const char *const a16_names[A16_KINDS] = {"ln1",      "atty", "ln2",   "fch",
+                                                 "fch_gelu", "lnf",  "logits"};
 
 typedef struct a16_slot {
   const char *p;
@@ -36,7 +37,7 @@ zrt_status gpt2_a16_set(const gpt2_acts_layout *L, const gpt2_config *cfg, int B
                         const float *acts) {
   gpt2_a16_clear();
   int slots = gpt2_acts_layer_slots(cfg, L->nckpt);
-  a16_slot *s = calloc((size_t)slots * A16_LNF + 1, sizeof *s);
+  a16_slot *s = calloc((size_t)slots * A16_LNF + 2, sizeof *s);
   if (!s) return ZRT_ERR_OOM;
   size_t NC = (size_t)B * (size_t)cfg->seq_len * (size_t)cfg->n_embd, n = 0;
   size_t el = L->half16 ? 2 : sizeof(float);
@@ -47,6 +48,8 @@ zrt_status gpt2_a16_set(const gpt2_acts_layout *L, const gpt2_config *cfg, int B
       s[n++] = (a16_slot){(const char *)(acts + off[k] + L->layer_stride * (size_t)l), len[k] * el,
                           k, l};
   s[n++] = (a16_slot){(const char *)(acts + L->lnf), NC * el, A16_LNF, -1};
+  s[n++] = (a16_slot){(const char *)(acts + L->logits),
+                      NC / (size_t)cfg->n_embd * (size_t)cfg->vocab * el, A16_LOGITS, -1};
   g_reg.s = s;
   g_reg.n = n;
   g_reg.half = L->half16;
@@ -177,12 +180,15 @@ static void a16_stale_arg(const char *op, const char *arg, const void *p, size_t
  * LayerNorm, attention and GELU forwards' out: A_WRITE) and read by GEMM
  * operands and the attention backward's out (A_READ); fch is written by
  * the fc GEMM's C (beta 0: A_GEMM_C) and read by the GELU forward's and
- * backward's inp (A_GELU_INP). A_OUT (or-ed in): the op writes the whole
- * argument without reading it. */
-enum { A_NONE, A_WRITE, A_READ, A_GEMM_C, A_GELU_INP, A_OUT = 8 };
+ * backward's inp (A_GELU_INP); the logits are written by the head GEMM's
+ * C (A_GEMM_C), read by the cross-entropy, which writes its gradient over
+ * them (A_CE), and read so by the head's backward GEMMs (A_READ). A_OUT
+ * (or-ed in): the op writes the whole argument without reading it. */
+enum { A_NONE, A_WRITE, A_READ, A_GEMM_C, A_GELU_INP, A_CE, A_OUT = 8 };
 
 static int a16_role_ok(int kind, int may) {
   if (kind == A16_FCH) return may == A_GEMM_C || may == A_GELU_INP;
+  if (kind == A16_LOGITS) return may == A_GEMM_C || may == A_CE || may == A_READ;
   return may == A_WRITE || may == A_READ;
 }
 
@@ -215,8 +221,11 @@ static void a16_arg(const char *op, const char *arg, const void *p, size_t bytes
           op, arg, bytes, (long long)((const char *)p - s->p), where, a16_names[s->kind],
           s->kind == A16_FCH ? "only the fc GEMM's C (beta 0) writes it and only the GELU "
                                "forward's and backward's inp read it"
-                             : "only the LayerNorm, attention and GELU forwards write it and only "
-                               "GEMM operands and the attention backward's out read it");
+          : s->kind == A16_LOGITS
+              ? "only the head GEMM's C (beta 0) writes it, the cross-entropy reads it and writes "
+                "its gradient over it, and GEMM operands read that"
+              : "only the LayerNorm, attention and GELU forwards write it and only "
+                "GEMM operands and the attention backward's out read it");
 }
 
 /* Bytes of a row-major operand: rows of ld floats, the last cols wide. */
@@ -341,11 +350,13 @@ static void a_residual(float *out, const float *a, const float *b, const float *
 }
 static void a_crossentropy(float *losses, float *logits, const int *targets, int N, int V,
                            float dloss) {
-  a16_arg("crossentropy", "logits", logits, F4((size_t)N * V), A_NONE);
+  a16_arg("crossentropy", "logits", logits, F4((size_t)N * V), A_CE);
   a16_arg("crossentropy", "losses", losses, F4(N), A_OUT);
   a16_end_hold();
   g_aud.in->crossentropy(losses, logits, targets, N, V, dloss);
-  if (dloss != 0) a16_hold("cross-entropy", logits, F4((size_t)N * V)); /* the gradient */
+  /* the gradient: in the logits slot, in 16 bits; logits elsewhere (not
+   * the passes') hold it as a 16-bit copy on CUDA */
+  if (dloss != 0 && !gpt2_a16_is(logits)) a16_hold("cross-entropy", logits, F4((size_t)N * V));
 }
 static zrt_status a_check(void) {
   zrt_status st = g_aud.in->check ? g_aud.in->check() : ZRT_OK;

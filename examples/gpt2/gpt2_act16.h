@@ -14,9 +14,16 @@
  *     and backward read it as they are, adding the bias in fp32 (as
  *     autocast's GELU reads a 16-bit input; unlike the slots above this
  *     rounds a value the fp32 path keeps, so the numbers move by the
- *     rounding).
+ *     rounding);
+ *   - the logits, the head GEMM's output: written as a 16-bit C, read so
+ *     by the cross-entropy (loss and softmax in fp32, as autocast's
+ *     cross-entropy of 16-bit logits), which writes its gradient over
+ *     them in 16 bits, where the head's two backward GEMMs read it (half
+ *     the bytes of fp32 logits, and no 16-bit copy of the gradient in the
+ *     scratch; the loss moves by the logits' rounding).
  * The registry (gpt2_a16_set) says which slots those are; the CUDA ops ask
- * it (gpt2_a16_is).
+ * it (gpt2_a16_is); gpt2_cuda_scratch_bytes counts on the logits being
+ * one (no N x V operand to round for the head's GEMMs).
  *
  * The rule "a registered slot is written only by its kind's producer and
  * read only by its kind's readers, always through the slot's own start" is
@@ -45,7 +52,7 @@ extern "C" {
 
 /* Registers the 16-bit slots of layout L (config cfg, micro-batch B) over
  * the buffer acts: ln1, atty, ln2, fch, fch_gelu of each of the layout's
- * layer slots, and lnf. A layout with half16 (GPT2_ACTS_HALF16, for ops that
+ * layer slots, lnf and the logits. A layout with half16 (GPT2_ACTS_HALF16, for ops that
  * write them in 16 bits) holds each in half the bytes; the audit then
  * counts a producer's or reader's fp32-typed extent at 2 bytes per element.
  * Replaces an earlier registration. ZRT_ERR_OOM when the table cannot be

@@ -12,11 +12,12 @@
  * gpt2_cuda_weight16, no fp32 copy); the activations only GEMMs read
  * (ln1, atty, ln2, fch_gelu, lnf: gpt2_act16.h's registry) are written in
  * the run's dtype by their producers and read as they are, and fch is the
- * fc GEMM's 16-bit C; other fp32 activation operands are rounded to the
- * run's dtype into the scratch (as autocast does), other C stays fp32. The
- * cross-entropy's, the GELU backward's and the attention backward's
- * gradients are written only as the 16-bit copy their next GEMMs read (the
- * held copy, below).
+ * fc GEMM's 16-bit C, and the logits the head GEMM's (the cross-entropy
+ * writes its 16-bit gradient over them); other fp32 activation operands
+ * are rounded to the run's dtype into the scratch (as autocast does), other
+ * C stays fp32. The GELU backward's and the attention backward's gradients
+ * (and the cross-entropy's over logits that are no slot) are written only
+ * as the 16-bit copy their next GEMMs read (the held copy, below).
  *
  * Attention is fused (online softmax over shared-memory tiles, backward
  * without atomics): on tensor cores in a bf16 or fp16 run (gpt2_flash_tc.h,
@@ -255,10 +256,10 @@ __global__ void k_residual(float *out, const float *a, const float *b, const flo
 
 /* One block per row (gpt2_rows.h). */
 __global__ void __launch_bounds__(RW_CE_NT)
-    k_crossentropy(float *losses, float *logits, const int *targets, int V, float dloss,
+    k_crossentropy(float *losses, void *logits, int in16, const int *targets, int V, float dloss,
                    uint16_t *g16, int f16) {
   __shared__ rw_ce_smem sm;
-  rw_crossentropy_block(losses, logits, targets, V, dloss, (int)blockIdx.x, &sm, g16, f16);
+  rw_crossentropy_block(losses, logits, in16, targets, V, dloss, (int)blockIdx.x, &sm, g16, f16);
 }
 
 __global__ void k_to_f32(float *dst, const void *src, int dt, int64_t n) {
@@ -624,12 +625,15 @@ static void cu_crossentropy(float *losses, float *logits, const int *targets, in
                             float dloss) {
   r16_forget(); /* also voids an earlier held copy */
   if (N <= 0) return;
-  /* a 16-bit run's backward: the gradient as the 16-bit copy the head's two
-   * GEMMs read (gpt2_cuda_scratch_bytes holds it beside their other
-   * operand); the logits stay */
-  uint16_t *g16 = dloss != 0.0f ? t16_hold(logits, (size_t)N * (size_t)V) : NULL;
-  k_crossentropy<<<(unsigned)N, RW_CE_NT, 0, g_stream>>>(losses, logits, targets, V, dloss, g16,
-                                                         g_gemm_dt == ZRT_F16);
+  /* a 16-bit run's logits slot (gpt2_act16.h, the head GEMM's 16-bit C):
+   * read as it is, the gradient written over it in 16 bits, where the
+   * head's two GEMMs read it. Else, in a 16-bit run's backward, the
+   * gradient as the held 16-bit copy those GEMMs read; the logits stay. */
+  const int in16 = o16_at(logits) != 0;
+  uint16_t *g16 = NULL;
+  if (dloss != 0.0f) g16 = in16 ? (uint16_t *)logits : t16_hold(logits, (size_t)N * (size_t)V);
+  k_crossentropy<<<(unsigned)N, RW_CE_NT, 0, g_stream>>>(losses, logits, in16, targets, V, dloss,
+                                                         g16, g_gemm_dt == ZRT_F16);
 }
 static zrt_status cu_check(void) {
   if (g_err != ZRT_OK) {

@@ -330,14 +330,15 @@ size_t gpt2_cuda_scratch_bytes(const gpt2_config *cfg, int B, zrt_dtype dt) {
   if (c4 > red) red = c4;
   if (att > red) red = att;
   if (dt == ZRT_F32) return red;
-  /* the largest pair of converted operands: dwte = dlogits^T lnf (N x V and
-   * N x C), 256-byte aligned; every block GEMM needs at most 5 N C, an N x C
-   * and an N x 4C operand in either order (dW_fc = ln2^T d4C puts the N x C
-   * one first: both rounded up) */
-  size_t gemm = (N * V * 2 + 255) / 256 * 256 + N * C * 2;
+  /* the largest pair of converted operands: every block GEMM needs at most
+   * 5 N C, an N x C and an N x 4C operand in either order (dW_fc = ln2^T
+   * d4C puts the N x C one first: both rounded up). The head's GEMMs read
+   * 16-bit slots only (lnf, and the logits with the gradient the
+   * cross-entropy writes over them: gpt2_act16.h's registry, which a
+   * 16-bit run sets), so no N x V operand is rounded here. */
+  (void)V;
   size_t blk = (N * 4 * C * 2 + 255) / 256 * 256 + (N * C * 2 + 255) / 256 * 256;
-  if (blk > gemm) gemm = blk;
-  return gemm > red ? gemm : red;
+  return blk > red ? blk : red;
 }
 
 size_t gpt2_acts_block_input(const gpt2_acts_layout *L, int layer) {
@@ -395,7 +396,7 @@ void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, i
   TAKE(lnf, A16(N * C));
   TAKE(lnf_mean, N);
   TAKE(lnf_rstd, N);
-  TAKE(logits, N * (size_t)cfg->vocab);
+  TAKE(logits, A16(N * (size_t)cfg->vocab));
   TAKE(losses, N);
   TAKE(dres, N * C);
   TAKE(dC, N * C);

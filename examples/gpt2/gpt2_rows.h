@@ -13,7 +13,8 @@
  *     then (dloss != 0) the row overwritten by its gradient, or, given g16,
  *     the gradient rounded to bf16 (or with f16 fp16) into g16 (the row
  *     kept: a 16-bit run's GEMMs read that copy instead of rounding the
- *     fp32 one). Coalesced: the
+ *     fp32 one); the logits may be 16-bit themselves (a 16-bit run's
+ *     logits slot), the gradient then written over them. Coalesced: the
  *     kernel it replaced ran one thread per row, each walking its own row
  *     of up to 50257 floats, on N / 128 blocks.
  *   column sums: db[c] += sum_i dout[i, c] (a bias's gradient): blocks of
@@ -70,16 +71,30 @@ typedef struct rw_ce_smem {
     GB_SYNC();                                                                                     \
   }
 
-/* Row `row` of logits [., V]: losses[row] = logsumexp - logit of the
- * target; when dloss != 0 the row becomes (softmax - onehot(target)) *
- * dloss, or with g16 non-NULL that gradient goes to g16 [., V] as bf16,
- * or fp16 when f16 (round to nearest even), and the row stays. */
-GB_DEV void rw_crossentropy_block(float *losses, float *logits, const int *targets, int V,
+/* Element e of an activation: fp32, or with in16 of the 16-bit type f16
+ * selects (0 bf16, 1 fp16). */
+GB_DEV float rw_act(const void *p, size_t e, int in16, int f16) {
+  if (!in16) return ((const float *)p)[e];
+  const uint32_t b = ((const uint16_t *)p)[e];
+  return f16 ? gb_from_f16(b) : gb_from_bf16(b);
+}
+
+/* Row `row` of logits [., V] (fp32, or with in16 16-bit elements of the
+ * type f16 selects: a 16-bit run's logits slot, gpt2_act16.h):
+ * losses[row] = logsumexp - logit of the target; when dloss != 0 the
+ * row's gradient (softmax - onehot(target)) * dloss goes over the fp32
+ * row, or with g16 non-NULL to g16 [., V] as bf16, or fp16 when f16
+ * (round to nearest even), the row staying. g16 may be the 16-bit logits
+ * themselves (in16: the gradient in place; each element is read, then
+ * written, by one thread, after the loss read the target's); in16 with
+ * dloss != 0 needs g16. */
+GB_DEV void rw_crossentropy_block(float *losses, void *logits, int in16, const int *targets, int V,
                                   float dloss, int row, rw_ce_smem *sm, uint16_t *g16, int f16) {
-  float *l = logits + (size_t)row * (size_t)V;
+  const size_t r0 = (size_t)row * (size_t)V;
+  float *l = in16 ? NULL : (float *)logits + r0;
   GB_THREADS(tid, RW_CE_NT)
   float m = -INFINITY;
-  for (int v = tid; v < V; v += RW_CE_NT) m = fmaxf(m, l[v]);
+  for (int v = tid; v < V; v += RW_CE_NT) m = fmaxf(m, rw_act(logits, r0 + (size_t)v, in16, f16));
   sm->mx[tid] = m;
   GB_END
   GB_SYNC();
@@ -87,22 +102,24 @@ GB_DEV void rw_crossentropy_block(float *losses, float *logits, const int *targe
   GB_THREADS(tid, RW_CE_NT)
   const float mx = sm->mx[0];
   float a = 0.0f;
-  for (int v = tid; v < V; v += RW_CE_NT) a += expf(l[v] - mx);
+  for (int v = tid; v < V; v += RW_CE_NT) a += expf(rw_act(logits, r0 + (size_t)v, in16, f16) - mx);
   sm->sum[tid] = a;
   GB_END
   GB_SYNC();
   RW_TREE(sm->sum, 0)
   GB_THREADS(tid, RW_CE_NT)
-  if (tid == 0) losses[row] = logf(sm->sum[0]) + sm->mx[0] - l[targets[row]];
+  if (tid == 0)
+    losses[row] =
+        logf(sm->sum[0]) + sm->mx[0] - rw_act(logits, r0 + (size_t)targets[row], in16, f16);
   GB_END
   if (dloss != 0.0f) {
     GB_SYNC(); /* the loss read the target's logit before it is overwritten */
     GB_THREADS(tid, RW_CE_NT)
     const float mx = sm->mx[0], k = dloss / sm->sum[0]; /* the CPU op's k */
     const int tg = targets[row];
-    uint16_t *g = g16 ? g16 + (size_t)row * (size_t)V : NULL;
+    uint16_t *g = g16 ? g16 + r0 : NULL;
     for (int v = tid; v < V; v += RW_CE_NT) {
-      float p = expf(l[v] - mx) * k;
+      float p = expf(rw_act(logits, r0 + (size_t)v, in16, f16) - mx) * k;
       p = v == tg ? p - dloss : p;
       if (g)
         g[v] = (uint16_t)(f16 ? gb_f16(p) : gb_bf16(p));
@@ -111,14 +128,6 @@ GB_DEV void rw_crossentropy_block(float *losses, float *logits, const int *targe
     }
     GB_END
   }
-}
-
-/* Element e of an activation: fp32, or with in16 of the 16-bit type f16
- * selects (0 bf16, 1 fp16). */
-GB_DEV float rw_act(const void *p, size_t e, int in16, int f16) {
-  if (!in16) return ((const float *)p)[e];
-  const uint32_t b = ((const uint16_t *)p)[e];
-  return f16 ? gb_from_f16(b) : gb_from_bf16(b);
 }
 
 /* A column reduction's grid (rw_col_plan, rw_ln_plan): G column groups

@@ -700,10 +700,19 @@ static zrt_status sample_text(trainer *tr, const split *val, int n, double temp,
     float loss;
     st = upload_batch(tr);
     if (st == ZRT_OK) st = run_micro(tr, 0, &loss, 0);
+    /* a 16-bit CUDA run's logits slot holds 16-bit elements (gpt2_act16.h) */
+    const size_t el = tr->L.half16 ? 2 : sizeof(float);
     if (st == ZRT_OK)
-      st = zrt_engine_memcpy(tr->eng, tr->h_logits, tr->acts + tr->L.logits + (size_t)(m - 1) * V,
-                             (size_t)V * sizeof(float), ZRT_COPY_D2H);
+      st = zrt_engine_memcpy(tr->eng, tr->h_logits,
+                             (const char *)(tr->acts + tr->L.logits) + (size_t)(m - 1) * V * el,
+                             (size_t)V * el, ZRT_COPY_D2H);
     if (st != ZRT_OK) break;
+    if (el == 2) /* widened in place, from the end: float v covers halves 2v, 2v + 1 >= v */
+      for (int v = V - 1; v >= 0; v--) {
+        uint16_t h;
+        memcpy(&h, (const char *)tr->h_logits + 2 * (size_t)v, 2);
+        tr->h_logits[v] = tr->info.dtype == ZRT_F16 ? gpt2_half_to_float(h) : gpt2_bf16_to_float(h);
+      }
     const float *lg = tr->h_logits;
     int next = 0;
     for (int v = 1; v < V; v++)
@@ -1086,7 +1095,7 @@ static void prune_checkpoints(const char *dir, int keep, keep_history *h, int64_
  * ops (and, on the CPU, the same OpenMP split) the model uses, in the
  * dtype its GEMMs run in: fp32 on the CPU and in fp32 CUDA runs; on CUDA in
  * a bf16 / fp16 run, cuBLAS on 16-bit operands (tensor cores, fp32
- * accumulate) held in the ops' scratch, C in the activations. Operands live
+ * accumulate), A, B and the fp32 C in the activations. Operands live
  * in buffers the first forward overwrites, so the measurement costs no
  * memory. Square GEMMs of side n (a multiple of 64, at most `cap`),
  * repeated for at least `min_s` seconds. Returns FLOP/s, 0 when the buffer
@@ -1104,21 +1113,18 @@ static zrt_status peak_gemm(trainer *tr, int int16, int64_t n, const void *A, co
 static double measure_gemm_peak(trainer *tr, int gpu) {
   int64_t cap = gpu ? GPT2_PEAK_SIDE_GPU : GPT2_PEAK_SIDE_CPU, n = cap;
   int int16 = tr->w16 != NULL; /* CUDA GEMMs in the run's 16-bit dtype */
-  size_t scratch = 0;
-  if (int16) scratch = gpt2_cuda_scratch_bytes(&tr->cfg, tr->B, tr->info.dtype);
-  while (n >= 64 && (int16 ? (size_t)(4 * n * n) > scratch || (size_t)(n * n) > tr->L.total
-                           : (size_t)(3 * n * n) > tr->L.total))
-    n -= 64;
+  /* A, B and C in the activation arena (free before the first step): fp32,
+   * or 16-bit A and B then an fp32 C */
+  while (n >= 64 && (size_t)((int16 ? 2 : 3) * n * n) > tr->L.total) n -= 64;
   if (n < 64) return 0;
   const void *A = tr->acts, *B = tr->acts + n * n;
   float *C = tr->acts + 2 * n * n;
   if (int16) {
 #ifdef GPT2_HAVE_CUDA
-    gpt2_cuda_fill16(tr->scratch, tr->info.dtype, 2 * n * n);
+    gpt2_cuda_fill16(tr->acts, tr->info.dtype, 2 * n * n);
 #endif
-    A = tr->scratch;
-    B = (const char *)tr->scratch + 2 * n * n;
-    C = tr->acts;
+    B = (const char *)tr->acts + 2 * n * n;
+    C = tr->acts + n * n; /* past A and B's 4 n^2 bytes */
   } else {
     gpt2_task z = {
         .tr = tr, .kind = GPT2_TASK_ZERO, .zero_at = tr->acts, .zero_n = (size_t)(3 * n * n)};

@@ -63,9 +63,9 @@
  *     16-bit C) that rounding within half a unit in the last place plus
  *     1e-4 of the largest entry (cuBLAS's order), its fch_gelu and lnf,
  *     and every gradient, within 5% (bf16) or 1% (fp16) of the tensor's
- *     largest entry, the loss within 1e-4 relative (fch's rounding moves
- *     them: the emulation measures 0.83% / 0.09% and 1.5e-5 / 6.0e-6); no
- *     audit violation.
+ *     largest entry, the loss within 1e-4 relative (the rounding of fch
+ *     and of the logits, a 16-bit slot too, moves them: the emulation
+ *     measures 0.81% / 0.09% and 1.2e-5 / 6.8e-6); no audit violation.
  * The CPU emulations of the same attention, cross-entropy and column-sum
  * code are checked in test_gpt2_flash_emu, test_gpt2_flash_tc_emu and
  * test_gpt2_rows_emu (unit). Skips (77) without a GPU,
@@ -562,7 +562,7 @@ static void act16_case(zrt_dtype dt, void *scratch, size_t sb) {
   static const char *names[A16_SLOTS] = {"ln1", "atty", "ln2", "fch", "fch_gelu", "lnf"};
   const char *dn = zrt_dtype_name(dt);
   /* the gradients' and the later slots' tolerance, of a tensor's largest
-   * entry: unit.test_gpt2_act16 measures 0.83% (bf16) and 0.09% (fp16) on
+   * entry: unit.test_gpt2_act16 measures 0.81% (bf16) and 0.09% (fp16) on
    * the gradients of the emulated kernels */
   const double rel = dt == ZRT_BF16 ? 5e-2 : 1e-2;
   for (int k = 0; k < A16_SLOTS; k++) {
@@ -603,8 +603,8 @@ static void act16_case(zrt_dtype dt, void *scratch, size_t sb) {
   }
   double l0 = 0, l1 = 0;
   for (int i = 0; i < N; i++) l0 += f32.loss[i], l1 += b16.loss[i];
-  printf("%s activations: loss %.9g, fp32 activations %.9g (relative %.3g; the emulation: 1.5e-5 "
-         "bf16, 6.0e-6 fp16)\n",
+  printf("%s activations: loss %.9g, fp32 activations %.9g (relative %.3g; the emulation: 1.2e-5 "
+         "bf16, 6.8e-6 fp16)\n",
          dn, l1, l0, fabs(l1 - l0) / fabs(l0));
   ZT_CHECK(fabs(l1 - l0) <= 1e-4 * fabs(l0));
   for (int m = 0; m < A16_L + 2; m++)

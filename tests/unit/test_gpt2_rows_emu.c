@@ -14,7 +14,10 @@
  *     on the loss (magnitudes <= ~40), 1e-6 * dloss on the gradient; the
  *     16-bit runs' form (the gradient into a bf16 or fp16 copy, g16)
  *     leaves the row as it was, gives the same losses, and its copy is the
- *     in-place gradient rounded to nearest even, bit for bit;
+ *     in-place gradient rounded to nearest even, bit for bit; over 16-bit
+ *     logits (a 16-bit run's logits slot, in16), the losses are bitwise
+ *     the fp32 form's on the same values and the gradient written over
+ *     them is its gradient rounded, bit for bit (V = 257 and 50257);
  *   - a bias's column sums, ADDED onto non-zero outputs, at N = 1, 7, 33,
  *     100, 129, 1000, 8192 rows and OC = 1, 31, 32, 33, 65, 768 columns
  *     (groups of 32: a ragged last group), through the grid rw_col_plan
@@ -60,11 +63,52 @@ static float frand(uint64_t *s) { /* uniform in [-1, 1) */
 }
 
 /* the CUDA grids, block by block */
-static void emu_crossentropy(float *losses, float *logits, const int *targets, int N, int V,
-                             float dloss, uint16_t *g16, int f16) {
+static void emu_crossentropy16(float *losses, void *logits, int in16, const int *targets, int N,
+                               int V, float dloss, uint16_t *g16, int f16) {
   static rw_ce_smem sm;
   for (int row = 0; row < N; row++)
-    rw_crossentropy_block(losses, logits, targets, V, dloss, row, &sm, g16, f16);
+    rw_crossentropy_block(losses, logits, in16, targets, V, dloss, row, &sm, g16, f16);
+}
+static void emu_crossentropy(float *losses, float *logits, const int *targets, int N, int V,
+                             float dloss, uint16_t *g16, int f16) {
+  emu_crossentropy16(losses, logits, 0, targets, N, V, dloss, g16, f16);
+}
+
+/* 16-bit logits (a 16-bit run's logits slot): the losses bitwise those of
+ * the fp32 form on the same (rounded) values, and the gradient written
+ * over the logits is that form's gradient rounded, bit for bit. */
+static void ce16_case(int N, int V, int f16, uint64_t seed) {
+  uint64_t s = seed;
+  size_t n = (size_t)N * V;
+  uint16_t *l16 = malloc(n * 2);
+  float *lr = malloc(n * 4), *loss32 = malloc(N * 4), *loss16 = malloc(N * 4);
+  int *tg = malloc(N * sizeof *tg);
+  for (int i = 0; i < N; i++) {
+    float off = 30.0f * frand(&s);
+    for (int v = 0; v < V; v++) {
+      size_t e = (size_t)i * V + v;
+      l16[e] = (uint16_t)(f16 ? gb_f16(off + 8.0f * frand(&s)) : gb_bf16(off + 8.0f * frand(&s)));
+      lr[e] = f16 ? gb_from_f16(l16[e]) : gb_from_bf16(l16[e]);
+    }
+    tg[i] = (int)((frand(&s) * 0.5f + 0.5f) * (float)V) % V;
+  }
+  emu_crossentropy16(loss16, l16, 1, tg, N, V, 0.0f, NULL, f16); /* eval: the logits stay */
+  emu_crossentropy(loss32, lr, tg, N, V, 0.0f, NULL, 0);
+  ZT_CHECK(memcmp(loss16, loss32, N * 4) == 0);
+  size_t kept = 0;
+  for (size_t e = 0; e < n; e++)
+    kept += (f16 ? gb_from_f16(l16[e]) : gb_from_bf16(l16[e])) == lr[e];
+  ZT_CHECK(kept == n);
+  emu_crossentropy16(loss16, l16, 1, tg, N, V, 1.0f / (float)N, l16, f16);
+  emu_crossentropy(loss32, lr, tg, N, V, 1.0f / (float)N, NULL, 0);
+  ZT_CHECK(memcmp(loss16, loss32, N * 4) == 0);
+  size_t bad = 0;
+  for (size_t e = 0; e < n; e++) bad += l16[e] != (uint16_t)(f16 ? gb_f16(lr[e]) : gb_bf16(lr[e]));
+  if (bad)
+    printf("  cross-entropy over 16-bit logits N %d V %d: %zu gradient entries differ\n", N, V,
+           bad);
+  ZT_CHECK(bad == 0);
+  free(l16), free(lr), free(loss32), free(loss16), free(tg);
 }
 
 /* The partials of a split reduction (the scratch's, on a GPU), poisoned
@@ -412,6 +456,13 @@ int main(void) {
   for (size_t k = 0; k < sizeof Vs / sizeof Vs[0]; k++)
     for (int g = 0; g < 2; g++) ce_case(Vs[k] > 1000 ? 3 : 5, Vs[k], g, 1000 + 7 * k + (size_t)g);
   printf("cross-entropy: worst loss error %.3g, worst gradient error %.3g\n", worst_ce, worst_grad);
+  for (int f16 = 0; f16 < 2; f16++) {
+    ce16_case(5, 257, f16, 1200 + (uint64_t)f16);
+    ce16_case(3, 50257, f16, 1210 + (uint64_t)f16);
+  }
+  printf(
+      "cross-entropy over 16-bit logits (bf16, fp16): losses bitwise the fp32 form's on the same "
+      "values, the gradient over the logits its rounding, bit for bit\n");
   static const int Ns[] = {1, 7, 33, 100, 129, 1000, 8192};
   static const int OCs[] = {1, 31, 32, 33, 65, 768};
   for (size_t i = 0; i < sizeof Ns / sizeof Ns[0]; i++)
