@@ -6,7 +6,8 @@ example on CUDA, kernel by kernel, from the sequence of ops the passes issue
   - a GEMM costs its 2mnk FLOPs on tensor cores (bf16 in, fp32 accumulate)
     plus its bytes: each fp32 activation operand rounded into the scratch
     (read 4 B, write 2 B per element: cu_gemm's to16), its 16-bit operands
-    read once, C written in fp32 (and read too when beta is 1);
+    read once, C written in fp32 or, into a 16-bit slot, bf16 (and read
+    too when beta is 1);
   - every other kernel costs the bytes it must move at least once (fp32
     activations: 4 B per element read or written);
   - the fused attention costs its multiply-adds per head element of each
@@ -15,8 +16,9 @@ example on CUDA, kernel by kernel, from the sequence of ops the passes issue
     backward 7 (dq kernel: q.k, dO.v, dS k; dkv kernel: q.k, dO.v, P^T dO,
     dS^T q; D = dO . out read from the forward's output), each linear's
     output gradient rounded once for dX and read again by dW, and the
-    cross-entropy's gradient written once as the 16-bit copy the head's two
-    GEMMs read (no fp32 gradient, no rounding pass); in an fp32
+    cross-entropy's gradient written once in 16 bits (over the bf16 logits,
+    or as a held copy) that the head's two GEMMs read (no fp32 gradient,
+    no rounding pass); in an fp32
     run (gpt2_flash_attn.h) on the CUDA cores in fp32, forward 2, backward 9
     (dq's two passes 5, dk/dv's 4).
 
@@ -27,7 +29,7 @@ zrt's MFU (gpt2_flops_per_token over the bf16 GEMM peak, train_gpt2's
 convention) cannot exceed flops / (peak * floor). The floor counts bytes,
 not occupancy: the column sums' grids (gpt2_rows.h rw_col_plan,
 rw_ln_plan) are sized to fill the GPU so that bandwidth is the bound.
-Seven shapes: zrt_cuda_now
+Eight shapes: zrt_cuda_now
 (a bf16 run today: tensor-core attention, the bf16 gradient copy, rounded
 operands reused, the activations only GEMMs read, ln1 / atty / ln2 /
 fch_gelu / lnf, in bf16: gpt2_act16.h, the others fp32; no bias-add pass:
@@ -40,8 +42,10 @@ and the qkv bias's gradient read; fch, the fc GEMM's output, in bf16 too,
 written by the GEMM and read so by the GELU forward and backward; the
 LayerNorm backward summing its weight's and bias's gradients in its own
 walk; the logits in bf16, written by the head GEMM, read so by the
-cross-entropy, which writes its bf16 gradient over them), fp32_logits
-(the same with fp32 logits and the gradient as a held bf16 copy),
+cross-entropy, which writes its bf16 gradient over them; d4C in bf16,
+written by the fcproj dX GEMM, read so by the GELU backward), fp32_d4c (the
+same with an fp32 d4C), fp32_logits (and fp32 logits with the gradient
+as a held bf16 copy),
 separate_ln_colsums (session 15's kernels: the same with the
 LayerNorms' column sums in a second pass over dout and inp),
 separate_bias_adds (session 14's kernels: the same with the bias-add
@@ -65,7 +69,7 @@ import sys
 def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_copy16=False,
                 reuse=False, act16=False, bias_fwd_fused=False, bias_grad_fused=False,
                 attn_writes=False, gelu_copy16=False, fch16=False, dqkv16=False, ln_fused=False,
-                logits16=False):
+                logits16=False, d4c16=False):
     """Per-class totals of one step (forward + backward, embedding to head).
     act16: the activations only GEMMs read (ln1, atty, ln2, fch_gelu, lnf)
     are written in bf16 by their producers and read as they are (the GEMMs'
@@ -84,7 +88,9 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
     walk (gpt2_rows.h): dout and inp read once, plus the partials [S, 2C]
     written and read by the fold (rw_ln_plan's S). logits16: the head GEMM
     writes the logits in bf16 and the cross-entropy reads them so, writing
-    its bf16 gradient over them (gpt2_act16.h's logits slot)."""
+    its bf16 gradient over them (gpt2_act16.h's logits slot). d4c16: the
+    fcproj dX GEMM writes d4C in bf16 and the GELU backward reads it so
+    (gpt2_act16.h's d4C slot)."""
     N = B * T
     hs = C // NH
     k = {"gemm_flops": 0.0, "gemm_bytes": 0.0, "elem_bytes": 0.0, "attn_fma": 0.0,
@@ -174,11 +180,12 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
     gemm(V, C, N, 0 if ce_copy16 else 1, g16, beta=1)  # dwte += dlogits^T lnf
     ln_backward(False)  # lnf backward
     for _ in range(L):
-        gemm(N, 4 * C, C, 1, 0)  # d4C = dres W_fcproj^T
+        gemm(N, 4 * C, C, 1, 0, c16=d4c16)  # d4C = dres W_fcproj^T
         gemm(4 * C, C, N, g16, 2, beta=1)  # dW_fcproj (dout: the dX GEMM's copy)
         elem(N * C, 0)  # bias backward
         if gelu_copy16:  # gelu backward: its gradient as the copy both GEMMs read
-            k["elem_bytes"] += 4 * N * C * a + 4 * N * C * (2 if fch16 else a) + 4 * N * C * 2
+            k["elem_bytes"] += (4 * N * C * (2 if d4c16 else a) + 4 * N * C * (2 if fch16 else a)
+                                + 4 * N * C * 2)
             gemm(N, C, 4 * C, 0, 0)  # dC
             gemm(C, 4 * C, N, g16, 0, beta=1)  # dW_fc
         else:
@@ -244,17 +251,18 @@ def main():
     # the attention backward's 16-bit dqkv copy, the LayerNorm backward's column sums fused,
     # the logits in bf16
     T_, F_ = True, False
-    shapes = (("zrt_cuda_now", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_),
-              ("fp32_logits", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, F_),
-              ("separate_ln_colsums", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, F_, F_),
-              ("separate_bias_adds", 4, T_, 7, T_, T_, T_, F_, F_, F_, F_, F_, F_, F_, F_),
-              ("fp32_activations", 4, T_, 7, T_, T_, F_, F_, F_, F_, F_, F_, F_, F_, F_),
-              ("fp32_core_attention", 4, F_, 9, F_, F_, F_, F_, F_, F_, F_, F_, F_, F_, F_),
+    shapes = (("zrt_cuda_now", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_),
+              ("fp32_d4c", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, F_),
+              ("fp32_logits", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, F_, F_),
+              ("separate_ln_colsums", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, F_, F_, F_),
+              ("separate_bias_adds", 4, T_, 7, T_, T_, T_, F_, F_, F_, F_, F_, F_, F_, F_, F_),
+              ("fp32_activations", 4, T_, 7, T_, T_, F_, F_, F_, F_, F_, F_, F_, F_, F_, F_),
+              ("fp32_core_attention", 4, F_, 9, F_, F_, F_, F_, F_, F_, F_, F_, F_, F_, F_, F_),
               ("bf16_activations_tensor_attention", 2, T_, 5, T_, F_, F_, T_, F_, T_, F_, F_, F_, F_,
-               F_))
-    for name, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16, f16, d16, lnf, l16 in shapes:
+               F_, F_))
+    for name, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16, f16, d16, lnf, l16, d4 in shapes:
         k = step_budget(B, T, C, L, NH, V, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16,
-                        f16, d16, lnf, l16)
+                        f16, d16, lnf, l16, d4)
         # the op list's GEMMs are the formula's non-attention FLOPs, exactly
         gemm_want = 6.0 * (L * 12.0 * C * C + V * C) * B * T
         if abs(k["gemm_flops"] - gemm_want) > 1e-9 * gemm_want:
@@ -270,7 +278,7 @@ def main():
     if a.table:
         rows = ["gemm_tensor_s", "gemm_bytes_s", "elementwise_s", "attention_compute_s", "attention_bytes_s",
                 "floor_s", "max_mfu"]
-        hdr = ("zrt now", "fp32 logits", "separate LN", "separate bias", "fp32 acts",
+        hdr = ("zrt now", "fp32 d4C", "fp32 logits", "separate LN", "separate bias", "fp32 acts",
                "fp32-core attn", "bf16 act+flash")
         print("%-22s" % "ms per step (floor)" + "".join(" %14s" % h for h in hdr), file=sys.stderr)
         for r in rows:

@@ -121,9 +121,9 @@ static uint64_t gpt_arena(uint64_t B, uint64_t T, uint64_t C, uint64_t H, uint64
   GA_TAKE(N * C);
   uint64_t stride = GA_ALIGN(off);
   off = layer0 + stride * slots;
-  /* lnf, its mean and rstd, logits (16-bit too), losses, dres, dC, d4C */
+  /* lnf, its mean and rstd, logits (16-bit too), losses, dres, dC, d4C (16-bit too) */
   GA_TAKE(GA_16(N * C)), GA_TAKE(N), GA_TAKE(N), GA_TAKE(GA_16(N * V)), GA_TAKE(N), GA_TAKE(N * C);
-  GA_TAKE(N * C), GA_TAKE(4 * N * C);
+  GA_TAKE(N * C), GA_TAKE(GA_16(4 * N * C));
 #undef GA_ALIGN
 #undef GA_TAKE
 #undef GA_16
@@ -161,15 +161,12 @@ uint64_t zrt_model_gpt_activations(const zrt_model_gpt *g, int64_t B, int64_t T,
   }
   uint64_t bytes = 4 * floats + 8 * N;
   if (cuda) { /* gpt2_cuda_scratch_bytes: the attention's D rows, the column reductions'
-                 partials (after the held 16-bit copy in a 16-bit run), the GEMMs' 16-bit
-                 operands */
+                 partials, the GEMMs' 16-bit operands */
     uint64_t up = 255, att = (uint64_t)B * H * (uint64_t)T * 4;
-    uint64_t h3 = w != 4 ? (N * 3 * C * 2 + up) & ~up : 0,
-             h4 = w != 4 ? (N * 4 * C * 2 + up) & ~up : 0;
     uint64_t s = ZRT_MAX(ZRT_MAX(gpt_ln_part(N, C), gpt_col_part(N, C)), att);
-    s = ZRT_MAX(s, ZRT_MAX(h3 + gpt_col_part(N, 3 * C), h4 + gpt_col_part(N, 4 * C)));
-    if (w != 4) /* the head's GEMMs read 16-bit slots: no N x V operand rounded */
-      s = ZRT_MAX(((N * 4 * C * 2 + up) & ~up) + ((N * C * 2 + up) & ~up), s);
+    s = ZRT_MAX(s, ZRT_MAX(gpt_col_part(N, 3 * C), gpt_col_part(N, 4 * C)));
+    if (w != 4) /* every GEMM operand a 16-bit weight or slot but dres (N x C) */
+      s = ZRT_MAX((N * C * 2 + up) & ~up, s);
     bytes += s;
   }
   return bytes;

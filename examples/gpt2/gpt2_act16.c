@@ -11,9 +11,9 @@
 #include <string.h>
 
 /* In a layer slot's (and the layout's) order. */
-enum { A16_LN1, A16_ATTY, A16_LN2, A16_FCH, A16_FCH_GELU, A16_LNF, A16_LOGITS, A16_KINDS };
-static const char *const a16_names[A16_KINDS] = {"ln1",      "atty", "ln2",   "fch",
-                                                 "fch_gelu", "lnf",  "logits"};
+enum { A16_LN1, A16_ATTY, A16_LN2, A16_FCH, A16_FCH_GELU, A16_LNF, A16_LOGITS, A16_D4C, A16_KINDS };
+static const char *const a16_names[A16_KINDS] = {"ln1",      "atty", "ln2",    "fch",
+                                                 "fch_gelu", "lnf",  "logits", "d4C"};
 
 typedef struct a16_slot {
   const char *p;
@@ -37,7 +37,7 @@ zrt_status gpt2_a16_set(const gpt2_acts_layout *L, const gpt2_config *cfg, int B
                         const float *acts) {
   gpt2_a16_clear();
   int slots = gpt2_acts_layer_slots(cfg, L->nckpt);
-  a16_slot *s = calloc((size_t)slots * A16_LNF + 2, sizeof *s);
+  a16_slot *s = calloc((size_t)slots * A16_LNF + 3, sizeof *s);
   if (!s) return ZRT_ERR_OOM;
   size_t NC = (size_t)B * (size_t)cfg->seq_len * (size_t)cfg->n_embd, n = 0;
   size_t el = L->half16 ? 2 : sizeof(float);
@@ -48,8 +48,9 @@ zrt_status gpt2_a16_set(const gpt2_acts_layout *L, const gpt2_config *cfg, int B
       s[n++] = (a16_slot){(const char *)(acts + off[k] + L->layer_stride * (size_t)l), len[k] * el,
                           k, l};
   s[n++] = (a16_slot){(const char *)(acts + L->lnf), NC * el, A16_LNF, -1};
-  s[n++] = (a16_slot){(const char *)(acts + L->logits),
-                      NC / (size_t)cfg->n_embd * (size_t)cfg->vocab * el, A16_LOGITS, -1};
+  const size_t NV = (size_t)B * (size_t)cfg->seq_len * (size_t)cfg->vocab;
+  s[n++] = (a16_slot){(const char *)(acts + L->logits), NV * el, A16_LOGITS, -1};
+  s[n++] = (a16_slot){(const char *)(acts + L->d4C), 4 * NC * el, A16_D4C, -1};
   g_reg.s = s;
   g_reg.n = n;
   g_reg.half = L->half16;
@@ -182,13 +183,19 @@ static void a16_stale_arg(const char *op, const char *arg, const void *p, size_t
  * the fc GEMM's C (beta 0: A_GEMM_C) and read by the GELU forward's and
  * backward's inp (A_GELU_INP); the logits are written by the head GEMM's
  * C (A_GEMM_C), read by the cross-entropy, which writes its gradient over
- * them (A_CE), and read so by the head's backward GEMMs (A_READ). A_OUT
- * (or-ed in): the op writes the whole argument without reading it. */
-enum { A_NONE, A_WRITE, A_READ, A_GEMM_C, A_GELU_INP, A_CE, A_OUT = 8 };
+ * them (A_CE), and read so by the head's backward GEMMs (A_READ); d4C,
+ * the block backward's wide gradient, is written by the fcproj dX GEMM's C
+ * (A_GEMM_C), turned in place into the GELU's input gradient by the GELU
+ * backward (its dout and dinp) and written with dqkv by the attention
+ * backward (A_GRAD), and read by GEMM operands (A_READ) and the qkv bias's
+ * gradient (A_GRAD). A_OUT (or-ed in): the op writes the whole argument
+ * without reading it. */
+enum { A_NONE, A_WRITE, A_READ, A_GEMM_C, A_GELU_INP, A_CE, A_GRAD, A_OUT = 16 };
 
 static int a16_role_ok(int kind, int may) {
   if (kind == A16_FCH) return may == A_GEMM_C || may == A_GELU_INP;
   if (kind == A16_LOGITS) return may == A_GEMM_C || may == A_CE || may == A_READ;
+  if (kind == A16_D4C) return may == A_GEMM_C || may == A_GRAD || may == A_READ;
   return may == A_WRITE || may == A_READ;
 }
 
@@ -205,7 +212,7 @@ static void a16_arg(const char *op, const char *arg, const void *p, size_t bytes
   const a16_slot *s = a16_overlap(p, bytes);
   if (!s) return;
   if (may != A_NONE && s->p == (const char *)p && bytes <= s->bytes && a16_role_ok(s->kind, may)) {
-    if (may == A_WRITE || may == A_GEMM_C)
+    if (may == A_WRITE || may == A_GEMM_C || out)
       g_aud.writes++;
     else
       g_aud.reads++;
@@ -214,6 +221,7 @@ static void a16_arg(const char *op, const char *arg, const void *p, size_t bytes
   if (!a16_first()) return;
   char where[32] = "the final";
   if (s->layer_slot >= 0) snprintf(where, sizeof where, "layer slot %d's", s->layer_slot);
+  if (s->kind == A16_D4C) snprintf(where, sizeof where, "the block backward's");
   fprintf(stderr,
           "train_gpt2: internal error: %s's argument %s (%zu bytes at offset %lld of the slot) "
           "touches %s %s activation, which a 16-bit run keeps in 16 bits: %s, from its start "
@@ -224,6 +232,10 @@ static void a16_arg(const char *op, const char *arg, const void *p, size_t bytes
           : s->kind == A16_LOGITS
               ? "only the head GEMM's C (beta 0) writes it, the cross-entropy reads it and writes "
                 "its gradient over it, and GEMM operands read that"
+          : s->kind == A16_D4C
+              ? "only the fcproj dX GEMM's C (beta 0), the GELU backward (in place) and the "
+                "attention backward write it, and only GEMM operands, those two backwards and a "
+                "bias's gradient read it"
               : "only the LayerNorm, attention and GELU forwards write it and only "
                 "GEMM operands and the attention backward's out read it");
 }
@@ -294,7 +306,7 @@ static void a_layernorm_backward(float *dinp, float *dw, float *db, const float 
   g_aud.in->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
 static void a_bias_backward(float *db, const float *dout, int N, int OC) {
-  a16_arg("bias_backward", "dout", dout, F4((size_t)N * OC), A_NONE);
+  a16_arg("bias_backward", "dout", dout, F4((size_t)N * OC), A_GRAD);
   a16_held_reader("bias_backward", "dout", dout, a16_extent(dout, F4((size_t)N * OC)), 0);
   a16_end_hold();
   g_aud.in->bias_backward(db, dout, N, OC);
@@ -316,10 +328,12 @@ static zrt_status a_attention_backward(void *ctx, float *dqkv, const float *dout
   a16_arg("attention_backward", "qkv", qkv, 3 * btc, A_NONE);
   a16_arg("attention_backward", "out", out, btc, A_READ);
   a16_arg("attention_backward", "att", att, F4((size_t)B * NH * T), A_NONE);
-  a16_arg("attention_backward", "dqkv", dqkv, 3 * btc, A_OUT);
+  a16_arg("attention_backward", "dqkv", dqkv, 3 * btc, A_GRAD | A_OUT);
   a16_end_hold();
   zrt_status st = g_aud.in->attention_backward(ctx, dqkv, dout, qkv, bias, out, att, B, T, C, NH);
-  a16_hold("attention backward", dqkv, 3 * btc); /* held for the qkv GEMMs and bias gradient */
+  /* dqkv in 16 bits in the d4C slot, or held for the qkv GEMMs and bias
+   * gradient */
+  if (!gpt2_a16_is(dqkv)) a16_hold("attention backward", dqkv, 3 * btc);
   return st;
 }
 static void a_gelu_forward(float *out, const float *inp, const float *bias, int N, int OC) {
@@ -333,11 +347,12 @@ static void a_gelu_backward(float *dinp, float *db, const float *inp, const floa
                             const float *dout, int N, int OC) {
   size_t n = F4((size_t)N * OC);
   a16_arg("gelu_backward", "inp", inp, n, A_GELU_INP);
-  a16_arg("gelu_backward", "dout", dout, n, A_NONE);
-  a16_arg("gelu_backward", "dinp", dinp, n, A_OUT);
+  a16_arg("gelu_backward", "dout", dout, n, db && dinp == dout ? A_GRAD : A_NONE);
+  a16_arg("gelu_backward", "dinp", dinp, n, db && dinp == dout ? A_GRAD | A_OUT : A_OUT);
   a16_end_hold();
   g_aud.in->gelu_backward(dinp, db, inp, bias, dout, N, OC);
-  if (db) a16_hold("GELU backward", dinp, n); /* the passes' form: held for the MLP's GEMMs */
+  /* the passes' form: in 16 bits in the d4C slot, or held for the MLP's GEMMs */
+  if (db && !gpt2_a16_is(dinp)) a16_hold("GELU backward", dinp, n);
 }
 static void a_residual(float *out, const float *a, const float *b, const float *bias, int N,
                        int C) {

@@ -20,10 +20,18 @@
  *     cross-entropy of 16-bit logits), which writes its gradient over
  *     them in 16 bits, where the head's two backward GEMMs read it (half
  *     the bytes of fp32 logits, and no 16-bit copy of the gradient in the
- *     scratch; the loss moves by the logits' rounding).
+ *     scratch; the loss moves by the logits' rounding);
+ *   - d4C, the block backward's wide gradient buffer: the fcproj dX GEMM
+ *     writes it as a 16-bit C, the GELU backward reads it so and writes
+ *     its gradient over it in 16 bits (summing the fc bias's gradient from
+ *     the fp32 values), the MLP's dX and dW GEMMs read that; then the
+ *     attention backward writes dqkv there in 16 bits, and the qkv GEMMs
+ *     and the qkv bias's gradient read it (the gradient d4C carries into
+ *     the GELU backward is rounded, as autocast's is; the rest are the
+ *     16-bit copies the ops kept in the scratch before, now in place).
  * The registry (gpt2_a16_set) says which slots those are; the CUDA ops ask
- * it (gpt2_a16_is); gpt2_cuda_scratch_bytes counts on the logits being
- * one (no N x V operand to round for the head's GEMMs).
+ * it (gpt2_a16_is); gpt2_cuda_scratch_bytes counts on the registry (no
+ * GEMM operand to round but dres, no held 16-bit copy in the scratch).
  *
  * The rule "a registered slot is written only by its kind's producer and
  * read only by its kind's readers, always through the slot's own start" is
@@ -52,7 +60,7 @@ extern "C" {
 
 /* Registers the 16-bit slots of layout L (config cfg, micro-batch B) over
  * the buffer acts: ln1, atty, ln2, fch, fch_gelu of each of the layout's
- * layer slots, lnf and the logits. A layout with half16 (GPT2_ACTS_HALF16, for ops that
+ * layer slots, lnf, the logits and d4C. A layout with half16 (GPT2_ACTS_HALF16, for ops that
  * write them in 16 bits) holds each in half the bytes; the audit then
  * counts a producer's or reader's fp32-typed extent at 2 bytes per element.
  * Replaces an earlier registration. ZRT_ERR_OOM when the table cannot be

@@ -12,12 +12,15 @@
  * gpt2_cuda_weight16, no fp32 copy); the activations only GEMMs read
  * (ln1, atty, ln2, fch_gelu, lnf: gpt2_act16.h's registry) are written in
  * the run's dtype by their producers and read as they are, and fch is the
- * fc GEMM's 16-bit C, and the logits the head GEMM's (the cross-entropy
- * writes its 16-bit gradient over them); other fp32 activation operands
- * are rounded to the run's dtype into the scratch (as autocast does), other
- * C stays fp32. The GELU backward's and the attention backward's gradients
- * (and the cross-entropy's over logits that are no slot) are written only
- * as the 16-bit copy their next GEMMs read (the held copy, below).
+ * fc GEMM's 16-bit C, the logits the head GEMM's (the cross-entropy
+ * writes its 16-bit gradient over them) and d4C the fcproj dX GEMM's (the
+ * GELU backward writes its 16-bit gradient over it, the attention backward
+ * its 16-bit dqkv); the one other fp32 operand, dres, is rounded to the
+ * run's dtype into the scratch (as autocast does), other C stays fp32. For
+ * buffers that are no slot (the ops' general form, tests) the GELU
+ * backward's, the attention backward's and the cross-entropy's gradients
+ * are written only as the 16-bit copy their next GEMMs read (the held
+ * copy, below), when the caller's scratch holds it.
  *
  * Attention is fused (online softmax over shared-memory tiles, backward
  * without atomics): on tensor cores in a bf16 or fp16 run (gpt2_flash_tc.h,
@@ -240,10 +243,10 @@ __global__ void k_gelu_backward(float *dinp, const void *inp, int i16, int f16, 
 
 /* gpt2_rows.h's fused GELU backward and bias gradient. */
 __global__ void __launch_bounds__(RW_COL_NT)
-    k_gelu_colsum(float *dinp, float *db, float *part, const float *dout, const void *inp, int i16,
-                  const float *bias, int N, int OC, rw_plan p, uint16_t *g16, int f16) {
+    k_gelu_colsum(float *dinp, float *db, float *part, const void *dout, int d16, const void *inp,
+                  int i16, const float *bias, int N, int OC, rw_plan p, uint16_t *g16, int f16) {
   __shared__ rw_col_smem sm;
-  rw_gelu_colsum_block(dinp, db, part, dout, inp, i16, bias, N, OC, p, (int)blockIdx.x,
+  rw_gelu_colsum_block(dinp, db, part, dout, d16, inp, i16, bias, N, OC, p, (int)blockIdx.x,
                        (int)blockIdx.y, &sm, g16, f16);
 }
 
@@ -310,7 +313,10 @@ static struct {
 static int g_nw16;
 
 /* The 16-bit copy of an fp32 activation that its producer wrote instead of
- * it (in a 16-bit run, in the run's dtype, at the scratch's start,
+ * it, for buffers that are no 16-bit slot (the ops' general form: a
+ * training run's passes use the slots; gpt2_cuda_scratch_bytes does not
+ * count these copies, the caller's scratch must hold them) (in a 16-bit
+ * run, in the run's dtype, at the scratch's start,
  * g_scratch_res bytes): the cross-entropy's gradient of the logits, the
  * GELU backward's gradient of fch (with the fc bias's gradient), and the
  * tensor-core attention backward's dqkv (also read by the qkv bias's
@@ -501,11 +507,13 @@ static void cu_layernorm_backward(float *dinp, float *dw, float *db, const float
   part_fold(dw, db, C, part, p, 2 * C);
 }
 /* A bias's gradient: from the held 16-bit copy when dout lies in its range
- * (the attention backward's dqkv in a 16-bit run), then the copy is void
- * (after the reduction: its partials lie beyond the copy). */
+ * (then the copy is void, after the reduction: its partials lie beyond the
+ * copy), or from a 16-bit slot (a 16-bit run's d4C: the attention
+ * backward's dqkv). */
 static void cu_bias_backward(float *db, const float *dout, int N, int OC) {
   const void *t = N > 0 ? twin16(dout, OC, N, OC) : NULL;
   if (!t) r16_forget();
+  if (!t && o16_at(dout)) t = dout; /* the 16-bit d4C slot (the qkv bias's dqkv) */
   if (N > 0) {
     rw_plan p = rw_col_plan(N, OC);
     int ok;
@@ -561,7 +569,9 @@ static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dou
    * rows (gpt2_cuda_scratch_bytes does); else fp32 */
   void *dst = dqkv;
   int d16 = 0;
-  if (g_gemm_dt != ZRT_F32 && (n3 * 2 + 255) / 256 * 256 + dbytes <= g_scratch_bytes) {
+  if (o16_at(dqkv)) /* the 16-bit d4C slot (gpt2_act16.h): written there in 16 bits */
+    d16 = 1;
+  else if (g_gemm_dt != ZRT_F32 && (n3 * 2 + 255) / 256 * 256 + dbytes <= g_scratch_bytes) {
     dst = t16_hold(dqkv, n3);
     d16 = 1;
   }
@@ -599,9 +609,19 @@ static void cu_gelu_forward(float *out, const float *inp, const float *bias, int
 static void cu_gelu_backward(float *dinp, float *db, const float *inp, const float *bias,
                              const float *dout, int N, int OC) {
   r16_forget(); /* also voids an earlier held copy */
-  if (db) {     /* the passes' form: the MLP's dX and dW GEMMs read the 16-bit copy next */
+  const int d16 = o16_at(dout) != 0;
+  if (d16 && (!db || dinp != dout)) { /* only the passes' form reads a 16-bit dout */
+    fprintf(stderr,
+            "train_gpt2: internal error: the GELU backward reads the 16-bit slot at %p as its "
+            "dout but %s; only the in-place form with the bias's gradient takes one\n",
+            (const void *)dout, db ? "writes dinp elsewhere" : "has no bias gradient");
+    g_err = ZRT_ERR_INTERNAL;
+    return;
+  }
+  if (db) { /* the passes' form: the MLP's dX and dW GEMMs read the 16-bit gradient next */
     if (N <= 0) return;
-    uint16_t *g16 = t16_hold(dinp, (size_t)N * OC);
+    /* over the 16-bit d4C slot in place (gpt2_act16.h), or the held copy */
+    uint16_t *g16 = d16 ? (uint16_t *)dinp : t16_hold(dinp, (size_t)N * OC);
     rw_plan p = rw_col_plan(N, OC);
     int ok;
     float *part = part_at(p, OC, &ok); /* after the copy */
@@ -610,7 +630,8 @@ static void cu_gelu_backward(float *dinp, float *db, const float *inp, const flo
       return;
     }
     k_gelu_colsum<<<dim3((unsigned)p.G, (unsigned)p.S), RW_COL_NT, 0, g_stream>>>(
-        dinp, db, part, dout, inp, o16_at(inp) != 0, bias, N, OC, p, g16, g_gemm_dt == ZRT_F16);
+        dinp, db, part, dout, d16, inp, o16_at(inp) != 0, bias, N, OC, p, g16,
+        g_gemm_dt == ZRT_F16);
     part_fold(db, NULL, OC, part, p, OC);
   } else
     k_gelu_backward<<<nblocks((size_t)N * OC, TPB), TPB, 0, g_stream>>>(

@@ -313,32 +313,28 @@ size_t gpt2_cuda_scratch_bytes(const gpt2_config *cfg, int B, zrt_dtype dt) {
   size_t N = (size_t)B * (size_t)cfg->seq_len, C = (size_t)cfg->n_embd, V = (size_t)cfg->vocab;
   size_t att = (size_t)B * (size_t)cfg->n_head * (size_t)cfg->seq_len * sizeof(float);
   /* the column reductions' partials (gpt2_rows.h): the LayerNorms' [S, 2C],
-   * the biases' [S, OC] for OC = C, 3C, 4C; in a 16-bit run the qkv bias's
-   * and the fc bias's lie after the held 16-bit copy of their input (the
-   * attention backward's dqkv, the GELU backward's gradient) */
+   * the biases' [S, OC] for OC = C, 3C, 4C (a 16-bit run's d4C slot holds
+   * the GELU backward's and the attention backward's 16-bit gradients: no
+   * held copy before them) */
   const int n = (int)N, c = (int)C;
   size_t ln = rw_part_floats(rw_ln_plan(n), 2 * c) * 4;
   size_t c1 = rw_part_floats(rw_col_plan(n, c), c) * 4;
   size_t c3 = rw_part_floats(rw_col_plan(n, 3 * c), 3 * c) * 4;
   size_t c4 = rw_part_floats(rw_col_plan(n, 4 * c), 4 * c) * 4;
-  if (dt != ZRT_F32) {
-    c3 += (N * 3 * C * 2 + 255) / 256 * 256;
-    c4 += (N * 4 * C * 2 + 255) / 256 * 256;
-  }
   size_t red = ln > c1 ? ln : c1;
   if (c3 > red) red = c3;
   if (c4 > red) red = c4;
   if (att > red) red = att;
   if (dt == ZRT_F32) return red;
-  /* the largest pair of converted operands: every block GEMM needs at most
-   * 5 N C, an N x C and an N x 4C operand in either order (dW_fc = ln2^T
-   * d4C puts the N x C one first: both rounded up). The head's GEMMs read
-   * 16-bit slots only (lnf, and the logits with the gradient the
-   * cross-entropy writes over them: gpt2_act16.h's registry, which a
-   * 16-bit run sets), so no N x V operand is rounded here. */
+  /* the converted operands: with gpt2_act16.h's registry (which a 16-bit
+   * run sets) every GEMM operand is a 16-bit weight or slot but the
+   * residual stream's gradient dres, an N x C operand of the two
+   * projections' dX GEMMs (their dW GEMMs reuse its copy): the activations
+   * GEMMs read, fch and the logits written by GEMMs, d4C with the
+   * gradients of the fcproj dX GEMM, the GELU and the attention */
   (void)V;
-  size_t blk = (N * 4 * C * 2 + 255) / 256 * 256 + (N * C * 2 + 255) / 256 * 256;
-  return blk > red ? blk : red;
+  size_t one = (N * C * 2 + 255) / 256 * 256;
+  return one > red ? one : red;
 }
 
 size_t gpt2_acts_block_input(const gpt2_acts_layout *L, int layer) {
@@ -400,7 +396,7 @@ void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, i
   TAKE(losses, N);
   TAKE(dres, N * C);
   TAKE(dC, N * C);
-  TAKE(d4C, 4 * N * C);
+  TAKE(d4C, A16(4 * N * C));
 #undef TAKE
 #undef A16
 #undef ALIGN64

@@ -263,8 +263,10 @@ GB_DEV float rw_gelu_grad(float x) {
  * run): the gradient goes to g16 [N, OC] instead of dinp, rounded to bf16
  * (fp16 when f16; to nearest even), the copy the next GEMMs read; dinp is
  * not written. in16: inp holds 16-bit elements of that type (a 16-bit
- * run's fch, gpt2_act16.h). */
-GB_DEV void rw_gelu_colsum_block(float *dinp, float *db, float *part, const float *dout,
+ * run's fch, gpt2_act16.h); d16: dout does (a 16-bit run's d4C, which g16
+ * may then be: the gradient over it in place, each element read, then
+ * written, by one thread). */
+GB_DEV void rw_gelu_colsum_block(float *dinp, float *db, float *part, const void *dout, int d16,
                                  const void *inp, int in16, const float *bias, int N, int OC,
                                  rw_plan p, int grp, int s, rw_col_smem *sm, uint16_t *g16,
                                  int f16) {
@@ -279,7 +281,7 @@ GB_DEV void rw_gelu_colsum_block(float *dinp, float *db, float *part, const floa
       for (int k = 0; k < RW_UNROLL; k++) { /* the loads first: RW_UNROLL in flight */
         const int i = i0 + k * RW_ROWS;
         const size_t e = (size_t)i * (size_t)OC + (size_t)c;
-        d[k] = i < r1 ? dout[e] : 0.0f;
+        d[k] = i < r1 ? rw_act(dout, e, d16, f16) : 0.0f;
         x[k] = i < r1 ? rw_act(inp, e, in16, f16) : 0.0f;
       }
       for (int k = 0; k < RW_UNROLL; k++) {

@@ -24,8 +24,9 @@
  *     numbers emulated here (gpt2_emu.h, bf16 and fp16): registering the
  *     slots moves the loss (through the rounding of fch and of the
  *     logits, which the fp32-activation run keeps) and each gradient (also
- *     through D = dO . O read from the 16-bit O) by measured amounts
- *     (printed: loss 1.2e-5 / 6.8e-6 relative, gradients 0.81% / 0.09% of
+ *     through d4C's rounding and D = dO . O read from the 16-bit O) by
+ *     measured amounts
+ *     (printed: loss 1.2e-5 / 6.8e-6 relative, gradients 0.95% / 0.08% of
  *     a tensor's largest entry, bf16 / fp16), under the GPU test's
  *     tolerances (1e-4; 5% bf16, 1% fp16) with a margin of 4 or more (a
  *     slot read in the wrong type moves them by O(1));
@@ -96,7 +97,7 @@ static void registry(const gpt2_acts_layout *L, const float *acts, int nckpt) {
   ZT_OK(gpt2_a16_set(L, &cfg, B, acts));
   size_t n = 0;
   for (size_t i = 0; i < L->total; i++) n += (size_t)gpt2_a16_is(acts + i);
-  ZT_CHECK(n == (size_t)slots * 5 + 2); /* and lnf, the logits */
+  ZT_CHECK(n == (size_t)slots * 5 + 3); /* and lnf, the logits, d4C */
   for (int s = 0; s < slots; s++) {
     const float *base = acts + L->layer_stride * (size_t)s;
     ZT_CHECK(gpt2_a16_is(base + L->ln1) && gpt2_a16_is(base + L->atty));
@@ -107,6 +108,7 @@ static void registry(const gpt2_acts_layout *L, const float *acts, int nckpt) {
   }
   ZT_CHECK(gpt2_a16_is(acts + L->lnf) && !gpt2_a16_is(acts + L->encoded));
   ZT_CHECK(gpt2_a16_is(acts + L->logits) && !gpt2_a16_is(acts + L->logits + 1));
+  ZT_CHECK(gpt2_a16_is(acts + L->d4C) && !gpt2_a16_is(acts + L->d4C + 1));
   ZT_CHECK(!gpt2_a16_is(acts + L->losses) && !gpt2_a16_is(acts + L->dres));
   gpt2_a16_clear();
   ZT_CHECK(!gpt2_a16_is(acts + L->ln1) && !gpt2_a16_is(acts + L->lnf));
@@ -130,12 +132,15 @@ static void passes(int nckpt) {
   ZT_CHECK(loss == plain);
   ZT_CHECK(bad == 0);
   /* per block forward 5 writes (4 producers, the fc GEMM's C) and 5 reads
-   * (4 GEMM operands, GELU's fch); per backward 6 reads (4 GEMM operands,
-   * the attention's out, GELU's fch); the head 2 writes (lnf, the logits
-   * GEMM's C) and 5 reads (lnf by the logits and dwte GEMMs, the logits by
-   * the cross-entropy and the dlnf and dwte GEMMs) */
-  ZT_CHECK(wr == 5 * fwd + 2);
-  ZT_CHECK(rd == 5 * fwd + 6 * NL + 5);
+   * (4 GEMM operands, GELU's fch); per backward 3 writes of d4C (the fcproj
+   * dX GEMM's C, the GELU backward's dinp, the attention backward's dqkv)
+   * and 12 reads (4 GEMM operands of activations and 4 of d4C, the
+   * attention's out, GELU's fch and dout, the qkv bias's gradient); the
+   * head 2 writes (lnf, the logits GEMM's C) and 5 reads (lnf by the
+   * logits and dwte GEMMs, the logits by the cross-entropy and the dlnf
+   * and dwte GEMMs) */
+  ZT_CHECK(wr == 5 * fwd + 3 * NL + 2);
+  ZT_CHECK(rd == 5 * fwd + 12 * NL + 5);
   ZT_CHECK(audited.check() == ZRT_OK);
   gpt2_a16_clear();
   free(acts);
@@ -214,7 +219,7 @@ static void half_layout(void) {
   gpt2_acts_layout_init(&half, &big, 8, 0, GPT2_ACTS_LSE_ONLY | GPT2_ACTS_HALF16);
   size_t NC = (size_t)8 * big.seq_len * big.n_embd;
   size_t NV = (size_t)8 * big.seq_len * big.vocab; /* the logits: V even, no rounding up */
-  size_t want = (size_t)big.n_layer * (11 * NC / 2) + NC / 2 + NV / 2;
+  size_t want = (size_t)big.n_layer * (11 * NC / 2) + NC / 2 + NV / 2 + 2 * NC; /* d4C: 4NC/2 */
   printf("GPT-2 124M, B = 8, CUDA layout: %.1f MiB fp32, %.1f MiB with the 16-bit "
          "activations (per layer %.1f -> %.1f MiB)\n",
          full.total * 4 / 1048576.0, half.total * 4 / 1048576.0, full.layer_stride * 4 / 1048576.0,
@@ -246,7 +251,7 @@ static void half_layout(void) {
     gpt2_a16_audit_counts(&wr, &rd, &bad);
     printf("half layout, nckpt %d: %ld slot writes, %ld reads, %ld violations\n", nckpt, wr, rd,
            bad);
-    ZT_CHECK(bad == 0 && wr == 5 * fwd + 2 && rd == 5 * fwd + 6 * NL + 5);
+    ZT_CHECK(bad == 0 && wr == 5 * fwd + 3 * NL + 2 && rd == 5 * fwd + 12 * NL + 5);
     ZT_CHECK(audited.check() == ZRT_OK);
     /* an fp32 reader of a half slot is still caught */
     audited.layernorm_backward(acts + L.dres, NULL, NULL, acts + L.dC, acts + L.ln1, NULL, NULL,
@@ -356,6 +361,8 @@ typedef enum {
   V_ZERO_EDGE,
   V_LOGITS,     /* the cross-entropy's gradient, over the logits slot, read by the LayerNorm bwd */
   V_LOGITS_C1,  /* a GEMM accumulating (beta 1) into the logits slot */
+  V_D4C_READ,   /* a residual add reading the d4C slot (the GELU backward's gradient) */
+  V_D4C_GELU,   /* a GELU backward reading d4C as dout but writing dinp elsewhere */
   V_HELD_READ,  /* the GELU backward's result read by an op that is not a GEMM */
   V_HELD_BIAS,  /* ... by the bias backward reaching past it */
   V_HELD_BETA,  /* ... by a GEMM's C with beta 1 */
@@ -372,6 +379,9 @@ static void expect_violation(violation v, const char *needle) {
   float *acts = calloc(L.total, sizeof(float));
   int N = B * cfg.seq_len, C = cfg.n_embd;
   float *s1 = acts + L.layer_stride; /* layer slot 1 */
+  /* no slot: where a CUDA run holds a result as a 16-bit copy (the passes'
+   * d4C is a slot, kept in 16 bits) */
+  float *ext = calloc((size_t)4 * N * C, sizeof(float));
   ZT_OK(gpt2_a16_set(&L, &cfg, B, acts));
   gpt2_ops_f32 o;
   gpt2_a16_audit_start(&gpt2_cpu_ops_f32, &o);
@@ -397,7 +407,7 @@ static void expect_violation(violation v, const char *needle) {
   case V_HELD_BIAS:
   case V_HELD_BETA:
   case V_HELD_SLICE: {
-    float *d4C = acts + L.d4C;
+    float *d4C = ext;
     o.gelu_backward(d4C, g[1][GPT2_FC_B], s1 + L.fch, w[1][GPT2_FC_B], d4C, N, 4 * C);
     if (v == V_HELD_READ) o.residual_forward(acts + L.dres, d4C, acts + L.dC, NULL, N, C);
     if (v == V_HELD_BIAS) o.bias_backward(g[1][GPT2_FC_B], d4C - 1, N, 4 * C);
@@ -411,7 +421,7 @@ static void expect_violation(violation v, const char *needle) {
   case V_HELD_ATT:
   case V_STALE:
   case V_STALE_PART: {
-    float *d4C = acts + L.d4C;
+    float *d4C = ext;
     if (v == V_STALE_PART) { /* the GELU copy's range, void; dqkv rewrites its first 3NC */
       o.gelu_backward(d4C, g[1][GPT2_FC_B], s1 + L.fch, w[1][GPT2_FC_B], d4C, N, 4 * C);
       o.zero(acts + L.dres, (size_t)N * C);
@@ -435,13 +445,23 @@ static void expect_violation(violation v, const char *needle) {
     o.layernorm_backward(acts + L.dres, g[0][0], g[0][0], acts + L.logits, acts + L.dC,
                          w[NL + 1][0], acts + L.lnf_mean, acts + L.lnf_rstd, N, C);
     break;
+  case V_D4C_READ:
+    o.gemm(NULL, 0, 1, N, 4 * C, C, 1, acts + L.dres, C, w[1][GPT2_FCPROJ_W], C, 0, acts + L.d4C,
+           4 * C);
+    o.gelu_backward(acts + L.d4C, g[1][GPT2_FC_B], s1 + L.fch, w[1][GPT2_FC_B], acts + L.d4C, N,
+                    4 * C);
+    o.residual_forward(acts + L.dres, acts + L.d4C, acts + L.dC, NULL, N, C);
+    break;
+  case V_D4C_GELU:
+    o.gelu_backward(ext, g[1][GPT2_FC_B], s1 + L.fch, w[1][GPT2_FC_B], acts + L.d4C, N, 4 * C);
+    break;
   case V_LOGITS_C1:
     (void)o.gemm(NULL, 0, 1, N, cfg.vocab, C, 1, acts + L.lnf, C, w[0][GPT2_WTE], C, 1,
                  acts + L.logits, cfg.vocab);
     break;
-  case V_HELD_CE: /* logits that are no slot (d4C's N V floats: the tiny model's V is 4C) */
-    o.crossentropy(acts + L.losses, acts + L.d4C, targets, N, cfg.vocab, 1.0f);
-    o.layernorm_backward(acts + L.dres, g[0][0], g[0][0], acts + L.d4C, acts + L.dC, w[NL + 1][0],
+  case V_HELD_CE: /* logits that are no slot (ext's N V floats: the tiny model's V is 4C) */
+    o.crossentropy(acts + L.losses, ext, targets, N, cfg.vocab, 1.0f);
+    o.layernorm_backward(acts + L.dres, g[0][0], g[0][0], ext, acts + L.dC, w[NL + 1][0],
                          acts + L.lnf_mean, acts + L.lnf_rstd, N, C);
     break;
   }
@@ -462,6 +482,7 @@ static void expect_violation(violation v, const char *needle) {
   ZT_CONTAINS(msg, v >= V_HELD_READ ? "keeps only as the 16-bit copy" : "keeps in 16 bits");
   gpt2_a16_clear();
   free(acts);
+  free(ext);
 }
 
 int main(void) {
@@ -481,7 +502,7 @@ int main(void) {
     }
   }
   int N = B * cfg.seq_len;
-  ZT_CHECK(cfg.vocab == 4 * cfg.n_embd); /* V_HELD_CE's logits in d4C */
+  ZT_CHECK(cfg.vocab == 4 * cfg.n_embd); /* V_HELD_CE's logits in ext's 4 N C floats */
   tokens = malloc((size_t)N * sizeof(int));
   targets = malloc((size_t)N * sizeof(int));
   for (int i = 0; i < N; i++) {
@@ -505,6 +526,9 @@ int main(void) {
   expect_violation(V_LOGITS, "the final logits activation");
   expect_violation(V_LOGITS_C1, "gemm's argument C (");
   expect_violation(V_LOGITS_C1, "the cross-entropy reads it and writes its gradient over it");
+  expect_violation(V_D4C_READ, "residual_forward's argument a (");
+  expect_violation(V_D4C_READ, "the block backward's d4C activation");
+  expect_violation(V_D4C_GELU, "gelu_backward's argument dout (");
   expect_violation(V_HELD_READ, "residual_forward's argument a touches the GELU backward's");
   expect_violation(V_HELD_BIAS, "bias_backward's argument dout touches the GELU backward's");
   expect_violation(V_HELD_BETA, "gemm's argument C touches the GELU backward's");
