@@ -29,7 +29,7 @@ zrt's MFU (gpt2_flops_per_token over the bf16 GEMM peak, train_gpt2's
 convention) cannot exceed flops / (peak * floor). The floor counts bytes,
 not occupancy: the column sums' grids (gpt2_rows.h rw_col_plan,
 rw_ln_plan) are sized to fill the GPU so that bandwidth is the bound.
-Eight shapes: zrt_cuda_now
+Nine shapes: zrt_cuda_now
 (a bf16 run today: tensor-core attention, the bf16 gradient copy, rounded
 operands reused, the activations only GEMMs read, ln1 / atty / ln2 /
 fch_gelu / lnf, in bf16: gpt2_act16.h, the others fp32; no bias-add pass:
@@ -43,9 +43,11 @@ written by the GEMM and read so by the GELU forward and backward; the
 LayerNorm backward summing its weight's and bias's gradients in its own
 walk; the logits in bf16, written by the head GEMM, read so by the
 cross-entropy, which writes its bf16 gradient over them; d4C in bf16,
-written by the fcproj dX GEMM, read so by the GELU backward), fp32_d4c (the
-same with an fp32 d4C), fp32_logits (and fp32 logits with the gradient
-as a held bf16 copy),
+written by the fcproj dX GEMM, read so by the GELU backward; dC in bf16,
+the projections' outputs read by the residual adds and the dX GEMMs'
+read by the LayerNorm and attention backwards), fp32_dc (the same with an
+fp32 dC), fp32_d4c (and an fp32 d4C), fp32_logits (and fp32 logits with
+the gradient as a held bf16 copy),
 separate_ln_colsums (session 15's kernels: the same with the
 LayerNorms' column sums in a second pass over dout and inp),
 separate_bias_adds (session 14's kernels: the same with the bias-add
@@ -69,7 +71,7 @@ import sys
 def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_copy16=False,
                 reuse=False, act16=False, bias_fwd_fused=False, bias_grad_fused=False,
                 attn_writes=False, gelu_copy16=False, fch16=False, dqkv16=False, ln_fused=False,
-                logits16=False, d4c16=False):
+                logits16=False, d4c16=False, dc16=False):
     """Per-class totals of one step (forward + backward, embedding to head).
     act16: the activations only GEMMs read (ln1, atty, ln2, fch_gelu, lnf)
     are written in bf16 by their producers and read as they are (the GEMMs'
@@ -90,7 +92,9 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
     writes the logits in bf16 and the cross-entropy reads them so, writing
     its bf16 gradient over them (gpt2_act16.h's logits slot). d4c16: the
     fcproj dX GEMM writes d4C in bf16 and the GELU backward reads it so
-    (gpt2_act16.h's d4C slot)."""
+    (gpt2_act16.h's d4C slot). dc16: dC too, the N x C outputs of the
+    projections (read by the residual adds) and of the backward's dX GEMMs
+    (read by the LayerNorm and attention backwards as dout)."""
     N = B * T
     hs = C // NH
     k = {"gemm_flops": 0.0, "gemm_bytes": 0.0, "elem_bytes": 0.0, "attn_fma": 0.0,
@@ -123,7 +127,8 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
     def ln_backward(reads_dinp):
         """dinp (read dout, inp, and dinp when it adds; write dinp), then the
         weight's and bias's column sums: fused, the partials only"""
-        elem((3 if reads_dinp else 2) * N * C, N * C)
+        elem((2 if reads_dinp else 1) * N * C, N * C)
+        k["elem_bytes"] += N * C * (2 if dc16 else a)  # dout
         if ln_fused:
             k["elem_bytes"] += (2 * ln_S * 2 * C * 4) if ln_S > 1 else 0
         else:
@@ -142,7 +147,12 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
         o = 2 if act16 else a
         extra = N * C * o if attn_tensor and not fwd else 0
         dqkv = 3 * N * C * 2 if d16 else (1 if attn_writes else 2) * 3 * N * C * a
-        k["attn_bytes"] += 3 * N * C * a + N * C * o if fwd else (3 * N * C + N * C) * a + dqkv + extra
+        do = N * C * (2 if dc16 else a)  # dout
+        k["attn_bytes"] += 3 * N * C * a + N * C * o if fwd else 3 * N * C * a + do + dqkv + extra
+
+    def residual():
+        """out = a + b: b a projection's output (in bf16 with dc16)"""
+        k["elem_bytes"] += N * C * a + N * C * (2 if dc16 else a) + N * C * a
 
     # forward
     elem(N, N * C)  # encoder: tokens, wte/wpe rows (read N C each, counted once), out
@@ -152,10 +162,10 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
         if not bias_fwd_fused:
             elem(3 * N * C, 3 * N * C)  # bias
         attention(True)
-        gemm(N, C, C, g16, 0)  # attn proj
+        gemm(N, C, C, g16, 0, c16=dc16)  # attn proj
         if not bias_fwd_fused:
             elem(N * C, N * C)  # bias
-        elem(2 * N * C, N * C)  # residual
+        residual()
         produce(N * C, N * C)  # ln2
         gemm(N, 4 * C, C, g16, 0, c16=fch16)  # fc (fch in bf16 with fch16)
         if not bias_fwd_fused:
@@ -164,10 +174,10 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
             k["elem_bytes"] += 4 * N * C * 2 + 4 * N * C * 2
         else:
             produce(4 * N * C, 4 * N * C)  # gelu
-        gemm(N, C, 4 * C, g16, 0)  # fc proj
+        gemm(N, C, 4 * C, g16, 0, c16=dc16)  # fc proj
         if not bias_fwd_fused:
             elem(N * C, N * C)  # bias
-        elem(2 * N * C, N * C)  # residual
+        residual()
     produce(N * C, N * C)  # lnf
     gemm(N, V, C, g16, 0, c16=logits16)  # logits (wte is the 16-bit weight)
     if ce_copy16:  # a bf16 run: the gradient written as the bf16 copy the head's GEMMs read
@@ -176,7 +186,7 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
     else:
         elem(N * V, N * V)  # cross-entropy, the gradient in place
     # backward: head
-    gemm(N, C, V, 0 if ce_copy16 else 1, 0)  # dlnf = dlogits wte
+    gemm(N, C, V, 0 if ce_copy16 else 1, 0, c16=dc16)  # dlnf = dlogits wte
     gemm(V, C, N, 0 if ce_copy16 else 1, g16, beta=1)  # dwte += dlogits^T lnf
     ln_backward(False)  # lnf backward
     for _ in range(L):
@@ -186,7 +196,7 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
         if gelu_copy16:  # gelu backward: its gradient as the copy both GEMMs read
             k["elem_bytes"] += (4 * N * C * (2 if d4c16 else a) + 4 * N * C * (2 if fch16 else a)
                                 + 4 * N * C * 2)
-            gemm(N, C, 4 * C, 0, 0)  # dC
+            gemm(N, C, 4 * C, 0, 0, c16=dc16)  # dC
             gemm(C, 4 * C, N, g16, 0, beta=1)  # dW_fc
         else:
             elem(2 * 4 * N * C, 4 * N * C)  # gelu backward
@@ -195,14 +205,14 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
         if not bias_grad_fused:
             elem(4 * N * C, 0)  # bias backward
         ln_backward(True)  # ln2 backward: dinp (read dout, inp, dinp; write dinp)
-        gemm(N, C, C, 1, 0)  # dC
+        gemm(N, C, C, 1, 0, c16=dc16)  # dC
         gemm(C, C, N, g16, 2, beta=1)  # dW_attnproj (dout: the dX GEMM's copy)
         elem(N * C, 0)  # bias backward
         if not attn_writes:
             elem(0, 3 * N * C)  # zero d4C (the dqkv the attention adds into)
         attention(False, dqkv16)
         if dqkv16:  # the held bf16 dqkv: no rounding pass; the bias gradient reads it too
-            gemm(N, C, 3 * C, 0, 0)  # dC
+            gemm(N, C, 3 * C, 0, 0, c16=dc16)  # dC
             gemm(C, 3 * C, N, g16, 0, beta=1)  # dW_attn
             k["elem_bytes"] += 3 * N * C * 2  # bias backward
         else:
@@ -251,18 +261,20 @@ def main():
     # the attention backward's 16-bit dqkv copy, the LayerNorm backward's column sums fused,
     # the logits in bf16
     T_, F_ = True, False
-    shapes = (("zrt_cuda_now", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_),
-              ("fp32_d4c", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, F_),
-              ("fp32_logits", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, F_, F_),
-              ("separate_ln_colsums", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, F_, F_, F_),
-              ("separate_bias_adds", 4, T_, 7, T_, T_, T_, F_, F_, F_, F_, F_, F_, F_, F_, F_),
-              ("fp32_activations", 4, T_, 7, T_, T_, F_, F_, F_, F_, F_, F_, F_, F_, F_, F_),
-              ("fp32_core_attention", 4, F_, 9, F_, F_, F_, F_, F_, F_, F_, F_, F_, F_, F_, F_),
+    shapes = (("zrt_cuda_now", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_),
+              ("fp32_dc", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, F_),
+              ("fp32_d4c", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, F_, F_),
+              ("fp32_logits", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, F_, F_, F_),
+              ("separate_ln_colsums", 4, T_, 7, T_, T_, T_, T_, T_, T_, T_, T_, T_, F_, F_, F_, F_),
+              ("separate_bias_adds", 4, T_, 7, T_, T_, T_, F_, F_, F_, F_, F_, F_, F_, F_, F_, F_),
+              ("fp32_activations", 4, T_, 7, T_, T_, F_, F_, F_, F_, F_, F_, F_, F_, F_, F_, F_),
+              ("fp32_core_attention", 4, F_, 9, F_, F_, F_, F_, F_, F_, F_, F_, F_, F_, F_, F_, F_),
               ("bf16_activations_tensor_attention", 2, T_, 5, T_, F_, F_, T_, F_, T_, F_, F_, F_, F_,
-               F_, F_))
-    for name, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16, f16, d16, lnf, l16, d4 in shapes:
+               F_, F_, F_))
+    for (name, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16, f16, d16, lnf, l16, d4,
+         dc) in shapes:
         k = step_budget(B, T, C, L, NH, V, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16,
-                        f16, d16, lnf, l16, d4)
+                        f16, d16, lnf, l16, d4, dc)
         # the op list's GEMMs are the formula's non-attention FLOPs, exactly
         gemm_want = 6.0 * (L * 12.0 * C * C + V * C) * B * T
         if abs(k["gemm_flops"] - gemm_want) > 1e-9 * gemm_want:
@@ -278,7 +290,7 @@ def main():
     if a.table:
         rows = ["gemm_tensor_s", "gemm_bytes_s", "elementwise_s", "attention_compute_s", "attention_bytes_s",
                 "floor_s", "max_mfu"]
-        hdr = ("zrt now", "fp32 d4C", "fp32 logits", "separate LN", "separate bias", "fp32 acts",
+        hdr = ("zrt now", "fp32 dC", "fp32 d4C", "fp32 logits", "separate LN", "separate bias", "fp32 acts",
                "fp32-core attn", "bf16 act+flash")
         print("%-22s" % "ms per step (floor)" + "".join(" %14s" % h for h in hdr), file=sys.stderr)
         for r in rows:

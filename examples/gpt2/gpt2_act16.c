@@ -11,9 +11,20 @@
 #include <string.h>
 
 /* In a layer slot's (and the layout's) order. */
-enum { A16_LN1, A16_ATTY, A16_LN2, A16_FCH, A16_FCH_GELU, A16_LNF, A16_LOGITS, A16_D4C, A16_KINDS };
-static const char *const a16_names[A16_KINDS] = {"ln1",      "atty", "ln2",    "fch",
-                                                 "fch_gelu", "lnf",  "logits", "d4C"};
+enum {
+  A16_LN1,
+  A16_ATTY,
+  A16_LN2,
+  A16_FCH,
+  A16_FCH_GELU,
+  A16_LNF,
+  A16_LOGITS,
+  A16_D4C,
+  A16_DC,
+  A16_KINDS
+};
+static const char *const a16_names[A16_KINDS] = {"ln1", "atty",   "ln2", "fch", "fch_gelu",
+                                                 "lnf", "logits", "d4C", "dC"};
 
 typedef struct a16_slot {
   const char *p;
@@ -37,7 +48,7 @@ zrt_status gpt2_a16_set(const gpt2_acts_layout *L, const gpt2_config *cfg, int B
                         const float *acts) {
   gpt2_a16_clear();
   int slots = gpt2_acts_layer_slots(cfg, L->nckpt);
-  a16_slot *s = calloc((size_t)slots * A16_LNF + 3, sizeof *s);
+  a16_slot *s = calloc((size_t)slots * A16_LNF + 4, sizeof *s);
   if (!s) return ZRT_ERR_OOM;
   size_t NC = (size_t)B * (size_t)cfg->seq_len * (size_t)cfg->n_embd, n = 0;
   size_t el = L->half16 ? 2 : sizeof(float);
@@ -50,6 +61,8 @@ zrt_status gpt2_a16_set(const gpt2_acts_layout *L, const gpt2_config *cfg, int B
   s[n++] = (a16_slot){(const char *)(acts + L->lnf), NC * el, A16_LNF, -1};
   const size_t NV = (size_t)B * (size_t)cfg->seq_len * (size_t)cfg->vocab;
   s[n++] = (a16_slot){(const char *)(acts + L->logits), NV * el, A16_LOGITS, -1};
+  /* the layout's order: dC, then d4C */
+  s[n++] = (a16_slot){(const char *)(acts + L->dC), NC * el, A16_DC, -1};
   s[n++] = (a16_slot){(const char *)(acts + L->d4C), 4 * NC * el, A16_D4C, -1};
   g_reg.s = s;
   g_reg.n = n;
@@ -187,15 +200,19 @@ static void a16_stale_arg(const char *op, const char *arg, const void *p, size_t
  * the block backward's wide gradient, is written by the fcproj dX GEMM's C
  * (A_GEMM_C), turned in place into the GELU's input gradient by the GELU
  * backward (its dout and dinp) and written with dqkv by the attention
- * backward (A_GRAD), and read by GEMM operands (A_READ) and the qkv bias's
- * gradient (A_GRAD). A_OUT (or-ed in): the op writes the whole argument
- * without reading it. */
-enum { A_NONE, A_WRITE, A_READ, A_GEMM_C, A_GELU_INP, A_CE, A_GRAD, A_OUT = 16 };
+ * backward (A_OP16), and read by GEMM operands (A_READ) and the qkv bias's
+ * gradient (A_OP16); dC, the N x C buffer of the projections' outputs in
+ * the forward and the dX GEMMs' in the backward, is written by GEMMs' C
+ * (A_GEMM_C) and read by the residual add's b, the LayerNorm backward's and
+ * the attention backward's dout (A_OP16), never by a GEMM. A_OUT (or-ed
+ * in): the op writes the whole argument without reading it. */
+enum { A_NONE, A_WRITE, A_READ, A_GEMM_C, A_GELU_INP, A_CE, A_OP16, A_OUT = 16 };
 
 static int a16_role_ok(int kind, int may) {
   if (kind == A16_FCH) return may == A_GEMM_C || may == A_GELU_INP;
   if (kind == A16_LOGITS) return may == A_GEMM_C || may == A_CE || may == A_READ;
-  if (kind == A16_D4C) return may == A_GEMM_C || may == A_GRAD || may == A_READ;
+  if (kind == A16_D4C) return may == A_GEMM_C || may == A_OP16 || may == A_READ;
+  if (kind == A16_DC) return may == A_GEMM_C || may == A_OP16;
   return may == A_WRITE || may == A_READ;
 }
 
@@ -221,7 +238,7 @@ static void a16_arg(const char *op, const char *arg, const void *p, size_t bytes
   if (!a16_first()) return;
   char where[32] = "the final";
   if (s->layer_slot >= 0) snprintf(where, sizeof where, "layer slot %d's", s->layer_slot);
-  if (s->kind == A16_D4C) snprintf(where, sizeof where, "the block backward's");
+  if (s->kind == A16_D4C || s->kind == A16_DC) snprintf(where, sizeof where, "the passes'");
   fprintf(stderr,
           "train_gpt2: internal error: %s's argument %s (%zu bytes at offset %lld of the slot) "
           "touches %s %s activation, which a 16-bit run keeps in 16 bits: %s, from its start "
@@ -236,6 +253,9 @@ static void a16_arg(const char *op, const char *arg, const void *p, size_t bytes
               ? "only the fcproj dX GEMM's C (beta 0), the GELU backward (in place) and the "
                 "attention backward write it, and only GEMM operands, those two backwards and a "
                 "bias's gradient read it"
+          : s->kind == A16_DC
+              ? "only GEMMs' C (beta 0) write it, and only the residual add's b and the "
+                "LayerNorm and attention backwards' dout read it"
               : "only the LayerNorm, attention and GELU forwards write it and only "
                 "GEMM operands and the attention backward's out read it");
 }
@@ -298,7 +318,7 @@ static void a_layernorm_backward(float *dinp, float *dw, float *db, const float 
                                  const float *rstd, int N, int C) {
   size_t nc = F4((size_t)N * C);
   a16_arg("layernorm_backward", "dinp", dinp, nc, A_NONE);
-  a16_arg("layernorm_backward", "dout", dout, nc, A_NONE);
+  a16_arg("layernorm_backward", "dout", dout, nc, A_OP16);
   a16_arg("layernorm_backward", "inp", inp, nc, A_NONE);
   a16_arg("layernorm_backward", "mean", mean, F4(N), A_NONE);
   a16_arg("layernorm_backward", "rstd", rstd, F4(N), A_NONE);
@@ -306,7 +326,7 @@ static void a_layernorm_backward(float *dinp, float *dw, float *db, const float 
   g_aud.in->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
 static void a_bias_backward(float *db, const float *dout, int N, int OC) {
-  a16_arg("bias_backward", "dout", dout, F4((size_t)N * OC), A_GRAD);
+  a16_arg("bias_backward", "dout", dout, F4((size_t)N * OC), A_OP16);
   a16_held_reader("bias_backward", "dout", dout, a16_extent(dout, F4((size_t)N * OC)), 0);
   a16_end_hold();
   g_aud.in->bias_backward(db, dout, N, OC);
@@ -324,11 +344,11 @@ static zrt_status a_attention_backward(void *ctx, float *dqkv, const float *dout
                                        const float *bias, const float *out, const float *att, int B,
                                        int T, int C, int NH) {
   size_t btc = F4((size_t)B * T * C);
-  a16_arg("attention_backward", "dout", dout, btc, A_NONE);
+  a16_arg("attention_backward", "dout", dout, btc, A_OP16);
   a16_arg("attention_backward", "qkv", qkv, 3 * btc, A_NONE);
   a16_arg("attention_backward", "out", out, btc, A_READ);
   a16_arg("attention_backward", "att", att, F4((size_t)B * NH * T), A_NONE);
-  a16_arg("attention_backward", "dqkv", dqkv, 3 * btc, A_GRAD | A_OUT);
+  a16_arg("attention_backward", "dqkv", dqkv, 3 * btc, A_OP16 | A_OUT);
   a16_end_hold();
   zrt_status st = g_aud.in->attention_backward(ctx, dqkv, dout, qkv, bias, out, att, B, T, C, NH);
   /* dqkv in 16 bits in the d4C slot, or held for the qkv GEMMs and bias
@@ -347,8 +367,8 @@ static void a_gelu_backward(float *dinp, float *db, const float *inp, const floa
                             const float *dout, int N, int OC) {
   size_t n = F4((size_t)N * OC);
   a16_arg("gelu_backward", "inp", inp, n, A_GELU_INP);
-  a16_arg("gelu_backward", "dout", dout, n, db && dinp == dout ? A_GRAD : A_NONE);
-  a16_arg("gelu_backward", "dinp", dinp, n, db && dinp == dout ? A_GRAD | A_OUT : A_OUT);
+  a16_arg("gelu_backward", "dout", dout, n, db && dinp == dout ? A_OP16 : A_NONE);
+  a16_arg("gelu_backward", "dinp", dinp, n, db && dinp == dout ? A_OP16 | A_OUT : A_OUT);
   a16_end_hold();
   g_aud.in->gelu_backward(dinp, db, inp, bias, dout, N, OC);
   /* the passes' form: in 16 bits in the d4C slot, or held for the MLP's GEMMs */
@@ -358,7 +378,7 @@ static void a_residual(float *out, const float *a, const float *b, const float *
                        int C) {
   size_t n = F4((size_t)N * C);
   a16_arg("residual_forward", "a", a, n, A_NONE);
-  a16_arg("residual_forward", "b", b, n, A_NONE);
+  a16_arg("residual_forward", "b", b, n, A_OP16);
   a16_arg("residual_forward", "out", out, n, A_OUT);
   a16_end_hold();
   g_aud.in->residual_forward(out, a, b, bias, N, C);

@@ -28,7 +28,13 @@
  *     attention backward writes dqkv there in 16 bits, and the qkv GEMMs
  *     and the qkv bias's gradient read it (the gradient d4C carries into
  *     the GELU backward is rounded, as autocast's is; the rest are the
- *     16-bit copies the ops kept in the scratch before, now in place).
+ *     16-bit copies the ops kept in the scratch before, now in place);
+ *   - dC, the N x C buffer of the projections' outputs in the forward
+ *     (their GEMMs write 16-bit C, the residual adds read it so and add
+ *     the bias in fp32, as autocast's residual of a 16-bit linear output)
+ *     and of the dX GEMMs' in the backward (16-bit C, read so as dout by
+ *     the LayerNorm and attention backwards): the values move by that
+ *     rounding, as autocast's do.
  * The registry (gpt2_a16_set) says which slots those are; the CUDA ops ask
  * it (gpt2_a16_is); gpt2_cuda_scratch_bytes counts on the registry (no
  * GEMM operand to round but dres, no held 16-bit copy in the scratch).
@@ -60,7 +66,7 @@ extern "C" {
 
 /* Registers the 16-bit slots of layout L (config cfg, micro-batch B) over
  * the buffer acts: ln1, atty, ln2, fch, fch_gelu of each of the layout's
- * layer slots, lnf, the logits and d4C. A layout with half16 (GPT2_ACTS_HALF16, for ops that
+ * layer slots, lnf, the logits, dC and d4C. A layout with half16 (GPT2_ACTS_HALF16, for ops that
  * write them in 16 bits) holds each in half the bytes; the audit then
  * counts a producer's or reader's fp32-typed extent at 2 bytes per element.
  * Replaces an earlier registration. ZRT_ERR_OOM when the table cannot be

@@ -15,8 +15,11 @@
  * fc GEMM's 16-bit C, the logits the head GEMM's (the cross-entropy
  * writes its 16-bit gradient over them) and d4C the fcproj dX GEMM's (the
  * GELU backward writes its 16-bit gradient over it, the attention backward
- * its 16-bit dqkv); the one other fp32 operand, dres, is rounded to the
- * run's dtype into the scratch (as autocast does), other C stays fp32. For
+ * its 16-bit dqkv), and dC the projections' and the dX GEMMs' (read by the
+ * residual adds and the LayerNorm and attention backwards); the one other
+ * fp32 operand, dres, is rounded to the run's dtype into the scratch (as
+ * autocast does), other C (the qkv GEMM's, the weights' gradients) stays
+ * fp32. For
  * buffers that are no slot (the ops' general form, tests) the GELU
  * backward's, the attention backward's and the cross-entropy's gradients
  * are written only as the 16-bit copy their next GEMMs read (the held
@@ -113,11 +116,11 @@ __global__ void k_layernorm_forward(void *out, int o16, float *mean, float *rstd
 /* gpt2_rows.h's LayerNorm backward with its weight's and bias's
  * gradients (block s = blockIdx.x of rw_ln_plan(N)). */
 __global__ void __launch_bounds__(RW_LN_NT)
-    k_layernorm_backward(float *dinp, float *dw, float *db, float *part, const float *dout,
-                         const float *inp, const float *w, const float *mean, const float *rstd,
-                         int N, int C, rw_plan p) {
+    k_layernorm_backward(float *dinp, float *dw, float *db, float *part, const void *dout, int d16,
+                         int f16, const float *inp, const float *w, const float *mean,
+                         const float *rstd, int N, int C, rw_plan p) {
   __shared__ rw_ln_smem sm;
-  rw_layernorm_backward_block(dinp, dw, db, part, dout, inp, w, mean, rstd, N, C, p,
+  rw_layernorm_backward_block(dinp, dw, db, part, dout, d16, f16, inp, w, mean, rstd, N, C, p,
                               (int)blockIdx.x, &sm);
 }
 
@@ -168,24 +171,24 @@ __global__ void __launch_bounds__(TC_NT)
 
 template <int F16>
 __global__ void __launch_bounds__(TC_NT)
-    k_tc_dq(void *dqkv, int d16, float *dstat, const float *dout, const float *qkv,
+    k_tc_dq(void *dqkv, int d16, float *dstat, const void *dout, int do16, const float *qkv,
             const float *bias, const void *out, int o16, const float *lse, int T, int C, int NH) {
   const int f16 = F16;
   __shared__ tc_dq_smem sm;
   tc_dq_lane st[1];
-  tc_dq_block(dqkv, d16, dstat, dout, qkv, bias, out, o16, lse, T, C, NH, (int)blockIdx.x,
+  tc_dq_block(dqkv, d16, dstat, dout, do16, qkv, bias, out, o16, lse, T, C, NH, (int)blockIdx.x,
               (int)blockIdx.y, f16, &sm, st);
 }
 
 template <int F16>
 __global__ void __launch_bounds__(TC_NT)
-    k_tc_dkv(void *dqkv, int d16, const float *dout, const float *qkv, const float *bias,
+    k_tc_dkv(void *dqkv, int d16, const void *dout, int do16, const float *qkv, const float *bias,
              const float *lse, const float *dstat, int T, int C, int NH) {
   const int f16 = F16;
   __shared__ tc_dkv_smem sm;
   tc_dkv_lane st[1];
-  tc_dkv_block(dqkv, d16, dout, qkv, bias, lse, dstat, T, C, NH, (int)blockIdx.x, (int)blockIdx.y,
-               f16, &sm, st);
+  tc_dkv_block(dqkv, d16, dout, do16, qkv, bias, lse, dstat, T, C, NH, (int)blockIdx.x,
+               (int)blockIdx.y, f16, &sm, st);
 }
 
 __global__ void __launch_bounds__(FA_NT)
@@ -250,11 +253,14 @@ __global__ void __launch_bounds__(RW_COL_NT)
                        (int)blockIdx.y, &sm, g16, f16);
 }
 
-/* out = a + (b + bias), [N, C] (bias NULL: none). */
-__global__ void k_residual(float *out, const float *a, const float *b, const float *bias, int N,
-                           int C) {
+/* out = a + (b + bias), [N, C] (bias NULL: none); b: fp32, or with b16
+ * 16-bit elements of the type f16 selects (a 16-bit run's dC slot: the
+ * projection GEMM's 16-bit C). */
+__global__ void k_residual(float *out, const float *a, const void *b, int b16, int f16,
+                           const float *bias, int N, int C) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < (size_t)N * C) out[i] = a[i] + (b[i] + (bias ? bias[i % (size_t)C] : 0.0f));
+  if (i < (size_t)N * C)
+    out[i] = a[i] + (rw_act(b, i, b16, f16) + (bias ? bias[i % (size_t)C] : 0.0f));
 }
 
 /* One block per row (gpt2_rows.h). */
@@ -502,8 +508,10 @@ static void cu_layernorm_backward(float *dinp, float *dw, float *db, const float
   int ok;
   float *part = part_at(p, 2 * C, &ok);
   if (!ok) return;
-  k_layernorm_backward<<<(unsigned)p.S, RW_LN_NT, 0, g_stream>>>(dinp, dw, db, part, dout, inp, w,
-                                                                 mean, rstd, N, C, p);
+  /* dout: the 16-bit dC slot in a registered 16-bit run (gpt2_act16.h) */
+  k_layernorm_backward<<<(unsigned)p.S, RW_LN_NT, 0, g_stream>>>(
+      dinp, dw, db, part, dout, o16_at(dout) != 0, g_gemm_dt == ZRT_F16, inp, w, mean, rstd, N, C,
+      p);
   part_fold(dw, db, C, part, p, 2 * C);
 }
 /* A bias's gradient: from the held 16-bit copy when dout lies in its range
@@ -582,16 +590,19 @@ static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dou
   }
   /* free between GEMMs (stream order), after the held 16-bit copy */
   float *dstat = (float *)(g_scratch + g_scratch_res);
+  const int do16 = o16_at(dout) != 0; /* the 16-bit dC slot (gpt2_act16.h) */
   if (g_gemm_dt != ZRT_F32) {
     dim3 grid((unsigned)((T + TC_ROWS - 1) / TC_ROWS), (unsigned)(B * NH));
     if (g_gemm_dt == ZRT_F16) {
-      k_tc_dq<1><<<grid, TC_NT, 0, g_stream>>>(dst, d16, dstat, dout, qkv, bias, out, o16_at(out),
-                                               att, T, C, NH);
-      k_tc_dkv<1><<<grid, TC_NT, 0, g_stream>>>(dst, d16, dout, qkv, bias, att, dstat, T, C, NH);
+      k_tc_dq<1><<<grid, TC_NT, 0, g_stream>>>(dst, d16, dstat, dout, do16, qkv, bias, out,
+                                               o16_at(out), att, T, C, NH);
+      k_tc_dkv<1>
+          <<<grid, TC_NT, 0, g_stream>>>(dst, d16, dout, do16, qkv, bias, att, dstat, T, C, NH);
     } else {
-      k_tc_dq<0><<<grid, TC_NT, 0, g_stream>>>(dst, d16, dstat, dout, qkv, bias, out, o16_at(out),
-                                               att, T, C, NH);
-      k_tc_dkv<0><<<grid, TC_NT, 0, g_stream>>>(dst, d16, dout, qkv, bias, att, dstat, T, C, NH);
+      k_tc_dq<0><<<grid, TC_NT, 0, g_stream>>>(dst, d16, dstat, dout, do16, qkv, bias, out,
+                                               o16_at(out), att, T, C, NH);
+      k_tc_dkv<0>
+          <<<grid, TC_NT, 0, g_stream>>>(dst, d16, dout, do16, qkv, bias, att, dstat, T, C, NH);
     }
     return ZRT_OK;
   }
@@ -640,7 +651,8 @@ static void cu_gelu_backward(float *dinp, float *db, const float *inp, const flo
 static void cu_residual(float *out, const float *a, const float *b, const float *bias, int N,
                         int C) {
   r16_forget();
-  k_residual<<<nblocks((size_t)N * C, TPB), TPB, 0, g_stream>>>(out, a, b, bias, N, C);
+  k_residual<<<nblocks((size_t)N * C, TPB), TPB, 0, g_stream>>>(out, a, b, o16_at(b) != 0,
+                                                                g_gemm_dt == ZRT_F16, bias, N, C);
 }
 static void cu_crossentropy(float *losses, float *logits, const int *targets, int N, int V,
                             float dloss) {

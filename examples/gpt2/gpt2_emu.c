@@ -138,11 +138,11 @@ static zrt_status e_attention_backward(void *ctx, float *dqkv, const float *dout
   int nt = (T + TC_ROWS - 1) / TC_ROWS, f16 = g_emu.dt == ZRT_F16;
   for (int bh = 0; bh < B * NH; bh++)
     for (int t = 0; t < nt; t++)
-      tc_dq_block(dqkv, 0, dstat, dout, qkv, bias, out, 0, att, T, C, NH, t, bh, f16, g_emu.qsm,
+      tc_dq_block(dqkv, 0, dstat, dout, 0, qkv, bias, out, 0, att, T, C, NH, t, bh, f16, g_emu.qsm,
                   g_emu.qst);
   for (int bh = 0; bh < B * NH; bh++)
     for (int t = 0; t < nt; t++)
-      tc_dkv_block(dqkv, 0, dout, qkv, bias, att, dstat, T, C, NH, t, bh, f16, g_emu.ksm,
+      tc_dkv_block(dqkv, 0, dout, 0, qkv, bias, att, dstat, T, C, NH, t, bh, f16, g_emu.ksm,
                    g_emu.kst);
   /* a 16-bit run keeps dqkv only as its 16-bit copy (gpt2_cuda.cu's held
    * copy): the qkv GEMMs and the qkv bias's gradient read those values */

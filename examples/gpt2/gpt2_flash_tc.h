@@ -298,6 +298,26 @@ GB_DEV void tc_zero(float (*acc)[4], int n) {
     (dst)[r_][c_] = tc_pack(x0_, x1_, f16);                                                        \
   }
 
+/* Element e of an fp32 array, or with s16 of an array of the operand type
+ * (f16) */
+GB_DEV float tc_in(const void *p, int s16, size_t e, int f16) {
+  return s16 ? tc_val(((const uint16_t *)p)[e], f16) : ((const float *)p)[e];
+}
+
+/* TC_LOAD_TILE without a bias from src (elements from e0 on, rows of ld),
+ * fp32 or with s16 of the operand type (a 16-bit run's dC slot, dO). */
+#define TC_LOAD_TILE_IN(dst, src, s16, e0, ld, col, r0, T, hs, tid)                                \
+  for (int e_ = (tid); e_ < TC_ROWS * (TC_HS / 2); e_ += TC_NT) {                                  \
+    int r_ = e_ / (TC_HS / 2), c_ = e_ % (TC_HS / 2), d_ = 2 * c_, row_ = (r0) + r_;               \
+    float x0_ = 0.0f, x1_ = 0.0f;                                                                  \
+    if (row_ < (T) && d_ < (hs)) {                                                                 \
+      const size_t o_ = (e0) + (size_t)row_ * (size_t)(ld) + (size_t)(col) + (size_t)d_;           \
+      x0_ = tc_in((src), (s16), o_, f16);                                                          \
+      if (d_ + 1 < (hs)) x1_ = tc_in((src), (s16), o_ + 1, f16);                                   \
+    }                                                                                              \
+    (dst)[r_][c_] = tc_pack(x0_, x1_, f16);                                                        \
+  }
+
 /* The bias of qkv's column `col` on, or NULL (no bias). */
 #define TC_BIAS(bias, col) ((bias) ? (bias) + (col) : (const float *)NULL)
 
@@ -450,30 +470,31 @@ typedef struct tc_dq_lane {
 /* dq of query tile qt of head bh, written into dqkv's q part; stores
  * D_i = dO_i . O_i (out: the forward's output, of the operand type f16
  * when o16) into dstat [B*NH, T] for tc_dkv_block. dqkv: [B*T, 3C] of
- * fp32, or with d16 of the operand type (a 16-bit run's gradient copy for
- * the qkv GEMMs, gpt2_cuda.cu's held copy; same element index). */
-GB_DEV void tc_dq_block(void *dqkv, int d16, float *dstat, const float *dout, const float *qkv,
-                        const float *bias, const void *out, int o16, const float *lse, int T, int C,
-                        int NH, int qt, int bh, int f16, tc_dq_smem *sm, tc_dq_lane *st) {
+ * fp32, or with d16 of the operand type (a 16-bit run's gradient for the
+ * qkv GEMMs, in its d4C slot or gpt2_cuda.cu's held copy; same element
+ * index). dout: [B*T, C] of fp32, or with do16 of the operand type (a
+ * 16-bit run's dC slot). */
+GB_DEV void tc_dq_block(void *dqkv, int d16, float *dstat, const void *dout, int do16,
+                        const float *qkv, const float *bias, const void *out, int o16,
+                        const float *lse, int T, int C, int NH, int qt, int bh, int f16,
+                        tc_dq_smem *sm, tc_dq_lane *st) {
   const int b = bh / NH, h = bh % NH, C3 = 3 * C, q0 = qt * TC_ROWS, hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
-  const float *base = qkv + (size_t)b * T * C3, *dbase = dout + (size_t)b * T * C;
+  const float *base = qkv + (size_t)b * T * C3;
+  const size_t dbase = (size_t)b * T * C; /* dout's first element of sequence b */
   const int q_last = (q0 + TC_ROWS < T ? q0 + TC_ROWS : T) - 1;
   GB_THREADS(tid, TC_NT)
   TC_LOAD_TILE(sm->q, base, C3, h * hs, q0, T, hs, tid, TC_BIAS(bias, h * hs));
-  TC_LOAD_TILE(sm->dout, dbase, C, h * hs, q0, T, hs, tid, (const float *)NULL);
+  TC_LOAD_TILE_IN(sm->dout, dout, do16, dbase, C, h * hs, q0, T, hs, tid);
   /* D_i = dO_i . O_i in fp32: 8 threads per row, a row's 8 threads reading
    * 8 neighbouring columns together (coalesced) */
   for (int r = tid >> 3; r < TC_ROWS; r += TC_NT / 8) {
     const int i = q0 + r, j = tid & 7;
     float acc = 0.0f;
     if (i < T) {
-      const float *dy = dbase + (size_t)i * C + h * hs;
-      const size_t y0 = ((size_t)b * T + i) * C + h * hs;
-      if (o16)
-        for (int d = j; d < hs; d += 8) acc += dy[d] * tc_val(((const uint16_t *)out)[y0 + d], f16);
-      else
-        for (int d = j; d < hs; d += 8) acc += dy[d] * ((const float *)out)[y0 + d];
+      const size_t y0 = ((size_t)b * T + i) * C + h * hs; /* dO's and O's */
+      for (int d = j; d < hs; d += 8)
+        acc += tc_in(dout, do16, y0 + d, f16) * tc_in(out, o16, y0 + d, f16);
     }
     sm->dpart[r][j] = acc;
   }
@@ -571,13 +592,14 @@ typedef struct tc_dkv_lane {
 
 /* dk, dv of key tile kt of head bh, written into dqkv's k and v parts (fp32,
  * or with d16 as tc_dq_block's). Needs lse (forward) and dstat
- * (tc_dq_block) of every query row. */
-GB_DEV void tc_dkv_block(void *dqkv, int d16, const float *dout, const float *qkv,
+ * (tc_dq_block) of every query row. dout: as tc_dq_block's. */
+GB_DEV void tc_dkv_block(void *dqkv, int d16, const void *dout, int do16, const float *qkv,
                          const float *bias, const float *lse, const float *dstat, int T, int C,
                          int NH, int kt, int bh, int f16, tc_dkv_smem *sm, tc_dkv_lane *st) {
   const int b = bh / NH, h = bh % NH, C3 = 3 * C, k0 = kt * TC_ROWS, hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
-  const float *base = qkv + (size_t)b * T * C3, *dbase = dout + (size_t)b * T * C;
+  const float *base = qkv + (size_t)b * T * C3;
+  const size_t dbase = (size_t)b * T * C; /* dout's first element of sequence b */
   GB_THREADS(tid, TC_NT)
   TC_LOAD_TILE(sm->k, base, C3, C + h * hs, k0, T, hs, tid, TC_BIAS(bias, C + h * hs));
   TC_LOAD_TILE(sm->v, base, C3, 2 * C + h * hs, k0, T, hs, tid, TC_BIAS(bias, 2 * C + h * hs));
@@ -600,7 +622,7 @@ GB_DEV void tc_dkv_block(void *dqkv, int d16, const float *dout, const float *qk
     GB_SYNC();
     GB_THREADS(tid, TC_NT)
     TC_LOAD_TILE(sm->q, base, C3, h * hs, q0, T, hs, tid, TC_BIAS(bias, h * hs));
-    TC_LOAD_TILE(sm->dout, dbase, C, h * hs, q0, T, hs, tid, (const float *)NULL);
+    TC_LOAD_TILE_IN(sm->dout, dout, do16, dbase, C, h * hs, q0, T, hs, tid);
     if (tid < TC_COLS) {
       const int i = q0 + tid;
       sm->lse[tid] = i < T ? lse[(size_t)bh * T + i] : 0.0f;

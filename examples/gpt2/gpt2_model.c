@@ -395,7 +395,7 @@ void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, i
   TAKE(logits, A16(N * (size_t)cfg->vocab));
   TAKE(losses, N);
   TAKE(dres, N * C);
-  TAKE(dC, N * C);
+  TAKE(dC, A16(N * C));
   TAKE(d4C, A16(4 * N * C));
 #undef TAKE
 #undef A16

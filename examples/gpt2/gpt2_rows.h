@@ -320,11 +320,13 @@ typedef struct rw_ln_smem {
  *     db[c] when S == 1, else written to part[s, c] and part[s, C + c] (the
  *     partials [S, 2C], rw_part_fold_block's W0 = C).
  * One HBM read of dout and inp (the chunk's rows are re-read from the
- * caches): the column sums' own kernel read both again. */
+ * caches): the column sums' own kernel read both again. dout: fp32, or
+ * with d16 16-bit elements of the type f16 selects (a 16-bit run's dC
+ * slot). */
 GB_DEV void rw_layernorm_backward_block(float *dinp, float *dw, float *db, float *part,
-                                        const float *dout, const float *inp, const float *w,
-                                        const float *mean, const float *rstd, int N, int C,
-                                        rw_plan p, int s, rw_ln_smem *sm) {
+                                        const void *dout, int d16, int f16, const float *inp,
+                                        const float *w, const float *mean, const float *rstd, int N,
+                                        int C, rw_plan p, int s, rw_ln_smem *sm) {
   const int r0 = s * p.R, r1 = N < r0 + p.R ? N : r0 + p.R, add = p.S == 1;
   float *ow = add ? dw : part + (size_t)s * 2 * (size_t)C, *ob = add ? db : ow + C;
   for (int i0 = r0; i0 < r1; i0 += RW_LN_ROWS) {
@@ -332,10 +334,11 @@ GB_DEV void rw_layernorm_backward_block(float *dinp, float *dw, float *db, float
     const int row = i0 + tid / 32, lane = tid % 32;
     float a = 0.0f, b = 0.0f;
     if (row < r1) {
-      const float *x = inp + (size_t)row * (size_t)C, *d = dout + (size_t)row * (size_t)C;
+      const float *x = inp + (size_t)row * (size_t)C;
+      const size_t d0 = (size_t)row * (size_t)C;
       const float m = mean[row], r = rstd[row];
       for (int c = lane; c < C; c += 32) {
-        const float dn = w[c] * d[c];
+        const float dn = w[c] * rw_act(dout, d0 + (size_t)c, d16, f16);
         a += dn;
         b += dn * (x[c] - m) * r;
       }
@@ -361,16 +364,18 @@ GB_DEV void rw_layernorm_backward_block(float *dinp, float *dw, float *db, float
     GB_THREADS(tid, RW_LN_NT)
     const int row = i0 + tid / 32, lane = tid % 32;
     if (row < r1) {
-      const float *x = inp + (size_t)row * (size_t)C, *d = dout + (size_t)row * (size_t)C;
+      const float *x = inp + (size_t)row * (size_t)C;
+      const size_t d0 = (size_t)row * (size_t)C;
       const float m = mean[row], r = rstd[row], a = sm->ra[tid / 32], b = sm->rb[tid / 32];
       float *di = dinp + (size_t)row * (size_t)C;
-      for (int c = lane; c < C; c += 32) di[c] += (w[c] * d[c] - a - (x[c] - m) * r * b) * r;
+      for (int c = lane; c < C; c += 32)
+        di[c] += (w[c] * rw_act(dout, d0 + (size_t)c, d16, f16) - a - (x[c] - m) * r * b) * r;
     }
     const int rn = r1 < i0 + RW_LN_ROWS ? r1 : i0 + RW_LN_ROWS;
     for (int c = tid; c < C; c += RW_LN_NT) {
       float sw = 0.0f, sb = 0.0f;
       for (int i = i0; i < rn; i++) {
-        const float d = dout[(size_t)i * (size_t)C + (size_t)c];
+        const float d = rw_act(dout, (size_t)i * (size_t)C + (size_t)c, d16, f16);
         sw += (inp[(size_t)i * (size_t)C + (size_t)c] - mean[i]) * rstd[i] * d;
         sb += d;
       }

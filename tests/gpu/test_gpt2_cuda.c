@@ -57,15 +57,15 @@
  *     one training micro-step of a 2-layer model (heads of 64, T = 65,
  *     B = 2: the column sums split) through the real passes, the CUDA ops under the audit, with
  *     and without the registry (and the half-size slots train_gpt2 gives
- *     it, GPT2_ACTS_HALF16): layer 0's ln1, atty and ln2 hold exactly the
+ *     it, GPT2_ACTS_HALF16): layer 0's ln1 and atty hold exactly the
  *     fp32 run's values rounded to the dtype (bit for bit: the producers
- *     round as the GEMMs' operand conversion), its fch (the fc GEMM's
- *     16-bit C) that rounding within half a unit in the last place plus
- *     1e-4 of the largest entry (cuBLAS's order), its fch_gelu and lnf,
+ *     round as the GEMMs' operand conversion), its ln2, fch, fch_gelu
+ *     (after the attention projection's 16-bit C in dC and the fc GEMM's
+ *     in fch, which the fp32 run keeps) and lnf,
  *     and every gradient, within 5% (bf16) or 1% (fp16) of the tensor's
- *     largest entry, the loss within 1e-4 relative (the rounding of fch,
- *     of the logits and of d4C, 16-bit slots too, moves them: the emulation
- *     measures 0.95% / 0.08% and 1.2e-5 / 6.8e-6); no audit violation.
+ *     largest entry, the loss within 1e-4 relative (the rounding of dC,
+ *     fch, the logits and d4C, 16-bit slots too, moves them: the emulation
+ *     measures 1.04% / 0.10% and 5.7e-6 / 2.4e-6); no audit violation.
  * The CPU emulations of the same attention, cross-entropy and column-sum
  * code are checked in test_gpt2_flash_emu, test_gpt2_flash_tc_emu and
  * test_gpt2_rows_emu (unit). Skips (77) without a GPU,
@@ -564,7 +564,7 @@ static void act16_case(zrt_dtype dt, void *scratch, size_t sb) {
   static const char *names[A16_SLOTS] = {"ln1", "atty", "ln2", "fch", "fch_gelu", "lnf"};
   const char *dn = zrt_dtype_name(dt);
   /* the gradients' and the later slots' tolerance, of a tensor's largest
-   * entry: unit.test_gpt2_act16 measures 0.95% (bf16) and 0.08% (fp16) on
+   * entry: unit.test_gpt2_act16 measures 1.04% (bf16) and 0.10% (fp16) on
    * the gradients of the emulated kernels */
   const double rel = dt == ZRT_BF16 ? 5e-2 : 1e-2;
   for (int k = 0; k < A16_SLOTS; k++) {
@@ -590,11 +590,10 @@ static void act16_case(zrt_dtype dt, void *scratch, size_t sb) {
     printf("%s activations: layer 0 %s: %zu of %zu elements differ from the fp32 run's rounding, "
            "%zu by more than that rounding and 1e-4 of the largest\n",
            dn, names[k], differ, n, far);
-    if (k < 3) /* before fch, the first value a 16-bit run rounds that the fp32 run keeps */
+    if (k < 2) /* before the attention projection's 16-bit C (dC), the first value a 16-bit
+                  run rounds that the fp32 run keeps */
       ZT_CHECK(differ == 0);
-    else if (k == 3) /* the fc GEMM's own 16-bit C */
-      ZT_CHECK(far == 0);
-    else { /* after it: moved by fch's rounding */
+    else { /* after it: moved by that rounding (and fch's, the fc GEMM's own 16-bit C) */
       double big = 0;
       for (size_t i = 0; i < n; i++) big = fmax(big, fabs(((const float *)f32.slot[k])[i]));
       char what[96];
@@ -605,8 +604,8 @@ static void act16_case(zrt_dtype dt, void *scratch, size_t sb) {
   }
   double l0 = 0, l1 = 0;
   for (int i = 0; i < N; i++) l0 += f32.loss[i], l1 += b16.loss[i];
-  printf("%s activations: loss %.9g, fp32 activations %.9g (relative %.3g; the emulation: 1.2e-5 "
-         "bf16, 6.8e-6 fp16)\n",
+  printf("%s activations: loss %.9g, fp32 activations %.9g (relative %.3g; the emulation: 5.7e-6 "
+         "bf16, 2.4e-6 fp16)\n",
          dn, l1, l0, fabs(l1 - l0) / fabs(l0));
   ZT_CHECK(fabs(l1 - l0) <= 1e-4 * fabs(l0));
   for (int m = 0; m < A16_L + 2; m++)

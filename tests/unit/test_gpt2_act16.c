@@ -22,11 +22,10 @@
  *     accumulates in fp32 (against double on rounded values, 1e-5);
  *   - what gpu.test_gpt2_cuda's micro-step asserts, on the CUDA kernels'
  *     numbers emulated here (gpt2_emu.h, bf16 and fp16): registering the
- *     slots moves the loss (through the rounding of fch and of the
+ *     slots moves the loss (through the rounding of dC, fch and the
  *     logits, which the fp32-activation run keeps) and each gradient (also
  *     through d4C's rounding and D = dO . O read from the 16-bit O) by
- *     measured amounts
- *     (printed: loss 1.2e-5 / 6.8e-6 relative, gradients 0.95% / 0.08% of
+ *     measured amounts (printed: loss 5.7e-6 / 2.4e-6 relative, gradients 1.04% / 0.10% of
  *     a tensor's largest entry, bf16 / fp16), under the GPU test's
  *     tolerances (1e-4; 5% bf16, 1% fp16) with a margin of 4 or more (a
  *     slot read in the wrong type moves them by O(1));
@@ -97,7 +96,7 @@ static void registry(const gpt2_acts_layout *L, const float *acts, int nckpt) {
   ZT_OK(gpt2_a16_set(L, &cfg, B, acts));
   size_t n = 0;
   for (size_t i = 0; i < L->total; i++) n += (size_t)gpt2_a16_is(acts + i);
-  ZT_CHECK(n == (size_t)slots * 5 + 3); /* and lnf, the logits, d4C */
+  ZT_CHECK(n == (size_t)slots * 5 + 4); /* and lnf, the logits, dC, d4C */
   for (int s = 0; s < slots; s++) {
     const float *base = acts + L->layer_stride * (size_t)s;
     ZT_CHECK(gpt2_a16_is(base + L->ln1) && gpt2_a16_is(base + L->atty));
@@ -109,6 +108,7 @@ static void registry(const gpt2_acts_layout *L, const float *acts, int nckpt) {
   ZT_CHECK(gpt2_a16_is(acts + L->lnf) && !gpt2_a16_is(acts + L->encoded));
   ZT_CHECK(gpt2_a16_is(acts + L->logits) && !gpt2_a16_is(acts + L->logits + 1));
   ZT_CHECK(gpt2_a16_is(acts + L->d4C) && !gpt2_a16_is(acts + L->d4C + 1));
+  ZT_CHECK(gpt2_a16_is(acts + L->dC) && !gpt2_a16_is(acts + L->dC + 1));
   ZT_CHECK(!gpt2_a16_is(acts + L->losses) && !gpt2_a16_is(acts + L->dres));
   gpt2_a16_clear();
   ZT_CHECK(!gpt2_a16_is(acts + L->ln1) && !gpt2_a16_is(acts + L->lnf));
@@ -131,16 +131,18 @@ static void passes(int nckpt) {
          nckpt, loss, plain, wr, rd, bad);
   ZT_CHECK(loss == plain);
   ZT_CHECK(bad == 0);
-  /* per block forward 5 writes (4 producers, the fc GEMM's C) and 5 reads
-   * (4 GEMM operands, GELU's fch); per backward 3 writes of d4C (the fcproj
-   * dX GEMM's C, the GELU backward's dinp, the attention backward's dqkv)
-   * and 12 reads (4 GEMM operands of activations and 4 of d4C, the
-   * attention's out, GELU's fch and dout, the qkv bias's gradient); the
-   * head 2 writes (lnf, the logits GEMM's C) and 5 reads (lnf by the
-   * logits and dwte GEMMs, the logits by the cross-entropy and the dlnf
-   * and dwte GEMMs) */
-  ZT_CHECK(wr == 5 * fwd + 3 * NL + 2);
-  ZT_CHECK(rd == 5 * fwd + 12 * NL + 5);
+  /* per block forward 7 writes (4 producers, the GEMMs' C: fc into fch,
+   * the projections into dC) and 7 reads (4 GEMM operands, GELU's fch, the
+   * residual adds' dC); per backward 6 writes (of d4C: the fcproj dX GEMM's
+   * C, the GELU backward's dinp, the attention backward's dqkv; of dC: the
+   * other three dX GEMMs' C) and 15 reads (4 GEMM operands of activations
+   * and 4 of d4C, the attention's out and dout, GELU's fch and dout, the
+   * qkv bias's gradient, the two LayerNorm backwards' dout); the head 3
+   * writes (lnf, the logits GEMM's C, the dlnf GEMM's C) and 6 reads (lnf
+   * by the logits and dwte GEMMs, the logits by the cross-entropy and the
+   * dlnf and dwte GEMMs, dC by the lnf backward) */
+  ZT_CHECK(wr == 7 * fwd + 6 * NL + 3);
+  ZT_CHECK(rd == 7 * fwd + 15 * NL + 6);
   ZT_CHECK(audited.check() == ZRT_OK);
   gpt2_a16_clear();
   free(acts);
@@ -219,7 +221,8 @@ static void half_layout(void) {
   gpt2_acts_layout_init(&half, &big, 8, 0, GPT2_ACTS_LSE_ONLY | GPT2_ACTS_HALF16);
   size_t NC = (size_t)8 * big.seq_len * big.n_embd;
   size_t NV = (size_t)8 * big.seq_len * big.vocab; /* the logits: V even, no rounding up */
-  size_t want = (size_t)big.n_layer * (11 * NC / 2) + NC / 2 + NV / 2 + 2 * NC; /* d4C: 4NC/2 */
+  /* d4C's 4 N C / 2, dC's N C / 2 */
+  size_t want = (size_t)big.n_layer * (11 * NC / 2) + NC / 2 + NV / 2 + 2 * NC + NC / 2;
   printf("GPT-2 124M, B = 8, CUDA layout: %.1f MiB fp32, %.1f MiB with the 16-bit "
          "activations (per layer %.1f -> %.1f MiB)\n",
          full.total * 4 / 1048576.0, half.total * 4 / 1048576.0, full.layer_stride * 4 / 1048576.0,
@@ -251,7 +254,7 @@ static void half_layout(void) {
     gpt2_a16_audit_counts(&wr, &rd, &bad);
     printf("half layout, nckpt %d: %ld slot writes, %ld reads, %ld violations\n", nckpt, wr, rd,
            bad);
-    ZT_CHECK(bad == 0 && wr == 5 * fwd + 3 * NL + 2 && rd == 5 * fwd + 12 * NL + 5);
+    ZT_CHECK(bad == 0 && wr == 7 * fwd + 6 * NL + 3 && rd == 7 * fwd + 15 * NL + 6);
     ZT_CHECK(audited.check() == ZRT_OK);
     /* an fp32 reader of a half slot is still caught */
     audited.layernorm_backward(acts + L.dres, NULL, NULL, acts + L.dC, acts + L.ln1, NULL, NULL,
@@ -344,8 +347,8 @@ static void emulated(zrt_dtype dt, double gpu_loss_tol, double gpu_tol) {
   printf("emulated %s micro-step: loss moved %.3g (relative), worst gradient change %.3g of its "
          "tensor's largest entry (the GPU test allows %g and %g)\n",
          zrt_dtype_name(dt), dl, worst, gpu_loss_tol, gpu_tol);
-  /* fch's and the logits' rounding move the loss (the other slots hold
-   * what the GEMMs read) */
+  /* dC's, fch's and the logits' rounding move the loss (the other slots
+   * hold what the GEMMs read) */
   ZT_CHECK(dl > 0 && dl * 4 <= gpu_loss_tol);
   ZT_CHECK(worst > 0 && worst * 4 <= gpu_tol); /* > 0: the registry reached D */
   gpt2_emu_cuda_done();
@@ -363,6 +366,7 @@ typedef enum {
   V_LOGITS_C1,  /* a GEMM accumulating (beta 1) into the logits slot */
   V_D4C_READ,   /* a residual add reading the d4C slot (the GELU backward's gradient) */
   V_D4C_GELU,   /* a GELU backward reading d4C as dout but writing dinp elsewhere */
+  V_DC_GEMM,    /* a GEMM reading dC (the projections' 16-bit output) as an operand */
   V_HELD_READ,  /* the GELU backward's result read by an op that is not a GEMM */
   V_HELD_BIAS,  /* ... by the bias backward reaching past it */
   V_HELD_BETA,  /* ... by a GEMM's C with beta 1 */
@@ -390,16 +394,14 @@ static void expect_violation(violation v, const char *needle) {
   fflush(stderr);
   dup2(fd, 2);
   switch (v) {
-  case V_GELU_BWD:
-    o.gelu_backward(acts + L.dC, NULL, s1 + L.fch_gelu, NULL, acts + L.dC, N, C);
-    break;
+  case V_GELU_BWD: o.gelu_backward(ext, NULL, s1 + L.fch_gelu, NULL, ext, N, C); break;
   case V_RESIDUAL: o.residual_forward(acts + L.dres, s1 + L.atty, acts + L.dC, NULL, N, C); break;
   case V_GEMM_INSIDE:
     (void)o.gemm(NULL, 0, 0, N - 1, C, C, 1, acts + L.ln1 + C, C, w[1][GPT2_ATTNPROJ_W], C, 0,
                  acts + L.dC, C);
     break;
   case V_GEMM_C:
-    (void)o.gemm(NULL, 0, 0, N, C, C, 1, acts + L.dC, C, w[1][GPT2_ATTNPROJ_W], C, 0, s1 + L.ln2,
+    (void)o.gemm(NULL, 0, 0, N, C, C, 1, acts + L.dres, C, w[1][GPT2_ATTNPROJ_W], C, 0, s1 + L.ln2,
                  C);
     break;
   case V_ZERO_EDGE: o.zero(s1 + L.ln2 - 4, 5); break;
@@ -412,7 +414,7 @@ static void expect_violation(violation v, const char *needle) {
     if (v == V_HELD_READ) o.residual_forward(acts + L.dres, d4C, acts + L.dC, NULL, N, C);
     if (v == V_HELD_BIAS) o.bias_backward(g[1][GPT2_FC_B], d4C - 1, N, 4 * C);
     if (v == V_HELD_BETA)
-      (void)o.gemm(NULL, 0, 0, N, C, C, 1, acts + L.dC, C, w[1][GPT2_ATTNPROJ_W], C, 1, d4C, C);
+      (void)o.gemm(NULL, 0, 0, N, C, C, 1, acts + L.dres, C, w[1][GPT2_ATTNPROJ_W], C, 1, d4C, C);
     if (v == V_HELD_SLICE) /* one float before the range (dC's last): starts outside it */
       (void)o.gemm(NULL, 0, 1, N, C, 4 * C, 1, d4C - 1, 4 * C, w[1][GPT2_FC_W], 4 * C, 0,
                    acts + L.dres, C);
@@ -442,7 +444,7 @@ static void expect_violation(violation v, const char *needle) {
   }
   case V_LOGITS:
     o.crossentropy(acts + L.losses, acts + L.logits, targets, N, cfg.vocab, 1.0f);
-    o.layernorm_backward(acts + L.dres, g[0][0], g[0][0], acts + L.logits, acts + L.dC,
+    o.layernorm_backward(acts + L.dres, g[0][0], g[0][0], acts + L.logits, acts + L.encoded,
                          w[NL + 1][0], acts + L.lnf_mean, acts + L.lnf_rstd, N, C);
     break;
   case V_D4C_READ:
@@ -451,6 +453,10 @@ static void expect_violation(violation v, const char *needle) {
     o.gelu_backward(acts + L.d4C, g[1][GPT2_FC_B], s1 + L.fch, w[1][GPT2_FC_B], acts + L.d4C, N,
                     4 * C);
     o.residual_forward(acts + L.dres, acts + L.d4C, acts + L.dC, NULL, N, C);
+    break;
+  case V_DC_GEMM:
+    (void)o.gemm(NULL, 0, 0, N, C, C, 1, acts + L.dC, C, w[1][GPT2_ATTNPROJ_W], C, 0, acts + L.dres,
+                 C);
     break;
   case V_D4C_GELU:
     o.gelu_backward(ext, g[1][GPT2_FC_B], s1 + L.fch, w[1][GPT2_FC_B], acts + L.d4C, N, 4 * C);
@@ -461,7 +467,7 @@ static void expect_violation(violation v, const char *needle) {
     break;
   case V_HELD_CE: /* logits that are no slot (ext's N V floats: the tiny model's V is 4C) */
     o.crossentropy(acts + L.losses, ext, targets, N, cfg.vocab, 1.0f);
-    o.layernorm_backward(acts + L.dres, g[0][0], g[0][0], ext, acts + L.dC, w[NL + 1][0],
+    o.layernorm_backward(acts + L.dres, g[0][0], g[0][0], ext, acts + L.encoded, w[NL + 1][0],
                          acts + L.lnf_mean, acts + L.lnf_rstd, N, C);
     break;
   }
@@ -527,8 +533,10 @@ int main(void) {
   expect_violation(V_LOGITS_C1, "gemm's argument C (");
   expect_violation(V_LOGITS_C1, "the cross-entropy reads it and writes its gradient over it");
   expect_violation(V_D4C_READ, "residual_forward's argument a (");
-  expect_violation(V_D4C_READ, "the block backward's d4C activation");
+  expect_violation(V_D4C_READ, "the passes' d4C activation");
   expect_violation(V_D4C_GELU, "gelu_backward's argument dout (");
+  expect_violation(V_DC_GEMM, "gemm's argument A (");
+  expect_violation(V_DC_GEMM, "the passes' dC activation");
   expect_violation(V_HELD_READ, "residual_forward's argument a touches the GELU backward's");
   expect_violation(V_HELD_BIAS, "bias_backward's argument dout touches the GELU backward's");
   expect_violation(V_HELD_BETA, "gemm's argument C touches the GELU backward's");

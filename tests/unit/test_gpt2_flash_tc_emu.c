@@ -24,7 +24,9 @@
  * out 1.7e-4, dqkv 4.3e-4 over the same shapes (tolerances 5e-4 and
  * 1.5e-3; 8e-4 on out stored in fp16), and one fp16 MMA against its
  * definition. With o16 the forward's 16-bit out must be the fp32 forward's
- * output rounded, bit for bit, in both types.
+ * output rounded, bit for bit, in both types; with a 16-bit dO (a 16-bit
+ * run's dC slot) the backward's dqkv and D rows must be those of the fp32
+ * dO holding the same values, bit for bit.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +39,7 @@
 
 /* the operand type the emulated kernels run with: 0 bf16, 1 fp16 */
 static int g_f16;
+static int g_do16; /* dout holds elements of the operand type (a 16-bit run's dC slot) */
 #define FP16_TOL_OUT 5e-4
 #define FP16_TOL_OUT16 8e-4
 #define FP16_TOL_DQKV 1.5e-3
@@ -53,7 +56,7 @@ static void emu_forward(const float *qkv, const float *bias, float *out, float *
       tc_forward_block(qkv, bias, out, 0, lse, T, C, NH, qt, bh, g_f16, &sm, st);
 }
 
-static void emu_backward_as(void *dqkv, int d16, float *dstat, const float *dout, const float *qkv,
+static void emu_backward_as(void *dqkv, int d16, float *dstat, const void *dout, const float *qkv,
                             const float *bias, const void *out, int o16, const float *lse, int B,
                             int T, int C, int NH) {
   static tc_dq_smem sq;
@@ -63,11 +66,12 @@ static void emu_backward_as(void *dqkv, int d16, float *dstat, const float *dout
   int nt = (T + TC_ROWS - 1) / TC_ROWS;
   for (int bh = 0; bh < B * NH; bh++)
     for (int t = 0; t < nt; t++)
-      tc_dq_block(dqkv, d16, dstat, dout, qkv, bias, out, o16, lse, T, C, NH, t, bh, g_f16, &sq,
-                  tq);
+      tc_dq_block(dqkv, d16, dstat, dout, g_do16, qkv, bias, out, o16, lse, T, C, NH, t, bh, g_f16,
+                  &sq, tq);
   for (int bh = 0; bh < B * NH; bh++)
     for (int t = 0; t < nt; t++)
-      tc_dkv_block(dqkv, d16, dout, qkv, bias, lse, dstat, T, C, NH, t, bh, g_f16, &skv, tkv);
+      tc_dkv_block(dqkv, d16, dout, g_do16, qkv, bias, lse, dstat, T, C, NH, t, bh, g_f16, &skv,
+                   tkv);
 }
 
 static void emu_backward(float *dqkv, float *dstat, const float *dout, const float *qkv,
@@ -86,7 +90,7 @@ static const zt_attn_kernel kernel = {emu_forward, emu_backward, bf16_round, 4e-
  * even (o16_bad counts the differences); out is then compared as bf16
  * values, so its tolerance adds bf16's half ulp (2^-9 of entries <= 1):
  * 6e-3. */
-static long o16_bad, d16_bad;
+static long o16_bad, d16_bad, do16_bad;
 static void emu_forward16(const float *qkv, const float *bias, float *out, float *lse, int B, int T,
                           int C, int NH) {
   static tc_fwd_smem sm;
@@ -118,6 +122,19 @@ static void emu_backward16(float *dqkv, float *dstat, const float *dout, const f
   memset(d16, 0xff, n3 * 2); /* NaN in both types: every element must be written */
   emu_backward_as(d16, 1, dstat, dout, qkv, bias, o16, 1, lse, B, T, C, NH);
   for (size_t i = 0; i < n3; i++) d16_bad += d16[i] != (uint16_t)tc_bits(dqkv[i], g_f16);
+  /* dO in the operand type (a 16-bit run's dC slot; dout holds its values,
+   * rounded by the case): dqkv and D bit for bit the fp32 dO's */
+  uint16_t *do16 = malloc(n * 2);
+  float *dq2 = malloc(n3 * 4), *ds2 = malloc((size_t)B * NH * T * 4);
+  ZT_CHECK(do16 && dq2 && ds2);
+  for (size_t i = 0; i < n; i++) do16[i] = (uint16_t)tc_bits(dout[i], g_f16);
+  for (size_t i = 0; i < n3; i++) dq2[i] = NAN;
+  g_do16 = 1;
+  emu_backward_as(dq2, 0, ds2, do16, qkv, bias, o16, 1, lse, B, T, C, NH);
+  g_do16 = 0;
+  do16_bad += memcmp(dq2, dqkv, n3 * 4) != 0;
+  do16_bad += memcmp(ds2, dstat, (size_t)B * NH * T * 4) != 0;
+  free(do16), free(dq2), free(ds2);
   free(d16);
   free(o16);
 }
@@ -224,12 +241,12 @@ int main(void) {
     zt_attn_case(&kernel16, 2, T16[i], 3, TC_HS, 7u + (uint64_t)T16[i]);
   zt_attn_case(&kernel16, 1, 100, 3, 48, 107u);
   printf("bf16 out: %ld elements differ from the fp32 forward's rounding; bf16 dqkv: %ld from "
-         "the fp32 backward's\n",
-         o16_bad, d16_bad);
-  ZT_CHECK(o16_bad == 0 && d16_bad == 0);
+         "the fp32 backward's; bf16 dO: %ld cases differ from the fp32 dO's\n",
+         o16_bad, d16_bad, do16_bad);
+  ZT_CHECK(o16_bad == 0 && d16_bad == 0 && do16_bad == 0);
   /* the same kernels on fp16 operands (an fp16 run) */
   g_f16 = 1;
-  o16_bad = 0, d16_bad = 0;
+  o16_bad = 0, d16_bad = 0, do16_bad = 0;
   for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++)
     zt_attn_case(&kernel_h, 2, Ts[i], 3, TC_HS, 7u + (uint64_t)Ts[i]);
   zt_attn_case(&kernel_h, 2, 33, 2, 32, 40u);
@@ -237,8 +254,8 @@ int main(void) {
   for (size_t i = 0; i < sizeof T16 / sizeof T16[0]; i++)
     zt_attn_case(&kernel_h16, 2, T16[i], 3, TC_HS, 7u + (uint64_t)T16[i]);
   printf("fp16 out: %ld elements differ from the fp32 forward's rounding; fp16 dqkv: %ld from "
-         "the fp32 backward's\n",
-         o16_bad, d16_bad);
-  ZT_CHECK(o16_bad == 0 && d16_bad == 0);
+         "the fp32 backward's; fp16 dO: %ld cases differ from the fp32 dO's\n",
+         o16_bad, d16_bad, do16_bad);
+  ZT_CHECK(o16_bad == 0 && d16_bad == 0 && do16_bad == 0);
   ZT_DONE();
 }

@@ -33,7 +33,9 @@
  *     double: N = 1 to 8192 (one block up to 32 rows, then chunks of 32)
  *     and 8225 (chunks of 64: two passes a block, a ragged last chunk), C
  *     = 1, 31, 33, 768 and GPT-2 XL's 1600 (more columns than the block's
- *     1024 threads), and 8225 x 1025 (both at once). Tolerance: 2e-5 absolute on dinp (terms <=
+ *     1024 threads), and 8225 x 1025 (both at once); over a 16-bit dout
+ *     (bf16, fp16: a 16-bit run's dC slot) bit for bit the fp32 dout's
+ *     on the same values. Tolerance: 2e-5 absolute on dinp (terms <=
  * ~10), the column sums' on dw and db;
  *   - the GELU backward with its bias's gradient fused (the MLP's
  *     gelu_backward with db): dinp = dout * gelu'(inp + bias) against the
@@ -170,15 +172,18 @@ static void emu_gelu_colsum(float *dinp, float *db, const float *dout, const flo
   emu_gelu_colsum16(dinp, db, dout, inp, 0, bias, N, OC, NULL, 0);
 }
 
-/* cu_layernorm_backward's: rw_ln_plan's blocks, then the fold into dw, db */
-static void emu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+/* cu_layernorm_backward's: rw_ln_plan's blocks, then the fold into dw, db;
+ * with g_ln_d16 dout holds 16-bit elements (of fp16 with g_ln_f16) */
+static int g_ln_d16, g_ln_f16;
+static void emu_layernorm_backward(float *dinp, float *dw, float *db, const void *dout,
                                    const float *inp, const float *w, const float *mean,
                                    const float *rstd, int N, int C) {
   static rw_ln_smem sm;
   rw_plan p = rw_ln_plan(N);
   float *part = emu_part(p, 2 * C);
   for (int sc = 0; sc < p.S; sc++)
-    rw_layernorm_backward_block(dinp, dw, db, part, dout, inp, w, mean, rstd, N, C, p, sc, &sm);
+    rw_layernorm_backward_block(dinp, dw, db, part, dout, g_ln_d16, g_ln_f16, inp, w, mean, rstd, N,
+                                C, p, sc, &sm);
   emu_fold(dw, db, C, part, p, 2 * C);
 }
 
@@ -283,7 +288,7 @@ static void ln_case(int N, int C, uint64_t seed) {
   uint64_t s = seed;
   size_t n = (size_t)N * C;
   float *dout = malloc(n * 4), *inp = malloc(n * 4), *dinp = malloc(n * 4), *dinp0 = malloc(n * 4);
-  float *mean = malloc(N * 4), *rstd = malloc(N * 4), *w = malloc(C * 4);
+  float *mean = malloc(N * 4), *rstd = malloc(N * 4), *w = calloc((size_t)C, 4);
   float *dw = malloc(C * 4), *db = malloc(C * 4), *dw0 = malloc(C * 4), *db0 = malloc(C * 4);
   for (size_t i = 0; i < n; i++) {
     dout[i] = frand(&s);
@@ -339,6 +344,34 @@ static void ln_case(int N, int C, uint64_t seed) {
   free(sw), free(sb);
   free(dout), free(inp), free(dinp), free(dinp0), free(mean), free(rstd), free(w);
   free(dw), free(db), free(dw0), free(db0);
+}
+
+/* The LayerNorm backward over a 16-bit dout (a 16-bit run's dC slot):
+ * dinp, dw and db bit for bit those of an fp32 dout holding the same
+ * values. */
+static void ln16_case(int N, int C, int f16, uint64_t seed) {
+  uint64_t s = seed;
+  size_t n = (size_t)N * C;
+  uint16_t *d16 = malloc(n * 2);
+  float *dr = malloc(n * 4), *inp = malloc(n * 4), *di32 = malloc(n * 4), *di16 = malloc(n * 4);
+  float *mean = malloc(N * 4), *rstd = malloc(N * 4), *w = calloc((size_t)C, 4);
+  float *g32 = malloc(2 * C * 4), *g16 = malloc(2 * C * 4);
+  for (size_t i = 0; i < n; i++) {
+    d16[i] = (uint16_t)(f16 ? gb_f16(frand(&s)) : gb_bf16(frand(&s)));
+    dr[i] = f16 ? gb_from_f16(d16[i]) : gb_from_bf16(d16[i]);
+    inp[i] = 1.5f * frand(&s);
+    di32[i] = di16[i] = frand(&s);
+  }
+  for (int i = 0; i < N; i++) mean[i] = 0.2f * frand(&s), rstd[i] = 1.0f + 0.3f * frand(&s);
+  for (int c = 0; c < C; c++) w[c] = 1.0f + 0.5f * frand(&s);
+  for (int c = 0; c < 2 * C; c++) g32[c] = g16[c] = frand(&s);
+  emu_layernorm_backward(di32, g32, g32 + C, dr, inp, w, mean, rstd, N, C);
+  g_ln_d16 = 1, g_ln_f16 = f16;
+  emu_layernorm_backward(di16, g16, g16 + C, d16, inp, w, mean, rstd, N, C);
+  g_ln_d16 = 0, g_ln_f16 = 0;
+  ZT_CHECK(memcmp(di16, di32, n * 4) == 0 && memcmp(g16, g32, 2 * (size_t)C * 4) == 0);
+  free(d16), free(dr), free(inp), free(di32), free(di16), free(mean), free(rstd), free(w);
+  free(g32), free(g16);
 }
 
 static double gelu_grad_ref(double x) {
@@ -514,6 +547,10 @@ int main(void) {
       ln_case(lNs[i], lCs[j], 300 + 17 * i + 3 * j);
     }
   ln_case(8225, 1025, 399); /* two passes a block, and a column past the block's 1024 threads */
+  for (int f16 = 0; f16 < 2; f16++) {
+    ln16_case(129, 33, f16, 420 + (uint64_t)f16);
+    ln16_case(1000, 768, f16, 430 + (uint64_t)f16);
+  }
   printf("layernorm backward: worst dinp error %.3g, worst dw/db error %.3g (ADD onto non-zero "
          "outputs)\n",
          worst_ln, worst_ln_col);
