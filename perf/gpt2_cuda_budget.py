@@ -35,10 +35,10 @@ operands reused, the activations only GEMMs read, ln1 / atty / ln2 /
 fch_gelu / lnf, in bf16: gpt2_act16.h, the others fp32; no bias-add pass:
 each linear's bias is added by its reader, the attention as it loads q, k,
 v, GELU, the residual adds; the fc bias's gradient summed by the GELU
-backward's pass, which writes its gradient only as the 16-bit copy the
-MLP's two backward GEMMs read; the attention backward writes dqkv without
-a zeroing pass, and in a 16-bit run only as the bf16 copy the qkv GEMMs
-and the qkv bias's gradient read; fch, the fc GEMM's output, in bf16 too,
+backward's pass, which writes its gradient only in 16 bits (over d4C, in
+place) for the MLP's two backward GEMMs; the attention backward writes
+dqkv without a zeroing pass, in a 16-bit run only in bf16 (in d4C) for
+the qkv GEMMs and the qkv bias's gradient; fch, the fc GEMM's output, in bf16 too,
 written by the GEMM and read so by the GELU forward and backward; the
 LayerNorm backward summing its weight's and bias's gradients in its own
 walk; the logits in bf16, written by the head GEMM, read so by the

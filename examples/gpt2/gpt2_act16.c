@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* In a layer slot's (and the layout's) order. */
+/* A layer slot's kinds in its order, then the layout's final ones (the
+ * table below is sorted by address, not by kind). */
 enum {
   A16_LN1,
   A16_ATTY,
@@ -250,9 +251,9 @@ static void a16_arg(const char *op, const char *arg, const void *p, size_t bytes
               ? "only the head GEMM's C (beta 0) writes it, the cross-entropy reads it and writes "
                 "its gradient over it, and GEMM operands read that"
           : s->kind == A16_D4C
-              ? "only the fcproj dX GEMM's C (beta 0), the GELU backward (in place) and the "
-                "attention backward write it, and only GEMM operands, those two backwards and a "
-                "bias's gradient read it"
+              ? "only GEMMs' C (beta 0; the passes': the fcproj dX GEMM's), the GELU backward "
+                "(in place) and the attention backward write it, and only GEMM operands, the "
+                "16-bit-aware ops (the GELU backward, a bias's gradient) read it"
           : s->kind == A16_DC
               ? "only GEMMs' C (beta 0) write it, and only the residual add's b and the "
                 "LayerNorm and attention backwards' dout read it"

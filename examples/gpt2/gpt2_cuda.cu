@@ -410,12 +410,12 @@ static zrt_status cu_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64
     if (is_w16(src[i]) || o16_at(src[i])) continue;
     const void *t = twin16(src[i], ld[i], rows[i], cols[i]);
     if (t)
-      p16[i] = t; /* the cross-entropy's held copy, same stride */
+      p16[i] = t; /* a held 16-bit copy, same stride */
     else
       op[i].round = 1;
   }
   /* C in the run's dtype when it is a 16-bit slot (a 16-bit run's fch,
-   * gpt2_act16.h: written once, beta 0); else fp32 */
+   * logits, d4C or dC, gpt2_act16.h: beta 0); else fp32 */
   const int c16 = o16_at(c);
   if (c16 && beta != 0.0f) {
     fprintf(stderr,
@@ -474,9 +474,10 @@ static void cu_layernorm_forward(float *out, float *mean, float *rstd, const flo
 }
 /* The partials of a split column reduction (gpt2_rows.h's rw_plan, W
  * output columns): in the scratch after the held 16-bit copy (the one the
- * reduction may be reading or writing), gpt2_cuda_scratch_bytes sizes it
- * so; NULL when none are needed. A scratch too small is this file's
- * mistake: the sticky error cu_check reports, and no launch. */
+ * reduction may be reading or writing; a training run's passes hold none:
+ * gpt2_cuda_scratch_bytes counts the partials alone), NULL when none are
+ * needed. A scratch too small is this file's mistake: the sticky error
+ * cu_check reports, and no launch. */
 static zrt_status g_err = ZRT_OK;
 static float *part_at(rw_plan p, int W, int *ok) {
   size_t bytes = rw_part_floats(p, W) * sizeof(float);
@@ -572,14 +573,17 @@ static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dou
   zrt_status st = fa_shape_ok(B, T, C, NH);
   if (st != ZRT_OK) return st;
   size_t dbytes = (size_t)B * NH * T * sizeof(float), n3 = (size_t)B * T * 3 * (size_t)C;
-  /* a 16-bit run: dqkv only as the 16-bit copy the qkv GEMMs and the qkv
-   * bias's gradient read next (held), when the scratch holds it beside D's
-   * rows (gpt2_cuda_scratch_bytes does); else fp32 */
+  /* a 16-bit run: dqkv in the 16-bit d4C slot, or for a dqkv that is no
+   * slot only as the 16-bit copy the qkv GEMMs and the qkv bias's gradient
+   * read next (held), when the caller's scratch holds it beside D's rows
+   * and the bias gradient's partials; else fp32 */
   void *dst = dqkv;
   int d16 = 0;
+  const size_t part3 = rw_part_floats(rw_col_plan(B * T, 3 * C), 3 * C) * sizeof(float);
   if (o16_at(dqkv)) /* the 16-bit d4C slot (gpt2_act16.h): written there in 16 bits */
     d16 = 1;
-  else if (g_gemm_dt != ZRT_F32 && (n3 * 2 + 255) / 256 * 256 + dbytes <= g_scratch_bytes) {
+  else if (g_gemm_dt != ZRT_F32 &&
+           (n3 * 2 + 255) / 256 * 256 + (dbytes > part3 ? dbytes : part3) <= g_scratch_bytes) {
     dst = t16_hold(dqkv, n3);
     d16 = 1;
   }
@@ -632,8 +636,12 @@ static void cu_gelu_backward(float *dinp, float *db, const float *inp, const flo
   if (db) { /* the passes' form: the MLP's dX and dW GEMMs read the 16-bit gradient next */
     if (N <= 0) return;
     /* over the 16-bit d4C slot in place (gpt2_act16.h), or the held copy */
-    uint16_t *g16 = d16 ? (uint16_t *)dinp : t16_hold(dinp, (size_t)N * OC);
     rw_plan p = rw_col_plan(N, OC);
+    const size_t pb = rw_part_floats(p, OC) * sizeof(float);
+    uint16_t *g16 = d16 ? (uint16_t *)dinp
+                    : ((size_t)N * OC * 2 + 255) / 256 * 256 + pb <= g_scratch_bytes
+                        ? t16_hold(dinp, (size_t)N * OC)
+                        : NULL; /* a held copy only beside its bias's partials; else fp32 */
     int ok;
     float *part = part_at(p, OC, &ok); /* after the copy */
     if (!ok) {

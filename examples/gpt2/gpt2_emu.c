@@ -68,7 +68,7 @@ static zrt_status e_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_
     return ZRT_ERR_OOM;
   }
   zrt_status st = g_emu.in->gemm(ctx, ta, tb, m, n, k, alpha, a16, lda, b16, ldb, beta, c, ldc);
-  if (st == ZRT_OK && gpt2_a16_is(c)) /* a 16-bit slot (fch): the GEMM writes 16 bits */
+  if (st == ZRT_OK && gpt2_a16_is(c)) /* a 16-bit slot (fch, logits, dC, d4C): 16 bits */
     for (int64_t r = 0; r < m; r++)
       for (int64_t j = 0; j < n; j++) c[r * ldc + j] = emu_round(c[r * ldc + j]);
   return st;
@@ -144,8 +144,8 @@ static zrt_status e_attention_backward(void *ctx, float *dqkv, const float *dout
     for (int t = 0; t < nt; t++)
       tc_dkv_block(dqkv, 0, dout, 0, qkv, bias, att, dstat, T, C, NH, t, bh, f16, g_emu.ksm,
                    g_emu.kst);
-  /* a 16-bit run keeps dqkv only as its 16-bit copy (gpt2_cuda.cu's held
-   * copy): the qkv GEMMs and the qkv bias's gradient read those values */
+  /* a 16-bit run keeps dqkv only in 16 bits (the d4C slot, or gpt2_cuda.cu's
+   * held copy): the qkv GEMMs and the qkv bias's gradient read those values */
   for (size_t i = 0; i < (size_t)B * T * 3 * C; i++) dqkv[i] = emu_round(dqkv[i]);
   return ZRT_OK;
 }

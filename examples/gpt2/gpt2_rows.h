@@ -31,7 +31,8 @@
  *   GELU backward with its bias's gradient: the column sum's walk, each
  *     element turned into dout * gelu'(inp + bias) and written back before
  *     it is summed (one pass over the MLP's [N, 4C] instead of two); in a
- *     16-bit run written only as the 16-bit copy the next two GEMMs read.
+ *     16-bit run written only in 16 bits for the next two GEMMs: over its
+ *     16-bit dout in place (a training run's d4C slot), or as a held copy.
  *   LayerNorm backward with its weight's and bias's gradients: blocks of
  *     a chunk of rows (rw_ln_plan), a warp per row for dinp, then a
  *     thread per column summing the chunk's rows (from the caches) into
@@ -261,11 +262,10 @@ GB_DEV float rw_gelu_grad(float x) {
  * rw_colsum_block puts them (db[c] += when S == 1, else part[s, c]),
  * summed from the fp32 values. bias NULL: none. g16 non-NULL (a 16-bit
  * run): the gradient goes to g16 [N, OC] instead of dinp, rounded to bf16
- * (fp16 when f16; to nearest even), the copy the next GEMMs read; dinp is
- * not written. in16: inp holds 16-bit elements of that type (a 16-bit
- * run's fch, gpt2_act16.h); d16: dout does (a 16-bit run's d4C, which g16
- * may then be: the gradient over it in place, each element read, then
- * written, by one thread). */
+ * (fp16 when f16; to nearest even), what the next GEMMs read (the d4C slot
+ * itself, or a held copy); dinp is not written. in16: inp holds 16-bit elements of that type (a
+ * 16-bit run's fch, gpt2_act16.h); d16: dout does (a 16-bit run's d4C, which g16 may then be: the
+ * gradient over it in place, each element read, then written, by one thread). */
 GB_DEV void rw_gelu_colsum_block(float *dinp, float *db, float *part, const void *dout, int d16,
                                  const void *inp, int in16, const float *bias, int N, int OC,
                                  rw_plan p, int grp, int s, rw_col_smem *sm, uint16_t *g16,

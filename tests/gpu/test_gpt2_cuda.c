@@ -55,7 +55,9 @@
  *     bias gradient bitwise the fp32 form's, the fp32 range untouched.
  *   - a 16-bit run's 16-bit activations (gpt2_act16.h), bf16 and fp16:
  *     one training micro-step of a 2-layer model (heads of 64, T = 65,
- *     B = 2: the column sums split) through the real passes, the CUDA ops under the audit, with
+ *     B = 2: the column sums split) through the real passes (registered:
+ *     in a scratch of gpt2_cuda_scratch_bytes plus one rounded fp32
+ *     weight, since this test's weights are fp32), the CUDA ops under the audit, with
  *     and without the registry (and the half-size slots train_gpt2 gives
  *     it, GPT2_ACTS_HALF16): layer 0's ln1 and atty hold exactly the
  *     fp32 run's values rounded to the dtype (bit for bit: the producers
@@ -493,7 +495,16 @@ static void act16_step(const gpt2_config *cfg, float *const (*w)[GPT2_BLOCK_NPAR
       g[m][p] = dev((size_t)numel[m][p] * 4, NULL);
       gpt2_cuda_ops_f32.zero(g[m][p], (size_t)numel[m][p]);
     }
-  gpt2_cuda_gemm_setup(dt, scratch, sb);
+  /* registered: a scratch of gpt2_cuda_scratch_bytes (what a training run
+   * gets) plus room for one rounded weight (the largest, 256-aligned, and
+   * the alignment of the operand beside it): this test's weights are fp32,
+   * a training run's the engine's 16-bit tensors; an undercount of the
+   * formula fails here as "scratch too small" */
+  size_t wmax = (size_t)cfg->vocab * cfg->n_embd;
+  if ((size_t)4 * cfg->n_embd * cfg->n_embd > wmax) wmax = (size_t)4 * cfg->n_embd * cfg->n_embd;
+  size_t sreg = gpt2_cuda_scratch_bytes(cfg, A16_B, dt) + (wmax * 2 + 255) / 256 * 256 + 256;
+  ZT_CHECK(sreg <= sb);
+  gpt2_cuda_gemm_setup(dt, scratch, reg ? sreg : sb);
   if (reg) ZT_OK(gpt2_a16_set(&L, cfg, A16_B, acts));
   gpt2_ops_f32 o;
   gpt2_a16_audit_start(&gpt2_cuda_ops_f32, &o);

@@ -2,19 +2,20 @@
  * test_gpt2_act16.c — the 16-bit activations of a bf16 or fp16 run
  * (examples/gpt2/gpt2_act16.h), checked where no GPU is:
  *   - the registry marks exactly ln1, atty, ln2, fch, fch_gelu of every
- *     layer slot, lnf and the logits, by their first element, and forgets
- *     them when cleared;
+ *     layer slot, lnf, the logits, dC and d4C, by their first element, and
+ *     forgets them when cleared;
  *   - the model's real passes (forward, head with backward, backward with
  *     the recompute of checkpointed layers, 3 layers with 0 and 2 of them
  *     checkpointed) under the audit over the CPU ops: no violation, and
- *     exactly the writes and reads the passes' op sequence has (5 writes
- *     and 5 reads per block forward, 6 reads per block backward, 2 writes
- *     and 5 reads in the head), with losses bitwise equal to an unaudited
+ *     exactly the writes and reads the passes' op sequence has (7 writes
+ *     and 7 reads per block forward, 6 writes and 15 reads per block
+ *     backward, 3 writes and 6 reads in the head), with losses bitwise
+ *     equal to an unaudited
  *     run;
  *   - a CUDA 16-bit run's layout (GPT2_ACTS_HALF16) holds those slots in half
  *     the floats: GPT-2 124M at B = 8 saves exactly 5.5 N C floats per
- *     layer slot, N C / 2 for lnf and N V / 2 for the logits (the
- *     printout gives the bytes); the
+ *     layer slot, N C / 2 for lnf, N V / 2 for the logits and 2.5 N C for
+ *     d4C and dC (the printout gives the bytes); the
  *     passes over it (ops that do nothing, under the audit, with 0 and 2
  *     checkpointed layers) stay inside each slot's 16-bit extent with the
  *     same writes and reads as over the fp32 layout;
