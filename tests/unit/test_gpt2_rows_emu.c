@@ -277,9 +277,7 @@ static void col_case(int N, int OC, uint64_t seed) {
     }
   }
   ZT_CHECK(ok);
-  free(dout);
-  free(db);
-  free(db0);
+  free(dout), free(db), free(db0);
 }
 
 /* The LayerNorm backward with its weight's and bias's gradients, against
