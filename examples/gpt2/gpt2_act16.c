@@ -110,6 +110,7 @@ static struct {
   a16_range held;             /* p NULL: none */
   a16_range stale[A16_STALE]; /* the newest last */
   int nstale;
+  int logits; /* what the logits slot holds: 0 nothing yet, 1 logits, 2 their gradient */
 } g_aud;
 
 /* The first violation's message (later ones are only counted). */
@@ -217,6 +218,23 @@ static int a16_role_ok(int kind, int may) {
   return may == A_WRITE || may == A_READ;
 }
 
+/* The logits slot's life, in order: the head GEMM writes the logits (C),
+ * the cross-entropy reads them (and with dloss != 0 writes their gradient
+ * over them: a_crossentropy), GEMM operands read only that gradient. */
+static void a16_logits_life(const char *op, const char *arg, int may) {
+  static const char *const holds[3] = {"nothing written yet", "the logits", "their gradient"};
+  const int want = may == A_CE ? 1 : may == A_READ ? 2 : -1;
+  if (may == A_GEMM_C) g_aud.logits = 1;
+  if (want < 0 || g_aud.logits == want || !a16_first()) return;
+  fprintf(stderr,
+          "train_gpt2: internal error: %s's argument %s reads the logits slot, which holds %s: "
+          "a 16-bit run keeps in 16 bits the logits and then the cross-entropy's gradient over "
+          "them, so the head GEMM writes them, the cross-entropy reads them, and only then "
+          "GEMMs read the gradient (gpt2_act16.h); the model's passes and that order disagree: "
+          "please report it\n",
+          op, arg, holds[g_aud.logits]);
+}
+
 /* bytes: the argument's extent as fp32 elements. A wrapper checks the
  * arguments an op reads before those it writes (they may alias). */
 static void a16_arg(const char *op, const char *arg, const void *p, size_t bytes, int may) {
@@ -234,6 +252,7 @@ static void a16_arg(const char *op, const char *arg, const void *p, size_t bytes
       g_aud.writes++;
     else
       g_aud.reads++;
+    if (s->kind == A16_LOGITS) a16_logits_life(op, arg, may);
     return;
   }
   if (!a16_first()) return;
@@ -392,6 +411,7 @@ static void a_crossentropy(float *losses, float *logits, const int *targets, int
   g_aud.in->crossentropy(losses, logits, targets, N, V, dloss);
   /* the gradient: in the logits slot, in 16 bits; logits elsewhere (not
    * the passes') hold it as a 16-bit copy on CUDA */
+  if (dloss != 0 && gpt2_a16_is(logits)) g_aud.logits = 2;
   if (dloss != 0 && !gpt2_a16_is(logits)) a16_hold("cross-entropy", logits, F4((size_t)N * V));
 }
 static zrt_status a_check(void) {

@@ -37,7 +37,8 @@
  *     starts inside a slot, a GEMM writing C into one, a memset that
  *     overlaps a slot's first element, a LayerNorm backward reading the
  *     cross-entropy's gradient in the logits slot, a GEMM accumulating
- *     (beta 1) into the logits.
+ *     (beta 1) into the logits, a GEMM reading the logits before the
+ *     cross-entropy wrote its gradient there.
  */
 #include "../../examples/gpt2/gpt2_act16.c"
 #include "../../examples/gpt2/gpt2_emu.c"
@@ -363,19 +364,20 @@ typedef enum {
   V_GEMM_INSIDE,
   V_GEMM_C,
   V_ZERO_EDGE,
-  V_LOGITS,     /* the cross-entropy's gradient, over the logits slot, read by the LayerNorm bwd */
-  V_LOGITS_C1,  /* a GEMM accumulating (beta 1) into the logits slot */
-  V_D4C_READ,   /* a residual add reading the d4C slot (the GELU backward's gradient) */
-  V_D4C_GELU,   /* a GELU backward reading d4C as dout but writing dinp elsewhere */
-  V_DC_GEMM,    /* a GEMM reading dC (the projections' 16-bit output) as an operand */
-  V_HELD_READ,  /* the GELU backward's result read by an op that is not a GEMM */
-  V_HELD_BIAS,  /* ... by the bias backward reaching past it */
-  V_HELD_BETA,  /* ... by a GEMM's C with beta 1 */
-  V_HELD_SLICE, /* ... by a GEMM operand reaching past it */
-  V_HELD_CE,    /* the cross-entropy's gradient read by the LayerNorm backward */
-  V_HELD_ATT,   /* the attention backward's dqkv read by the LayerNorm backward */
-  V_STALE,      /* dqkv read by the qkv GEMM after another op voided its copy */
-  V_STALE_PART, /* d4C's tail, never written since the GELU backward's copy, read */
+  V_LOGITS,    /* the cross-entropy's gradient, over the logits slot, read by the LayerNorm bwd */
+  V_LOGITS_C1, /* a GEMM accumulating (beta 1) into the logits slot */
+  V_LOGITS_EARLY, /* a GEMM reading the logits slot before the cross-entropy's gradient */
+  V_D4C_READ,     /* a residual add reading the d4C slot (the GELU backward's gradient) */
+  V_D4C_GELU,     /* a GELU backward reading d4C as dout but writing dinp elsewhere */
+  V_DC_GEMM,      /* a GEMM reading dC (the projections' 16-bit output) as an operand */
+  V_HELD_READ,    /* the GELU backward's result read by an op that is not a GEMM */
+  V_HELD_BIAS,    /* ... by the bias backward reaching past it */
+  V_HELD_BETA,    /* ... by a GEMM's C with beta 1 */
+  V_HELD_SLICE,   /* ... by a GEMM operand reaching past it */
+  V_HELD_CE,      /* the cross-entropy's gradient read by the LayerNorm backward */
+  V_HELD_ATT,     /* the attention backward's dqkv read by the LayerNorm backward */
+  V_STALE,        /* dqkv read by the qkv GEMM after another op voided its copy */
+  V_STALE_PART,   /* d4C's tail, never written since the GELU backward's copy, read */
 } violation;
 
 static void expect_violation(violation v, const char *needle) {
@@ -445,6 +447,14 @@ static void expect_violation(violation v, const char *needle) {
     break;
   }
   case V_LOGITS:
+  case V_LOGITS_EARLY:
+    (void)o.gemm(NULL, 0, 1, N, cfg.vocab, C, 1, acts + L.lnf, C, w[0][GPT2_WTE], C, 0,
+                 acts + L.logits, cfg.vocab);
+    if (v == V_LOGITS_EARLY) { /* dlnf = dlogits wte before the cross-entropy */
+      (void)o.gemm(NULL, 0, 0, N, C, cfg.vocab, 1, acts + L.logits, cfg.vocab, w[0][GPT2_WTE], C, 0,
+                   acts + L.dC, C);
+      break;
+    }
     o.crossentropy(acts + L.losses, acts + L.logits, targets, N, cfg.vocab, 1.0f);
     o.layernorm_backward(acts + L.dres, g[0][0], g[0][0], acts + L.logits, acts + L.encoded,
                          w[NL + 1][0], acts + L.lnf_mean, acts + L.lnf_rstd, N, C);
@@ -534,6 +544,8 @@ int main(void) {
   expect_violation(V_LOGITS, "the final logits activation");
   expect_violation(V_LOGITS_C1, "gemm's argument C (");
   expect_violation(V_LOGITS_C1, "the cross-entropy reads it and writes its gradient over it");
+  expect_violation(V_LOGITS_EARLY,
+                   "gemm's argument A reads the logits slot, which holds the logits");
   expect_violation(V_D4C_READ, "residual_forward's argument a (");
   expect_violation(V_D4C_READ, "the passes' d4C activation");
   expect_violation(V_D4C_GELU, "gelu_backward's argument dout (");
