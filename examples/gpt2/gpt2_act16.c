@@ -24,8 +24,6 @@ enum {
   A16_DC,
   A16_KINDS
 };
-static const char *const a16_names[A16_KINDS] = {"ln1", "atty",   "ln2", "fch", "fch_gelu",
-                                                 "lnf", "logits", "d4C", "dC"};
 
 typedef struct a16_slot {
   const char *p;
@@ -191,32 +189,63 @@ static void a16_stale_arg(const char *op, const char *arg, const void *p, size_t
   }
 }
 
-/* What an argument may do to a slot: nothing, or one of its kind's roles:
- * ln1, atty, ln2, fch_gelu and lnf are written by their producer (the
- * LayerNorm, attention and GELU forwards' out: A_WRITE) and read by GEMM
- * operands and the attention backward's out (A_READ); fch is written by
- * the fc GEMM's C (beta 0: A_GEMM_C) and read by the GELU forward's and
- * backward's inp (A_GELU_INP); the logits are written by the head GEMM's
- * C (A_GEMM_C), read by the cross-entropy, which writes its gradient over
- * them (A_CE), and read so by the head's backward GEMMs (A_READ); d4C,
- * the block backward's wide gradient, is written by the fcproj dX GEMM's C
- * (A_GEMM_C), turned in place into the GELU's input gradient by the GELU
- * backward (its dout and dinp) and written with dqkv by the attention
- * backward (A_OP16), and read by GEMM operands (A_READ) and the qkv bias's
- * gradient (A_OP16); dC, the N x C buffer of the projections' outputs in
- * the forward and the dX GEMMs' in the backward, is written by GEMMs' C
- * (A_GEMM_C) and read by the residual add's b, the LayerNorm backward's and
- * the attention backward's dout (A_OP16), never by a GEMM. A_OUT (or-ed
- * in): the op writes the whole argument without reading it. */
+/* What an argument may do to a slot: nothing, or one of its kind's roles
+ * (a16_kind's table). A_OUT (or-ed in): the op writes the whole argument
+ * without reading it. */
 enum { A_NONE, A_WRITE, A_READ, A_GEMM_C, A_GELU_INP, A_CE, A_OP16, A_OUT = 16 };
+#define A_ROLE(r) (1u << (r))
 
-static int a16_role_ok(int kind, int may) {
-  if (kind == A16_FCH) return may == A_GEMM_C || may == A_GELU_INP;
-  if (kind == A16_LOGITS) return may == A_GEMM_C || may == A_CE || may == A_READ;
-  if (kind == A16_D4C) return may == A_GEMM_C || may == A_OP16 || may == A_READ;
-  if (kind == A16_DC) return may == A_GEMM_C || may == A_OP16;
-  return may == A_WRITE || may == A_READ;
-}
+/* Each kind: its name, the roles an argument may take on it, the rule
+ * (for the violation's message) and where its slot is (NULL: a layer
+ * slot's). ln1, atty, ln2, fch_gelu and lnf are written by their producer
+ * (the LayerNorm, attention and GELU forwards' out: A_WRITE) and read by
+ * GEMM operands and the attention backward's out (A_READ); fch is written
+ * by the fc GEMM's C (beta 0: A_GEMM_C) and read by the GELU forward's and
+ * backward's inp (A_GELU_INP); the logits are written by the head GEMM's
+ * C, read by the cross-entropy, which writes its gradient over them
+ * (A_CE), and read so by the head's backward GEMMs; d4C, the block
+ * backward's wide gradient, is written by the fcproj dX GEMM's C, turned
+ * in place into the GELU's input gradient by the GELU backward (its dout
+ * and dinp) and written with dqkv by the attention backward (A_OP16), and
+ * read by GEMM operands and the qkv bias's gradient (A_OP16); dC, the N x
+ * C buffer of the projections' outputs in the forward and the dX GEMMs'
+ * in the backward, is written by GEMMs' C and read by the residual add's
+ * b, the LayerNorm backward's and the attention backward's dout (A_OP16),
+ * never by a GEMM. */
+/* the producers' slots (ln1, atty, ln2, fch_gelu, lnf) */
+#define A16_PRODUCED (A_ROLE(A_WRITE) | A_ROLE(A_READ))
+static const char a16_produced_rule[] =
+    "only the LayerNorm, attention and GELU forwards write it and only GEMM operands and the "
+    "attention backward's out read it";
+static const struct {
+  const char *name;
+  unsigned roles;
+  const char *rule, *where;
+} a16_kind[A16_KINDS] = {
+    [A16_LN1] = {"ln1", A16_PRODUCED, a16_produced_rule, NULL},
+    [A16_ATTY] = {"atty", A16_PRODUCED, a16_produced_rule, NULL},
+    [A16_LN2] = {"ln2", A16_PRODUCED, a16_produced_rule, NULL},
+    [A16_FCH] = {"fch", A_ROLE(A_GEMM_C) | A_ROLE(A_GELU_INP),
+                 "only the fc GEMM's C (beta 0) writes it and only the GELU forward's and "
+                 "backward's inp read it",
+                 NULL},
+    [A16_FCH_GELU] = {"fch_gelu", A16_PRODUCED, a16_produced_rule, NULL},
+    [A16_LNF] = {"lnf", A16_PRODUCED, a16_produced_rule, "the final"},
+    [A16_LOGITS] = {"logits", A_ROLE(A_GEMM_C) | A_ROLE(A_CE) | A_ROLE(A_READ),
+                    "only the head GEMM's C (beta 0) writes it, the cross-entropy reads it and "
+                    "writes its gradient over it, and GEMM operands read that",
+                    "the final"},
+    [A16_D4C] = {"d4C", A_ROLE(A_GEMM_C) | A_ROLE(A_OP16) | A_ROLE(A_READ),
+                 "only GEMMs' C (beta 0; the passes': the fcproj dX GEMM's), the GELU backward "
+                 "(in place) and the attention backward write it, and only GEMM operands, the "
+                 "16-bit-aware ops (the GELU backward, a bias's gradient) read it",
+                 "the passes'"},
+    [A16_DC] = {"dC", A_ROLE(A_GEMM_C) | A_ROLE(A_OP16),
+                "only GEMMs' C (beta 0) write it, and only the residual add's b and the "
+                "LayerNorm and attention backwards' dout read it",
+                "the passes'"},
+};
+#undef A16_PRODUCED
 
 /* The logits slot's life, in order: the head GEMM writes the logits (C),
  * the cross-entropy reads them (and with dloss != 0 writes their gradient
@@ -247,7 +276,8 @@ static void a16_arg(const char *op, const char *arg, const void *p, size_t bytes
   a16_stale_arg(op, arg, p, bytes, out);
   const a16_slot *s = a16_overlap(p, bytes);
   if (!s) return;
-  if (may != A_NONE && s->p == (const char *)p && bytes <= s->bytes && a16_role_ok(s->kind, may)) {
+  if (may != A_NONE && s->p == (const char *)p && bytes <= s->bytes &&
+      (a16_kind[s->kind].roles & A_ROLE(may))) {
     if (may == A_WRITE || may == A_GEMM_C || out)
       g_aud.writes++;
     else
@@ -256,28 +286,17 @@ static void a16_arg(const char *op, const char *arg, const void *p, size_t bytes
     return;
   }
   if (!a16_first()) return;
-  char where[32] = "the final";
-  if (s->layer_slot >= 0) snprintf(where, sizeof where, "layer slot %d's", s->layer_slot);
-  if (s->kind == A16_D4C || s->kind == A16_DC) snprintf(where, sizeof where, "the passes'");
+  char where[32];
+  if (a16_kind[s->kind].where)
+    snprintf(where, sizeof where, "%s", a16_kind[s->kind].where);
+  else
+    snprintf(where, sizeof where, "layer slot %d's", s->layer_slot);
   fprintf(stderr,
           "train_gpt2: internal error: %s's argument %s (%zu bytes at offset %lld of the slot) "
           "touches %s %s activation, which a 16-bit run keeps in 16 bits: %s, from its start "
           "(gpt2_act16.h); the model's passes and that rule disagree: please report it\n",
-          op, arg, bytes, (long long)((const char *)p - s->p), where, a16_names[s->kind],
-          s->kind == A16_FCH ? "only the fc GEMM's C (beta 0) writes it and only the GELU "
-                               "forward's and backward's inp read it"
-          : s->kind == A16_LOGITS
-              ? "only the head GEMM's C (beta 0) writes it, the cross-entropy reads it and writes "
-                "its gradient over it, and GEMM operands read that"
-          : s->kind == A16_D4C
-              ? "only GEMMs' C (beta 0; the passes': the fcproj dX GEMM's), the GELU backward "
-                "(in place) and the attention backward write it, and only GEMM operands, the "
-                "16-bit-aware ops (the GELU backward, a bias's gradient) read it"
-          : s->kind == A16_DC
-              ? "only GEMMs' C (beta 0) write it, and only the residual add's b and the "
-                "LayerNorm and attention backwards' dout read it"
-              : "only the LayerNorm, attention and GELU forwards write it and only "
-                "GEMM operands and the attention backward's out read it");
+          op, arg, bytes, (long long)((const char *)p - s->p), where, a16_kind[s->kind].name,
+          a16_kind[s->kind].rule);
 }
 
 /* Bytes of a row-major operand: rows of ld floats, the last cols wide. */
