@@ -310,7 +310,7 @@ double gpt2_flops_per_token(const gpt2_config *cfg) {
 }
 
 size_t gpt2_cuda_scratch_bytes(const gpt2_config *cfg, int B, zrt_dtype dt) {
-  size_t N = (size_t)B * (size_t)cfg->seq_len, C = (size_t)cfg->n_embd, V = (size_t)cfg->vocab;
+  size_t N = (size_t)B * (size_t)cfg->seq_len, C = (size_t)cfg->n_embd;
   size_t att = (size_t)B * (size_t)cfg->n_head * (size_t)cfg->seq_len * sizeof(float);
   /* the column reductions' partials (gpt2_rows.h): the LayerNorms' [S, 2C],
    * the biases' [S, OC] for OC = C, 3C, 4C (a 16-bit run's d4C slot holds
@@ -332,7 +332,6 @@ size_t gpt2_cuda_scratch_bytes(const gpt2_config *cfg, int B, zrt_dtype dt) {
    * projections' dX GEMMs (their dW GEMMs reuse its copy): the activations
    * GEMMs read, fch and the logits written by GEMMs, d4C with the
    * gradients of the fcproj dX GEMM, the GELU and the attention */
-  (void)V;
   size_t one = (N * C * 2 + 255) / 256 * 256;
   return one > red ? one : red;
 }

@@ -700,19 +700,17 @@ static zrt_status sample_text(trainer *tr, const split *val, int n, double temp,
     float loss;
     st = upload_batch(tr);
     if (st == ZRT_OK) st = run_micro(tr, 0, &loss, 0);
-    /* a 16-bit CUDA run's logits slot holds 16-bit elements (gpt2_act16.h) */
-    const size_t el = tr->L.half16 ? 2 : sizeof(float);
+    /* a 16-bit CUDA run's logits slot holds 16-bit elements (gpt2_act16.h):
+     * copied past the V floats of h_logits, then widened into them */
+    const int half = tr->L.half16;
+    const size_t el = half ? 2 : sizeof(float);
+    void *row = half ? (void *)(tr->h_logits + V) : (void *)tr->h_logits;
     if (st == ZRT_OK)
-      st = zrt_engine_memcpy(tr->eng, tr->h_logits,
+      st = zrt_engine_memcpy(tr->eng, row,
                              (const char *)(tr->acts + tr->L.logits) + (size_t)(m - 1) * V * el,
                              (size_t)V * el, ZRT_COPY_D2H);
     if (st != ZRT_OK) break;
-    if (el == 2) /* widened in place, from the end: float v covers halves 2v, 2v + 1 >= v */
-      for (int v = V - 1; v >= 0; v--) {
-        uint16_t h;
-        memcpy(&h, (const char *)tr->h_logits + 2 * (size_t)v, 2);
-        tr->h_logits[v] = tr->info.dtype == ZRT_F16 ? gpt2_half_to_float(h) : gpt2_bf16_to_float(h);
-      }
+    if (half) gpt2_to_f32(tr->h_logits, row, tr->info.dtype, V);
     const float *lg = tr->h_logits;
     int next = 0;
     for (int v = 1; v < V; v++)
@@ -1446,7 +1444,8 @@ int main(int argc, char **argv) {
    * host wait that returns the data (into zrt_engine_host_alloc memory it
    * would be queued, and the host would have to wait apart) */
   tr.h_losses = malloc((size_t)tr.accum * N * sizeof(float));
-  tr.h_logits = malloc((size_t)tr.cfg.vocab * sizeof(float));
+  /* V floats, and room past them for a 16-bit logits row (sample) */
+  tr.h_logits = malloc((size_t)tr.cfg.vocab * (sizeof(float) + 2));
   if (!tr.h_losses || !tr.h_logits) goto fail;
   /* A 16-bit run's 16-bit activations (gpt2_act16.h): the CUDA ops keep
    * them in the run's dtype; on every backend the audit checks that only
