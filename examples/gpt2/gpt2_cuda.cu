@@ -348,16 +348,17 @@ static void t16_drop(void) {
 }
 
 /* The held 16-bit copy of the fp32 range [p, p + n floats) at the
- * scratch's start, or NULL (an fp32 run, or a scratch too small for it:
- * not from gpt2_cuda_scratch_bytes; the fp32 values then, the same
- * numbers). */
-static uint16_t *t16_hold(const float *p, size_t n) {
-  size_t bytes16 = n * 2;
-  if (g_gemm_dt == ZRT_F32 || bytes16 > g_scratch_bytes) return NULL;
+ * scratch's start, or NULL (an fp32 run, or a scratch too small for it and
+ * the `after` bytes its producer places after it: the caller's scratch, not
+ * gpt2_cuda_scratch_bytes; the producer writes the fp32 values then, the
+ * same numbers). */
+static uint16_t *t16_hold(const float *p, size_t n, size_t after) {
+  size_t res = (n * 2 + 255) / 256 * 256;
+  if (g_gemm_dt == ZRT_F32 || res + after > g_scratch_bytes) return NULL;
   g_t16.p = (const char *)p;
   g_t16.bytes = n * sizeof(float);
   g_t16.t16 = g_scratch;
-  g_scratch_res = (bytes16 + 255) / 256 * 256;
+  g_scratch_res = res;
   return (uint16_t *)g_scratch;
 }
 
@@ -578,14 +579,11 @@ static zrt_status cu_attention_backward(void *ctx, float *dqkv, const float *dou
    * read next (held), when the caller's scratch holds it beside D's rows
    * and the bias gradient's partials; else fp32 */
   void *dst = dqkv;
-  int d16 = 0;
-  const size_t part3 = rw_part_floats(rw_col_plan(B * T, 3 * C), 3 * C) * sizeof(float);
-  if (o16_at(dqkv)) /* the 16-bit d4C slot (gpt2_act16.h): written there in 16 bits */
-    d16 = 1;
-  else if (g_gemm_dt != ZRT_F32 &&
-           (n3 * 2 + 255) / 256 * 256 + (dbytes > part3 ? dbytes : part3) <= g_scratch_bytes) {
-    dst = t16_hold(dqkv, n3);
-    d16 = 1;
+  int d16 = o16_at(dqkv) != 0; /* the 16-bit d4C slot (gpt2_act16.h): written there */
+  if (!d16) {
+    const size_t part3 = rw_part_floats(rw_col_plan(B * T, 3 * C), 3 * C) * sizeof(float);
+    uint16_t *t = t16_hold(dqkv, n3, dbytes > part3 ? dbytes : part3);
+    if (t) dst = t, d16 = 1;
   }
   if (g_scratch_res + dbytes > g_scratch_bytes) {
     fprintf(stderr, "train_gpt2: CUDA scratch of %zu bytes is below the attention's %zu\n",
@@ -638,10 +636,7 @@ static void cu_gelu_backward(float *dinp, float *db, const float *inp, const flo
     /* over the 16-bit d4C slot in place (gpt2_act16.h), or the held copy */
     rw_plan p = rw_col_plan(N, OC);
     const size_t pb = rw_part_floats(p, OC) * sizeof(float);
-    uint16_t *g16 = d16 ? (uint16_t *)dinp
-                    : ((size_t)N * OC * 2 + 255) / 256 * 256 + pb <= g_scratch_bytes
-                        ? t16_hold(dinp, (size_t)N * OC)
-                        : NULL; /* a held copy only beside its bias's partials; else fp32 */
+    uint16_t *g16 = d16 ? (uint16_t *)dinp : t16_hold(dinp, (size_t)N * OC, pb);
     int ok;
     float *part = part_at(p, OC, &ok); /* after the copy */
     if (!ok) {
@@ -672,7 +667,7 @@ static void cu_crossentropy(float *losses, float *logits, const int *targets, in
    * gradient as the held 16-bit copy those GEMMs read; the logits stay. */
   const int in16 = o16_at(logits) != 0;
   uint16_t *g16 = NULL;
-  if (dloss != 0.0f) g16 = in16 ? (uint16_t *)logits : t16_hold(logits, (size_t)N * (size_t)V);
+  if (dloss != 0.0f) g16 = in16 ? (uint16_t *)logits : t16_hold(logits, (size_t)N * (size_t)V, 0);
   k_crossentropy<<<(unsigned)N, RW_CE_NT, 0, g_stream>>>(losses, logits, in16, targets, V, dloss,
                                                          g16, g_gemm_dt == ZRT_F16);
 }
