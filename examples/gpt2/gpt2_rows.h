@@ -176,6 +176,9 @@ GB_HD rw_plan rw_ln_plan(int N) {
   return p;
 }
 
+/* The end of row chunk s of a plan over N rows: rows [s * R, end). */
+GB_HD int rw_chunk_end(rw_plan p, int s, int N) { return N < (s + 1) * p.R ? N : (s + 1) * p.R; }
+
 /* Floats of the partials matrix of a plan over W output columns (0 when
  * the blocks add to the outputs directly). */
 GB_HD size_t rw_part_floats(rw_plan p, int W) { return p.S > 1 ? (size_t)p.S * (size_t)W : 0; }
@@ -210,7 +213,7 @@ GB_DEV void rw_col_fold(float *o0, float *o1, int W0, int add, int W, int grp, r
  * the type f16 selects (a held gradient copy). */
 GB_DEV void rw_colsum_block(float *db, float *part, const void *dout, int in16, int f16, int N,
                             int OC, rw_plan p, int grp, int s, rw_col_smem *sm) {
-  const int r1 = N < (s + 1) * p.R ? N : (s + 1) * p.R;
+  const int r1 = rw_chunk_end(p, s, N);
   GB_THREADS(tid, RW_COL_NT)
   const int col = tid % RW_COLS, lane = tid / RW_COLS, c = grp * RW_COLS + col;
   float b = 0.0f;
@@ -270,7 +273,7 @@ GB_DEV void rw_gelu_colsum_block(float *dinp, float *db, float *part, const void
                                  const void *inp, int in16, const float *bias, int N, int OC,
                                  rw_plan p, int grp, int s, rw_col_smem *sm, uint16_t *g16,
                                  int f16) {
-  const int r1 = N < (s + 1) * p.R ? N : (s + 1) * p.R;
+  const int r1 = rw_chunk_end(p, s, N);
   GB_THREADS(tid, RW_COL_NT)
   const int col = tid % RW_COLS, lane = tid / RW_COLS, c = grp * RW_COLS + col;
   float b = 0.0f;
@@ -327,7 +330,7 @@ GB_DEV void rw_layernorm_backward_block(float *dinp, float *dw, float *db, float
                                         const void *dout, int d16, int f16, const float *inp,
                                         const float *w, const float *mean, const float *rstd, int N,
                                         int C, rw_plan p, int s, rw_ln_smem *sm) {
-  const int r0 = s * p.R, r1 = N < r0 + p.R ? N : r0 + p.R, add = p.S == 1;
+  const int r0 = s * p.R, r1 = rw_chunk_end(p, s, N), add = p.S == 1;
   float *ow = add ? dw : part + (size_t)s * 2 * (size_t)C, *ob = add ? db : ow + C;
   for (int i0 = r0; i0 < r1; i0 += RW_LN_ROWS) {
     GB_THREADS(tid, RW_LN_NT)
