@@ -35,8 +35,8 @@
  *     = 1, 31, 33, 768 and GPT-2 XL's 1600 (more columns than the block's
  *     1024 threads), and 8225 x 1025 (both at once); over a 16-bit dout
  *     (bf16, fp16: a 16-bit run's dC slot) bit for bit the fp32 dout's
- *     on the same values. Tolerance: 2e-5 absolute on dinp (terms <=
- * ~10), the column sums' on dw and db;
+ *     on the same values. Tolerance: 2e-5 absolute on dinp (terms of
+ *     size <= ~10), the column sums' on dw and db;
  *   - the GELU backward with its bias's gradient fused (the MLP's
  *     gelu_backward with db): dinp = dout * gelu'(inp + bias) against the
  *     tanh GELU's derivative in double, in place (dinp = dout, the passes'
