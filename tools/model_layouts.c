@@ -121,8 +121,10 @@ static uint64_t gpt_arena(uint64_t B, uint64_t T, uint64_t C, uint64_t H, uint64
   GA_TAKE(N * C);
   uint64_t stride = GA_ALIGN(off);
   off = layer0 + stride * slots;
-  /* lnf, its mean and rstd, logits (16-bit too), losses, dres, dC and d4C (16-bit too) */
-  GA_TAKE(GA_16(N * C)), GA_TAKE(N), GA_TAKE(N), GA_TAKE(GA_16(N * V)), GA_TAKE(N), GA_TAKE(N * C);
+  /* lnf, its mean and rstd, logits (16-bit too; rows of V rounded up to 64), losses, dres, dC
+     and d4C (16-bit too) */
+  GA_TAKE(GA_16(N * C)), GA_TAKE(N), GA_TAKE(N), GA_TAKE(GA_16(N * ((V + 63) & ~(uint64_t)63)));
+  GA_TAKE(N), GA_TAKE(N * C);
   GA_TAKE(GA_16(N * C)), GA_TAKE(GA_16(4 * N * C));
 #undef GA_ALIGN
 #undef GA_TAKE

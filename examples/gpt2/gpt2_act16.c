@@ -58,7 +58,7 @@ zrt_status gpt2_a16_set(const gpt2_acts_layout *L, const gpt2_config *cfg, int B
       s[n++] = (a16_slot){(const char *)(acts + off[k] + L->layer_stride * (size_t)l), len[k] * el,
                           k, l};
   s[n++] = (a16_slot){(const char *)(acts + L->lnf), NC * el, A16_LNF, -1};
-  const size_t NV = (size_t)B * (size_t)cfg->seq_len * (size_t)cfg->vocab;
+  const size_t NV = (size_t)B * (size_t)cfg->seq_len * L->logits_ld;
   s[n++] = (a16_slot){(const char *)(acts + L->logits), NV * el, A16_LOGITS, -1};
   /* the layout's order: dC, then d4C */
   s[n++] = (a16_slot){(const char *)(acts + L->dC), NC * el, A16_DC, -1};
@@ -422,16 +422,17 @@ static void a_residual(float *out, const float *a, const float *b, const float *
   a16_end_hold();
   g_aud.in->residual_forward(out, a, b, bias, N, C);
 }
-static void a_crossentropy(float *losses, float *logits, const int *targets, int N, int V,
+static void a_crossentropy(float *losses, float *logits, const int *targets, int N, int V, int ld,
                            float dloss) {
-  a16_arg("crossentropy", "logits", logits, F4((size_t)N * V), A_CE);
+  const size_t span = a16_mat(N, V, ld);
+  a16_arg("crossentropy", "logits", logits, span, A_CE);
   a16_arg("crossentropy", "losses", losses, F4(N), A_OUT);
   a16_end_hold();
-  g_aud.in->crossentropy(losses, logits, targets, N, V, dloss);
+  g_aud.in->crossentropy(losses, logits, targets, N, V, ld, dloss);
   /* the gradient: in the logits slot, in 16 bits; logits elsewhere (not
    * the passes') hold it as a 16-bit copy on CUDA */
   if (dloss != 0 && gpt2_a16_is(logits)) g_aud.logits = 2;
-  if (dloss != 0 && !gpt2_a16_is(logits)) a16_hold("cross-entropy", logits, F4((size_t)N * V));
+  if (dloss != 0 && !gpt2_a16_is(logits)) a16_hold("cross-entropy", logits, span);
 }
 static zrt_status a_check(void) {
   zrt_status st = g_aud.in->check ? g_aud.in->check() : ZRT_OK;

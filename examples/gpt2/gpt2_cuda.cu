@@ -265,10 +265,11 @@ __global__ void k_residual(float *out, const float *a, const void *b, int b16, i
 
 /* One block per row (gpt2_rows.h). */
 __global__ void __launch_bounds__(RW_CE_NT)
-    k_crossentropy(float *losses, void *logits, int in16, const int *targets, int V, float dloss,
-                   uint16_t *g16, int f16) {
+    k_crossentropy(float *losses, void *logits, int in16, const int *targets, int V, int ld,
+                   float dloss, uint16_t *g16, int f16) {
   __shared__ rw_ce_smem sm;
-  rw_crossentropy_block(losses, logits, in16, targets, V, dloss, (int)blockIdx.x, &sm, g16, f16);
+  rw_crossentropy_block(losses, logits, in16, targets, V, ld, dloss, (int)blockIdx.x, &sm, g16,
+                        f16);
 }
 
 __global__ void k_to_f32(float *dst, const void *src, int dt, int64_t n) {
@@ -657,7 +658,7 @@ static void cu_residual(float *out, const float *a, const float *b, const float 
   k_residual<<<nblocks((size_t)N * C, TPB), TPB, 0, g_stream>>>(out, a, b, o16_at(b) != 0,
                                                                 g_gemm_dt == ZRT_F16, bias, N, C);
 }
-static void cu_crossentropy(float *losses, float *logits, const int *targets, int N, int V,
+static void cu_crossentropy(float *losses, float *logits, const int *targets, int N, int V, int ld,
                             float dloss) {
   r16_forget(); /* also voids an earlier held copy */
   if (N <= 0) return;
@@ -667,9 +668,9 @@ static void cu_crossentropy(float *losses, float *logits, const int *targets, in
    * gradient as the held 16-bit copy those GEMMs read; the logits stay. */
   const int in16 = o16_at(logits) != 0;
   uint16_t *g16 = NULL;
-  if (dloss != 0.0f) g16 = in16 ? (uint16_t *)logits : t16_hold(logits, (size_t)N * (size_t)V, 0);
-  k_crossentropy<<<(unsigned)N, RW_CE_NT, 0, g_stream>>>(losses, logits, in16, targets, V, dloss,
-                                                         g16, g_gemm_dt == ZRT_F16);
+  if (dloss != 0.0f) g16 = in16 ? (uint16_t *)logits : t16_hold(logits, (size_t)N * (size_t)ld, 0);
+  k_crossentropy<<<(unsigned)N, RW_CE_NT, 0, g_stream>>>(losses, logits, in16, targets, V, ld,
+                                                         dloss, g16, g_gemm_dt == ZRT_F16);
 }
 static zrt_status cu_check(void) {
   if (g_err != ZRT_OK) {

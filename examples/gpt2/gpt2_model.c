@@ -391,7 +391,8 @@ void gpt2_acts_layout_init(gpt2_acts_layout *L, const gpt2_config *cfg, int B, i
   TAKE(lnf, A16(N * C));
   TAKE(lnf_mean, N);
   TAKE(lnf_rstd, N);
-  TAKE(logits, A16(N * (size_t)cfg->vocab));
+  L->logits_ld = ((size_t)cfg->vocab + 63) & ~(size_t)63;
+  TAKE(logits, A16(N * L->logits_ld));
   TAKE(losses, N);
   TAKE(dres, N * C);
   TAKE(dC, A16(N * C));

@@ -105,6 +105,12 @@ typedef struct gpt2_acts_layout {
   size_t layer_stride;
   int nckpt; /* leading layers sharing slot 0 (0 = every layer its own slot) */
   size_t lnf, lnf_mean, lnf_rstd, logits, losses;
+  /* the logits' row stride: the vocabulary rounded up to 64 elements
+   * (GPT-2's 50257 to 50304, as llm.c pads it), so that every row starts
+   * 16-byte aligned: cuBLAS's tensor-core GEMMs (TMA on sm_90) need
+   * 16-byte-aligned rows of their operands; the entries past the
+   * vocabulary are never written or read */
+  size_t logits_ld;
   size_t dres, dC, d4C; /* backward scratch (dC and d4C also forward temporaries) */
   size_t total;
   int half16; /* ln1, atty, ln2, fch, fch_gelu, lnf sized for 16-bit elements */

@@ -50,10 +50,11 @@ typedef struct GPT2_SFX(gpt2_ops) {
   /* out = a + (b + bias) (may alias a or b). */
   void (*residual_forward)(GPT2_REAL *out, const GPT2_REAL *a, const GPT2_REAL *b,
                            const GPT2_REAL *bias, int N, int C);
-  /* losses[i] = -log softmax(logits[i])[targets[i]]; when dloss != 0 the
-   * logits are overwritten by dloss * (softmax - onehot). */
+  /* losses[i] = -log softmax(logits[i])[targets[i]] over the V entries of
+   * row i (rows ld >= V apart; the entries past V never read); when
+   * dloss != 0 those V are overwritten by dloss * (softmax - onehot). */
   void (*crossentropy)(GPT2_REAL *losses, GPT2_REAL *logits, const int *targets, int N, int V,
-                       GPT2_REAL dloss);
+                       int ld, GPT2_REAL dloss);
   /* Reports a failure of the kernels issued so far (CUDA); NULL = none. */
   zrt_status (*check)(void);
 } GPT2_SFX(gpt2_ops);

@@ -464,10 +464,11 @@ static void S(cpu_residual_forward)(R *out, const R *a, const R *b, const R *bia
   }
 }
 
-static void S(cpu_crossentropy)(R *losses, R *logits, const int *targets, int N, int V, R dloss) {
+static void S(cpu_crossentropy)(R *losses, R *logits, const int *targets, int N, int V, int ld,
+                                R dloss) {
 #pragma omp parallel for if ((size_t)N * V >= PAR_MIN)
   for (int i = 0; i < N; i++) {
-    R *l = logits + (size_t)i * V;
+    R *l = logits + (size_t)i * ld;
     R mx = l[0], sum = 0;
 #pragma omp simd reduction(max : mx)
     for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
@@ -542,19 +543,19 @@ zrt_status S(gpt2_block_forward)(const S(gpt2_ops) * ops, const gpt2_config *cfg
 zrt_status S(gpt2_head)(const S(gpt2_ops) * ops, const gpt2_config *cfg, const gpt2_acts_layout *L,
                         R *acts, int B, const int *targets, R *const *w, const R *wte, R dloss,
                         R *const *g, R *dwte) {
-  int T = cfg->seq_len, C = cfg->n_embd, V = cfg->vocab, N = B * T;
+  int T = cfg->seq_len, C = cfg->n_embd, V = cfg->vocab, N = B * T, ldv = (int)L->logits_ld;
   R *res = S(res_in)(L, acts, cfg->n_layer), *lnf = acts + L->lnf, *logits = acts + L->logits;
   R *mean = acts + L->lnf_mean, *rstd = acts + L->lnf_rstd;
   void *x = ops->ctx;
 
   ops->layernorm_forward(lnf, mean, rstd, res, w[GPT2_LNF_W], w[GPT2_LNF_B], N, C);
-  GPT2_PASS_CHECK(ops->gemm(x, 0, 1, N, V, C, 1, lnf, C, wte, C, 0, logits, V));
-  ops->crossentropy(acts + L->losses, logits, targets, N, V, g ? dloss : 0);
+  GPT2_PASS_CHECK(ops->gemm(x, 0, 1, N, V, C, 1, lnf, C, wte, C, 0, logits, ldv));
+  ops->crossentropy(acts + L->losses, logits, targets, N, V, ldv, g ? dloss : 0);
   if (g) {
     /* logits now hold dlogits. */
     R *dlnf = acts + L->dC, *dres = acts + L->dres;
-    GPT2_PASS_CHECK(ops->gemm(x, 0, 0, N, C, V, 1, logits, V, wte, C, 0, dlnf, C));
-    GPT2_PASS_CHECK(ops->gemm(x, 1, 0, V, C, N, 1, logits, V, lnf, C, 1, dwte, C));
+    GPT2_PASS_CHECK(ops->gemm(x, 0, 0, N, C, V, 1, logits, ldv, wte, C, 0, dlnf, C));
+    GPT2_PASS_CHECK(ops->gemm(x, 1, 0, V, C, N, 1, logits, ldv, lnf, C, 1, dwte, C));
     ops->zero(dres, (size_t)N * C);
     ops->layernorm_backward(dres, g[GPT2_LNF_W], g[GPT2_LNF_B], dlnf, res, w[GPT2_LNF_W], mean,
                             rstd, N, C);

@@ -112,10 +112,10 @@ static void p_residual(float *out, const float *a, const float *b, const float *
   g_prof.in->residual_forward(out, a, b, bias, N, C);
   P_END(GPT2_PROF_RESIDUAL);
 }
-static void p_crossentropy(float *losses, float *logits, const int *targets, int N, int V,
+static void p_crossentropy(float *losses, float *logits, const int *targets, int N, int V, int ld,
                            float dloss) {
   P_BEGIN(GPT2_PROF_CROSSENTROPY);
-  g_prof.in->crossentropy(losses, logits, targets, N, V, dloss);
+  g_prof.in->crossentropy(losses, logits, targets, N, V, ld, dloss);
   P_END(GPT2_PROF_CROSSENTROPY);
 }
 

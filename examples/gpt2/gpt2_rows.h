@@ -80,18 +80,20 @@ GB_DEV float rw_act(const void *p, size_t e, int in16, int f16) {
   return f16 ? gb_from_f16(b) : gb_from_bf16(b);
 }
 
-/* Row `row` of logits [., V] (fp32, or with in16 16-bit elements of the
- * type f16 selects: a 16-bit run's logits slot, gpt2_act16.h):
+/* Row `row` of logits [., ld] (V entries read, the ld - V past them never;
+ * fp32, or with in16 16-bit elements of the type f16 selects: a 16-bit
+ * run's logits slot, gpt2_act16.h):
  * losses[row] = logsumexp - logit of the target; when dloss != 0 the
  * row's gradient (softmax - onehot(target)) * dloss goes over the fp32
- * row, or with g16 non-NULL to g16 [., V] as bf16, or fp16 when f16
+ * row, or with g16 non-NULL to g16 [., ld] as bf16, or fp16 when f16
  * (round to nearest even), the row staying. g16 may be the 16-bit logits
  * themselves (in16: the gradient in place; each element is read, then
  * written, by one thread, after the loss read the target's); in16 with
  * dloss != 0 needs g16. */
 GB_DEV void rw_crossentropy_block(float *losses, void *logits, int in16, const int *targets, int V,
-                                  float dloss, int row, rw_ce_smem *sm, uint16_t *g16, int f16) {
-  const size_t r0 = (size_t)row * (size_t)V;
+                                  int ld, float dloss, int row, rw_ce_smem *sm, uint16_t *g16,
+                                  int f16) {
+  const size_t r0 = (size_t)row * (size_t)ld;
   float *l = in16 ? NULL : (float *)logits + r0;
   GB_THREADS(tid, RW_CE_NT)
   float m = -INFINITY;

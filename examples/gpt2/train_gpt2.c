@@ -707,7 +707,8 @@ static zrt_status sample_text(trainer *tr, const split *val, int n, double temp,
     void *row = half ? (void *)(tr->h_logits + V) : (void *)tr->h_logits;
     if (st == ZRT_OK)
       st = zrt_engine_memcpy(tr->eng, row,
-                             (const char *)(tr->acts + tr->L.logits) + (size_t)(m - 1) * V * el,
+                             (const char *)(tr->acts + tr->L.logits) +
+                                 (size_t)(m - 1) * tr->L.logits_ld * el,
                              (size_t)V * el, ZRT_COPY_D2H);
     if (st != ZRT_OK) break;
     if (half) gpt2_to_f32(tr->h_logits, row, tr->info.dtype, V);

@@ -35,7 +35,10 @@
  *     cross-entropy over GPT-2's 50257 logits on 37 rows, with and
  *     without its gradient. Tolerances absolute, from the magnitudes:
  *     1e-5 elementwise, 1e-4 for sums over the 200 rows and the losses,
- *     1e-6 for the cross-entropy's gradient (entries <= 1/37).
+ *     1e-6 for the cross-entropy's gradient (entries <= 1/37); over rows
+ *     50304 apart (the layout's padded logits, NaN in the padding) its
+ *     losses and gradient bit for bit the contiguous rows', the padding
+ *     untouched.
  *   - the split column reductions at N = 8225 (gpt2_rows.h's plans: the
  *     LayerNorm backward in chunks of 64 rows, two passes a block; a
  *     bias's gradient in 11 chunks), on a scratch of exactly
@@ -372,14 +375,14 @@ static void ce16_case(zrt_dtype dt, void *scratch, size_t sb) {
   for (int i = 0; i < V * C; i++) w[i] = frand(&s);
   for (int i = 0; i < N * C; i++) xin[i] = frand(&s);
   for (int i = 0; i < N; i++) tgt[i] = (int)((frand(&s) * 0.5f + 0.5f) * V) % V;
-  gpt2_cpu_ops_f32.crossentropy(loss, g, tgt, N, V, 1.0f / N);
+  gpt2_cpu_ops_f32.crossentropy(loss, g, tgt, N, V, V, 1.0f / N);
   /* the reference gradient: the CUDA op's own in fp32 (its expf is not the
    * CPU op's, and a 1e-7 difference flips a 16-bit rounding) */
   {
     float *dg32 = dev((size_t)N * V * 4, lg), *dl32 = dev(N * 4, NULL);
     int *dt32 = dev(N * sizeof *tgt, tgt);
     gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb);
-    gpt2_cuda_ops_f32.crossentropy(dl32, dg32, dt32, N, V, 1.0f / N);
+    gpt2_cuda_ops_f32.crossentropy(dl32, dg32, dt32, N, V, V, 1.0f / N);
     ZT_OK(gpt2_cuda_ops_f32.check());
     ZT_OK(zrt_engine_memcpy(eng, g, dg32, (size_t)N * V * 4, ZRT_COPY_D2H));
     zrt_engine_free(eng, dg32), zrt_engine_free(eng, dl32), zrt_engine_free(eng, dt32);
@@ -390,7 +393,7 @@ static void ce16_case(zrt_dtype dt, void *scratch, size_t sb) {
   float *dloss = dev(N * 4, NULL), *dxin = dev(N * C * 4, xin), *dwte = dev(V * C * 4, NULL);
   int *dtgt = dev(N * sizeof *tgt, tgt);
   gpt2_cuda_gemm_setup(dt, scratch, sb);
-  gpt2_cuda_ops_f32.crossentropy(dloss, dlg, dtgt, N, V, 1.0f / N);
+  gpt2_cuda_ops_f32.crossentropy(dloss, dlg, dtgt, N, V, V, 1.0f / N);
   ZT_OK(gpt2_cuda_ops_f32.gemm(eng, 0, 0, N, C, V, 1, dlg, V, dw, C, 0, dout, C));
   /* dwte's shape: the copy read transposed, the other operand rounded past it */
   ZT_OK(gpt2_cuda_ops_f32.gemm(eng, 1, 0, V, C, N, 1, dlg, V, dxin, C, 0, dwte, C));
@@ -753,14 +756,40 @@ static void ops_case(void) {
   for (int i = 0; i < NCE; i++) lg[(size_t)i * VCE] += 20.0f; /* a large max: subtracted */
   float *dlg = dev(nce * 4, lg), *dloss = dev(NCE * 4, NULL);
   memcpy(lg2, lg, nce * 4);
-  G->crossentropy(dloss, dlg, dtgt, NCE, VCE, 0.0f);
-  H->crossentropy(loss, lg2, tgt, NCE, VCE, 0.0f);
+  G->crossentropy(dloss, dlg, dtgt, NCE, VCE, VCE, 0.0f);
+  H->crossentropy(loss, lg2, tgt, NCE, VCE, VCE, 0.0f);
   check_op("crossentropy loss (dloss 0)", dloss, loss, NCE, 1e-4);
   check_op("crossentropy logits untouched (dloss 0)", dlg, lg, nce, 0.0);
-  G->crossentropy(dloss, dlg, dtgt, NCE, VCE, 1.0f / NCE);
-  H->crossentropy(loss, lg2, tgt, NCE, VCE, 1.0f / NCE);
+  G->crossentropy(dloss, dlg, dtgt, NCE, VCE, VCE, 1.0f / NCE);
+  H->crossentropy(loss, lg2, tgt, NCE, VCE, VCE, 1.0f / NCE);
   check_op("crossentropy loss", dloss, loss, NCE, 1e-4);
   check_op("crossentropy dlogits", dlg, lg2, nce, 1e-6);
+  { /* rows 50304 apart (the layout's logits_ld), the padding NaN: the
+       contiguous rows' losses and gradient bit for bit, the padding kept */
+    enum { LD = 50304 };
+    size_t np = (size_t)NCE * LD, bad = 0, pads = 0;
+    float *hp = malloc(np * 4), *gc = malloc(nce * 4), *lc = malloc(NCE * 4), *lp = malloc(NCE * 4);
+    for (size_t e = 0; e < np; e++) hp[e] = NAN;
+    for (int i = 0; i < NCE; i++) memcpy(hp + (size_t)i * LD, lg + (size_t)i * VCE, VCE * 4);
+    float *dlp = dev(np * 4, hp);
+    ZT_OK(zrt_engine_memcpy(eng, dlg, lg, nce * 4, ZRT_COPY_H2D));
+    G->crossentropy(dloss, dlg, dtgt, NCE, VCE, VCE, 1.0f / NCE);
+    ZT_OK(G->check());
+    ZT_OK(zrt_engine_memcpy(eng, lc, dloss, NCE * 4, ZRT_COPY_D2H));
+    ZT_OK(zrt_engine_memcpy(eng, gc, dlg, nce * 4, ZRT_COPY_D2H));
+    G->crossentropy(dloss, dlp, dtgt, NCE, VCE, LD, 1.0f / NCE);
+    ZT_OK(G->check());
+    ZT_OK(zrt_engine_memcpy(eng, lp, dloss, NCE * 4, ZRT_COPY_D2H));
+    ZT_OK(zrt_engine_memcpy(eng, hp, dlp, np * 4, ZRT_COPY_D2H));
+    for (int i = 0; i < NCE; i++) {
+      bad += memcmp(hp + (size_t)i * LD, gc + (size_t)i * VCE, VCE * 4) != 0;
+      for (int v = VCE; v < LD; v++) pads += !isnan(hp[(size_t)i * LD + v]);
+    }
+    printf("crossentropy rows %d apart: %zu rows differ, %zu pads touched\n", (int)LD, bad, pads);
+    ZT_CHECK(memcmp(lc, lp, NCE * 4) == 0 && bad == 0 && pads == 0);
+    zrt_engine_free(eng, dlp);
+    free(hp), free(gc), free(lc), free(lp);
+  }
 
   void *dev_bufs[] = {dtok, dtgt, dw,  dw2,  dout,  dx,  dxin, dlw, dlb, dm,  dr,   dy,
                       dz,   dgw,  dgb, dbig, dbias, ddb, dg,   dgo, dgi, dlg, dloss};

@@ -198,8 +198,8 @@ static void n_gelu_bwd(float *di, float *db, const float *i, const float *b, con
 static void n_residual(float *o, const float *a, const float *b, const float *bias, int N, int C) {
   (void)o, (void)a, (void)b, (void)bias, (void)N, (void)C;
 }
-static void n_ce(float *l, float *g, const int *t, int N, int V, float d) {
-  (void)l, (void)g, (void)t, (void)N, (void)V, (void)d;
+static void n_ce(float *l, float *g, const int *t, int N, int V, int ld, float d) {
+  (void)l, (void)g, (void)t, (void)N, (void)V, (void)ld, (void)d;
 }
 static const gpt2_ops_f32 null_ops = {.gemm = n_gemm,
                                       .zero = n_zero,
@@ -218,11 +218,13 @@ static const gpt2_ops_f32 null_ops = {.gemm = n_gemm,
 static void half_layout(void) {
   gpt2_config big;
   ZT_CHECK(gpt2_config_preset("gpt2", &big) == 0);
+  big.vocab = 50257; /* the real tokenizer's: rows of 50304 */
   gpt2_acts_layout full, half;
   gpt2_acts_layout_init(&full, &big, 8, 0, GPT2_ACTS_LSE_ONLY);
   gpt2_acts_layout_init(&half, &big, 8, 0, GPT2_ACTS_LSE_ONLY | GPT2_ACTS_HALF16);
   size_t NC = (size_t)8 * big.seq_len * big.n_embd;
-  size_t NV = (size_t)8 * big.seq_len * big.vocab; /* the logits: V even, no rounding up */
+  size_t NV = (size_t)8 * big.seq_len * 50304; /* the logits: N V' even, no rounding up */
+  ZT_CHECK(full.logits_ld == 50304 && half.logits_ld == 50304);
   /* d4C's 4 N C / 2, dC's N C / 2 */
   size_t want = (size_t)big.n_layer * (11 * NC / 2) + NC / 2 + NV / 2 + 2 * NC + NC / 2;
   printf("GPT-2 124M, B = 8, CUDA layout: %.1f MiB fp32, %.1f MiB with the 16-bit "
@@ -449,13 +451,13 @@ static void expect_violation(violation v, const char *needle) {
   case V_LOGITS:
   case V_LOGITS_EARLY:
     (void)o.gemm(NULL, 0, 1, N, cfg.vocab, C, 1, acts + L.lnf, C, w[0][GPT2_WTE], C, 0,
-                 acts + L.logits, cfg.vocab);
+                 acts + L.logits, (int)L.logits_ld);
     if (v == V_LOGITS_EARLY) { /* dlnf = dlogits wte before the cross-entropy */
-      (void)o.gemm(NULL, 0, 0, N, C, cfg.vocab, 1, acts + L.logits, cfg.vocab, w[0][GPT2_WTE], C, 0,
-                   acts + L.dC, C);
+      (void)o.gemm(NULL, 0, 0, N, C, cfg.vocab, 1, acts + L.logits, (int)L.logits_ld,
+                   w[0][GPT2_WTE], C, 0, acts + L.dC, C);
       break;
     }
-    o.crossentropy(acts + L.losses, acts + L.logits, targets, N, cfg.vocab, 1.0f);
+    o.crossentropy(acts + L.losses, acts + L.logits, targets, N, cfg.vocab, (int)L.logits_ld, 1.0f);
     o.layernorm_backward(acts + L.dres, g[0][0], g[0][0], acts + L.logits, acts + L.encoded,
                          w[NL + 1][0], acts + L.lnf_mean, acts + L.lnf_rstd, N, C);
     break;
@@ -475,10 +477,10 @@ static void expect_violation(violation v, const char *needle) {
     break;
   case V_LOGITS_C1:
     (void)o.gemm(NULL, 0, 1, N, cfg.vocab, C, 1, acts + L.lnf, C, w[0][GPT2_WTE], C, 1,
-                 acts + L.logits, cfg.vocab);
+                 acts + L.logits, (int)L.logits_ld);
     break;
   case V_HELD_CE: /* logits that are no slot (ext's N V floats: the tiny model's V is 4C) */
-    o.crossentropy(acts + L.losses, ext, targets, N, cfg.vocab, 1.0f);
+    o.crossentropy(acts + L.losses, ext, targets, N, cfg.vocab, cfg.vocab, 1.0f);
     o.layernorm_backward(acts + L.dres, g[0][0], g[0][0], ext, acts + L.encoded, w[NL + 1][0],
                          acts + L.lnf_mean, acts + L.lnf_rstd, N, C);
     break;

@@ -1,7 +1,8 @@
 /*
  * test_gpt2_gradcheck.c — checks the GPT-2 example's backward against
  * central finite differences of its forward, in float64, on a tiny model
- * (2 layers, 2 heads, 8 channels, T = 5, B = 2, vocab 256). The double
+ * (2 layers, 2 heads, 8 channels, T = 5, B = 2, vocab 250: the logits'
+ * rows 256 apart, their 6 entries past the vocabulary NaN). The double
  * instantiation is the same source as the float kernels that train
  * (examples/gpt2/gpt2_ops_impl.h), so this checks the training code path.
  * Also: the float instantiation against the double one, the ADD semantics
@@ -104,8 +105,8 @@ static void check_conversions(void) {
 int main(void) {
   check_conversions();
 
-  cfg = (gpt2_config){
-      .n_layer = 2, .n_head = 2, .n_embd = 8, .n_ctx = 6, .seq_len = 5, .vocab = GPT2_VOCAB};
+  cfg =
+      (gpt2_config){.n_layer = 2, .n_head = 2, .n_embd = 8, .n_ctx = 6, .seq_len = 5, .vocab = 250};
   char msg[256];
   ZT_CHECK(gpt2_config_validate(&cfg, msg, sizeof msg) == 0);
   gpt2_config badc = cfg;
@@ -142,13 +143,24 @@ int main(void) {
   ZT_CHECK(specs[2][GPT2_FCPROJ_W].shape[0] == 32 &&
            specs[2][GPT2_FCPROJ_B].flags == ZRT_PARAM_NO_DECAY);
   for (int i = 0; i < B * cfg.seq_len; i++) {
-    tokens[i] = (int)((urand() + 1) * 128) & 255;
-    targets[i] = (int)((urand() + 1) * 128) & 255;
+    tokens[i] = ((int)((urand() + 1) * 128) & 255) % cfg.vocab;
+    targets[i] = ((int)((urand() + 1) * 128) & 255) % cfg.vocab;
   }
 
+  /* the logits' rows are padded (gpt2_acts_layout's logits_ld): NaN in
+   * the padding, so that an op reading past the vocabulary fails */
+  ZT_CHECK(L.logits_ld == 256);
   double *acts = calloc(L.total, sizeof(double));
+  for (int i = 0; i < B * cfg.seq_len; i++)
+    for (size_t v = (size_t)cfg.vocab; v < L.logits_ld; v++)
+      acts[L.logits + (size_t)i * L.logits_ld + v] = NAN;
   double loss = run64(acts, 1);
-  printf("double loss %.9f (ln 256 = %.6f)\n", loss, log(256.0));
+  int pads_kept = 1; /* nor written */
+  for (int i = 0; i < B * cfg.seq_len; i++)
+    for (size_t v = (size_t)cfg.vocab; v < L.logits_ld; v++)
+      pads_kept &= isnan(acts[L.logits + (size_t)i * L.logits_ld + v]) != 0;
+  ZT_CHECK(pads_kept);
+  printf("double loss %.9f (ln %d = %.6f)\n", loss, cfg.vocab, log((double)cfg.vocab));
 
   /* Central differences over every parameter element. */
   const double eps = 1e-5;
@@ -180,6 +192,9 @@ int main(void) {
 
   /* Float instantiation vs double, and ADD semantics (grads start at 1). */
   float *acts32 = calloc(L.total, sizeof(float));
+  for (int i = 0; i < B * cfg.seq_len; i++)
+    for (size_t v = (size_t)cfg.vocab; v < L.logits_ld; v++)
+      acts32[L.logits + (size_t)i * L.logits_ld + v] = NAN;
   float *w32[NMOD_MAX][GPT2_BLOCK_NPARAMS], *g32[NMOD_MAX][GPT2_BLOCK_NPARAMS];
   for (int m = 0; m < nmod; m++)
     for (int p = 0; p < mod_np[m]; p++) {

@@ -17,7 +17,10 @@
  *     in-place gradient rounded to nearest even, bit for bit; over 16-bit
  *     logits (a 16-bit run's logits slot, in16), the losses are bitwise
  *     the fp32 form's on the same values and the gradient written over
- *     them is its gradient rounded, bit for bit (V = 257 and 50257);
+ *     them is its gradient rounded, bit for bit (V = 257 and 50257); rows
+ *     ld apart (50257 in 50304, 1000 in 1024, 7 in 64: the layout's
+ *     padded logits) with NaN padding give the contiguous rows' losses
+ *     and gradients bit for bit in every form, the padding untouched;
  *   - a bias's column sums, ADDED onto non-zero outputs, at N = 1, 7, 33,
  *     100, 129, 1000, 8192 rows and OC = 1, 31, 32, 33, 65, 768 columns
  *     (groups of 32: a ragged last group), through the grid rw_col_plan
@@ -68,11 +71,15 @@ static float frand(uint64_t *s) { /* uniform in [-1, 1) */
 }
 
 /* the CUDA grids, block by block */
-static void emu_crossentropy16(float *losses, void *logits, int in16, const int *targets, int N,
-                               int V, float dloss, uint16_t *g16, int f16) {
+static void emu_crossentropy_ld(float *losses, void *logits, int in16, const int *targets, int N,
+                                int V, int ld, float dloss, uint16_t *g16, int f16) {
   static rw_ce_smem sm;
   for (int row = 0; row < N; row++)
-    rw_crossentropy_block(losses, logits, in16, targets, V, dloss, row, &sm, g16, f16);
+    rw_crossentropy_block(losses, logits, in16, targets, V, ld, dloss, row, &sm, g16, f16);
+}
+static void emu_crossentropy16(float *losses, void *logits, int in16, const int *targets, int N,
+                               int V, float dloss, uint16_t *g16, int f16) {
+  emu_crossentropy_ld(losses, logits, in16, targets, N, V, V, dloss, g16, f16);
 }
 static void emu_crossentropy(float *losses, float *logits, const int *targets, int N, int V,
                              float dloss, uint16_t *g16, int f16) {
@@ -114,6 +121,61 @@ static void ce16_case(int N, int V, int f16, uint64_t seed) {
            bad);
   ZT_CHECK(bad == 0);
   free(l16), free(lr), free(loss32), free(loss16), free(tg);
+}
+
+/* Rows ld > V apart (the layout's logits_ld: GPT-2's 50257 padded to
+ * 50304), the padding NaN: each form (fp32 in place, fp32 with a 16-bit
+ * gradient copy, 16-bit in place) gives the losses and gradient rows of
+ * the contiguous rows bit for bit, and the padding stays as it was
+ * (neither read nor written). */
+static void ce_ld_case(int N, int V, int ld, uint64_t seed) {
+  uint64_t s = seed;
+  size_t n = (size_t)N * V, np = (size_t)N * ld;
+  float *lc = malloc(n * 4), *lp = malloc(np * 4), *loss_c = malloc(N * 4), *loss_p = malloc(N * 4);
+  uint16_t *hc = malloc(n * 2), *hp = malloc(np * 2), *gc = malloc(n * 2), *gp = malloc(np * 2);
+  int *tg = malloc(N * sizeof *tg);
+  for (int f16 = 0; f16 < 2; f16++)
+    for (int form = 0; form < 3; form++) {
+      const uint16_t nan16 = (uint16_t)(f16 ? 0x7e01 : 0x7fc1);
+      for (size_t e = 0; e < np; e++) lp[e] = NAN, hp[e] = gp[e] = nan16;
+      for (int i = 0; i < N; i++) {
+        float off = 30.0f * frand(&s);
+        for (int v = 0; v < V; v++) {
+          float x = off + 8.0f * frand(&s);
+          uint16_t h = (uint16_t)(f16 ? gb_f16(x) : gb_bf16(x));
+          lc[(size_t)i * V + v] = lp[(size_t)i * ld + v] = x;
+          hc[(size_t)i * V + v] = hp[(size_t)i * ld + v] = h;
+        }
+        tg[i] = i == N - 1 ? V - 1 : (int)((frand(&s) * 0.5f + 0.5f) * (float)V) % V;
+      }
+      const float dloss = 1.0f / (float)N;
+      size_t bad = 0, pads = 0;
+      if (form < 2) { /* fp32 logits, the gradient in place or into a 16-bit copy */
+        emu_crossentropy_ld(loss_c, lc, 0, tg, N, V, V, dloss, form ? gc : NULL, f16);
+        emu_crossentropy_ld(loss_p, lp, 0, tg, N, V, ld, dloss, form ? gp : NULL, f16);
+      } else { /* 16-bit logits, the gradient over them */
+        emu_crossentropy_ld(loss_c, hc, 1, tg, N, V, V, dloss, hc, f16);
+        emu_crossentropy_ld(loss_p, hp, 1, tg, N, V, ld, dloss, hp, f16);
+      }
+      for (int i = 0; i < N; i++) {
+        for (int v = 0; v < V; v++) {
+          size_t c = (size_t)i * V + v, p = (size_t)i * ld + v;
+          bad += form == 0   ? memcmp(&lc[c], &lp[p], 4) != 0
+                 : form == 1 ? gc[c] != gp[p]
+                             : hc[c] != hp[p];
+        }
+        for (int v = V; v < ld; v++) {
+          size_t p = (size_t)i * ld + v;
+          pads += !isnan(lp[p]) || gp[p] != nan16 || hp[p] != nan16;
+        }
+      }
+      if (bad || pads)
+        printf("  cross-entropy N %d V %d ld %d %s form %d: %zu entries differ, %zu pads touched\n",
+               N, V, ld, f16 ? "fp16" : "bf16", form, bad, pads);
+      ZT_CHECK(memcmp(loss_c, loss_p, N * 4) == 0);
+      ZT_CHECK(bad == 0 && pads == 0);
+    }
+  free(lc), free(lp), free(loss_c), free(loss_p), free(hc), free(hp), free(gc), free(gp), free(tg);
 }
 
 /* The partials of a split reduction (the scratch's, on a GPU), poisoned
@@ -516,6 +578,11 @@ int main(void) {
     ce16_case(5, 257, f16, 1200 + (uint64_t)f16);
     ce16_case(3, 50257, f16, 1210 + (uint64_t)f16);
   }
+  ce_ld_case(4, 50257, 50304, 1300);
+  ce_ld_case(3, 1000, 1024, 1310);
+  ce_ld_case(2, 7, 64, 1320);
+  printf("cross-entropy over rows ld apart (50257 in 50304, 1000 in 1024, 7 in 64): the "
+         "contiguous rows' losses and gradients bit for bit, the padding untouched\n");
   printf(
       "cross-entropy over 16-bit logits (bf16, fp16): losses bitwise the fp32 form's on the same "
       "values, the gradient over the logits its rounding, bit for bit\n");

@@ -48,10 +48,17 @@ int main(void) {
   static const char *const models[] = {"tiny", "gpt2"};
   static const zrt_dtype dts[] = {ZRT_F32, ZRT_BF16, ZRT_F16};
   int cases = 0, bad = 0;
-  for (int mi = 0; mi < 2; mi++) {
-    const zrt_model_gpt *g = zrt_model_gpt_find(models[mi]);
-    ZT_CHECK(g != NULL);
-    if (!g) continue;
+  /* the presets' byte-level vocabulary, and GPT-2's 50257 (logits rows
+   * padded to 50304, gpt2_acts_layout's logits_ld) */
+  static const int64_t vocabs[] = {0, 50257};
+  for (int mv = 0; mv < 4; mv++) {
+    const int mi = mv / 2;
+    const zrt_model_gpt *g0 = zrt_model_gpt_find(models[mi]);
+    ZT_CHECK(g0 != NULL);
+    if (!g0) continue;
+    zrt_model_gpt gv = *g0;
+    if (vocabs[mv % 2]) gv.vocab = vocabs[mv % 2];
+    const zrt_model_gpt *g = &gv;
     for (int B = 1; B <= 8; B += B == 1 ? 2 : 5)
       for (int ti = 0; ti < 2; ti++)
         for (int d = 0; d < 3; d++)
@@ -60,6 +67,7 @@ int main(void) {
               for (int cuda = 0; cuda < 2; cuda++) {
                 gpt2_config cfg = {0};
                 ZT_CHECK(gpt2_config_preset(models[mi], &cfg) == 0);
+                cfg.vocab = (int)g->vocab;
                 cfg.seq_len = ti ? 33 : (int)g->default_seq;
                 int nckpt = ck == 0 ? 0 : ck == 1 ? 2 : cfg.n_layer;
                 int w = dts[d] == ZRT_F32 ? 4 : 2;
@@ -68,14 +76,15 @@ int main(void) {
                 cases++;
                 if (got != want) {
                   bad++;
-                  printf("%s B=%d T=%d %s nckpt=%d accum=%d %s: estimate %llu, train_gpt2 %llu\n",
-                         models[mi], B, cfg.seq_len, zrt_dtype_name(dts[d]), nckpt, accum,
-                         cuda ? "cuda" : "cpu", (unsigned long long)got, (unsigned long long)want);
+                  printf(
+                      "%s V=%d B=%d T=%d %s nckpt=%d accum=%d %s: estimate %llu, train_gpt2 %llu\n",
+                      models[mi], cfg.vocab, B, cfg.seq_len, zrt_dtype_name(dts[d]), nckpt, accum,
+                      cuda ? "cuda" : "cpu", (unsigned long long)got, (unsigned long long)want);
                 }
               }
   }
   printf("%d shapes, %d differ\n", cases, bad);
-  ZT_CHECK(cases == 2 * 3 * 2 * 3 * 3 * 2 * 2 && bad == 0);
+  ZT_CHECK(cases == 4 * 3 * 2 * 3 * 3 * 2 * 2 && bad == 0);
   const zrt_model_gpt *g = zrt_model_gpt_find("gpt2");
   uint64_t cpu = zrt_model_gpt_activations(g, 8, 1024, 2, 0, 1, 0);
   uint64_t cu = zrt_model_gpt_activations(g, 8, 1024, 2, 0, 1, 1);
