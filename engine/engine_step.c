@@ -15,7 +15,8 @@
  * Invariants: every rank takes the same branch (skip or not) because the
  * decision uses only all-reduced values; the scheduler and the optimizer's
  * step count advance only on applied steps; grad_acc is zero at the start of
- * every accumulation window.
+ * every accumulation window, or (one rank, stages 0/1, a device
+ * accumulator: zrt_engine_acc_written) written whole by its reduce.
  */
 #include <math.h>
 #include <stdio.h>
@@ -473,13 +474,30 @@ static zrt_status zrt_engine_step_inject(zrt_engine *eng) {
  * accumulation shard (stage 0/1 reduce here; stage 2/3 drain the buckets),
  * and stage 3 quiesces its gathers. On return *t_opt is when the optimizer
  * part of the boundary begins. */
+/* 1 when module m's window gradient is written into grad_acc rather than
+ * added: stages 0/1 reduce once per window, at the boundary, and with one
+ * rank that reduction is the identity, so a device accumulator (fp32) is
+ * grad16 converted, in one pass (2 bytes read and 4 written an element,
+ * against the buckets' copy, accumulate and the zeroing after the step:
+ * 18), and nothing needs zeroing after the step. Bit for bit the buckets'
+ * sum 0 + x (but for the sign of a zero, which no update and no statistic
+ * sees). */
+static int zrt_engine_acc_written(const zrt_engine *eng, const zrt_module_entry *me) {
+  return eng->policy->reduce_at_boundary && eng->world == 1 && !me->grad_host &&
+         eng->master_dtype == ZRT_F32;
+}
+
 static zrt_status zrt_engine_step_reduce(zrt_engine *eng, double *t_opt) {
   double t_red = zrt_now_s();
   if (eng->policy->reduce_at_boundary) {
     for (int m = 0; m < eng->nmodules; m++) {
       zrt_module_entry *me = &eng->modules[m];
-      ZRT_CHECK(zrt_buckets_reduce(eng->buckets, me->grad16, me->padded, me->part, me->grad_acc,
-                                   me->grad_host, eng->policy->reduce_all_reduce, 1));
+      if (zrt_engine_acc_written(eng, me))
+        ZRT_CHECK(zrt_backend_convert(eng->backend, me->grad_acc, ZRT_F32, me->grad16, eng->dtype,
+                                      (size_t)me->padded, NULL));
+      else
+        ZRT_CHECK(zrt_buckets_reduce(eng->buckets, me->grad16, me->padded, me->part, me->grad_acc,
+                                     me->grad_host, eng->policy->reduce_all_reduce, 1));
       /* grad16 is zeroed next: the last bucket must be packed */
       ZRT_CHECK(zrt_buckets_drain(eng->buckets));
       ZRT_CHECK(zrt_backend_memset(eng->backend, me->grad16, 0,
@@ -551,6 +569,7 @@ static zrt_status zrt_engine_step_apply_phase(zrt_engine *eng, const zrt_gradsta
   /* the optimizer's share, less the all-gathers it timed as gather_s */
   zrt_engine_timing_charge(&eng->ph.optimizer_s, t_opt, eng->ph.gather_s - gather0);
   for (int m = 0; m < eng->nmodules && st == ZRT_OK; m++) {
+    if (zrt_engine_acc_written(eng, &eng->modules[m])) continue; /* the next window writes it */
     int64_t off, len;
     zrt_engine_master_extent(eng, m, &off, &len);
     size_t bytes = (size_t)len * zrt_dtype_size(eng->master_dtype);
