@@ -428,13 +428,18 @@ static void stage_weights(trainer *tr, const gpt2_task *t, int m) {
 
 /* Task side: points tr->g at fp32 gradient buffers of module m: the
  * engine's own when fp32, else zeroed staging that flush_grads adds into
- * the engine's. */
+ * the engine's; in a 16-bit run the embedding's wte staging is dwte, which
+ * holds the LM head's share of the tied gradient (the head zeroed it and
+ * added into it this micro-step: the staging's 0 + dwte, without the pass
+ * that zeroes a staging and the one that adds dwte into it). */
 static void stage_grads(trainer *tr, const gpt2_task *t, int m) {
   int64_t off = 0;
   for (int p = 0; p < nparams_of(tr, m); p++) {
     tr->graw[p] = t->graw[p];
     if (tr->info.dtype == ZRT_F32) {
       tr->g[p] = tr->graw[p];
+    } else if (m == 0 && p == GPT2_WTE) {
+      tr->g[p] = tr->dwte;
     } else {
       tr->g[p] = tr->gstage + off;
       tr->ops.zero(tr->g[p], (size_t)tr->numel[m][p]);
@@ -490,9 +495,11 @@ static zrt_status task_run(void *arg) {
     return st;
   case GPT2_TASK_EMBED_BWD:
     stage_grads(tr, t, 0);
-    /* The LM head's share of the tied wte gradient joins the embedding's. */
-    ops->residual_forward(tr->g[GPT2_WTE], tr->g[GPT2_WTE], tr->dwte, NULL,
-                          (int)(tr->numel[0][GPT2_WTE] / tr->cfg.n_embd), tr->cfg.n_embd);
+    /* The LM head's share of the tied wte gradient joins the embedding's
+     * (a 16-bit run's staging of it is dwte itself: stage_grads). */
+    if (tr->info.dtype == ZRT_F32)
+      ops->residual_forward(tr->g[GPT2_WTE], tr->g[GPT2_WTE], tr->dwte, NULL,
+                            (int)(tr->numel[0][GPT2_WTE] / tr->cfg.n_embd), tr->cfg.n_embd);
     st = gpt2_embed_backward_f32(ops, &tr->cfg, &tr->L, tr->acts, tr->d_tok, B, tr->g);
     if (st == ZRT_OK) flush_grads(tr, 0);
     return st;
