@@ -431,21 +431,36 @@ static void stage_weights(trainer *tr, const gpt2_task *t, int m) {
  * the engine's; in a 16-bit run the embedding's wte staging is dwte, which
  * holds the LM head's share of the tied gradient (the head zeroed it and
  * added into it this micro-step: the staging's 0 + dwte, without the pass
- * that zeroes a staging and the one that adds dwte into it). */
+ * that zeroes a staging and the one that adds dwte into it, and a gstage
+ * the size of the largest module's other gradients: staged_floats). */
+static int tied_staging(const trainer *tr, int m, int p) {
+  return tr->info.dtype != ZRT_F32 && m == 0 && p == GPT2_WTE;
+}
 static void stage_grads(trainer *tr, const gpt2_task *t, int m) {
   int64_t off = 0;
   for (int p = 0; p < nparams_of(tr, m); p++) {
     tr->graw[p] = t->graw[p];
     if (tr->info.dtype == ZRT_F32) {
       tr->g[p] = tr->graw[p];
-    } else if (m == 0 && p == GPT2_WTE) {
+    } else if (tied_staging(tr, m, p)) {
       tr->g[p] = tr->dwte;
     } else {
       tr->g[p] = tr->gstage + off;
       tr->ops.zero(tr->g[p], (size_t)tr->numel[m][p]);
+      off += tr->numel[m][p];
     }
-    off += tr->numel[m][p];
   }
+}
+/* The floats of gstage: the largest module's staged gradients. */
+static int64_t staged_floats(const trainer *tr) {
+  int64_t most = 0;
+  for (int m = 0; m < tr->nmod; m++) {
+    int64_t tot = 0;
+    for (int p = 0; p < nparams_of(tr, m); p++)
+      if (!tied_staging(tr, m, p)) tot += tr->numel[m][p];
+    if (tot > most) most = tot;
+  }
+  return most;
 }
 
 static void flush_grads(trainer *tr, int m) {
@@ -1396,7 +1411,8 @@ int main(int argc, char **argv) {
   {
     uint64_t act = (uint64_t)tr.L.total * 4 + wte_n * 4 + 2 * N * sizeof(int) + scratch_bytes +
                    (tr.accum > 1 ? (uint64_t)tr.accum * N * sizeof(float) : 0);
-    if (tr.info.dtype != ZRT_F32) act += 2 * (uint64_t)max_mod * 4 + (tr.w16 ? 0 : wte_n * 4);
+    if (tr.info.dtype != ZRT_F32)
+      act += (uint64_t)(max_mod + staged_floats(&tr)) * 4 + (tr.w16 ? 0 : wte_n * 4);
     CHECK(zrt_engine_set_activation_bytes(tr.eng, act));
   }
   CHECK(zrt_engine_build(tr.eng));
@@ -1432,7 +1448,7 @@ int main(int argc, char **argv) {
   if (tr.info.dtype != ZRT_F32) {
     CHECK(zrt_engine_alloc(tr.eng, (size_t)max_mod * sizeof(float), ZRT_MEM_ACTIVATIONS,
                            (void **)&tr.wstage));
-    CHECK(zrt_engine_alloc(tr.eng, (size_t)max_mod * sizeof(float), ZRT_MEM_ACTIVATIONS,
+    CHECK(zrt_engine_alloc(tr.eng, (size_t)staged_floats(&tr) * sizeof(float), ZRT_MEM_ACTIVATIONS,
                            (void **)&tr.gstage));
     if (!tr.w16) /* the head's GEMMs read the 16-bit wte on CUDA */
       CHECK(zrt_engine_alloc(tr.eng, wte_n * sizeof(float), ZRT_MEM_ACTIVATIONS,

@@ -29,18 +29,24 @@ static uint64_t trainer_bytes(const gpt2_config *cfg, int B, int nckpt, zrt_dtyp
   int flags = cuda ? GPT2_ACTS_LSE_ONLY | (dt != ZRT_F32 ? GPT2_ACTS_HALF16 : 0) : 0;
   gpt2_acts_layout_init(&L, cfg, B, nckpt, flags);
   uint64_t N = (uint64_t)B * (uint64_t)cfg->seq_len, wte_n = (uint64_t)cfg->vocab * cfg->n_embd;
-  int64_t max_mod = 0;
+  /* the largest module (weights' staging) and its gradients' staging: a
+   * 16-bit run stages the embedding's wte gradient in dwte */
+  int64_t max_mod = 0, max_staged = 0;
   for (int m = -1; m <= cfg->n_layer; m++) {
     gpt2_param_spec spec[GPT2_BLOCK_NPARAMS];
     int np = gpt2_module_params(cfg, m, spec);
-    int64_t tot = 0;
-    for (int p = 0; p < np; p++) tot += gpt2_param_numel(&spec[p]);
+    int64_t tot = 0, staged = 0;
+    for (int p = 0; p < np; p++) {
+      tot += gpt2_param_numel(&spec[p]);
+      if (!(m == -1 && p == GPT2_WTE)) staged += gpt2_param_numel(&spec[p]);
+    }
     if (tot > max_mod) max_mod = tot;
+    if (staged > max_staged) max_staged = staged;
   }
   uint64_t act = (uint64_t)L.total * 4 + wte_n * 4 + 2 * N * sizeof(int) +
                  (cuda ? gpt2_cuda_scratch_bytes(cfg, B, dt) : 0) +
                  (accum > 1 ? (uint64_t)accum * N * 4 : 0);
-  if (dt != ZRT_F32) act += 2 * (uint64_t)max_mod * 4 + (cuda ? 0 : wte_n * 4);
+  if (dt != ZRT_F32) act += (uint64_t)(max_mod + max_staged) * 4 + (cuda ? 0 : wte_n * 4);
   return act;
 }
 
