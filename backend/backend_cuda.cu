@@ -153,6 +153,25 @@ static void zrt_cuda_free(void *ctx, void *ptr, size_t bytes) {
   }
 }
 
+/* zrt_backend_free_on: the block goes back in stream order on s alone
+ * (the caller vouches that s is ordered after every use of it), with no
+ * join of the other streams: a module's gradients freed after their
+ * reduce-scatter's stream wait do not make the compute stream wait for the
+ * comm stream's later work. The memory pool orders a later allocation on
+ * any stream after this free itself (cudaMallocAsync's stream-ordered
+ * reuse: event dependencies, or a dependency it inserts). */
+static void zrt_cuda_free_on(void *ctx, void *ptr, size_t bytes, zrt_stream s) {
+  zrt_cuda_ctx *c = (zrt_cuda_ctx *)ctx;
+  (void)bytes;
+  cudaSetDevice(c->device);
+  cudaError_t e = cudaFreeAsync(ptr, zrt_cuda_stream(c, s));
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    zrt_log(ZRT_LOG_ERROR, "cudaFreeAsync(%p) on device %d, stream %p: %s", ptr, c->device, s,
+            cudaGetErrorString(e));
+  }
+}
+
 /* The record of stream st (caller holds mu); NULL when untracked. */
 static zrt_cuda_stream_rec *zrt_cuda_rec(zrt_cuda_ctx *c, cudaStream_t st) {
   for (int i = 0; i < c->nrec; i++)
@@ -336,9 +355,16 @@ static zrt_status zrt_cuda_gemm_ex(zrt_cuda_ctx *c, int ta, int tb, int64_t m, i
                        (void *)st);
     }
     cs = cublasSetStream(c->cublas, st);
-    if (cs == CUBLAS_STATUS_SUCCESS)
-      cs = cublasSetWorkspace(c->cublas, r->cublas_ws, ZRT_CUBLAS_WORKSPACE);
-    if (cs == CUBLAS_STATUS_SUCCESS) c->cublas_bound = st;
+    if (cs != CUBLAS_STATUS_SUCCESS) {
+      pthread_mutex_unlock(&c->mu);
+      return zrt_cublas_err(cs, "cublasSetStream (gemm)");
+    }
+    cs = cublasSetWorkspace(c->cublas, r->cublas_ws, ZRT_CUBLAS_WORKSPACE);
+    if (cs != CUBLAS_STATUS_SUCCESS) {
+      pthread_mutex_unlock(&c->mu);
+      return zrt_cublas_err(cs, "cublasSetWorkspace (gemm)");
+    }
+    c->cublas_bound = st;
   }
   if (cs == CUBLAS_STATUS_SUCCESS)
     cs = cublasGemmEx(c->cublas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
@@ -472,10 +498,14 @@ static zrt_status zrt_cuda_track(zrt_cuda_ctx *c, cudaStream_t s) {
   cudaError_t e = cudaEventCreateWithFlags(&r.join, cudaEventDisableTiming);
   if (e != cudaSuccess) return zrt_cuda_status(e, "cudaEventCreate (stream join)");
   e = cudaMallocFromPoolAsync(&r.cublas_ws, ZRT_CUBLAS_WORKSPACE, c->mempool, s);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(s); /* once, at creation */
   if (e != cudaSuccess) {
     cudaEventDestroy(r.join);
     return zrt_cuda_status(e, "cudaMallocFromPoolAsync (cuBLAS workspace)");
+  }
+  e = cudaStreamSynchronize(s); /* once, at creation */
+  if (e != cudaSuccess) {
+    cudaEventDestroy(r.join);
+    return zrt_cuda_status(e, "cudaStreamSynchronize (a new stream's cuBLAS workspace)");
   }
   pthread_mutex_lock(&c->mu);
   if (c->nrec == ZRT_CUDA_MAX_STREAMS) {
@@ -559,7 +589,9 @@ static zrt_status zrt_cuda_event_elapsed(void *ctx, zrt_event start, zrt_event e
   for (int i = 0; i < 2; i++) {
     cudaError_t q = cudaEventQuery(ev[i]);
     if (q == cudaErrorNotReady) {
-      (void)cudaGetLastError();
+      /* cleared only when it is the thread's last error (comm_nccl.c's
+       * rule): an earlier, unrelated error stays for its own check */
+      if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
       return ZRT_OK;
     }
     if (q != cudaSuccess) return zrt_cuda_status(q, "cudaEventQuery (event_elapsed)");
@@ -629,7 +661,9 @@ static zrt_status zrt_cuda_event_query(void *ctx, zrt_event e, int *done) {
   ZRT_CUDA_CHECK(cudaSetDevice(c->device));
   cudaError_t q = cudaEventQuery((cudaEvent_t)e);
   if (q == cudaErrorNotReady) {
-    (void)cudaGetLastError(); /* not an error: cleared so the next call does not see it */
+    /* not an error: cleared so the next call does not see it (only when it
+     * is the thread's last error, as in comm_nccl.c) */
+    if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
     return ZRT_OK;
   }
   if (q != cudaSuccess) return zrt_cuda_status(q, "cudaEventQuery (event_query)");
@@ -753,6 +787,7 @@ static zrt_backend_iface zrt_cuda_make_iface(void) {
   f.name = "cuda";
   f.alloc = zrt_cuda_alloc;
   f.free = zrt_cuda_free;
+  f.free_on = zrt_cuda_free_on;
   f.memcpy = zrt_cuda_memcpy;
   f.memset = zrt_cuda_memset;
   f.convert = zrt_cuda_convert;
@@ -909,10 +944,13 @@ extern "C" zrt_status zrt_backend_cuda_init(zrt_backend *b, int device, int shar
       goto fail;
     }
     cs = cublasSetStream(c->cublas, c->stream);
-    if (cs == CUBLAS_STATUS_SUCCESS)
-      cs = cublasSetWorkspace(c->cublas, c->rec[0].cublas_ws, ZRT_CUBLAS_WORKSPACE);
     if (cs != CUBLAS_STATUS_SUCCESS) {
       st = zrt_cublas_err(cs, "cublasSetStream");
+      goto fail;
+    }
+    cs = cublasSetWorkspace(c->cublas, c->rec[0].cublas_ws, ZRT_CUBLAS_WORKSPACE);
+    if (cs != CUBLAS_STATUS_SUCCESS) {
+      st = zrt_cublas_err(cs, "cublasSetWorkspace");
       goto fail;
     }
     c->cublas_bound = c->stream;
