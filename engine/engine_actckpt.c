@@ -71,7 +71,8 @@ static void ack_forget_blocks(zrt_actckpt_state *a) {
   free(a->on);
   free(a->saved);
   free(a->store);
-  a->on = a->saved = NULL;
+  free(a->reg);
+  a->on = a->saved = a->reg = NULL;
   a->store = NULL;
   a->nblocks = a->n = 0;
 }
@@ -95,7 +96,8 @@ zrt_status zrt_actckpt_declare(zrt_engine *eng, int nblocks, size_t bytes,
   a->on = calloc((size_t)nblocks, 1);
   a->saved = calloc((size_t)nblocks, 1);
   a->store = calloc((size_t)nblocks, sizeof(void *));
-  if (!a->on || !a->saved || !a->store)
+  a->reg = calloc((size_t)nblocks, 1);
+  if (!a->on || !a->saved || !a->store || !a->reg)
     return zrt_error(ZRT_ERR_OOM, "zrt_actckpt_declare: out of host memory");
   const zrt_cfg *c = eng->cfg;
   int64_t cap = c->actckpt_number < 0 ? nblocks : c->actckpt_number;
@@ -232,20 +234,29 @@ zrt_status zrt_engine_actckpt_build(zrt_engine *eng) {
     eng->host_pool = zrt_hostpool_pool(eng->hostpool);
   }
   size_t total = (size_t)a->n * a->bytes;
+  /* cpu mode: host copies the copy stream reads and writes asynchronously
+   * even when the host pool is not pinned (offload's default pool): they
+   * are registered then (zrt_hostpool_stage_alloc), else each save's copy
+   * to pageable memory would be a host wait */
+  const int pinned = eng->hostpool ? zrt_hostpool_pinned(eng->hostpool) : 1;
+  int reg = 0;
   if (a->contiguous) {
     if (a->cpu)
-      ZRT_CHECK(zrt_pool_alloc(eng->host_pool, total, ZRT_MEM_ACTIVATIONS, &a->buf));
+      ZRT_CHECK(zrt_hostpool_stage_alloc(eng->host_pool, be, pinned, total, ZRT_MEM_ACTIVATIONS,
+                                         &a->buf, &a->buf_reg));
     else
       ZRT_CHECK(zrt_backend_alloc(be, total, ZRT_MEM_ACTIVATIONS, &a->buf));
   }
   size_t k = 0;
   for (int b = 0; b < a->nblocks; b++) {
     if (!a->on[b]) continue;
-    if (a->contiguous)
+    if (a->contiguous) {
       a->store[b] = (char *)a->buf + k++ * a->bytes;
-    else if (a->cpu)
-      ZRT_CHECK(zrt_pool_alloc(eng->host_pool, a->bytes, ZRT_MEM_ACTIVATIONS, &a->store[b]));
-    else
+    } else if (a->cpu) {
+      ZRT_CHECK(zrt_hostpool_stage_alloc(eng->host_pool, be, pinned, a->bytes, ZRT_MEM_ACTIVATIONS,
+                                         &a->store[b], &reg));
+      a->reg[b] = (unsigned char)reg;
+    } else
       ZRT_CHECK(zrt_backend_alloc(be, a->bytes, ZRT_MEM_ACTIVATIONS, &a->store[b]));
   }
   if (a->cpu) {
@@ -279,17 +290,19 @@ void zrt_engine_actckpt_free(zrt_engine *eng) {
   for (int b = 0; a->store && b < a->nblocks; b++) {
     if (!a->store[b] || a->contiguous) continue;
     if (a->cpu)
-      zrt_pool_free(eng->host_pool, a->store[b]);
+      zrt_hostpool_stage_free(eng->host_pool, be, a->store[b], a->reg[b]);
     else
       zrt_backend_free(be, a->store[b]);
     a->store[b] = NULL;
+    a->reg[b] = 0;
   }
   if (a->buf) {
     if (a->cpu)
-      zrt_pool_free(eng->host_pool, a->buf);
+      zrt_hostpool_stage_free(eng->host_pool, be, a->buf, a->buf_reg);
     else
       zrt_backend_free(be, a->buf);
     a->buf = NULL;
+    a->buf_reg = 0;
   }
   for (int s = 0; s < ZRT_ACTCKPT_SLOTS; s++) {
     zrt_backend_free(be, a->slot[s]);

@@ -109,7 +109,9 @@ typedef struct zrt_actckpt_state {
   unsigned char *on;    /* per block: checkpointed */
   unsigned char *saved; /* per block: saved this pass, not yet released */
   void **store;         /* per block: device checkpoint, or host copy (cpu) */
+  unsigned char *reg;   /* cpu, per block: its host copy registered by zrt_hostpool_stage_alloc */
   void *buf;            /* contiguous: the one buffer */
+  int buf_reg;          /* cpu, contiguous: buf registered likewise */
   int cpu, contiguous, sync, profile;
   void *slot[ZRT_ACTCKPT_SLOTS];
   int holds[ZRT_ACTCKPT_SLOTS], busy[ZRT_ACTCKPT_SLOTS], next_slot;
