@@ -423,9 +423,12 @@ typedef enum zrt_copy_kind {
  * Host memory from zrt_engine_host_alloc: asynchronous, see its contract.
  * Other host memory: H2D takes the bytes before it returns (the host may
  * reuse the buffer at once; on cuda a copy from pageable memory may make
- * the host wait), D2H returns when the copy and the work before it are
- * done (a host wait: how the program reads results back). Device to
- * device: queued. cpu: done on return. */
+ * the host wait), D2H into pageable memory returns when the copy and the
+ * work before it are done (a host wait: how the program reads results
+ * back). Host memory the program pinned or registered itself on cuda
+ * (cudaMallocHost, cudaHostRegister) is copied asynchronously, as the
+ * runtime copies it: zrt_engine_synchronize before reading a D2H result
+ * there. Device to device: queued. cpu: done on return. */
 ZRT_API zrt_status zrt_engine_memcpy(zrt_engine *eng, void *dst, const void *src, size_t bytes,
                                      zrt_copy_kind kind);
 /* C = alpha * op(A) op(B) + beta * C, row-major, fp32 accumulation; A, B in
