@@ -98,7 +98,7 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
     N = B * T
     hs = C // NH
     k = {"gemm_flops": 0.0, "gemm_bytes": 0.0, "elem_bytes": 0.0, "attn_fma": 0.0,
-         "attn_tensor_flops": 0.0, "attn_bytes": 0.0}
+         "attn_tensor_flops": 0.0, "attn_bytes": 0.0, "param_bytes": 0.0}
     a = act_bytes  # bytes per activation element between kernels
 
     def gemm(m, n, kk, a_act, b_act, beta=0, c16=False):
@@ -224,6 +224,47 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
     return k
 
 
+def param_passes(T, C, L, V, mode, accum=1):
+    """Bytes of the step's parameter-sized passes outside the model's
+    kernels, one GPU, stage 0, bf16 (the benchmark's run), accum
+    micro-steps a step (the program's passes run in each, the engine's
+    once). mode "zrt": train_gpt2 and the engine as they are -- each
+    module's fp32 gradient staging zeroed (4 B an element; the tied wte's
+    staging is dwte, zeroed by the head: 4 B), the gradients added into the
+    engine's bf16 ones (flush: read 4 + 2, write 2), the embedding's
+    weights converted to fp32 for the encoder (read 2, write 4) and the
+    blocks' non-GEMM weights twice (forward and backward), the engine's
+    one-rank boundary reduce (grad16 converted into the fp32 accumulator: 2
+    + 4) and grad16's zeroing (2), the statistics pass (4) and the fused
+    AdamW (gradient, master and both moments read, 16; master, moments and
+    the bf16 weight written, 14). mode "zrt_s16": the same before session
+    17 (the buckets' copy, an addition onto the zeroed accumulator, its
+    zeroing after the step: 16 + 4 instead of 8; wte's gradient in its own
+    zeroed staging with dwte added into it: 16 B an element of wte more).
+    mode "torch": PyTorch eager under autocast with torch.optim.AdamW's
+    default foreach path and zero_grad(set_to_none) -- the GEMMs' weights
+    cast to bf16 each forward (read 4, write 2), their bf16 gradients
+    converted into fp32 .grad (read 2, write 4), the tied wte's two
+    gradients summed (read 8, write 4), and the foreach kernels (mul_ of
+    the weights 8, lerp_ of exp_avg 12, mul_ and addcmul_ of exp_avg_sq 8 +
+    12, sqrt, div_ and add_ of its root 3 x 8, addcdiv_ of the weights 16:
+    80 B an element; the biases' casts left out)."""
+    gemm_w = L * 12.0 * C * C
+    nongemm = L * 13.0 * C
+    wte, wpe, lnf = float(V) * C, float(T) * C, 2.0 * C
+    P = gemm_w + nongemm + wte + wpe + lnf
+    if mode == "torch":
+        return 6.0 * (gemm_w + wte) * 2 + 12.0 * wte + 80.0 * P
+    staged_zero = 4.0 * (P - wte) + 4.0 * wte  # the stagings, dwte for wte
+    flush = 8.0 * P
+    to_f32 = 6.0 * (wte + wpe) + 6.0 * 2 * nongemm + 6.0 * lnf
+    engine = (6.0 + 2.0) * P + 4.0 * P + 30.0 * P
+    if mode == "zrt_s16":
+        engine += (16.0 + 4.0 - 8.0) * P
+        staged_zero += 4.0 * wte + 12.0 * wte  # wte's own staging, then + dwte
+    return accum * (staged_zero + flush + to_f32) + engine
+
+
 def seconds(k, tensor, fp32, hbm):
     return {
         "gemm_tensor_s": k["gemm_flops"] / tensor,
@@ -231,6 +272,7 @@ def seconds(k, tensor, fp32, hbm):
         "elementwise_s": k["elem_bytes"] / hbm,
         "attention_compute_s": 2.0 * k["attn_fma"] / fp32 + k["attn_tensor_flops"] / tensor,
         "attention_bytes_s": k["attn_bytes"] / hbm,
+        "param_passes_s": k["param_bytes"] / hbm,
     }
 
 
@@ -280,21 +322,26 @@ def main():
         if abs(k["gemm_flops"] - gemm_want) > 1e-9 * gemm_want:
             sys.exit("gpt2_cuda_budget: the GEMMs listed give %.6g FLOPs, gpt2_flops_per_token's "
                      "GEMM part %.6g: the op list is out of step with the model" % (k["gemm_flops"], gemm_want))
+        k["param_bytes"] = param_passes(T, C, L, V, "torch" if name.startswith("bf16_act") else "zrt")
         s = seconds(k, tensor, fp32, hbm)
         floor = sum(s.values())
+        model = floor - s["param_passes_s"]
         out[name] = {**{kk: round(v, 6) for kk, v in s.items()}, "floor_s": round(floor, 6),
                      "max_tokens_per_s": round(B * T / floor), "max_mfu": round(step_flops / (tensor * floor), 4),
-                     "bytes": {kk: k[kk] for kk in ("gemm_bytes", "elem_bytes", "attn_bytes")},
+                     "model_floor_s": round(model, 6),
+                     "model_max_mfu": round(step_flops / (tensor * model), 4),
+                     "bytes": {kk: k[kk] for kk in ("gemm_bytes", "elem_bytes", "attn_bytes", "param_bytes")},
                      "attention_fma": k["attn_fma"]}
+    out["param_passes_bytes"] = {m: param_passes(T, C, L, V, m) for m in ("zrt", "zrt_s16", "torch")}
     print(json.dumps(out, indent=1))
     if a.table:
         rows = ["gemm_tensor_s", "gemm_bytes_s", "elementwise_s", "attention_compute_s", "attention_bytes_s",
-                "floor_s", "max_mfu"]
+                "param_passes_s", "floor_s", "max_mfu", "model_floor_s", "model_max_mfu"]
         hdr = ("zrt now", "fp32 dC", "fp32 d4C", "fp32 logits", "separate LN", "separate bias", "fp32 acts",
                "fp32-core attn", "bf16 act+flash")
         print("%-22s" % "ms per step (floor)" + "".join(" %14s" % h for h in hdr), file=sys.stderr)
         for r in rows:
-            f = (lambda v: "%.3f" % v) if r == "max_mfu" else (lambda v: "%.2f" % (1e3 * v))
+            f = (lambda v: "%.3f" % v) if r.endswith("max_mfu") else (lambda v: "%.2f" % (1e3 * v))
             print("%-22s" % r + "".join(" %14s" % f(out[n][r]) for n, *_ in shapes), file=sys.stderr)
 
 

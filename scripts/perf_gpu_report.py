@@ -20,7 +20,10 @@ the pinned-copy figures, zrt's kernels by class ("kernels": GEMM, attention,
 the rest, each its measured ms per step against its floor from
 perf/gpt2_cuda_budget.py at zrt's measured GEMM peak and the budget's
 default fp32 and HBM peaks, H100 SXM's: floor / measured is how close each
-class runs to its physical limit), and the issue's goals (MFU >= 0.45, >= 1.2x
+class runs to its physical limit; "outside_model": the step's time outside
+the model's kernels against the floor of its parameter-sized passes,
+gradient staging, the engine's reduce, statistics and AdamW), and the
+issue's goals (MFU >= 0.45, >= 1.2x
 PyTorch eager, pinned copies >= 0.9 of plain) each as true / false, or null
 with the reason in "missing" when its inputs are absent. Nothing is
 estimated or filled in. Figures that cannot be right (an MFU above 1: the
@@ -57,9 +60,17 @@ def kernels_vs_floor(ops, zrt, shape, dtype):
     # 16-bit gradient copy, operand reuse and the GEMM-only activations in 16
     # bits (gpt2_act16.h); fp32: the CUDA cores' attention
     tc = dtype in ("bf16", "fp16")
+    # the budget's zrt_cuda_now shape in a 16-bit run (every fusion and
+    # 16-bit slot on), its fp32_core_attention shape in an fp32 one
     k = b.step_budget(zrt["micro_batch"], zrt["seq_len"], C, L, NH, zrt["vocab"], 4, tc,
-                      7 if tc else 9, tc, tc, tc)
+                      7 if tc else 9, ce_copy16=tc, reuse=tc, act16=tc, bias_fwd_fused=tc,
+                      bias_grad_fused=tc, attn_writes=tc, gelu_copy16=tc, fch16=tc,
+                      dqkv16=tc, ln_fused=tc, logits16=tc, d4c16=tc, dc16=tc)
     s = b.seconds(k, tensor, 67e12, 3.35e12)
+    # the step's parameter-sized passes (gradient staging, the engine's
+    # reduce, statistics and AdamW) against the step's time outside the
+    # model's kernels (the engine, the host, the launch gaps)
+    engine_floor = b.param_passes(zrt["seq_len"], C, L, zrt["vocab"], "zrt", accum) / 3.35e12
     kinds = ops["kinds"]
     ms = lambda names: sum(kinds[n]["ms_per_step"] for n in names if n in kinds)
     rest = [n for n in kinds if n != "gemm" and n not in ATTENTION_KINDS]
@@ -74,6 +85,10 @@ def kernels_vs_floor(ops, zrt, shape, dtype):
         f = 1e3 * floors[c] * accum
         out["classes"][c] = {"ms_per_step": got[c], "floor_ms": f,
                              "floor_over_measured": f / got[c] if got[c] > 0 else None}
+    outside = ops["step_ms"] - ops["model_ops_ms"]
+    out["classes"]["outside_model"] = {
+        "ms_per_step": outside, "floor_ms": 1e3 * engine_floor,
+        "floor_over_measured": 1e3 * engine_floor / outside if outside > 0 else None}
     return out
 
 

@@ -23,10 +23,16 @@ r = json.loads(sys.argv[1]); want = float(sys.argv[2])
 got = r["flops_per_step"] / 1e9
 print(f"FLOPs per step: budget {got:.4g} GFLOP, train_gpt2 {want:.4g} GFLOP")
 assert abs(got - want) <= 0.01 * want, "the budget's FLOPs per step differ from train_gpt2's"
-now, best = r["zrt_cuda_now"]["floor_s"], r["bf16_activations_tensor_attention"]["floor_s"]
-simt, f32 = r["fp32_core_attention"]["floor_s"], r["fp32_activations"]["floor_s"]
-sep = r["separate_bias_adds"]["floor_s"]
+# the kernel shapes' floors (the model's kernels; the step's parameter passes apart)
+fl = lambda n: r[n]["model_floor_s"]
+now, best = fl("zrt_cuda_now"), fl("bf16_activations_tensor_attention")
+simt, f32, sep = fl("fp32_core_attention"), fl("fp32_activations"), fl("separate_bias_adds")
 assert 0 < best < now <= sep <= f32 <= simt, (best, now, sep, f32, simt)  # whole microseconds: ties
+# the parameter passes: session 17's fewer than session 16's, PyTorch's foreach AdamW the most
+pp = r["param_passes_bytes"]
+assert 0 < pp["zrt"] < pp["zrt_s16"] < pp["torch"], pp
+for n in ("zrt_cuda_now", "bf16_activations_tensor_attention"):
+    assert abs(r[n]["floor_s"] - r[n]["model_floor_s"] - r[n]["param_passes_s"]) < 2e-6, r[n]
 PY
 # GPT-2 124M: the GEMM list's own check, and the tensor cores' attention below the CUDA cores'
 json=$(python3 "$SRC/perf/gpt2_cuda_budget.py")

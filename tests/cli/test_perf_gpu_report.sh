@@ -9,7 +9,8 @@
 # the pinned-copy fractions and the hidden share in range, every goal
 # present, the kernels by class (the --profile_ops run's GEMM, attention and
 # other kinds summed as the report's classes, each with a positive floor
-# from perf/gpt2_cuda_budget.py for the run's shape), and an MFU above 1 (the CPU's peak measured low on a busy
+# from perf/gpt2_cuda_budget.py for the run's shape, and the step outside
+# the model's kernels against its parameter passes' floor), and an MFU above 1 (the CPU's peak measured low on a busy
 # machine) flagged, never silently reported: a log whose peak line is made
 # 1000x lower must be flagged. The report must refuse inputs it cannot use:
 # an empty directory (exit 1, zrt missing) and a log without the measured
@@ -54,6 +55,12 @@ for c, want_ms in (("gemm", ops["gemm"]["ms_per_step"]), ("attention", att), ("e
     assert abs(got["ms_per_step"] - want_ms) <= 1e-9 * want_ms, (c, got, want_ms)
     assert got["floor_ms"] > 0 and got["floor_over_measured"] > 0, (c, got)
 assert kr["attention_kernels"] == "CUDA cores", kr["attention_kernels"]  # smoke: an fp32 run
+# the step outside the model's kernels against the parameter passes' floor
+ops_all = json.load(open(d + "/zrt_ops.json"))
+om = kr["classes"]["outside_model"]
+want_out = ops_all["step_ms"] - ops_all["model_ops_ms"]
+assert abs(om["ms_per_step"] - want_out) <= 1e-9 * abs(want_out), (om, want_out)
+assert om["floor_ms"] > 0, om
 for name in ("torch_eager", "torch_compile"):
     if r[name] is None:
         assert any(m.startswith(name) for m in r["missing"]), (name, r["missing"])
