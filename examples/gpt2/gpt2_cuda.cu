@@ -58,13 +58,17 @@ static unsigned nblocks(size_t n, unsigned threads) {
   return (unsigned)((n + threads - 1) / threads);
 }
 
-__global__ void k_encoder_forward(float *out, const int *tok, const float *wte, const float *wpe,
-                                  int B, int T, int C) {
+/* wte and wpe fp32, or each the engine's 16-bit tensor as is (e16, p16:
+ * a 16-bit run's registered embedding, of the type f16 selects): widened
+ * exactly, so the sum is the fp32 staging's. */
+__global__ void k_encoder_forward(float *out, const int *tok, const void *wte, int e16,
+                                  const void *wpe, int p16, int f16, int B, int T, int C) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= (size_t)B * T * C) return;
   size_t bt = i / C;
   int c = (int)(i % C), t = (int)(bt % T);
-  out[i] = wte[(size_t)tok[bt] * C + c] + wpe[(size_t)t * C + c];
+  out[i] =
+      rw_act(wte, (size_t)tok[bt] * C + c, e16, f16) + rw_act(wpe, (size_t)t * C + c, p16, f16);
 }
 
 __global__ void k_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok,
@@ -459,8 +463,10 @@ static void cu_zero(float *p, size_t n) {
 static void cu_encoder_forward(float *out, const int *tok, const float *wte, const float *wpe,
                                int B, int T, int C) {
   r16_forget();
-  k_encoder_forward<<<nblocks((size_t)B * T * C, TPB), TPB, 0, g_stream>>>(out, tok, wte, wpe, B, T,
-                                                                           C);
+  /* the 16-bit wte and wpe as they are when registered (train_gpt2's
+   * stage_weights: a 16-bit run's embedding forward) */
+  k_encoder_forward<<<nblocks((size_t)B * T * C, TPB), TPB, 0, g_stream>>>(
+      out, tok, wte, is_w16(wte), wpe, is_w16(wpe), g_gemm_dt == ZRT_F16, B, T, C);
 }
 static void cu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int B,
                                 int T, int C) {

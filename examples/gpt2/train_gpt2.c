@@ -337,6 +337,7 @@ typedef struct trainer {
   void (*w16_clear)(void);
   void *scratch; /* the CUDA ops' scratch (gpt2_cuda_scratch_bytes) */
   float *acts, *wstage, *gstage, *wte_stage, *dwte;
+  int64_t wstage_n; /* floats of wstage (staged_weight_floats) */
   int *d_tok, *d_tgt;
   /* The token batches in host memory the engine copies asynchronously
    * (zrt_engine_host_alloc): one slice of 2*B*T ints (tokens, then
@@ -405,25 +406,53 @@ static int is_gemm_weight(const trainer *tr, int m, int p) {
          (p == GPT2_ATTN_W || p == GPT2_ATTNPROJ_W || p == GPT2_FC_W || p == GPT2_FCPROJ_W);
 }
 
+/* The weights the ops read as the engine's 16-bit tensors when they take
+ * them (tr->w16: CUDA): the blocks' weight matrices (the GEMMs) and the
+ * embedding's wte and wpe (the encoder forward); the others are staged. */
+static int reads16(const trainer *tr, int m, int p) {
+  (void)p;
+  return tr->w16 && tr->info.dtype != ZRT_F32 && (is_gemm_weight(tr, m, p) || m == 0);
+}
+/* The floats of wstage: the largest module's staged weights. */
+static int64_t staged_weight_floats(const trainer *tr) {
+  int64_t most = 0;
+  for (int m = 0; m < tr->nmod; m++) {
+    int64_t tot = 0;
+    for (int p = 0; p < nparams_of(tr, m); p++)
+      if (!reads16(tr, m, p)) tot += tr->numel[m][p];
+    if (tot > most) most = tot;
+  }
+  return most;
+}
+
 /* Task side: points tr->w at module m's weights as fp32 (converted when
- * 16-bit), or at the 16-bit tensors themselves for the GEMM weights when
- * the ops take them (tr->w16: CUDA, where the task runs on the calling
- * thread in program order, so the registration holds for this module's
- * kernels only). */
-static void stage_weights(trainer *tr, const gpt2_task *t, int m) {
+ * 16-bit), or at the 16-bit tensors themselves where the ops take them
+ * (reads16; tr->w16: CUDA, where the task runs on the calling thread in
+ * program order, so the registration holds for this module's kernels
+ * only). The staging holds staged_weight_floats: a registration the ops
+ * refuse (their table full) would need more, an internal error. */
+static zrt_status stage_weights(trainer *tr, const gpt2_task *t, int m) {
   int64_t off = 0;
   if (tr->w16_clear) tr->w16_clear();
   for (int p = 0; p < nparams_of(tr, m); p++) {
     if (tr->info.dtype == ZRT_F32) {
       tr->w[p] = t->wraw[p];
-    } else if (tr->w16 && is_gemm_weight(tr, m, p) && tr->w16(t->wraw[p], tr->numel[m][p]) == 0) {
-      tr->w[p] = t->wraw[p]; /* read as the run's 16-bit dtype by the GEMM */
+    } else if (reads16(tr, m, p) && tr->w16(t->wraw[p], tr->numel[m][p]) == 0) {
+      tr->w[p] = t->wraw[p]; /* read as the run's 16-bit dtype by its op */
     } else {
+      if (off + tr->numel[m][p] > tr->wstage_n) {
+        fprintf(stderr,
+                "train_gpt2: internal error: module %d's weights need %lld floats of staging, "
+                "%lld allocated (a 16-bit registration the CUDA ops refused): please report it\n",
+                m, (long long)(off + tr->numel[m][p]), (long long)tr->wstage_n);
+        return ZRT_ERR_INTERNAL;
+      }
       tr->w[p] = tr->wstage + off;
       tr->to_f32(tr->w[p], t->wraw[p], tr->info.dtype, tr->numel[m][p]);
+      off += tr->numel[m][p];
     }
-    off += tr->numel[m][p];
   }
+  return ZRT_OK;
 }
 
 /* Task side: points tr->g at fp32 gradient buffers of module m: the
@@ -477,14 +506,15 @@ static zrt_status task_run(void *arg) {
   zrt_status st = ZRT_OK;
   switch (t->kind) {
   case GPT2_TASK_EMBED_FWD:
-    stage_weights(tr, t, 0);
+    if ((st = stage_weights(tr, t, 0)) != ZRT_OK) return st;
     return gpt2_embed_forward_f32(ops, &tr->cfg, &tr->L, tr->acts, tr->d_tok, B, tr->w);
   case GPT2_TASK_BLOCK_FWD:
-    stage_weights(tr, t, 1 + t->l);
+    if ((st = stage_weights(tr, t, 1 + t->l)) != ZRT_OK) return st;
     return gpt2_block_forward_f32(ops, &tr->cfg, &tr->L, tr->acts, B, t->l, NULL, tr->w);
   case GPT2_TASK_HEAD: {
     const float *wte = t->wte_raw;
-    stage_weights(tr, t, last); /* first: it clears the 16-bit registrations */
+    /* first: it clears the 16-bit registrations */
+    if ((st = stage_weights(tr, t, last)) != ZRT_OK) return st;
     /* the tied wte: only the head's GEMMs read it, as is on CUDA (tr->w16) */
     if (tr->info.dtype != ZRT_F32 &&
         !(tr->w16 && tr->w16(t->wte_raw, tr->numel[0][GPT2_WTE]) == 0)) {
@@ -501,7 +531,7 @@ static zrt_status task_run(void *arg) {
     return st;
   }
   case GPT2_TASK_BLOCK_BWD:
-    stage_weights(tr, t, 1 + t->l);
+    if ((st = stage_weights(tr, t, 1 + t->l)) != ZRT_OK) return st;
     if (t->in) st = gpt2_block_forward_f32(ops, &tr->cfg, &tr->L, tr->acts, B, t->l, t->in, tr->w);
     if (st != ZRT_OK) return st;
     stage_grads(tr, t, 1 + t->l);
@@ -1345,7 +1375,6 @@ int main(int argc, char **argv) {
   tr.pid = calloc((size_t)tr.nmod, sizeof *tr.pid);
   tr.numel = calloc((size_t)tr.nmod, sizeof *tr.numel);
   if (!tr.mod_id || !tr.pid || !tr.numel) goto fail;
-  int64_t max_mod = 0;
   for (int m = 0; m < tr.nmod; m++) {
     gpt2_param_spec ps[GPT2_BLOCK_NPARAMS];
     int np = gpt2_module_params(&tr.cfg, m - 1, ps);
@@ -1359,14 +1388,11 @@ int main(int argc, char **argv) {
     else
       snprintf(mname, sizeof mname, "h.%d", m - 1);
     CHECK(zrt_module_add(tr.eng, mname, &tr.mod_id[m]));
-    int64_t tot = 0;
     for (int p = 0; p < np; p++) {
       CHECK(zrt_param_add(tr.eng, tr.mod_id[m], ps[p].name, ps[p].ndim, ps[p].shape, ps[p].init,
                           ps[p].flags, &tr.pid[m][p]));
       tr.numel[m][p] = gpt2_param_numel(&ps[p]);
-      tot += tr.numel[m][p];
     }
-    if (tot > max_mod) max_mod = tot;
   }
   /* Activation checkpointing: with --activation_checkpointing or a config
    * that asks for it (an activation_checkpointing section), every block
@@ -1412,7 +1438,8 @@ int main(int argc, char **argv) {
     uint64_t act = (uint64_t)tr.L.total * 4 + wte_n * 4 + 2 * N * sizeof(int) + scratch_bytes +
                    (tr.accum > 1 ? (uint64_t)tr.accum * N * sizeof(float) : 0);
     if (tr.info.dtype != ZRT_F32)
-      act += (uint64_t)(max_mod + staged_floats(&tr)) * 4 + (tr.w16 ? 0 : wte_n * 4);
+      act +=
+          (uint64_t)(staged_weight_floats(&tr) + staged_floats(&tr)) * 4 + (tr.w16 ? 0 : wte_n * 4);
     CHECK(zrt_engine_set_activation_bytes(tr.eng, act));
   }
   CHECK(zrt_engine_build(tr.eng));
@@ -1446,7 +1473,8 @@ int main(int argc, char **argv) {
                            (void **)&tr.loss_win));
   tr.d_tgt = tr.d_tok + N;
   if (tr.info.dtype != ZRT_F32) {
-    CHECK(zrt_engine_alloc(tr.eng, (size_t)max_mod * sizeof(float), ZRT_MEM_ACTIVATIONS,
+    tr.wstage_n = staged_weight_floats(&tr);
+    CHECK(zrt_engine_alloc(tr.eng, (size_t)tr.wstage_n * sizeof(float), ZRT_MEM_ACTIVATIONS,
                            (void **)&tr.wstage));
     CHECK(zrt_engine_alloc(tr.eng, (size_t)staged_floats(&tr) * sizeof(float), ZRT_MEM_ACTIVATIONS,
                            (void **)&tr.gstage));

@@ -35,7 +35,10 @@
  *     cross-entropy over GPT-2's 50257 logits on 37 rows, with and
  *     without its gradient. Tolerances absolute, from the magnitudes:
  *     1e-5 elementwise, 1e-4 for sums over the 200 rows and the losses,
- *     1e-6 for the cross-entropy's gradient (entries <= 1/37); over rows
+ *     1e-6 for the cross-entropy's gradient (entries <= 1/37); the
+ *     encoder forward over the engine's registered 16-bit wte and wpe (a
+ *     16-bit run's embedding, no fp32 staging) bit for bit the CPU op on
+ *     the widened values (bf16, fp16); over rows
  *     50304 apart (the layout's padded logits, NaN in the padding) its
  *     losses and gradient bit for bit the contiguous rows', the padding
  *     untouched.
@@ -669,6 +672,42 @@ static void split_case(void) {
   free(x), free(y), free(z), free(o), free(m), free(r), free(lw), free(lb), free(gw), free(gb);
 }
 
+/* The encoder forward over the engine's 16-bit wte and wpe, registered as
+ * train_gpt2's stage_weights does in a 16-bit run (the embedding read as
+ * is, no fp32 staging): each entry widened exactly, so bit for bit the CPU
+ * op on the widened values; and one of the two registered alone. */
+static void encoder16_case(zrt_dtype dt, void *scratch, size_t sb) {
+  enum { B = 2, T = 33, C = 96, V = 300 };
+  const size_t ne = (size_t)V * C, np = (size_t)T * C, nc = (size_t)B * T * C;
+  uint64_t s = 99;
+  float *wte = malloc(ne * 4), *wpe = malloc(np * 4), *want = malloc(nc * 4);
+  uint16_t *e16 = malloc(ne * 2), *p16 = malloc(np * 2);
+  int tok[B * T];
+  fill(wte, ne, 1.0f, &s), fill(wpe, np, 1.0f, &s);
+  to16(e16, wte, ne, dt), to16(p16, wpe, np, dt);
+  for (size_t i = 0; i < ne; i++) wte[i] = from16(e16[i], dt);
+  for (size_t i = 0; i < np; i++) wpe[i] = from16(p16[i], dt);
+  for (int i = 0; i < B * T; i++) tok[i] = (int)((frand(&s) * 0.5f + 0.5f) * V) % V;
+  gpt2_cpu_ops_f32.encoder_forward(want, tok, wte, wpe, B, T, C);
+  void *de = dev(ne * 2, e16), *dp = dev(np * 2, p16);
+  float *dwpe32 = dev(np * 4, wpe), *dout = dev(nc * 4, NULL);
+  int *dtok = dev(sizeof tok, tok);
+  gpt2_cuda_gemm_setup(dt, scratch, sb);
+  ZT_CHECK(gpt2_cuda_weight16(de, (int64_t)ne) == 0 && gpt2_cuda_weight16(dp, (int64_t)np) == 0);
+  gpt2_cuda_ops_f32.encoder_forward(dout, dtok, (const float *)de, (const float *)dp, B, T, C);
+  check_op(dt == ZRT_BF16 ? "bf16 encoder_forward, 16-bit wte and wpe"
+                          : "fp16 encoder_forward, 16-bit wte and wpe",
+           dout, want, nc, 0.0);
+  gpt2_cuda_weight16_clear();
+  ZT_CHECK(gpt2_cuda_weight16(de, (int64_t)ne) == 0);
+  gpt2_cuda_ops_f32.encoder_forward(dout, dtok, (const float *)de, dwpe32, B, T, C);
+  check_op("encoder_forward, 16-bit wte, fp32 wpe", dout, want, nc, 0.0);
+  gpt2_cuda_weight16_clear();
+  void *bufs[] = {de, dp, dwpe32, dout, dtok};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) zrt_engine_free(eng, bufs[i]);
+  free(wte), free(wpe), free(want), free(e16), free(p16);
+}
+
 static void ops_case(void) {
   const gpt2_ops_f32 *G = &gpt2_cuda_ops_f32, *H = &gpt2_cpu_ops_f32;
   enum { B = 2, T = 100, N = B * T, C = 768, OC = 4 * C, V = 1000, NCE = 37, VCE = 50257 };
@@ -856,6 +895,8 @@ int main(void) {
   gpt2_cuda_gemm_setup(ZRT_F32, scratch, sb);
   ce16_case(ZRT_BF16, scratch, sb);
   ce16_case(ZRT_F16, scratch, sb);
+  encoder16_case(ZRT_BF16, scratch, sb);
+  encoder16_case(ZRT_F16, scratch, sb);
   gelu16_case(ZRT_BF16, scratch, sb);
   gelu16_case(ZRT_F16, scratch, sb);
   reuse_case(scratch, sb);

@@ -29,18 +29,23 @@ static uint64_t trainer_bytes(const gpt2_config *cfg, int B, int nckpt, zrt_dtyp
   int flags = cuda ? GPT2_ACTS_LSE_ONLY | (dt != ZRT_F32 ? GPT2_ACTS_HALF16 : 0) : 0;
   gpt2_acts_layout_init(&L, cfg, B, nckpt, flags);
   uint64_t N = (uint64_t)B * (uint64_t)cfg->seq_len, wte_n = (uint64_t)cfg->vocab * cfg->n_embd;
-  /* the largest module (weights' staging) and its gradients' staging: a
-   * 16-bit run stages the embedding's wte gradient in dwte */
+  /* the weights' staging (train_gpt2's reads16: on CUDA the blocks'
+   * weight matrices and the embedding are read as 16-bit tensors) and the
+   * gradients' (a 16-bit run stages the embedding's wte gradient in dwte),
+   * each the largest module's */
   int64_t max_mod = 0, max_staged = 0;
   for (int m = -1; m <= cfg->n_layer; m++) {
     gpt2_param_spec spec[GPT2_BLOCK_NPARAMS];
     int np = gpt2_module_params(cfg, m, spec);
-    int64_t tot = 0, staged = 0;
+    int64_t wst = 0, staged = 0;
     for (int p = 0; p < np; p++) {
-      tot += gpt2_param_numel(&spec[p]);
+      int gemm_w =
+          m >= 0 && m < cfg->n_layer &&
+          (p == GPT2_ATTN_W || p == GPT2_ATTNPROJ_W || p == GPT2_FC_W || p == GPT2_FCPROJ_W);
+      if (!(cuda && (gemm_w || m == -1))) wst += gpt2_param_numel(&spec[p]);
       if (!(m == -1 && p == GPT2_WTE)) staged += gpt2_param_numel(&spec[p]);
     }
-    if (tot > max_mod) max_mod = tot;
+    if (wst > max_mod) max_mod = wst;
     if (staged > max_staged) max_staged = staged;
   }
   uint64_t act = (uint64_t)L.total * 4 + wte_n * 4 + 2 * N * sizeof(int) +
