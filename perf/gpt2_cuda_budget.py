@@ -231,16 +231,18 @@ def param_passes(T, C, L, V, mode, accum=1):
     once). mode "zrt": train_gpt2 and the engine as they are -- each
     module's fp32 gradient staging zeroed (4 B an element; the tied wte's
     staging is dwte, zeroed by the head: 4 B), the gradients added into the
-    engine's bf16 ones (flush: read 4 + 2, write 2), the embedding's
-    weights converted to fp32 for the encoder (read 2, write 4) and the
-    blocks' non-GEMM weights twice (forward and backward), the engine's
+    engine's bf16 ones (flush: read 4 + 2, write 2), the blocks' non-GEMM
+    weights converted to fp32 twice (forward and backward; read 2, write
+    4: the GEMMs and the encoder read the 16-bit tensors), the engine's
     one-rank boundary reduce (grad16 converted into the fp32 accumulator: 2
     + 4) and grad16's zeroing (2), the statistics pass (4) and the fused
     AdamW (gradient, master and both moments read, 16; master, moments and
     the bf16 weight written, 14). mode "zrt_s16": the same before session
     17 (the buckets' copy, an addition onto the zeroed accumulator, its
     zeroing after the step: 16 + 4 instead of 8; wte's gradient in its own
-    zeroed staging with dwte added into it: 16 B an element of wte more).
+    zeroed staging with dwte added into it: 16 B an element of wte more;
+    the embedding's weights converted to fp32 for the encoder: 6 B an
+    element of wte and wpe).
     mode "torch": PyTorch eager under autocast with torch.optim.AdamW's
     default foreach path and zero_grad(set_to_none) -- the GEMMs' weights
     cast to bf16 each forward (read 4, write 2), their bf16 gradients
@@ -257,11 +259,12 @@ def param_passes(T, C, L, V, mode, accum=1):
         return 6.0 * (gemm_w + wte) * 2 + 12.0 * wte + 80.0 * P
     staged_zero = 4.0 * (P - wte) + 4.0 * wte  # the stagings, dwte for wte
     flush = 8.0 * P
-    to_f32 = 6.0 * (wte + wpe) + 6.0 * 2 * nongemm + 6.0 * lnf
+    to_f32 = 6.0 * 2 * nongemm + 6.0 * lnf
     engine = (6.0 + 2.0) * P + 4.0 * P + 30.0 * P
     if mode == "zrt_s16":
         engine += (16.0 + 4.0 - 8.0) * P
         staged_zero += 4.0 * wte + 12.0 * wte  # wte's own staging, then + dwte
+        to_f32 += 6.0 * (wte + wpe)
     return accum * (staged_zero + flush + to_f32) + engine
 
 
