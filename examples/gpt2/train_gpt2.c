@@ -337,7 +337,7 @@ typedef struct trainer {
   void (*w16_clear)(void);
   void *scratch; /* the CUDA ops' scratch (gpt2_cuda_scratch_bytes) */
   float *acts, *wstage, *gstage, *wte_stage, *dwte;
-  int64_t wstage_n; /* floats of wstage (staged_weight_floats) */
+  int64_t wstage_n; /* floats of wstage (largest_staged(reads16)) */
   int *d_tok, *d_tgt;
   /* The token batches in host memory the engine copies asynchronously
    * (zrt_engine_host_alloc): one slice of 2*B*T ints (tokens, then
@@ -410,16 +410,16 @@ static int is_gemm_weight(const trainer *tr, int m, int p) {
  * them (tr->w16: CUDA): the blocks' weight matrices (the GEMMs) and the
  * embedding's wte and wpe (the encoder forward); the others are staged. */
 static int reads16(const trainer *tr, int m, int p) {
-  (void)p;
   return tr->w16 && tr->info.dtype != ZRT_F32 && (is_gemm_weight(tr, m, p) || m == 0);
 }
-/* The floats of wstage: the largest module's staged weights. */
-static int64_t staged_weight_floats(const trainer *tr) {
+/* The largest module's floats of the parameters `direct` does not exempt
+ * from staging: wstage's (direct = reads16) and gstage's (tied_staging). */
+static int64_t largest_staged(const trainer *tr, int (*direct)(const trainer *, int, int)) {
   int64_t most = 0;
   for (int m = 0; m < tr->nmod; m++) {
     int64_t tot = 0;
     for (int p = 0; p < nparams_of(tr, m); p++)
-      if (!reads16(tr, m, p)) tot += tr->numel[m][p];
+      if (!direct(tr, m, p)) tot += tr->numel[m][p];
     if (tot > most) most = tot;
   }
   return most;
@@ -429,7 +429,7 @@ static int64_t staged_weight_floats(const trainer *tr) {
  * 16-bit), or at the 16-bit tensors themselves where the ops take them
  * (reads16; tr->w16: CUDA, where the task runs on the calling thread in
  * program order, so the registration holds for this module's kernels
- * only). The staging holds staged_weight_floats: a registration the ops
+ * only). The staging holds largest_staged(reads16): a registration the ops
  * refuse (their table full) would need more, an internal error. */
 static zrt_status stage_weights(trainer *tr, const gpt2_task *t, int m) {
   int64_t off = 0;
@@ -461,7 +461,7 @@ static zrt_status stage_weights(trainer *tr, const gpt2_task *t, int m) {
  * holds the LM head's share of the tied gradient (the head zeroed it and
  * added into it this micro-step: the staging's 0 + dwte, without the pass
  * that zeroes a staging and the one that adds dwte into it, and a gstage
- * the size of the largest module's other gradients: staged_floats). */
+ * the size of the largest module's other gradients). */
 static int tied_staging(const trainer *tr, int m, int p) {
   return tr->info.dtype != ZRT_F32 && m == 0 && p == GPT2_WTE;
 }
@@ -479,17 +479,6 @@ static void stage_grads(trainer *tr, const gpt2_task *t, int m) {
       off += tr->numel[m][p];
     }
   }
-}
-/* The floats of gstage: the largest module's staged gradients. */
-static int64_t staged_floats(const trainer *tr) {
-  int64_t most = 0;
-  for (int m = 0; m < tr->nmod; m++) {
-    int64_t tot = 0;
-    for (int p = 0; p < nparams_of(tr, m); p++)
-      if (!tied_staging(tr, m, p)) tot += tr->numel[m][p];
-    if (tot > most) most = tot;
-  }
-  return most;
 }
 
 static void flush_grads(trainer *tr, int m) {
@@ -1438,8 +1427,8 @@ int main(int argc, char **argv) {
     uint64_t act = (uint64_t)tr.L.total * 4 + wte_n * 4 + 2 * N * sizeof(int) + scratch_bytes +
                    (tr.accum > 1 ? (uint64_t)tr.accum * N * sizeof(float) : 0);
     if (tr.info.dtype != ZRT_F32)
-      act +=
-          (uint64_t)(staged_weight_floats(&tr) + staged_floats(&tr)) * 4 + (tr.w16 ? 0 : wte_n * 4);
+      act += (uint64_t)(largest_staged(&tr, reads16) + largest_staged(&tr, tied_staging)) * 4 +
+             (tr.w16 ? 0 : wte_n * 4);
     CHECK(zrt_engine_set_activation_bytes(tr.eng, act));
   }
   CHECK(zrt_engine_build(tr.eng));
@@ -1473,11 +1462,11 @@ int main(int argc, char **argv) {
                            (void **)&tr.loss_win));
   tr.d_tgt = tr.d_tok + N;
   if (tr.info.dtype != ZRT_F32) {
-    tr.wstage_n = staged_weight_floats(&tr);
+    tr.wstage_n = largest_staged(&tr, reads16);
     CHECK(zrt_engine_alloc(tr.eng, (size_t)tr.wstage_n * sizeof(float), ZRT_MEM_ACTIVATIONS,
                            (void **)&tr.wstage));
-    CHECK(zrt_engine_alloc(tr.eng, (size_t)staged_floats(&tr) * sizeof(float), ZRT_MEM_ACTIVATIONS,
-                           (void **)&tr.gstage));
+    CHECK(zrt_engine_alloc(tr.eng, (size_t)largest_staged(&tr, tied_staging) * sizeof(float),
+                           ZRT_MEM_ACTIVATIONS, (void **)&tr.gstage));
     if (!tr.w16) /* the head's GEMMs read the 16-bit wte on CUDA */
       CHECK(zrt_engine_alloc(tr.eng, wte_n * sizeof(float), ZRT_MEM_ACTIVATIONS,
                              (void **)&tr.wte_stage));
