@@ -71,8 +71,10 @@ import sys
 def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_copy16=False,
                 reuse=False, act16=False, bias_fwd_fused=False, bias_grad_fused=False,
                 attn_writes=False, gelu_copy16=False, fch16=False, dqkv16=False, ln_fused=False,
-                logits16=False, d4c16=False, dc16=False):
+                logits16=False, d4c16=False, dc16=False, dw16=False):
     """Per-class totals of one step (forward + backward, embedding to head).
+    dw16: the blocks' dW GEMMs add into the engine's bf16 gradients (C read
+    and written in bf16) instead of an fp32 staging.
     act16: the activations only GEMMs read (ln1, atty, ln2, fch_gelu, lnf)
     are written in bf16 by their producers and read as they are (the GEMMs'
     operands and the attention backward's out), gpt2_act16.h. fch16: fch
@@ -191,33 +193,33 @@ def step_budget(B, T, C, L, NH, V, act_bytes, attn_tensor, bwd_products=7, ce_co
     ln_backward(False)  # lnf backward
     for _ in range(L):
         gemm(N, 4 * C, C, 1, 0, c16=d4c16)  # d4C = dres W_fcproj^T
-        gemm(4 * C, C, N, g16, 2, beta=1)  # dW_fcproj (dout: the dX GEMM's copy)
+        gemm(4 * C, C, N, g16, 2, beta=1, c16=dw16)  # dW_fcproj (dout: the dX GEMM's copy)
         elem(N * C, 0)  # bias backward
         if gelu_copy16:  # gelu backward: its gradient as the copy both GEMMs read
             k["elem_bytes"] += (4 * N * C * (2 if d4c16 else a) + 4 * N * C * (2 if fch16 else a)
                                 + 4 * N * C * 2)
             gemm(N, C, 4 * C, 0, 0, c16=dc16)  # dC
-            gemm(C, 4 * C, N, g16, 0, beta=1)  # dW_fc
+            gemm(C, 4 * C, N, g16, 0, beta=1, c16=dw16)  # dW_fc
         else:
             elem(2 * 4 * N * C, 4 * N * C)  # gelu backward
             gemm(N, C, 4 * C, 1, 0)  # dC
-            gemm(C, 4 * C, N, g16, 2, beta=1)  # dW_fc (dout: the dX GEMM's copy)
+            gemm(C, 4 * C, N, g16, 2, beta=1, c16=dw16)  # dW_fc (dout: the dX GEMM's copy)
         if not bias_grad_fused:
             elem(4 * N * C, 0)  # bias backward
         ln_backward(True)  # ln2 backward: dinp (read dout, inp, dinp; write dinp)
         gemm(N, C, C, 1, 0, c16=dc16)  # dC
-        gemm(C, C, N, g16, 2, beta=1)  # dW_attnproj (dout: the dX GEMM's copy)
+        gemm(C, C, N, g16, 2, beta=1, c16=dw16)  # dW_attnproj (dout: the dX GEMM's copy)
         elem(N * C, 0)  # bias backward
         if not attn_writes:
             elem(0, 3 * N * C)  # zero d4C (the dqkv the attention adds into)
         attention(False, dqkv16)
         if dqkv16:  # the held bf16 dqkv: no rounding pass; the bias gradient reads it too
             gemm(N, C, 3 * C, 0, 0, c16=dc16)  # dC
-            gemm(C, 3 * C, N, g16, 0, beta=1)  # dW_attn
+            gemm(C, 3 * C, N, g16, 0, beta=1, c16=dw16)  # dW_attn
             k["elem_bytes"] += 3 * N * C * 2  # bias backward
         else:
             gemm(N, C, 3 * C, 1, 0)  # dC
-            gemm(C, 3 * C, N, g16, 2, beta=1)  # dW_attn (dout: the dX GEMM's copy)
+            gemm(C, 3 * C, N, g16, 2, beta=1, c16=dw16)  # dW_attn (dout: the dX GEMM's copy)
             elem(3 * N * C, 0)  # bias backward
         ln_backward(True)  # ln1 backward
     elem(N * C, 2 * N * C)  # encoder backward (atomics into dwte, dwpe)
@@ -231,9 +233,11 @@ def param_passes(T, C, L, V, mode, accum=1):
     once). mode "zrt": train_gpt2 and the engine as they are -- each
     module's fp32 gradient staging zeroed (4 B an element; the tied wte's
     staging is dwte, zeroed by the head: 4 B), the gradients added into the
-    engine's bf16 ones (flush: read 4 + 2, write 2), the blocks' non-GEMM
-    weights converted to fp32 twice (forward and backward; read 2, write
-    4: the GEMMs and the encoder read the 16-bit tensors), the engine's
+    engine's bf16 ones (flush: read 4 + 2, write 2) but the weight
+    matrices' (their dW GEMMs add into the engine's bf16 gradients: the
+    GEMM bytes, dw16), the blocks' non-GEMM weights converted to fp32 twice
+    (forward and backward; read 2, write 4: the GEMMs and the encoder read
+    the 16-bit tensors), the engine's
     one-rank boundary reduce (grad16 converted into the fp32 accumulator: 2
     + 4) and grad16's zeroing (2), the statistics pass (4) and the fused
     AdamW (gradient, master and both moments read, 16; master, moments and
@@ -242,7 +246,8 @@ def param_passes(T, C, L, V, mode, accum=1):
     zeroing after the step: 16 + 4 instead of 8; wte's gradient in its own
     zeroed staging with dwte added into it: 16 B an element of wte more;
     the embedding's weights converted to fp32 for the encoder: 6 B an
-    element of wte and wpe).
+    element of wte and wpe; the weight matrices' gradients staged and
+    flushed: 12 B an element).
     mode "torch": PyTorch eager under autocast with torch.optim.AdamW's
     default foreach path and zero_grad(set_to_none) -- the GEMMs' weights
     cast to bf16 each forward (read 4, write 2), their bf16 gradients
@@ -257,13 +262,16 @@ def param_passes(T, C, L, V, mode, accum=1):
     P = gemm_w + nongemm + wte + wpe + lnf
     if mode == "torch":
         return 6.0 * (gemm_w + wte) * 2 + 12.0 * wte + 80.0 * P
-    staged_zero = 4.0 * (P - wte) + 4.0 * wte  # the stagings, dwte for wte
-    flush = 8.0 * P
+    # the stagings zeroed (the weight matrices' dW GEMMs add into the
+    # engine's gradients, wte's is dwte, zeroed by the head) and flushed
+    staged_zero = 4.0 * (P - gemm_w - wte) + 4.0 * wte
+    flush = 8.0 * (P - gemm_w)
     to_f32 = 6.0 * 2 * nongemm + 6.0 * lnf
     engine = (6.0 + 2.0) * P + 4.0 * P + 30.0 * P
     if mode == "zrt_s16":
         engine += (16.0 + 4.0 - 8.0) * P
-        staged_zero += 4.0 * wte + 12.0 * wte  # wte's own staging, then + dwte
+        staged_zero += 4.0 * gemm_w + 4.0 * wte + 12.0 * wte  # every staging, wte's + dwte
+        flush += 8.0 * gemm_w
         to_f32 += 6.0 * (wte + wpe)
     return accum * (staged_zero + flush + to_f32) + engine
 
@@ -318,14 +326,16 @@ def main():
                F_, F_, F_))
     for (name, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16, f16, d16, lnf, l16, d4,
          dc) in shapes:
+        peer = name.startswith("bf16_act")
+        # every zrt shape: train_gpt2's dW GEMMs add into the engine's bf16 gradients
         k = step_budget(B, T, C, L, NH, V, act, tens, bwd, ce16, reuse, a16, bfw, bgr, aw, gc16,
-                        f16, d16, lnf, l16, d4, dc)
+                        f16, d16, lnf, l16, d4, dc, dw16=not peer)
         # the op list's GEMMs are the formula's non-attention FLOPs, exactly
         gemm_want = 6.0 * (L * 12.0 * C * C + V * C) * B * T
         if abs(k["gemm_flops"] - gemm_want) > 1e-9 * gemm_want:
             sys.exit("gpt2_cuda_budget: the GEMMs listed give %.6g FLOPs, gpt2_flops_per_token's "
                      "GEMM part %.6g: the op list is out of step with the model" % (k["gemm_flops"], gemm_want))
-        k["param_bytes"] = param_passes(T, C, L, V, "torch" if name.startswith("bf16_act") else "zrt")
+        k["param_bytes"] = param_passes(T, C, L, V, "torch" if peer else "zrt")
         s = seconds(k, tensor, fp32, hbm)
         floor = sum(s.values())
         model = floor - s["param_passes_s"]

@@ -160,9 +160,11 @@ uint64_t zrt_model_gpt_activations(const zrt_model_gpt *g, int64_t B, int64_t T,
   if (w != 4) { /* the staging of the largest module's weights (on CUDA the ops read the
                    blocks' weight matrices and the embedding as 16-bit tensors: a block's
                    biases and LayerNorms), of its gradients but the tied wte's (dwte is that
-                   staging), and wte's weights for the head (not on CUDA) */
+                   staging; on CUDA the weight matrices' dW GEMMs add into the engine's 16-bit
+                   gradients), and wte's weights for the head (not on CUDA) */
     uint64_t blk = 12 * C * C + 13 * C, wpe = (uint64_t)g->max_seq * C;
-    floats += (cuda ? 13 * C : ZRT_MAX(wte + wpe, blk)) + ZRT_MAX(wpe, blk) + (cuda ? 0 : wte);
+    floats += (cuda ? 13 * C : ZRT_MAX(wte + wpe, blk)) + ZRT_MAX(wpe, cuda ? 13 * C : blk) +
+              (cuda ? 0 : wte);
   }
   uint64_t bytes = 4 * floats + 8 * N;
   if (cuda) { /* gpt2_cuda_scratch_bytes: the attention's D rows, the column reductions'

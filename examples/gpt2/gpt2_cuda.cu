@@ -322,6 +322,13 @@ static struct {
   size_t bytes;
 } g_w16[GPT2_CUDA_MAX_W16];
 static int g_nw16;
+/* The 16-bit gradients the module's dW GEMMs add into as they are
+ * (gpt2_cuda_grad16): a GEMM whose C starts in one writes a 16-bit C. */
+static struct {
+  const char *p;
+  size_t bytes;
+} g_g16c[GPT2_CUDA_MAX_W16];
+static int g_ng16c;
 
 /* The 16-bit copy of an fp32 activation that its producer wrote instead of
  * it, for buffers that are no 16-bit slot (the ops' general form: a
@@ -387,6 +394,18 @@ static int is_w16(const void *p) {
   return 0;
 }
 
+/* 1 when C's m x n (rows ldc apart) lies inside a registered 16-bit
+ * gradient (gpt2_cuda_grad16); -1 when it starts in one and runs past
+ * its end (this file's caller's mistake); else 0. */
+static int is_g16c(const void *c, int64_t m, int64_t n, int64_t ldc) {
+  const char *q = (const char *)c;
+  size_t span = ((size_t)(m - 1) * (size_t)ldc + (size_t)n) * 2;
+  for (int i = 0; i < g_ng16c; i++)
+    if (q >= g_g16c[i].p && q < g_g16c[i].p + g_g16c[i].bytes)
+      return q + span <= g_g16c[i].p + g_g16c[i].bytes ? 1 : -1;
+  return 0;
+}
+
 /* Where the GEMMs' 16-bit operands are (gpt2_gemm16.h): rounded copies
  * reused by the next GEMM that takes the same operand. Every other entry
  * point of this file calls r16_forget first: it may write a copy's source
@@ -421,9 +440,19 @@ static zrt_status cu_gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64
       op[i].round = 1;
   }
   /* C in the run's dtype when it is a 16-bit slot (a 16-bit run's fch,
-   * logits, d4C or dC, gpt2_act16.h: beta 0); else fp32 */
-  const int c16 = o16_at(c);
-  if (c16 && beta != 0.0f) {
+   * logits, d4C or dC, gpt2_act16.h: beta 0) or a registered 16-bit
+   * gradient (gpt2_cuda_grad16: the dW GEMMs add into the engine's
+   * gradient, beta 1, rounded once); else fp32 */
+  const int gc = is_g16c(c, m, n, ldc);
+  if (gc < 0) {
+    fprintf(stderr,
+            "train_gpt2: internal error: a %lldx%lld GEMM's C at %p runs past the end of the "
+            "registered 16-bit gradient it starts in\n",
+            (long long)m, (long long)n, (void *)c);
+    return ZRT_ERR_INTERNAL;
+  }
+  const int c16 = gc ? (int)g_gemm_dt : o16_at(c);
+  if (c16 && !gc && beta != 0.0f) {
     fprintf(stderr,
             "train_gpt2: internal error: a GEMM accumulates (beta %g) into the 16-bit "
             "activation slot at %p; only a beta-0 GEMM may write it\n",
@@ -734,6 +763,16 @@ int gpt2_cuda_weight16(const void *raw, int64_t n) {
   g_nw16++;
   return 0;
 }
+
+int gpt2_cuda_grad16(void *raw, int64_t n) {
+  if (g_gemm_dt == ZRT_F32 || g_ng16c == GPT2_CUDA_MAX_W16) return -1;
+  g_g16c[g_ng16c].p = (const char *)raw;
+  g_g16c[g_ng16c].bytes = (size_t)n * 2;
+  g_ng16c++;
+  return 0;
+}
+
+void gpt2_cuda_grad16_clear(void) { g_ng16c = 0; }
 
 void gpt2_cuda_fill16(void *dst, zrt_dtype dt, int64_t n) {
   r16_forget();

@@ -33,6 +33,14 @@ void gpt2_cuda_gemm_setup(zrt_dtype dt, void *scratch, size_t bytes);
  * scratch for its two backward GEMMs. */
 int gpt2_cuda_weight16(const void *raw, int64_t n);
 void gpt2_cuda_weight16_clear(void);
+/* Marks [raw, raw + n elements) as a 16-bit gradient of the GEMM dtype that
+ * a GEMM's C adds into as it is (the engine's gradient of a weight matrix:
+ * C = alpha op(A) op(B) + beta C in fp32, rounded once to 16 bits, with no
+ * fp32 staging). Up to 8 at a time; 0, or -1 when full or the dtype is
+ * fp32. _clear forgets them (each module's gradient staging starts with
+ * it). */
+int gpt2_cuda_grad16(void *raw, int64_t n);
+void gpt2_cuda_grad16_clear(void);
 /* n elements of dtype dt (bf16 / fp16) filled with values in [-1, 1). */
 void gpt2_cuda_fill16(void *dst, zrt_dtype dt, int64_t n);
 void gpt2_cuda_to_f32(float *dst, const void *src, zrt_dtype dt, int64_t n);

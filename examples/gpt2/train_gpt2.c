@@ -335,9 +335,16 @@ typedef struct trainer {
    * as they are (gpt2_cuda_weight16); NULL elsewhere. */
   int (*w16)(const void *raw, int64_t n);
   void (*w16_clear)(void);
+  /* and their dW GEMMs add into the engine's 16-bit gradients as they are
+   * (gpt2_cuda_grad16); NULL elsewhere. gdirect: the module's parameters
+   * whose gradient pointer is the engine's own (no staging to flush). */
+  int (*g16)(void *raw, int64_t n);
+  void (*g16_clear)(void);
+  unsigned char gdirect[GPT2_BLOCK_NPARAMS];
   void *scratch; /* the CUDA ops' scratch (gpt2_cuda_scratch_bytes) */
   float *acts, *wstage, *gstage, *wte_stage, *dwte;
   int64_t wstage_n; /* floats of wstage (largest_staged(reads16)) */
+  int64_t gstage_n; /* floats of gstage (largest_staged(grad_direct)) */
   int *d_tok, *d_tgt;
   /* The token batches in host memory the engine copies asynchronously
    * (zrt_engine_host_alloc): one slice of 2*B*T ints (tokens, then
@@ -413,7 +420,7 @@ static int reads16(const trainer *tr, int m, int p) {
   return tr->w16 && tr->info.dtype != ZRT_F32 && (is_gemm_weight(tr, m, p) || m == 0);
 }
 /* The largest module's floats of the parameters `direct` does not exempt
- * from staging: wstage's (direct = reads16) and gstage's (tied_staging). */
+ * from staging: wstage's (direct = reads16) and gstage's (grad_direct). */
 static int64_t largest_staged(const trainer *tr, int (*direct)(const trainer *, int, int)) {
   int64_t most = 0;
   for (int m = 0; m < tr->nmod; m++) {
@@ -434,6 +441,7 @@ static int64_t largest_staged(const trainer *tr, int (*direct)(const trainer *, 
 static zrt_status stage_weights(trainer *tr, const gpt2_task *t, int m) {
   int64_t off = 0;
   if (tr->w16_clear) tr->w16_clear();
+  if (tr->g16_clear) tr->g16_clear(); /* the previous task's gradients */
   for (int p = 0; p < nparams_of(tr, m); p++) {
     if (tr->info.dtype == ZRT_F32) {
       tr->w[p] = t->wraw[p];
@@ -465,26 +473,45 @@ static zrt_status stage_weights(trainer *tr, const gpt2_task *t, int m) {
 static int tied_staging(const trainer *tr, int m, int p) {
   return tr->info.dtype != ZRT_F32 && m == 0 && p == GPT2_WTE;
 }
-static void stage_grads(trainer *tr, const gpt2_task *t, int m) {
+/* No staging: the tied wte's (dwte), and on CUDA the weight matrices',
+ * whose dW GEMMs add into the engine's 16-bit gradient as it is (one
+ * rounding of the fp32 sum, as the staging's flush rounds it). */
+static int grad_direct(const trainer *tr, int m, int p) {
+  return tied_staging(tr, m, p) || (tr->g16 && is_gemm_weight(tr, m, p));
+}
+static zrt_status stage_grads(trainer *tr, const gpt2_task *t, int m) {
   int64_t off = 0;
+  if (tr->g16_clear) tr->g16_clear();
   for (int p = 0; p < nparams_of(tr, m); p++) {
     tr->graw[p] = t->graw[p];
+    tr->gdirect[p] = 0;
     if (tr->info.dtype == ZRT_F32) {
       tr->g[p] = tr->graw[p];
     } else if (tied_staging(tr, m, p)) {
       tr->g[p] = tr->dwte;
+    } else if (grad_direct(tr, m, p) && tr->g16(tr->graw[p], tr->numel[m][p]) == 0) {
+      tr->g[p] = (float *)tr->graw[p]; /* C of its dW GEMM, in the run's 16-bit dtype */
+      tr->gdirect[p] = 1;
     } else {
+      if (off + tr->numel[m][p] > tr->gstage_n) {
+        fprintf(stderr,
+                "train_gpt2: internal error: module %d's gradients need %lld floats of staging, "
+                "%lld allocated (a 16-bit registration the CUDA ops refused): please report it\n",
+                m, (long long)(off + tr->numel[m][p]), (long long)tr->gstage_n);
+        return ZRT_ERR_INTERNAL;
+      }
       tr->g[p] = tr->gstage + off;
       tr->ops.zero(tr->g[p], (size_t)tr->numel[m][p]);
       off += tr->numel[m][p];
     }
   }
+  return ZRT_OK;
 }
 
 static void flush_grads(trainer *tr, int m) {
   if (tr->info.dtype == ZRT_F32) return;
   for (int p = 0; p < nparams_of(tr, m); p++)
-    tr->add_from_f32(tr->graw[p], tr->g[p], tr->info.dtype, tr->numel[m][p]);
+    if (!tr->gdirect[p]) tr->add_from_f32(tr->graw[p], tr->g[p], tr->info.dtype, tr->numel[m][p]);
 }
 
 static zrt_status task_run(void *arg) {
@@ -511,7 +538,7 @@ static zrt_status task_run(void *arg) {
       wte = tr->wte_stage;
     }
     if (t->train) {
-      stage_grads(tr, t, last);
+      if ((st = stage_grads(tr, t, last)) != ZRT_OK) return st;
       ops->zero(tr->dwte, (size_t)tr->numel[0][GPT2_WTE]);
     }
     st = gpt2_head_f32(ops, &tr->cfg, &tr->L, tr->acts, B, tr->d_tgt, tr->w, wte, t->scale,
@@ -523,12 +550,12 @@ static zrt_status task_run(void *arg) {
     if ((st = stage_weights(tr, t, 1 + t->l)) != ZRT_OK) return st;
     if (t->in) st = gpt2_block_forward_f32(ops, &tr->cfg, &tr->L, tr->acts, B, t->l, t->in, tr->w);
     if (st != ZRT_OK) return st;
-    stage_grads(tr, t, 1 + t->l);
+    if ((st = stage_grads(tr, t, 1 + t->l)) != ZRT_OK) return st;
     st = gpt2_block_backward_f32(ops, &tr->cfg, &tr->L, tr->acts, B, t->l, t->in, tr->w, tr->g);
     if (st == ZRT_OK) flush_grads(tr, 1 + t->l);
     return st;
   case GPT2_TASK_EMBED_BWD:
-    stage_grads(tr, t, 0);
+    if ((st = stage_grads(tr, t, 0)) != ZRT_OK) return st;
     /* The LM head's share of the tied wte gradient joins the embedding's
      * (a 16-bit run's staging of it is dwte itself: stage_grads). */
     if (tr->info.dtype == ZRT_F32)
@@ -1323,6 +1350,8 @@ int main(int argc, char **argv) {
     if (tr.info.dtype != ZRT_F32) {
       tr.w16 = gpt2_cuda_weight16;
       tr.w16_clear = gpt2_cuda_weight16_clear;
+      tr.g16 = gpt2_cuda_grad16;
+      tr.g16_clear = gpt2_cuda_grad16_clear;
     }
 #else
     fprintf(stderr, "train_gpt2: the engine runs on CUDA but this build has no CUDA kernels; "
@@ -1427,7 +1456,7 @@ int main(int argc, char **argv) {
     uint64_t act = (uint64_t)tr.L.total * 4 + wte_n * 4 + 2 * N * sizeof(int) + scratch_bytes +
                    (tr.accum > 1 ? (uint64_t)tr.accum * N * sizeof(float) : 0);
     if (tr.info.dtype != ZRT_F32)
-      act += (uint64_t)(largest_staged(&tr, reads16) + largest_staged(&tr, tied_staging)) * 4 +
+      act += (uint64_t)(largest_staged(&tr, reads16) + largest_staged(&tr, grad_direct)) * 4 +
              (tr.w16 ? 0 : wte_n * 4);
     CHECK(zrt_engine_set_activation_bytes(tr.eng, act));
   }
@@ -1463,10 +1492,11 @@ int main(int argc, char **argv) {
   tr.d_tgt = tr.d_tok + N;
   if (tr.info.dtype != ZRT_F32) {
     tr.wstage_n = largest_staged(&tr, reads16);
+    tr.gstage_n = largest_staged(&tr, grad_direct);
     CHECK(zrt_engine_alloc(tr.eng, (size_t)tr.wstage_n * sizeof(float), ZRT_MEM_ACTIVATIONS,
                            (void **)&tr.wstage));
-    CHECK(zrt_engine_alloc(tr.eng, (size_t)largest_staged(&tr, tied_staging) * sizeof(float),
-                           ZRT_MEM_ACTIVATIONS, (void **)&tr.gstage));
+    CHECK(zrt_engine_alloc(tr.eng, (size_t)tr.gstage_n * sizeof(float), ZRT_MEM_ACTIVATIONS,
+                           (void **)&tr.gstage));
     if (!tr.w16) /* the head's GEMMs read the 16-bit wte on CUDA */
       CHECK(zrt_engine_alloc(tr.eng, wte_n * sizeof(float), ZRT_MEM_ACTIVATIONS,
                              (void **)&tr.wte_stage));

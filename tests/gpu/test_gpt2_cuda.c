@@ -38,7 +38,10 @@
  *     1e-6 for the cross-entropy's gradient (entries <= 1/37); the
  *     encoder forward over the engine's registered 16-bit wte and wpe (a
  *     16-bit run's embedding, no fp32 staging) bit for bit the CPU op on
- *     the widened values (bf16, fp16); over rows
+ *     the widened values (bf16, fp16); a dW GEMM adding into a
+ *     registered 16-bit gradient (beta 1, rounded once: two 16-bit ulps
+ *     of the largest |C| plus 1e-4), and one running past it refused;
+ *     over rows
  *     50304 apart (the layout's padded logits, NaN in the padding) its
  *     losses and gradient bit for bit the contiguous rows', the padding
  *     untouched.
@@ -193,6 +196,55 @@ static void gemm_case(zrt_dtype dt, int ta, int tb, int64_t m, int64_t n, int64_
   ZT_CLOSE_ARRAY(what, got, want, nc, 1e-4);
   zrt_engine_free(eng, da), zrt_engine_free(eng, db), zrt_engine_free(eng, dc);
   free(a), free(b), free(c), free(got), free(want), free(b16);
+}
+
+/* A dW GEMM adding into the engine's 16-bit gradient as it is (registered
+ * with gpt2_cuda_grad16, as train_gpt2's stage_grads does on CUDA): C =
+ * 0.75 x^T dy + C16, from fp32 activations rounded by the ops, against
+ * double on the rounded operands plus the widened C16; tolerance two
+ * 16-bit ulps of the largest |C| (one rounding of C, fp32 accumulation)
+ * plus 1e-4. A C running past the registered gradient: an internal
+ * error, nothing written. */
+static void grad16_case(zrt_dtype dt, void *scratch, size_t sb) {
+  enum { M = 96, N = 192, K = 130 };
+  size_t na = (size_t)K * M, nb = (size_t)K * N, nc = (size_t)M * N;
+  float *a = malloc(na * 4), *b = malloc(nb * 4), *c = malloc(nc * 4), *got = malloc(nc * 4);
+  double *want = malloc(nc * 8);
+  uint16_t *c16 = malloc(nc * 2), *back = malloc(nc * 2);
+  uint64_t s = 5150;
+  for (size_t i = 0; i < na; i++) a[i] = frand(&s);
+  for (size_t i = 0; i < nb; i++) b[i] = frand(&s);
+  for (size_t i = 0; i < nc; i++) c[i] = 4.0f * frand(&s);
+  to16(c16, c, nc, dt);
+  ref_gemm(want, a, 1, M, b, 0, N, M, N, K, dt);
+  double mx = 0;
+  for (size_t i = 0; i < nc; i++) {
+    want[i] = 0.75 * want[i] + (double)from16(c16[i], dt);
+    mx = fmax(mx, fabs(want[i]));
+  }
+  float *da = dev(na * 4, a), *db = dev(nb * 4, b);
+  void *dc = dev(nc * 2, c16);
+  gpt2_cuda_gemm_setup(dt, scratch, sb);
+  gpt2_cuda_grad16_clear();
+  ZT_CHECK(gpt2_cuda_grad16(dc, (int64_t)nc) == 0);
+  ZT_OK(gpt2_cuda_ops_f32.gemm(eng, 1, 0, M, N, K, 0.75f, da, M, db, N, 1.0f, (float *)dc, N));
+  ZT_OK(gpt2_cuda_ops_f32.check());
+  ZT_OK(zrt_engine_memcpy(eng, back, dc, nc * 2, ZRT_COPY_D2H));
+  for (size_t i = 0; i < nc; i++) got[i] = from16(back[i], dt);
+  const double ulp = dt == ZRT_F16 ? 1.0 / 1024 : 1.0 / 128;
+  char what[96];
+  snprintf(what, sizeof what, "%s dW GEMM into a registered 16-bit gradient (beta 1)",
+           zrt_dtype_name(dt));
+  ZT_CLOSE_ARRAY(what, got, want, nc, 2 * ulp * mx + 1e-4);
+  /* registered one element short: the C runs past it */
+  gpt2_cuda_grad16_clear();
+  ZT_CHECK(gpt2_cuda_grad16(dc, (int64_t)nc - 1) == 0);
+  zrt_status st =
+      gpt2_cuda_ops_f32.gemm(eng, 1, 0, M, N, K, 0.75f, da, M, db, N, 1.0f, (float *)dc, N);
+  ZT_CHECK(st == ZRT_ERR_INTERNAL);
+  gpt2_cuda_grad16_clear();
+  zrt_engine_free(eng, da), zrt_engine_free(eng, db), zrt_engine_free(eng, dc);
+  free(a), free(b), free(c), free(got), free(want), free(c16), free(back);
 }
 
 /* dt: the run's GEMM dtype, which picks the kernels (ZRT_F32: the fp32
@@ -897,6 +949,8 @@ int main(void) {
   ce16_case(ZRT_F16, scratch, sb);
   encoder16_case(ZRT_BF16, scratch, sb);
   encoder16_case(ZRT_F16, scratch, sb);
+  grad16_case(ZRT_BF16, scratch, sb);
+  grad16_case(ZRT_F16, scratch, sb);
   gelu16_case(ZRT_BF16, scratch, sb);
   gelu16_case(ZRT_F16, scratch, sb);
   reuse_case(scratch, sb);

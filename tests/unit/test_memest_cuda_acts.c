@@ -31,8 +31,9 @@ static uint64_t trainer_bytes(const gpt2_config *cfg, int B, int nckpt, zrt_dtyp
   uint64_t N = (uint64_t)B * (uint64_t)cfg->seq_len, wte_n = (uint64_t)cfg->vocab * cfg->n_embd;
   /* the weights' staging (train_gpt2's reads16: on CUDA the blocks'
    * weight matrices and the embedding are read as 16-bit tensors) and the
-   * gradients' (a 16-bit run stages the embedding's wte gradient in dwte),
-   * each the largest module's */
+   * gradients' (grad_direct: a 16-bit run stages the embedding's wte
+   * gradient in dwte, and on CUDA the weight matrices' dW GEMMs add into
+   * the engine's 16-bit gradients), each the largest module's */
   int64_t max_mod = 0, max_staged = 0;
   for (int m = -1; m <= cfg->n_layer; m++) {
     gpt2_param_spec spec[GPT2_BLOCK_NPARAMS];
@@ -43,7 +44,7 @@ static uint64_t trainer_bytes(const gpt2_config *cfg, int B, int nckpt, zrt_dtyp
           m >= 0 && m < cfg->n_layer &&
           (p == GPT2_ATTN_W || p == GPT2_ATTNPROJ_W || p == GPT2_FC_W || p == GPT2_FCPROJ_W);
       if (!(cuda && (gemm_w || m == -1))) wst += gpt2_param_numel(&spec[p]);
-      if (!(m == -1 && p == GPT2_WTE)) staged += gpt2_param_numel(&spec[p]);
+      if (!(m == -1 && p == GPT2_WTE) && !(cuda && gemm_w)) staged += gpt2_param_numel(&spec[p]);
     }
     if (wst > max_mod) max_mod = wst;
     if (staged > max_staged) max_staged = staged;
