@@ -16,7 +16,7 @@
  * decision uses only all-reduced values; the scheduler and the optimizer's
  * step count advance only on applied steps; grad_acc is zero at the start of
  * every accumulation window, or (one rank, stages 0/1, a device
- * accumulator: zrt_engine_acc_written) written whole by its reduce.
+ * accumulator: zrt_engine_grad_direct) unused, the step reading grad16.
  */
 #include <math.h>
 #include <stdio.h>
@@ -38,6 +38,30 @@ static int zrt_engine_inject_now(const zrt_engine *eng) {
 
 /* Device shards whose statistics one scale_check_list call takes. */
 #define ZRT_STATS_BATCH 64
+
+/* 1 when the step reads module m's gradient from grad16 itself: stages 0/1
+ * reduce once per window, at the boundary, and with one rank that
+ * reduction is the identity, so the statistics and the device optimizer
+ * read the window's 16-bit sums as they are (widened exactly: the values
+ * the fp32 accumulator would hold) and grad16 is zeroed after the step.
+ * Per element 2 bytes read by each of the two passes and 2 written by the
+ * zeroing, against the buckets' copy, an addition onto the zeroed
+ * accumulator, 4-byte reads and two zeroings (28). grad_acc stays unused. */
+static int zrt_engine_grad_direct(const zrt_engine *eng, const zrt_module_entry *me) {
+  return eng->policy->reduce_at_boundary && eng->world == 1 && !me->grad_host &&
+         eng->master_dtype == ZRT_F32;
+}
+/* The gradient the step reads for m: grad16 (zrt_engine_grad_direct) or
+ * the accumulator, at element k; *dt its dtype. */
+static void *zrt_engine_step_grad(const zrt_engine *eng, const zrt_module_entry *me, size_t k,
+                                  zrt_dtype *dt) {
+  if (zrt_engine_grad_direct(eng, me)) {
+    *dt = eng->dtype;
+    return zrt_engine_at(me->grad16, k, eng->dtype);
+  }
+  *dt = eng->master_dtype;
+  return zrt_engine_at(me->grad_acc, k, eng->master_dtype);
+}
 
 /* 1 when some module's gradient accumulator lives in the host pool (the
  * host pool itself may hold only other things: the program's host memory,
@@ -61,17 +85,21 @@ static zrt_status zrt_engine_grad_stats(zrt_engine *eng, float inv, double *sums
   const void *xs[ZRT_STATS_BATCH];
   size_t ns[ZRT_STATS_BATCH];
   int k = 0;
+  zrt_dtype run_dt = eng->master_dtype; /* the run's dtype: one per scale_check_list */
   for (int m = 0; m <= eng->nmodules; m++) {
     zrt_module_entry *me = m < eng->nmodules ? &eng->modules[m] : NULL;
-    if (k && (!me || me->grad_host || k == ZRT_STATS_BATCH)) {
-      ZRT_CHECK(zrt_backend_scale_check_list(eng->backend, xs, ns, k, eng->master_dtype, inv, sumsq,
-                                             nonfinite, NULL));
+    zrt_dtype dt = eng->master_dtype;
+    const void *g =
+        me ? zrt_engine_step_grad(
+                 eng, me, eng->policy->shard_optimizer ? 0 : (size_t)eng->rank * me->part, &dt)
+           : NULL;
+    if (k && (!me || me->grad_host || k == ZRT_STATS_BATCH || dt != run_dt)) {
+      ZRT_CHECK(zrt_backend_scale_check_list(eng->backend, xs, ns, k, run_dt, inv, sumsq, nonfinite,
+                                             NULL));
       k = 0;
     }
     if (!me) break;
-    const void *g =
-        zrt_engine_at(me->grad_acc, eng->policy->shard_optimizer ? 0 : (size_t)eng->rank * me->part,
-                      eng->master_dtype);
+    run_dt = dt;
     if (me->grad_host) { /* the host shard: the CPU kernel the CPU backend's slot runs */
       zrt_cpu_sumsq_check(g, eng->master_dtype, (size_t)me->part, inv, sumsq, nonfinite);
     } else {
@@ -176,8 +204,10 @@ static zrt_status zrt_engine_step_piece(zrt_engine *eng, const zrt_engine_piece 
                                      ZRT_F32, NULL, eng->dtype, pc->n, NULL));
     return zrt_engine_host16_from_master(eng, me->master + k, pc->w16, (int64_t)pc->n);
   }
-  return zrt_backend_optim_step(eng->backend, &h, me->master + k, s1, s2, me->grad_acc + k, ZRT_F32,
-                                pc->w16, eng->dtype, pc->n, NULL);
+  zrt_dtype gdt;
+  const void *g = zrt_engine_step_grad(eng, me, k, &gdt);
+  return zrt_backend_optim_step(eng->backend, &h, me->master + k, s1, s2, g, gdt, pc->w16,
+                                eng->dtype, pc->n, NULL);
 }
 
 static zrt_status zrt_engine_apply(zrt_engine *eng, float grad_mul) {
@@ -459,6 +489,12 @@ static zrt_status zrt_engine_step_inject(zrt_engine *eng) {
   if (!zrt_engine_inject_now(eng) || eng->rank != eng->world - 1) return ZRT_OK;
   float nan = NAN;
   zrt_module_entry *me = &eng->modules[0];
+  if (zrt_engine_grad_direct(eng, me)) { /* the 16-bit gradient the step reads */
+    float v[1];                          /* one element of the working dtype */
+    zrt_store_f(v, eng->dtype, 0, nan);
+    return zrt_backend_memcpy(eng->backend, me->grad16, v, zrt_dtype_size(eng->dtype), ZRT_COPY_H2D,
+                              NULL);
+  }
   float *at =
       zrt_engine_at(me->grad_acc, !eng->policy->shard_optimizer ? (size_t)eng->rank * me->part : 0,
                     eng->master_dtype);
@@ -474,30 +510,15 @@ static zrt_status zrt_engine_step_inject(zrt_engine *eng) {
  * accumulation shard (stage 0/1 reduce here; stage 2/3 drain the buckets),
  * and stage 3 quiesces its gathers. On return *t_opt is when the optimizer
  * part of the boundary begins. */
-/* 1 when module m's window gradient is written into grad_acc rather than
- * added: stages 0/1 reduce once per window, at the boundary, and with one
- * rank that reduction is the identity, so a device accumulator (fp32) is
- * grad16 converted, in one pass (2 bytes read and 4 written an element,
- * against the buckets' copy, accumulate and the zeroing after the step:
- * 18), and nothing needs zeroing after the step. Bit for bit the buckets'
- * sum 0 + x (but for the sign of a zero, which no update and no statistic
- * sees). */
-static int zrt_engine_acc_written(const zrt_engine *eng, const zrt_module_entry *me) {
-  return eng->policy->reduce_at_boundary && eng->world == 1 && !me->grad_host &&
-         eng->master_dtype == ZRT_F32;
-}
 
 static zrt_status zrt_engine_step_reduce(zrt_engine *eng, double *t_opt) {
   double t_red = zrt_now_s();
   if (eng->policy->reduce_at_boundary) {
     for (int m = 0; m < eng->nmodules; m++) {
       zrt_module_entry *me = &eng->modules[m];
-      if (zrt_engine_acc_written(eng, me))
-        ZRT_CHECK(zrt_backend_convert(eng->backend, me->grad_acc, ZRT_F32, me->grad16, eng->dtype,
-                                      (size_t)me->padded, NULL));
-      else
-        ZRT_CHECK(zrt_buckets_reduce(eng->buckets, me->grad16, me->padded, me->part, me->grad_acc,
-                                     me->grad_host, eng->policy->reduce_all_reduce, 1));
+      if (zrt_engine_grad_direct(eng, me)) continue; /* read as it is; zeroed after the step */
+      ZRT_CHECK(zrt_buckets_reduce(eng->buckets, me->grad16, me->padded, me->part, me->grad_acc,
+                                   me->grad_host, eng->policy->reduce_all_reduce, 1));
       /* grad16 is zeroed next: the last bucket must be packed */
       ZRT_CHECK(zrt_buckets_drain(eng->buckets));
       ZRT_CHECK(zrt_backend_memset(eng->backend, me->grad16, 0,
@@ -569,7 +590,11 @@ static zrt_status zrt_engine_step_apply_phase(zrt_engine *eng, const zrt_gradsta
   /* the optimizer's share, less the all-gathers it timed as gather_s */
   zrt_engine_timing_charge(&eng->ph.optimizer_s, t_opt, eng->ph.gather_s - gather0);
   for (int m = 0; m < eng->nmodules && st == ZRT_OK; m++) {
-    if (zrt_engine_acc_written(eng, &eng->modules[m])) continue; /* the next window writes it */
+    if (zrt_engine_grad_direct(eng, &eng->modules[m])) { /* the window's grad16, read */
+      st = zrt_backend_memset(eng->backend, eng->modules[m].grad16, 0,
+                              (size_t)eng->modules[m].padded * zrt_dtype_size(eng->dtype), NULL);
+      continue;
+    }
     int64_t off, len;
     zrt_engine_master_extent(eng, m, &off, &len);
     size_t bytes = (size_t)len * zrt_dtype_size(eng->master_dtype);

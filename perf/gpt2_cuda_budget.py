@@ -237,13 +237,14 @@ def param_passes(T, C, L, V, mode, accum=1):
     matrices' (their dW GEMMs add into the engine's bf16 gradients: the
     GEMM bytes, dw16), the blocks' non-GEMM weights converted to fp32 twice
     (forward and backward; read 2, write 4: the GEMMs and the encoder read
-    the 16-bit tensors), the engine's
-    one-rank boundary reduce (grad16 converted into the fp32 accumulator: 2
-    + 4) and grad16's zeroing (2), the statistics pass (4) and the fused
-    AdamW (gradient, master and both moments read, 16; master, moments and
-    the bf16 weight written, 14). mode "zrt_s16": the same before session
-    17 (the buckets' copy, an addition onto the zeroed accumulator, its
-    zeroing after the step: 16 + 4 instead of 8; wte's gradient in its own
+    the 16-bit tensors), the engine's statistics pass and fused AdamW
+    reading the window's bf16 gradient sums as they are (one rank, stage
+    0, zrt_engine_grad_direct: 2 B each; AdamW also reads master and both
+    moments, 12, and writes them and the bf16 weight, 14) and grad16's
+    zeroing (2). mode "zrt_s16": the same before session 17 (the buckets'
+    copy and an addition onto the zeroed fp32 accumulator, grad16's and the
+    accumulator's zeroing, 4-byte reads: 54 B an element instead of 32;
+    wte's gradient in its own
     zeroed staging with dwte added into it: 16 B an element of wte more;
     the embedding's weights converted to fp32 for the encoder: 6 B an
     element of wte and wpe; the weight matrices' gradients staged and
@@ -267,9 +268,11 @@ def param_passes(T, C, L, V, mode, accum=1):
     staged_zero = 4.0 * (P - gemm_w - wte) + 4.0 * wte
     flush = 8.0 * (P - gemm_w)
     to_f32 = 6.0 * 2 * nongemm + 6.0 * lnf
-    engine = (6.0 + 2.0) * P + 4.0 * P + 30.0 * P
-    if mode == "zrt_s16":
-        engine += (16.0 + 4.0 - 8.0) * P
+    # the statistics and AdamW read the window's bf16 sums as they are (one
+    # rank, stage 0: zrt_engine_grad_direct), then grad16 is zeroed
+    engine = 2.0 * P + 28.0 * P + 2.0 * P
+    if mode == "zrt_s16":  # the buckets' copy and accumulate, fp32 reads, two zeroings
+        engine = (4.0 + 10.0 + 2.0) * P + 4.0 * P + 30.0 * P + 4.0 * P
         staged_zero += 4.0 * gemm_w + 4.0 * wte + 12.0 * wte  # every staging, wte's + dwte
         flush += 8.0 * gemm_w
         to_f32 += 6.0 * (wte + wpe)
