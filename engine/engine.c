@@ -390,8 +390,10 @@ static zrt_status zrt_engine_alloc_module(zrt_engine *eng, int m, float *tmp, si
                                        (void **)&me->s2));
   }
   me->grad_host = zrt_layout_grad_acc_host(me->optim_host || me->optim_nvme);
-  ZRT_CHECK(zrt_engine_alloc_state(eng, me->grad_host, (size_t)len * mb, ZRT_MEM_GRADS, 1,
-                                   (void **)&me->grad_acc));
+  /* none where the step reads grad16 itself (memest.c counts the same) */
+  if (!zrt_engine_grad_direct(eng, me))
+    ZRT_CHECK(zrt_engine_alloc_state(eng, me->grad_host, (size_t)len * mb, ZRT_MEM_GRADS, 1,
+                                     (void **)&me->grad_acc));
 
   /* working weights */
   void *w16 = NULL; /* where this rank's extent of 16-bit weights goes */

@@ -407,6 +407,10 @@ float zrt_engine_backward_scale(const zrt_engine *eng);
 
 /* Stage 1/2: all-gathers the rank's slice of full16 in place. Collective. */
 zrt_status zrt_engine_gather_module(zrt_engine *eng, int m);
+/* 1 when the step reads module m's gradient from grad16 itself (one rank,
+ * stages 0/1, the optimizer on the device: the reduce is the identity);
+ * the module then has no grad_acc (engine_step.c). */
+int zrt_engine_grad_direct(const zrt_engine *eng, const zrt_module_entry *me);
 /* Stage 2/3: reduces module m's grad16 (zeros when the program never asked
  * for it) into grad_acc and frees grad16. Collective. */
 zrt_status zrt_engine_reduce_pending(zrt_engine *eng, int m, int async);

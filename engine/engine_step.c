@@ -46,8 +46,9 @@ static int zrt_engine_inject_now(const zrt_engine *eng) {
  * the fp32 accumulator would hold) and grad16 is zeroed after the step.
  * Per element 2 bytes read by each of the two passes and 2 written by the
  * zeroing, against the buckets' copy, an addition onto the zeroed
- * accumulator, 4-byte reads and two zeroings (28). grad_acc stays unused. */
-static int zrt_engine_grad_direct(const zrt_engine *eng, const zrt_module_entry *me) {
+ * accumulator, 4-byte reads and two zeroings (28). Such a module has no
+ * grad_acc (the build allocates none: engine.c). */
+int zrt_engine_grad_direct(const zrt_engine *eng, const zrt_module_entry *me) {
   return eng->policy->reduce_at_boundary && eng->world == 1 && !me->grad_host &&
          eng->master_dtype == ZRT_F32;
 }

@@ -106,7 +106,11 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
     uint64_t sum = (uint64_t)ZRT_MAX(l->live.live, (int64_t)0) + g16;
     apart = w * (sum > both ? sum - both : 0);
   }
-  o->device[ZRT_MEM_GRADS] = mb * ext_d + w * g16;
+  /* one rank at stages 0/1 with the optimizer on the device: the step
+   * reads the working-dtype gradients, no accumulator (engine_step.c's
+   * zrt_engine_grad_direct) */
+  int direct = pol->reduce_at_boundary && l->world == 1 && !grad_host && mb == 4;
+  o->device[ZRT_MEM_GRADS] = (direct ? 0 : mb * ext_d) + w * g16;
   uint64_t chunk = (uint64_t)zrt_memest_chunk(l), cb = (uint64_t)l->comm_bytes;
   o->device[ZRT_MEM_COMM] = 2 * (N + 1) * chunk * cb;
   o->device[ZRT_MEM_ACTIVATIONS] = l->activation_bytes;

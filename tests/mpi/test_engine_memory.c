@@ -30,6 +30,7 @@
  *    B = largest module:
  *      stage 0: 20Ψ (16Ψ + 2Ψ 16-bit grads + 4Ψ... see docs/memory.md: 2+2+4+12)
  *      stage 1: 4Ψ + 12Ψ/N + 4Ψ/N   (fp32 accumulation shard)
+ *      (with N = 1 no fp32 accumulator at stages 0/1: 16Ψ);
  *      stage 2: 2Ψ + 14Ψ/N + 2Ψ/N + 2B (fp32 shard instead of 16-bit, one
  *               module's 16-bit grads in flight)
  *      stage 3: 16Ψ/N + 2Ψ/N + 2B + 2B (one gathered module + its grads),
@@ -245,10 +246,13 @@ static double run(int stage, int oo, int op, int reuse, int world, int rank) {
   }
   if (!oo) {
     double P = (double)lay.padded_total, N = world, B = (double)lay.max_module_padded, z;
+    /* the fp32 accumulator of stages 0/1; none with one rank (the step
+     * reads the 16-bit gradients: zrt_engine_grad_direct) */
+    double acc = world == 1 ? 0 : 4 * P / (stage == 0 ? 1 : N);
     if (stage == 0)
-      z = 2 * P + 2 * P + 4 * P + 12 * P;
+      z = 2 * P + 2 * P + acc + 12 * P;
     else if (stage == 1)
-      z = 4 * P + 12 * P / N + 4 * P / N;
+      z = 4 * P + 12 * P / N + acc;
     else if (stage == 2)
       z = 2 * P + 14 * P / N + 2 * P / N + 2 * B;
     else
