@@ -438,6 +438,23 @@ static int64_t largest_staged(const trainer *tr, int (*direct)(const trainer *, 
  * program order, so the registration holds for this module's kernels
  * only). The staging holds largest_staged(reads16): a registration the ops
  * refuse (their table full) would need more, an internal error. */
+/* n floats of a staging of cap floats at *off (advanced), or NULL with
+ * the internal error printed: a 16-bit registration the CUDA ops refused
+ * would need more than largest_staged sized it for. */
+static float *staging_take(float *base, int64_t cap, int64_t *off, int64_t n, int m,
+                           const char *what) {
+  if (*off + n > cap) {
+    fprintf(stderr,
+            "train_gpt2: internal error: module %d's %s need %lld floats of staging, %lld "
+            "allocated (a 16-bit registration the CUDA ops refused): please report it\n",
+            m, what, (long long)(*off + n), (long long)cap);
+    return NULL;
+  }
+  float *at = base + *off;
+  *off += n;
+  return at;
+}
+
 static zrt_status stage_weights(trainer *tr, const gpt2_task *t, int m) {
   int64_t off = 0;
   if (tr->w16_clear) tr->w16_clear();
@@ -448,16 +465,9 @@ static zrt_status stage_weights(trainer *tr, const gpt2_task *t, int m) {
     } else if (reads16(tr, m, p) && tr->w16(t->wraw[p], tr->numel[m][p]) == 0) {
       tr->w[p] = t->wraw[p]; /* read as the run's 16-bit dtype by its op */
     } else {
-      if (off + tr->numel[m][p] > tr->wstage_n) {
-        fprintf(stderr,
-                "train_gpt2: internal error: module %d's weights need %lld floats of staging, "
-                "%lld allocated (a 16-bit registration the CUDA ops refused): please report it\n",
-                m, (long long)(off + tr->numel[m][p]), (long long)tr->wstage_n);
-        return ZRT_ERR_INTERNAL;
-      }
-      tr->w[p] = tr->wstage + off;
+      tr->w[p] = staging_take(tr->wstage, tr->wstage_n, &off, tr->numel[m][p], m, "weights");
+      if (!tr->w[p]) return ZRT_ERR_INTERNAL;
       tr->to_f32(tr->w[p], t->wraw[p], tr->info.dtype, tr->numel[m][p]);
-      off += tr->numel[m][p];
     }
   }
   return ZRT_OK;
@@ -493,16 +503,9 @@ static zrt_status stage_grads(trainer *tr, const gpt2_task *t, int m) {
       tr->g[p] = (float *)tr->graw[p]; /* C of its dW GEMM, in the run's 16-bit dtype */
       tr->gdirect[p] = 1;
     } else {
-      if (off + tr->numel[m][p] > tr->gstage_n) {
-        fprintf(stderr,
-                "train_gpt2: internal error: module %d's gradients need %lld floats of staging, "
-                "%lld allocated (a 16-bit registration the CUDA ops refused): please report it\n",
-                m, (long long)(off + tr->numel[m][p]), (long long)tr->gstage_n);
-        return ZRT_ERR_INTERNAL;
-      }
-      tr->g[p] = tr->gstage + off;
+      tr->g[p] = staging_take(tr->gstage, tr->gstage_n, &off, tr->numel[m][p], m, "gradients");
+      if (!tr->g[p]) return ZRT_ERR_INTERNAL;
       tr->ops.zero(tr->g[p], (size_t)tr->numel[m][p]);
-      off += tr->numel[m][p];
     }
   }
   return ZRT_OK;
