@@ -361,6 +361,7 @@ static zrt_status zrt_cuda_gemm_ex(zrt_cuda_ctx *c, int ta, int tb, int64_t m, i
     }
     cs = cublasSetWorkspace(c->cublas, r->cublas_ws, ZRT_CUBLAS_WORKSPACE);
     if (cs != CUBLAS_STATUS_SUCCESS) {
+      c->cublas_bound = NULL; /* the handle is on st now, without st's workspace */
       pthread_mutex_unlock(&c->mu);
       return zrt_cublas_err(cs, "cublasSetWorkspace (gemm)");
     }
@@ -504,6 +505,7 @@ static zrt_status zrt_cuda_track(zrt_cuda_ctx *c, cudaStream_t s) {
   }
   e = cudaStreamSynchronize(s); /* once, at creation */
   if (e != cudaSuccess) {
+    (void)cudaFreeAsync(r.cublas_ws, s);
     cudaEventDestroy(r.join);
     return zrt_cuda_status(e, "cudaStreamSynchronize (a new stream's cuBLAS workspace)");
   }

@@ -213,6 +213,24 @@ static void ack_span_close(zrt_engine *eng, int i, void *s) {
   sp->pending = 1;
 }
 
+/* A cpu checkpoint's host copy: registered where the pool is not pinned
+ * (zrt_hostpool_stage_alloc); a registration the backend refuses (memory
+ * a pin fallback registered already, say) leaves it pageable, said once:
+ * its copies then wait for the host. */
+static zrt_status ack_host_alloc(zrt_engine *eng, int pinned, size_t bytes, void **out, int *reg,
+                                 int *said) {
+  zrt_status st = zrt_hostpool_stage_alloc(eng->host_pool, eng->backend, pinned, bytes,
+                                           ZRT_MEM_ACTIVATIONS, out, reg);
+  if (st == ZRT_OK || st == ZRT_ERR_OOM) return st;
+  if (!(*said)++)
+    zrt_log(ZRT_LOG_WARN,
+            "activation checkpoints in host memory left pageable (registering %zu bytes: %s): "
+            "each copy to or from them waits for the host",
+            bytes, zrt_last_error());
+  *reg = 0;
+  return zrt_pool_alloc(eng->host_pool, bytes, ZRT_MEM_ACTIVATIONS, out);
+}
+
 zrt_status zrt_engine_actckpt_build(zrt_engine *eng) {
   zrt_actckpt_state *a = &eng->ack;
   a->fetched = -1;
@@ -239,11 +257,10 @@ zrt_status zrt_engine_actckpt_build(zrt_engine *eng) {
    * are registered then (zrt_hostpool_stage_alloc), else each save's copy
    * to pageable memory would be a host wait */
   const int pinned = eng->hostpool ? zrt_hostpool_pinned(eng->hostpool) : 1;
-  int reg = 0;
+  int reg = 0, said = 0;
   if (a->contiguous) {
     if (a->cpu)
-      ZRT_CHECK(zrt_hostpool_stage_alloc(eng->host_pool, be, pinned, total, ZRT_MEM_ACTIVATIONS,
-                                         &a->buf, &a->buf_reg));
+      ZRT_CHECK(ack_host_alloc(eng, pinned, total, &a->buf, &a->buf_reg, &said));
     else
       ZRT_CHECK(zrt_backend_alloc(be, total, ZRT_MEM_ACTIVATIONS, &a->buf));
   }
@@ -253,8 +270,7 @@ zrt_status zrt_engine_actckpt_build(zrt_engine *eng) {
     if (a->contiguous) {
       a->store[b] = (char *)a->buf + k++ * a->bytes;
     } else if (a->cpu) {
-      ZRT_CHECK(zrt_hostpool_stage_alloc(eng->host_pool, be, pinned, a->bytes, ZRT_MEM_ACTIVATIONS,
-                                         &a->store[b], &reg));
+      ZRT_CHECK(ack_host_alloc(eng, pinned, a->bytes, &a->store[b], &reg, &said));
       a->reg[b] = (unsigned char)reg;
     } else
       ZRT_CHECK(zrt_backend_alloc(be, a->bytes, ZRT_MEM_ACTIVATIONS, &a->store[b]));
@@ -273,7 +289,9 @@ zrt_status zrt_engine_actckpt_build(zrt_engine *eng) {
   char b1[32], b2[32];
   zrt_log0(ZRT_LOG_INFO, "activation checkpoints: %d of %d blocks, %s each, %s%s%s", a->n,
            a->nblocks, zrt_format_size(a->bytes, b1, sizeof b1),
-           a->cpu ? "in pinned host memory (2 device staging slots), " : "on the device, ",
+           a->cpu ? "in host memory, pinned or registered where the platform allows (2 device "
+                    "staging slots), "
+                  : "on the device, ",
            zrt_format_size(total, b2, sizeof b2),
            a->contiguous ? " in one buffer (contiguous_memory_optimization)" : "");
   return ZRT_OK;

@@ -22,6 +22,7 @@ void zrt_engine_layout_totals(const zrt_engine *eng, zrt_memest_layout *lay) {
   lay->world = eng->world;
   lay->dtype_bytes = (int)zrt_dtype_size(eng->dtype);
   lay->comm_bytes = (int)zrt_dtype_size(eng->comm_dtype);
+  lay->comm_rounds = eng->comm_dtype != eng->dtype && eng->comm_dtype != ZRT_F32;
   lay->optim_states = zrt_engine_optim_states(eng);
   lay->master_bytes = (int)zrt_dtype_size(eng->master_dtype);
   lay->state_bytes = (int)zrt_dtype_size(eng->state_dtype);

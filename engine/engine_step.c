@@ -41,7 +41,8 @@ static int zrt_engine_inject_now(const zrt_engine *eng) {
 
 /* 1 when the step reads module m's gradient from grad16 itself: stages 0/1
  * reduce once per window, at the boundary, and with one rank that
- * reduction is the identity, so the statistics and the device optimizer
+ * reduction is the identity (when the communication dtype is the working
+ * dtype or fp32), so the statistics and the device optimizer
  * read the window's 16-bit sums as they are (widened exactly: the values
  * the fp32 accumulator would hold) and grad16 is zeroed after the step.
  * Per element 2 bytes read by each of the two passes and 2 written by the
@@ -49,8 +50,11 @@ static int zrt_engine_inject_now(const zrt_engine *eng) {
  * accumulator, 4-byte reads and two zeroings (28). Such a module has no
  * grad_acc (the build allocates none: engine.c). */
 int zrt_engine_grad_direct(const zrt_engine *eng, const zrt_module_entry *me) {
+  /* a communication dtype that rounds the working dtype's values (fp16
+   * for bf16 gradients, say) makes the reduce no identity: kept */
   return eng->policy->reduce_at_boundary && eng->world == 1 && !me->grad_host &&
-         eng->master_dtype == ZRT_F32;
+         eng->master_dtype == ZRT_F32 &&
+         (eng->comm_dtype == eng->dtype || eng->comm_dtype == ZRT_F32);
 }
 /* The gradient the step reads for m: grad16 (zrt_engine_grad_direct) or
  * the accumulator, at element k; *dt its dtype. */

@@ -109,7 +109,7 @@ void zrt_memest_predict(const zrt_memest_layout *l, zrt_memest_result *o) {
   /* one rank at stages 0/1 with the optimizer on the device: the step
    * reads the working-dtype gradients, no accumulator (engine_step.c's
    * zrt_engine_grad_direct) */
-  int direct = pol->reduce_at_boundary && l->world == 1 && !grad_host && mb == 4;
+  int direct = pol->reduce_at_boundary && l->world == 1 && !grad_host && mb == 4 && !l->comm_rounds;
   o->device[ZRT_MEM_GRADS] = (direct ? 0 : mb * ext_d) + w * g16;
   uint64_t chunk = (uint64_t)zrt_memest_chunk(l), cb = (uint64_t)l->comm_bytes;
   o->device[ZRT_MEM_COMM] = 2 * (N + 1) * chunk * cb;

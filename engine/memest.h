@@ -16,6 +16,9 @@ typedef struct zrt_memest_layout {
   int world;
   int stage; /* 0..3 */
   int dtype_bytes, comm_bytes;
+  /* the communication dtype rounds the working dtype's values (a 16-bit
+   * type other than it): one rank keeps the fp32 accumulator */
+  int comm_rounds;
   int optim_states;
   /* bytes per element of the master weights and gradient partitions
    * (bf16.bf16_master_weights_and_grads: 2) and of each optimizer state

@@ -65,12 +65,14 @@ def kernels_vs_floor(ops, zrt, shape, dtype):
     k = b.step_budget(zrt["micro_batch"], zrt["seq_len"], C, L, NH, zrt["vocab"], 4, tc,
                       7 if tc else 9, ce_copy16=tc, reuse=tc, act16=tc, bias_fwd_fused=tc,
                       bias_grad_fused=tc, attn_writes=tc, gelu_copy16=tc, fch16=tc,
-                      dqkv16=tc, ln_fused=tc, logits16=tc, d4c16=tc, dc16=tc)
+                      dqkv16=tc, ln_fused=tc, logits16=tc, d4c16=tc, dc16=tc, dw16=tc)
     s = b.seconds(k, tensor, 67e12, 3.35e12)
     # the step's parameter-sized passes (gradient staging, the engine's
     # reduce, statistics and AdamW) against the step's time outside the
-    # model's kernels (the engine, the host, the launch gaps)
-    engine_floor = b.param_passes(zrt["seq_len"], C, L, zrt["vocab"], "zrt", accum) / 3.35e12
+    # model's kernels (the engine, the host, the launch gaps); the budget
+    # models a 16-bit run's passes only (the benchmark's bf16)
+    engine_floor = (b.param_passes(zrt["seq_len"], C, L, zrt["vocab"], "zrt", accum) / 3.35e12
+                    if tc else None)
     kinds = ops["kinds"]
     ms = lambda names: sum(kinds[n]["ms_per_step"] for n in names if n in kinds)
     rest = [n for n in kinds if n != "gemm" and n not in ATTENTION_KINDS]
@@ -86,9 +88,13 @@ def kernels_vs_floor(ops, zrt, shape, dtype):
         out["classes"][c] = {"ms_per_step": got[c], "floor_ms": f,
                              "floor_over_measured": f / got[c] if got[c] > 0 else None}
     outside = ops["step_ms"] - ops["model_ops_ms"]
+    f = 1e3 * engine_floor if engine_floor is not None else None
     out["classes"]["outside_model"] = {
-        "ms_per_step": outside, "floor_ms": 1e3 * engine_floor,
-        "floor_over_measured": 1e3 * engine_floor / outside if outside > 0 else None}
+        "ms_per_step": outside, "floor_ms": f,
+        "floor_over_measured": f / outside if f is not None and outside > 0 else None}
+    if f is None:
+        out["classes"]["outside_model"]["why_no_floor"] = (
+            "perf/gpt2_cuda_budget.py's param_passes models a bf16/fp16 run; this one is " + dtype)
     return out
 
 
