@@ -342,6 +342,8 @@ def main():
         s = seconds(k, tensor, fp32, hbm)
         floor = sum(s.values())
         model = floor - s["param_passes_s"]
+        if name == "zrt_cuda_now":
+            now_model = model  # unrounded, for the accumulation figures
         out[name] = {**{kk: round(v, 6) for kk, v in s.items()}, "floor_s": round(floor, 6),
                      "max_tokens_per_s": round(B * T / floor), "max_mfu": round(step_flops / (tensor * floor), 4),
                      "model_floor_s": round(model, 6),
@@ -349,6 +351,13 @@ def main():
                      "bytes": {kk: k[kk] for kk in ("gemm_bytes", "elem_bytes", "attn_bytes", "param_bytes")},
                      "attention_fma": k["attn_fma"]}
     out["param_passes_bytes"] = {m: param_passes(T, C, L, V, m) for m in ("zrt", "zrt_s16", "torch")}
+    # zrt now with gradient accumulation: K micro-steps of the model's
+    # kernels and of the program's staging passes, the engine's once
+    out["zrt_cuda_now_by_accum"] = {}
+    for K in (1, 2, 4, 8):
+        f = K * now_model + param_passes(T, C, L, V, "zrt", K) / hbm
+        out["zrt_cuda_now_by_accum"][str(K)] = {
+            "floor_s": round(f, 6), "max_mfu": round(K * step_flops / (tensor * f), 4)}
     print(json.dumps(out, indent=1))
     if a.table:
         rows = ["gemm_tensor_s", "gemm_bytes_s", "elementwise_s", "attention_compute_s", "attention_bytes_s",

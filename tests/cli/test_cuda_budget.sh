@@ -33,6 +33,11 @@ pp = r["param_passes_bytes"]
 assert 0 < pp["zrt"] < pp["zrt_s16"] < pp["torch"], pp
 for n in ("zrt_cuda_now", "bf16_activations_tensor_attention"):
     assert abs(r[n]["floor_s"] - r[n]["model_floor_s"] - r[n]["param_passes_s"]) < 2e-6, r[n]
+# accumulation amortizes the engine's passes: the ceiling rises with K, below the kernels' own
+acc = r["zrt_cuda_now_by_accum"]
+mfus = [acc[k]["max_mfu"] for k in ("1", "2", "4", "8")]
+assert abs(mfus[0] - r["zrt_cuda_now"]["max_mfu"]) < 1e-4, (mfus, r["zrt_cuda_now"])
+assert all(a < b for a, b in zip(mfus, mfus[1:])) and mfus[-1] < r["zrt_cuda_now"]["model_max_mfu"], mfus
 PY
 # GPT-2 124M: the GEMM list's own check, and the tensor cores' attention below the CUDA cores'
 json=$(python3 "$SRC/perf/gpt2_cuda_budget.py")
