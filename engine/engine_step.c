@@ -15,8 +15,9 @@
  * Invariants: every rank takes the same branch (skip or not) because the
  * decision uses only all-reduced values; the scheduler and the optimizer's
  * step count advance only on applied steps; grad_acc is zero at the start of
- * every accumulation window, or (one rank, stages 0/1, a device
- * accumulator: zrt_engine_grad_direct) unused, the step reading grad16.
+ * every accumulation window; where the step reads grad16 itself (one rank,
+ * stages 0/1, the optimizer on the device: zrt_engine_grad_direct) there is
+ * none, and grad16 is zero at the start of every window instead.
  */
 #include <math.h>
 #include <stdio.h>
@@ -515,7 +516,6 @@ static zrt_status zrt_engine_step_inject(zrt_engine *eng) {
  * accumulation shard (stage 0/1 reduce here; stage 2/3 drain the buckets),
  * and stage 3 quiesces its gathers. On return *t_opt is when the optimizer
  * part of the boundary begins. */
-
 static zrt_status zrt_engine_step_reduce(zrt_engine *eng, double *t_opt) {
   double t_red = zrt_now_s();
   if (eng->policy->reduce_at_boundary) {
