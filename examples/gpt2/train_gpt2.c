@@ -432,12 +432,6 @@ static int64_t largest_staged(const trainer *tr, int (*direct)(const trainer *, 
   return most;
 }
 
-/* Task side: points tr->w at module m's weights as fp32 (converted when
- * 16-bit), or at the 16-bit tensors themselves where the ops take them
- * (reads16; tr->w16: CUDA, where the task runs on the calling thread in
- * program order, so the registration holds for this module's kernels
- * only). The staging holds largest_staged(reads16): a registration the ops
- * refuse (their table full) would need more, an internal error. */
 /* n floats of a staging of cap floats at *off (advanced), or NULL with
  * the internal error printed: a 16-bit registration the CUDA ops refused
  * would need more than largest_staged sized it for. */
@@ -455,6 +449,12 @@ static float *staging_take(float *base, int64_t cap, int64_t *off, int64_t n, in
   return at;
 }
 
+/* Task side: points tr->w at module m's weights as fp32 (converted when
+ * 16-bit), or at the 16-bit tensors themselves where the ops take them
+ * (reads16; tr->w16: CUDA, where the task runs on the calling thread in
+ * program order, so the registration holds for this module's kernels
+ * only). The staging holds largest_staged(reads16): a registration the ops
+ * refuse (their table full) would need more, an internal error. */
 static zrt_status stage_weights(trainer *tr, const gpt2_task *t, int m) {
   int64_t off = 0;
   if (tr->w16_clear) tr->w16_clear();
