@@ -35,7 +35,8 @@
  *     cross-entropy over GPT-2's 50257 logits on 37 rows, with and
  *     without its gradient. Tolerances absolute, from the magnitudes:
  *     1e-5 elementwise, 1e-4 for sums over the 200 rows and the losses,
- *     1e-6 for the cross-entropy's gradient (entries <= 1/37); the
+ *     4e-6 for the cross-entropy's gradient (entries <= 1/37; an H200
+ *     measured 1.24e-6: CUDA's expf against the CPU's); the
  *     encoder forward over the engine's registered 16-bit wte and wpe (a
  *     16-bit run's embedding, no fp32 staging) bit for bit the CPU op on
  *     the widened values (bf16, fp16); a dW GEMM adding into a
@@ -854,7 +855,7 @@ static void ops_case(void) {
   G->crossentropy(dloss, dlg, dtgt, NCE, VCE, VCE, 1.0f / NCE);
   H->crossentropy(loss, lg2, tgt, NCE, VCE, VCE, 1.0f / NCE);
   check_op("crossentropy loss", dloss, loss, NCE, 1e-4);
-  check_op("crossentropy dlogits", dlg, lg2, nce, 1e-6);
+  check_op("crossentropy dlogits", dlg, lg2, nce, 4e-6); /* H200: 1.24e-6 */
   { /* rows 50304 apart (the layout's logits_ld), the padding NaN: the
        contiguous rows' losses and gradient bit for bit, the padding kept */
     enum { LD = 50304 };
