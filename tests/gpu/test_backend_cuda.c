@@ -27,15 +27,14 @@
  *     and param16 within one 16-bit rounding of the CPU's.
  */
 #include <math.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
 #include "dtype.h"
+#include "zt_free_on.h"
 #include "zt_gpu.h"
 #include "ztest.h"
 
@@ -627,54 +626,6 @@ static void test_host_fns(void) {
   zrt_backend_destroy(b);
 }
 
-/* zrt_backend_free_on returns a block after its stream's work alone: the
- * engine's stream drains while another stream is still busy (a host
- * function sleeping 300 ms), where zrt_backend_free joins every stream
- * first (test_comm_stream.c checks the same on the twin through the
- * comm's stream). */
-typedef struct slow_flag_args {
-  int sleep_ms;
-  atomic_int *done;
-} slow_flag_args;
-static zrt_status slow_flag(void *arg) {
-  const slow_flag_args *a = arg;
-  struct timespec ts = {a->sleep_ms / 1000, (long)(a->sleep_ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-  atomic_store(a->done, 1);
-  return ZRT_OK;
-}
-static void test_free_on(void) {
-  zrt_stream sb = NULL;
-  ZT_OK(zrt_backend_stream_create(gpu, &sb));
-  for (int on = 1; on >= 0; on--) {
-    void *x = dalloc(gpu, 1 << 20);
-    ZT_OK(zrt_backend_memset(gpu, x, 0, 1 << 20, NULL)); /* used on the engine's stream only */
-    atomic_int done = 0;
-    slow_flag_args w = {300, &done};
-    ZT_OK(zrt_backend_enqueue_host_named(gpu, slow_flag, &w, sizeof w, sb, "test slow flag"));
-    if (on)
-      zrt_backend_free_on(gpu, x, NULL);
-    else
-      zrt_backend_free(gpu, x);
-    zrt_event e = NULL; /* the engine's stream alone: an event on it */
-    ZT_OK(zrt_backend_event_create(gpu, &e));
-    ZT_OK(zrt_backend_event_record(gpu, e, NULL));
-    ZT_OK(zrt_backend_event_synchronize(gpu, e));
-    zrt_backend_event_destroy(gpu, e);
-    int busy = !atomic_load(&done);
-    printf("%s free_on: the engine's stream drained while the other stream was %s (%s)\n",
-           gpu->iface->name, busy ? "still busy" : "done", on ? "free_on" : "free");
-    ZT_CHECK(on ? busy : !busy); /* free_on waits for its stream alone; free for every stream */
-    ZT_OK(zrt_backend_synchronize(gpu, sb));
-    /* the pool's next block (maybe the same bytes) works on both streams */
-    void *y = dalloc(gpu, 1 << 20);
-    ZT_OK(zrt_backend_memset(gpu, y, 1, 1 << 20, sb));
-    ZT_OK(zrt_backend_synchronize(gpu, sb));
-    zrt_backend_free(gpu, y);
-  }
-  zrt_backend_stream_destroy(gpu, sb);
-}
-
 static void test_oom(void) {
   if (!is_cuda) return;
   zrt_backend *b = NULL;
@@ -726,7 +677,7 @@ int main(void) {
   test_optim();
   test_streams();
   test_host_fns();
-  test_free_on();
+  zt_check_free_on(gpu); /* tests/common/zt_free_on.h */
   test_oom();
   zrt_mem_stats ms;
   zrt_pool_stats(gpu->pool, &ms);

@@ -20,6 +20,7 @@
 
 #include "backend.h"
 #include "comm.h"
+#include "zt_free_on.h"
 #include "ztest.h"
 
 typedef struct {
@@ -95,34 +96,6 @@ static void test_ordering(zrt_backend *b, zrt_comm *c) {
   zrt_backend_free(b, y);
 }
 
-static void test_free_on(zrt_backend *b) {
-  zrt_stream sb = NULL;
-  ZT_OK(zrt_backend_stream_create(b, &sb));
-  for (int on = 1; on >= 0; on--) {
-    float *x = NULL;
-    ZT_OK(zrt_backend_alloc(b, 1024, ZRT_MEM_OTHER, (void **)&x));
-    ZT_OK(zrt_backend_memset(b, x, 0, 1024, NULL)); /* used on the engine's stream only */
-    atomic_int done = 0;
-    slow_args w = {NULL, 0, 300, &done};
-    ZT_OK(zrt_backend_launch_host(b, slow_write, &w, sizeof w, sb)); /* another stream, busy */
-    if (on)
-      zrt_backend_free_on(b, x, NULL);
-    else
-      zrt_backend_free(b, x);
-    zrt_event e = NULL; /* the engine's stream alone: an event on it */
-    ZT_OK(zrt_backend_event_create(b, &e));
-    ZT_OK(zrt_backend_event_record(b, e, NULL));
-    ZT_OK(zrt_backend_event_synchronize(b, e));
-    zrt_backend_event_destroy(b, e);
-    int busy = !atomic_load(&done);
-    printf("  %s: the engine's stream drained while the other stream was %s\n",
-           on ? "free_on" : "free", busy ? "still busy" : "done");
-    ZT_CHECK(on ? busy : !busy); /* free_on waits for its stream alone; free for every stream */
-    ZT_OK(zrt_backend_synchronize(b, sb));
-  }
-  zrt_backend_stream_destroy(b, sb);
-}
-
 static void test_sticky(zrt_backend *b, zrt_comm *c) {
   float *x = NULL;
   ZT_OK(zrt_backend_alloc(b, sizeof(float), ZRT_MEM_OTHER, (void **)&x));
@@ -142,7 +115,7 @@ int main(void) {
   ZT_OK(zrt_comm_create("auto", b, 5.0, &c));
   ZT_CHECK(!strcmp(c->iface->name, "self") && c->stream != NULL);
   test_ordering(b, c);
-  test_free_on(b);
+  zt_check_free_on(b); /* tests/common/zt_free_on.h */
   test_sticky(b, c);
   zrt_comm_destroy(c);
   zrt_backend_destroy(b);
