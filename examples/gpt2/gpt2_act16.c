@@ -431,8 +431,12 @@ static void a_crossentropy(float *losses, float *logits, const int *targets, int
   g_aud.in->crossentropy(losses, logits, targets, N, V, ld, dloss);
   /* the gradient: in the logits slot, in 16 bits; logits elsewhere (not
    * the passes') hold it as a 16-bit copy on CUDA */
-  if (dloss != 0 && gpt2_a16_is(logits)) g_aud.logits = 2;
-  if (dloss != 0 && !gpt2_a16_is(logits)) a16_hold("cross-entropy", logits, span);
+  if (dloss != 0) {
+    if (gpt2_a16_is(logits))
+      g_aud.logits = 2;
+    else
+      a16_hold("cross-entropy", logits, span);
+  }
 }
 static zrt_status a_check(void) {
   zrt_status st = g_aud.in->check ? g_aud.in->check() : ZRT_OK;
